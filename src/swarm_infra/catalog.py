@@ -1,0 +1,99 @@
+"""Reference catalogs shipped with the library: GPU models and sysctls.
+
+Both are YAML files in ``swarm_infra/data/`` whose header comments give the source of
+every number. Accessors return plain dicts so the resolved desired state can carry them
+to the node (the simulated NVML backend enforces the catalog's limits there).
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+# A sysctl name in dot form is a path under /proc/sys: a known top-level directory, then
+# components that are valid file names (no '/', not '.' or '..').
+SYSCTL_KEY = re.compile(
+    r"^(abi|crypto|debug|dev|fs|kernel|net|sunrpc|user|vm)(\.[A-Za-z0-9_][A-Za-z0-9_\-]*)+$"
+)
+# MIG profile name: <compute slices>g.<memory>gb, optionally +me (media extensions).
+MIG_PROFILE = re.compile(r"^(?P<slices>[1-7])g\.(?P<gb>[0-9]+)gb(\+me)?$")
+
+
+def _data(name: str) -> Any:
+    return yaml.safe_load((resources.files("swarm_infra") / "data" / name).read_text("utf-8"))
+
+
+@cache
+def gpu_catalog() -> dict[str, dict[str, Any]]:
+    """GPU models by catalog name (e.g. ``H100-SXM5-80GB``).
+
+    Each entry: ``flavor`` (Kueue flavor name), ``product_name`` (as NVML reports it),
+    ``memory_mib``, ``power`` {``default_w``, ``min_w``, ``max_w``} in W, ``clocks``
+    {``graphics_min_mhz``, ``graphics_max_mhz``, ``memory_mhz`` list} in MHz,
+    ``application_clocks`` (bool), ``ecc`` (bool), ``mig`` ({``compute_slices``,
+    ``profiles``} or None) and ``source`` (datasheet URL).
+    """
+    return _data("gpu_catalog.yaml")
+
+
+@cache
+def sysctl_catalog() -> dict[str, dict[str, Any]]:
+    """Known sysctls by dotted name: ``type`` (int | ints | str), ``count``, ``min``, ``max``, ``enum``."""
+    return _data("sysctls.yaml")
+
+
+def sysctl_value_problem(key: str, value: Any) -> str | None:
+    """Why ``value`` is wrong for the known sysctl ``key``, or None if it fits (or ``key`` is unknown)."""
+    spec = sysctl_catalog().get(key)
+    if spec is None:
+        return None
+    kind = spec["type"]
+    if kind == "str":
+        if not isinstance(value, str):
+            return f"expected a string for {key}, got {value!r}"
+        if "enum" in spec and value not in spec["enum"]:
+            return f"{value!r} is not one of: " + ", ".join(spec["enum"])
+        return None
+    if kind == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            return f"expected an integer for {key}, got {value!r}"
+        values = [value]
+    else:
+        count = spec["count"]
+        if not (isinstance(value, list) and len(value) == count):
+            return f"expected a list of {count} integers for {key}, got {value!r}"
+        values = value
+    lo, hi = spec.get("min"), spec.get("max")
+    for v in values:
+        if (lo is not None and v < lo) or (hi is not None and v > hi):
+            return f"{v} is outside {key}'s range {lo if lo is not None else '-inf'}..{hi if hi is not None else 'inf'}"
+    return None
+
+
+def mig_fit_problem(model: str, profiles: list[str]) -> str | None:
+    """Why the MIG ``profiles`` cannot all be created on one ``model`` GPU, or None.
+
+    Checks: the model supports MIG, each profile is one of the model's (MIG User Guide),
+    compute slices add up to at most the model's (7), memory adds up to at most the
+    model's memory.
+    """
+    entry = gpu_catalog()[model]
+    mig = entry["mig"]
+    if not mig:
+        return f"{model} does not support MIG"
+    unknown = [p for p in profiles if p not in mig["profiles"]]
+    if unknown:
+        return f"{', '.join(unknown)} not a MIG profile of {model} (has: {', '.join(mig['profiles'])})"
+    parsed = [MIG_PROFILE.match(p) for p in profiles]
+    slices = sum(int(m["slices"]) for m in parsed if m)
+    if slices > mig["compute_slices"]:
+        return f"profiles use {slices} compute slices; {model} has {mig['compute_slices']}"
+    gb = sum(int(m["gb"]) for m in parsed if m)
+    total_gb = round(entry["memory_mib"] / 1024)
+    if gb > total_gb:
+        return f"profiles use {gb} GB; {model} has {total_gb} GB"
+    return None

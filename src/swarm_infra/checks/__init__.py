@@ -1,0 +1,9 @@
+"""Semantic checks: what JSON Schema cannot say. Each module checks one area.
+
+Every check is a function ``(analysis) -> Iterator[Finding]`` over the built model; the
+rule identifiers are listed in README.md (Validation rules).
+"""
+
+from . import allocation, network, profiles, references
+
+ALL = (*references.CHECKS, *network.CHECKS, *allocation.CHECKS, *profiles.CHECKS)

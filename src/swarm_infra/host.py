@@ -1,0 +1,50 @@
+"""HostProfile flattening: ``include`` chains merged like tuned profiles, later wins."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .model import HostProfile
+
+
+class IncludeCycle(ValueError):
+    """A HostProfile includes itself, directly or through others. ``chain`` lists the names."""
+
+    def __init__(self, chain: list[str]) -> None:
+        self.chain = chain
+        super().__init__(" -> ".join(chain))
+
+
+def flatten(name: str, profiles: Mapping[str, HostProfile], _stack: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The effective settings of HostProfile ``name``.
+
+    Included profiles are applied first, in order, then the profile itself; a later value
+    replaces an earlier one, key by key for sysctls (tuned's include semantics).
+    ``swappiness`` becomes the ``vm.swappiness`` sysctl. Unknown includes are skipped
+    (the validator reports them). Returns ``{"sysctls": {...}, "hugepages": {...}|None,
+    "transparent_hugepages": str|None, "cpu_governor": str|None}``.
+    Raises :class:`IncludeCycle`.
+    """
+    if name in _stack:
+        raise IncludeCycle([*_stack[_stack.index(name):], name])
+    profile = profiles[name]
+    merged: dict[str, Any] = {"sysctls": {}, "hugepages": None,
+                              "transparent_hugepages": None, "cpu_governor": None}
+    for inc in profile.include:
+        if inc in profiles:
+            base = flatten(inc, profiles, (*_stack, name))
+            merged["sysctls"].update(base["sysctls"])
+            for key in ("hugepages", "transparent_hugepages", "cpu_governor"):
+                if base[key] is not None:
+                    merged[key] = base[key]
+    merged["sysctls"].update(profile.sysctls)
+    if profile.swappiness is not None:
+        merged["sysctls"]["vm.swappiness"] = profile.swappiness
+    if profile.hugepages is not None:
+        merged["hugepages"] = {"size_kib": profile.hugepages.get("size_kib", 2048),
+                               "count": profile.hugepages["count"]}
+    for key in ("transparent_hugepages", "cpu_governor"):
+        if getattr(profile, key) is not None:
+            merged[key] = getattr(profile, key)
+    return merged
