@@ -112,12 +112,12 @@ def storage_refs(a: Analysis) -> Iterator[Finding]:
                 yield Finding(st.source, ("spec", "classes", ci, "default"), "storage.default-multiple",
                               "more than one storage class is marked default")
     tenants = {t.name for t in a.fleet.allocation.tenants} if a.fleet.allocation else set()
-    volumes: set[str] = set()
+    volumes: set[tuple[str, str]] = set()  # PVC names are unique per namespace (tenant)
     for vi, v in enumerate(st.volumes):
-        if v["name"] in volumes:
+        if (v["tenant"], v["name"]) in volumes:
             yield Finding(st.source, ("spec", "volumes", vi, "name"), "name.duplicate",
-                          f"volume {v['name']!r} is declared twice")
-        volumes.add(v["name"])
+                          f"tenant {v['tenant']!r} already has a volume {v['name']!r}")
+        volumes.add((v["tenant"], v["name"]))
         if v["class"] not in classes:
             yield Finding(st.source, ("spec", "volumes", vi, "class"), "reference.unresolved",
                           f"no storage class named {v['class']!r} in spec.classes")
