@@ -47,7 +47,8 @@ def assign_addresses(
 
     Findings: ``mesh.address-outside-cidr`` (pinned address not in the mesh CIDR, or the
     network/broadcast address), ``mesh.address-duplicate`` (two pinned addresses equal),
-    ``mesh.address-collision`` (a derived address equals another node's).
+    ``mesh.address-collision`` (a derived address equals another node's; not reported
+    when the CIDR is too small for the fleet, which ``mesh.cidr-too-small`` reports).
     """
     findings: list[Finding] = []
     owner: dict[ipaddress.IPv4Address, Node] = {}
@@ -67,16 +68,18 @@ def assign_addresses(
             continue
         owner[addr] = node
         out[node.name] = addr
+    room = len(nodes) <= mesh.cidr.num_addresses - 2
     for node in nodes.values():
         if node.mesh_address is not None:
             continue
         addr = derived_address(mesh.cidr, node.name)
         if addr in owner:
-            findings.append(Finding(
-                node.source, ("metadata", "name"), "mesh.address-collision",
-                f"derived mesh address {addr} collides with node {owner[addr].name!r}; pin one of "
-                "them (normally the newer) with spec.mesh.address",
-            ))
+            if room:
+                    findings.append(Finding(
+                    node.source, ("metadata", "name"), "mesh.address-collision",
+                    f"derived mesh address {addr} collides with node {owner[addr].name!r}; pin "
+                    "one of them (normally the newer) with spec.mesh.address",
+                ))
             continue
         owner[addr] = node
         out[node.name] = addr
