@@ -36,8 +36,11 @@ def assign_profiles(fleet: Fleet) -> tuple[dict[str, dict[str, Choice]], list[Fi
     for a in fleet.assignments.values():
         matched[a.name] = [n.name for n in fleet.nodes.values() if a.selector.matches(n)]
         if not matched[a.name]:
-            findings.append(Finding(a.source, ("spec", "selector"), "assignment.matches-nothing",
-                                    "selector matches no node"))
+            findings.append(
+                Finding(
+                    a.source, ("spec", "selector"), "assignment.matches-nothing", "selector matches no node"
+                )
+            )
     per_node: dict[str, list[Assignment]] = defaultdict(list)
     for a in fleet.assignments.values():
         for node in matched[a.name]:
@@ -61,10 +64,14 @@ def assign_profiles(fleet: Fleet) -> tuple[dict[str, dict[str, Choice]], list[Fi
     for (kind, a_name, b_name), nodes in sorted(conflicts.items()):
         a, b = fleet.assignments[a_name], fleet.assignments[b_name]
         more = f" and {len(nodes) - 1} more" if len(nodes) > 1 else ""
-        findings.append(Finding(
-            b.source, ("spec", kind), "assignment.ambiguous",
-            f"Assignments {a.name!r} ({kind} {getattr(a, kind)!r}) and {b.name!r} "
-            f"({kind} {getattr(b, kind)!r}) both match node {nodes[0]!r}{more} with "
-            f"precedence {b.precedence}; raise one's precedence or narrow a selector",
-        ))
+        findings.append(
+            Finding(
+                b.source,
+                ("spec", kind),
+                "assignment.ambiguous",
+                f"Assignments {a.name!r} ({kind} {getattr(a, kind)!r}) and {b.name!r} "
+                f"({kind} {getattr(b, kind)!r}) both match node {nodes[0]!r}{more} with "
+                f"precedence {b.precedence}; raise one's precedence or narrow a selector",
+            )
+        )
     return result, findings

@@ -7,6 +7,7 @@ to the node (the simulated NVML backend enforces the catalog's limits there).
 
 from __future__ import annotations
 
+import math
 import re
 from functools import cache
 from importlib import resources
@@ -70,7 +71,8 @@ def sysctl_value_problem(key: str, value: Any) -> str | None:
     lo, hi = spec.get("min"), spec.get("max")
     for v in values:
         if (lo is not None and v < lo) or (hi is not None and v > hi):
-            return f"{v} is outside {key}'s range {lo if lo is not None else '-inf'}..{hi if hi is not None else 'inf'}"
+            bounds = f"{'-inf' if lo is None else lo}..{'inf' if hi is None else hi}"
+            return f"{v} is outside {key}'s range {bounds}"
     return None
 
 
@@ -93,7 +95,8 @@ def mig_fit_problem(model: str, profiles: list[str]) -> str | None:
     if slices > mig["compute_slices"]:
         return f"profiles use {slices} compute slices; {model} has {mig['compute_slices']}"
     gb = sum(int(m["gb"]) for m in parsed if m)
-    total_gb = round(entry["memory_mib"] / 1024)
+    # MIG profile names round the GiB size up (H200: 143771 MiB = 140.4 GiB -> "141gb").
+    total_gb = math.ceil(entry["memory_mib"] / 1024)
     if gb > total_gb:
         return f"profiles use {gb} GB; {model} has {total_gb} GB"
     return None

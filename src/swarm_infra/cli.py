@@ -52,8 +52,10 @@ def _fmt_settings(settings: dict[str, Any]) -> str:
 def render_node(state: dict[str, Any]) -> str:
     """A NodeState as readable text (what `swarm plan` prints per node)."""
     ssh = state["ssh"]
-    lines = [f"node {state['name']}  site={state['site']} roles={','.join(state['roles'])}",
-             f"  ssh      {ssh['user']}@{ssh['host']}:{ssh['port']}"]
+    lines = [
+        f"node {state['name']}  site={state['site']} roles={','.join(state['roles'])}",
+        f"  ssh      {ssh['user']}@{ssh['host']}:{ssh['port']}",
+    ]
     g = state["gpu"]
     if g:
         simulated = "  [SIMULATED NVML]" if g["backend"] == "simulated" else ""
@@ -61,8 +63,10 @@ def render_node(state: dict[str, Any]) -> str:
         lines.append(f"  gpus     {models}  profile={g['profile']} via {g['assignment']}{simulated}")
         if g["driver"]:
             d = g["driver"]
-            lines.append(f"  driver   branch {d['branch']} version {d['version'] or 'latest'}"
-                         f"  reboot {'allowed' if d['allow_reboot'] else 'not allowed'}")
+            lines.append(
+                f"  driver   branch {d['branch']} version {d['version'] or 'latest'}"
+                f"  reboot {'allowed' if d['allow_reboot'] else 'not allowed'}"
+            )
         seen: set[str] = set()
         for dev in g["devices"]:
             text = _fmt_settings(dev["settings"])
@@ -72,30 +76,39 @@ def render_node(state: dict[str, Any]) -> str:
                 lines.append(f"    gpu {','.join(indices)}: {text}")
     h = state["host"]
     if h:
-        extras = [f"hugepages={h['hugepages']['count']}x{h['hugepages']['size_kib']}KiB"
-                  if h["hugepages"] else None,
-                  f"thp={h['transparent_hugepages']}" if h["transparent_hugepages"] else None,
-                  f"governor={h['cpu_governor']}" if h["cpu_governor"] else None]
-        lines.append(f"  host     profile={h['profile']} via {h['assignment']} "
-                     + " ".join(e for e in extras if e))
+        extras = [
+            f"hugepages={h['hugepages']['count']}x{h['hugepages']['size_kib']}KiB"
+            if h["hugepages"]
+            else None,
+            f"thp={h['transparent_hugepages']}" if h["transparent_hugepages"] else None,
+            f"governor={h['cpu_governor']}" if h["cpu_governor"] else None,
+        ]
+        lines.append(
+            f"  host     profile={h['profile']} via {h['assignment']} " + " ".join(e for e in extras if e)
+        )
         for key, value in h["sysctls"].items():
             shown = "\t".join(map(str, value)) if isinstance(value, list) else value
             lines.append(f"    sysctl {key} = {shown}")
     m = state["mesh"]
     if m:
-        lines.append(f"  mesh     {m['interface']} {m['address']} port={m['listen_port']} mtu={m['mtu']}"
-                     + ("  forwarding" if m["forwarding"] else ""))
+        lines.append(
+            f"  mesh     {m['interface']} {m['address']} port={m['listen_port']} mtu={m['mtu']}"
+            + ("  forwarding" if m["forwarding"] else "")
+        )
         for p in m["peers"]:
             ips = p["allowed_ips"]
             shown = ", ".join(ips) if len(ips) <= 4 else f"{', '.join(ips[:3])} (+{len(ips) - 3} more)"
             keep = f" keepalive={p['persistent_keepalive_s']}s" if p["persistent_keepalive_s"] else ""
-            lines.append(f"    peer {p['name']}  endpoint={p['endpoint'] or '(dynamic)'}{keep}  "
-                         f"allowed_ips={shown}")
+            lines.append(
+                f"    peer {p['name']}  endpoint={p['endpoint'] or '(dynamic)'}{keep}  allowed_ips={shown}"
+            )
     s = state["storage"]
     if s:
         sc = s["scratch"]
-        lines.append(f"  scratch  {sc['mount_path']} {sc['filesystem']} on {', '.join(sc['devices'])}"
-                     f" ({sc['size_gib']} GiB{', raid0' if sc['raid0'] else ''})")
+        lines.append(
+            f"  scratch  {sc['mount_path']} {sc['filesystem']} on {', '.join(sc['devices'])}"
+            f" ({sc['size_gib']} GiB{', raid0' if sc['raid0'] else ''})"
+        )
     return "\n".join(lines)
 
 
@@ -109,19 +122,30 @@ def render_cluster(cluster: dict[str, Any]) -> str:
             f"{x['flavor']}={x['nominal_quota']}"
             + (f" borrow<={x['borrowing_limit']}" if x["borrowing_limit"] is not None else "")
             + (f" lend<={x['lending_limit']}" if x["lending_limit"] is not None else "")
-            for x in q["quotas"])
-        lines.append(f"  queue {q['name']} cohort={q['cohort'] or '-'} weight={q['fair_sharing_weight']}: {quotas}")
+            for x in q["quotas"]
+        )
+        lines.append(
+            f"  queue {q['name']} cohort={q['cohort'] or '-'} weight={q['fair_sharing_weight']}: {quotas}"
+        )
     for t in cluster["tenants"]:
-        lines.append(f"  tenant {t['name']} ns={t['namespace']} -> {t['cluster_queue']} "
-                     f"priorities={','.join(t['priorities'])}")
+        lines.append(
+            f"  tenant {t['name']} ns={t['namespace']} -> {t['cluster_queue']} "
+            f"priorities={','.join(t['priorities'])}"
+        )
     for p in cluster["priorities"]:
-        lines.append(f"  priority {p['name']} value={p['value']} {p['preemption_policy']}"
-                     + (" (default)" if p["global_default"] else ""))
+        lines.append(
+            f"  priority {p['name']} value={p['value']} {p['preemption_policy']}"
+            + (" (default)" if p["global_default"] else "")
+        )
     if cluster["storage"]:
         for c in cluster["storage"]["classes"]:
-            lines.append(f"  storageclass {c['name']} {c['provisioner']}" + (" (default)" if c["default"] else ""))
+            lines.append(
+                f"  storageclass {c['name']} {c['provisioner']}" + (" (default)" if c["default"] else "")
+            )
         for v in cluster["storage"]["volumes"]:
-            lines.append(f"  volume {v['namespace']}/{v['name']} {v['size_gib']} GiB {v['class']} ({v['purpose']})")
+            lines.append(
+                f"  volume {v['namespace']}/{v['name']} {v['size_gib']} GiB {v['class']} ({v['purpose']})"
+            )
     return "\n".join(lines)
 
 
@@ -135,8 +159,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.node:
         unknown = [n for n in args.node if n not in state["nodes"]]
         if unknown:
-            print(f"swarm plan: no node named {', '.join(unknown)} "
-                  f"(nodes: {', '.join(list(state['nodes'])[:20])}...)", file=sys.stderr)
+            print(
+                f"swarm plan: no node named {', '.join(unknown)} "
+                f"(nodes: {', '.join(list(state['nodes'])[:20])}...)",
+                file=sys.stderr,
+            )
             return EXIT_INVALID
         state = {"nodes": {n: state["nodes"][n] for n in args.node}}
     if args.format == "json":
@@ -157,33 +184,39 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="swarm",
         description="Swarm infrastructure pipeline: validate the declared fleet and show the "
-                    "desired state it resolves to. Converge with ansible-playbook or pyinfra, "
-                    "apply clusters with pulumi up, verify with pytest.",
+        "desired state it resolves to. Converge with ansible-playbook or pyinfra, "
+        "apply clusters with pulumi up, verify with pytest.",
         epilog="Exit codes: 0 ok, 2 invalid input (nothing applied), 1 unexpected failure.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def fleet_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("paths", nargs="*", metavar="PATHS", help="fleet YAML files or directories")
-        p.add_argument("--fleet", default="lab", help="fleet name used when no PATHS are given (default: lab)")
-        p.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
+        p.add_argument(
+            "--fleet", default="lab", help="fleet name used when no PATHS are given (default: lab)"
+        )
+        p.add_argument(
+            "--format", choices=("text", "json"), default="text", help="output format (default: text)"
+        )
 
     p = sub.add_parser(
-        "validate", help="check declarations against the schemas and the semantic rules",
+        "validate",
+        help="check declarations against the schemas and the semantic rules",
         description="Check every document against its JSON Schema and the semantic rules "
-                    "(references, mesh addressing and topology, quotas vs capacity, GPU limits "
-                    "from the catalog, sysctls). Reports all problems at once as "
-                    "file:line:col: severity[rule]: $.json.path: message. " + FLEET_HELP,
+        "(references, mesh addressing and topology, quotas vs capacity, GPU limits "
+        "from the catalog, sysctls). Reports all problems at once as "
+        "file:line:col: severity[rule]: $.json.path: message. " + FLEET_HELP,
         epilog="Example: swarm validate inventory/example policies/example policies/shared",
     )
     fleet_args(p)
     p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser(
-        "plan", help="print the resolved desired state (per node and for the cluster)",
+        "plan",
+        help="print the resolved desired state (per node and for the cluster)",
         description="Validate, then print what every node and the cluster should look like: "
-                    "GPU settings per GPU, sysctls, mesh address and peers with AllowedIPs, "
-                    "queues and quotas. JSON output is stable (sorted) for diffing. " + FLEET_HELP,
+        "GPU settings per GPU, sysctls, mesh address and peers with AllowedIPs, "
+        "queues and quotas. JSON output is stable (sorted) for diffing. " + FLEET_HELP,
         epilog="Example: swarm plan --fleet example --node fra1-gpu-01 --format json",
     )
     fleet_args(p)

@@ -61,8 +61,7 @@ class Diagnostic:
 
     def text(self) -> str:
         return (
-            f"{self.file}:{self.line}:{self.col}: {self.severity}[{self.rule}]: "
-            f"{self.path}: {self.message}"
+            f"{self.file}:{self.line}:{self.col}: {self.severity}[{self.rule}]: {self.path}: {self.message}"
         )
 
 

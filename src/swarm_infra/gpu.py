@@ -39,37 +39,58 @@ def problems(spec: Mapping[str, Any], model: str) -> Iterator[tuple[tuple[str, .
     entry = gpu_catalog()[model]
     power, clocks = entry["power"], entry["clocks"]
     if "power_limit_w" in spec and "power_limit_percent" in spec:
-        yield (("power_limit_percent",), "gpu.power-limit-conflict",
-               "power_limit_w and power_limit_percent are exclusive; give one")
+        yield (
+            ("power_limit_percent",),
+            "gpu.power-limit-conflict",
+            "power_limit_w and power_limit_percent are exclusive; give one",
+        )
     watts = power_limit_w(spec, model)
     if watts is not None and not power["min_w"] <= watts <= power["max_w"]:
         key = "power_limit_w" if "power_limit_w" in spec else "power_limit_percent"
-        yield ((key,), "gpu.power-limit-range",
-               f"{watts} W is outside {model}'s power management limit range "
-               f"{power['min_w']}..{power['max_w']} W")
+        yield (
+            (key,),
+            "gpu.power-limit-range",
+            f"{watts} W is outside {model}'s power management limit range "
+            f"{power['min_w']}..{power['max_w']} W",
+        )
     lo, hi = clocks["graphics_min_mhz"], clocks["graphics_max_mhz"]
     app = spec.get("application_clocks")
     if app:
         if not entry["application_clocks"]:
-            yield (("application_clocks",), "gpu.clocks-unsupported",
-                   f"{model} does not support application clocks; use locked_clocks")
+            yield (
+                ("application_clocks",),
+                "gpu.clocks-unsupported",
+                f"{model} does not support application clocks; use locked_clocks",
+            )
         else:
             if app["memory_mhz"] not in clocks["memory_mhz"]:
-                yield (("application_clocks", "memory_mhz"), "gpu.clocks-unsupported",
-                       f"{app['memory_mhz']} MHz is not a supported memory clock of {model} "
-                       f"(supported: {', '.join(map(str, clocks['memory_mhz']))} MHz)")
+                yield (
+                    ("application_clocks", "memory_mhz"),
+                    "gpu.clocks-unsupported",
+                    f"{app['memory_mhz']} MHz is not a supported memory clock of {model} "
+                    f"(supported: {', '.join(map(str, clocks['memory_mhz']))} MHz)",
+                )
             if not lo <= app["graphics_mhz"] <= hi:
-                yield (("application_clocks", "graphics_mhz"), "gpu.clocks-unsupported",
-                       f"{app['graphics_mhz']} MHz is outside {model}'s graphics clock range {lo}..{hi} MHz")
+                yield (
+                    ("application_clocks", "graphics_mhz"),
+                    "gpu.clocks-unsupported",
+                    f"{app['graphics_mhz']} MHz is outside {model}'s graphics clock range {lo}..{hi} MHz",
+                )
     locked = spec.get("locked_clocks")
     if locked:
         for key in ("min_mhz", "max_mhz"):
             if not lo <= locked[key] <= hi:
-                yield (("locked_clocks", key), "gpu.clocks-unsupported",
-                       f"{locked[key]} MHz is outside {model}'s graphics clock range {lo}..{hi} MHz")
+                yield (
+                    ("locked_clocks", key),
+                    "gpu.clocks-unsupported",
+                    f"{locked[key]} MHz is outside {model}'s graphics clock range {lo}..{hi} MHz",
+                )
         if locked["min_mhz"] > locked["max_mhz"]:
-            yield (("locked_clocks", "min_mhz"), "gpu.clocks-unsupported",
-                   f"min_mhz {locked['min_mhz']} is above max_mhz {locked['max_mhz']}")
+            yield (
+                ("locked_clocks", "min_mhz"),
+                "gpu.clocks-unsupported",
+                f"min_mhz {locked['min_mhz']} is above max_mhz {locked['max_mhz']}",
+            )
     if spec.get("ecc") and not entry["ecc"]:
         yield (("ecc",), "gpu.ecc-unsupported", f"{model} has no ECC memory")
     mig = spec.get("mig")

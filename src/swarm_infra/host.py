@@ -27,10 +27,14 @@ def flatten(name: str, profiles: Mapping[str, HostProfile], _stack: tuple[str, .
     Raises :class:`IncludeCycle`.
     """
     if name in _stack:
-        raise IncludeCycle([*_stack[_stack.index(name):], name])
+        raise IncludeCycle([*_stack[_stack.index(name) :], name])
     profile = profiles[name]
-    merged: dict[str, Any] = {"sysctls": {}, "hugepages": None,
-                              "transparent_hugepages": None, "cpu_governor": None}
+    merged: dict[str, Any] = {
+        "sysctls": {},
+        "hugepages": None,
+        "transparent_hugepages": None,
+        "cpu_governor": None,
+    }
     for inc in profile.include:
         if inc in profiles:
             base = flatten(inc, profiles, (*_stack, name))
@@ -42,8 +46,10 @@ def flatten(name: str, profiles: Mapping[str, HostProfile], _stack: tuple[str, .
     if profile.swappiness is not None:
         merged["sysctls"]["vm.swappiness"] = profile.swappiness
     if profile.hugepages is not None:
-        merged["hugepages"] = {"size_kib": profile.hugepages.get("size_kib", 2048),
-                               "count": profile.hugepages["count"]}
+        merged["hugepages"] = {
+            "size_kib": profile.hugepages.get("size_kib", 2048),
+            "count": profile.hugepages["count"],
+        }
     for key in ("transparent_hugepages", "cpu_governor"):
         if getattr(profile, key) is not None:
             merged[key] = getattr(profile, key)

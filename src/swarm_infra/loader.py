@@ -100,7 +100,5 @@ def load_documents(files: Sequence[Path]) -> tuple[list[RawDocument], list[Diagn
     for name, (parsed, diag) in zip(names, results, strict=True):
         if diag is not None:
             diags.append(diag)
-        docs.extend(
-            RawDocument(Source(name, i), data) for i, data in enumerate(parsed) if data is not None
-        )
+        docs.extend(RawDocument(Source(name, i), data) for i, data in enumerate(parsed) if data is not None)
     return docs, diags

@@ -57,7 +57,5 @@ def locate_all(findings: Iterable[Finding]) -> list[Diagnostic]:
         docs = graphs[f.source.file]
         node = docs[f.source.index] if f.source.index < len(docs) else None
         line, col = _node_mark(node, f.path) if node is not None else (0, 0)
-        out.append(
-            Diagnostic(f.source.file, line, col, json_path(f.path), f.rule, f.message, f.severity)
-        )
+        out.append(Diagnostic(f.source.file, line, col, json_path(f.path), f.rule, f.message, f.severity))
     return out

@@ -59,12 +59,24 @@ def assign_addresses(
         if addr is None:
             continue
         if addr not in mesh.cidr or addr in (mesh.cidr.network_address, mesh.cidr.broadcast_address):
-            findings.append(Finding(node.source, path, "mesh.address-outside-cidr",
-                                    f"{addr} is not a usable host address of mesh CIDR {mesh.cidr}"))
+            findings.append(
+                Finding(
+                    node.source,
+                    path,
+                    "mesh.address-outside-cidr",
+                    f"{addr} is not a usable host address of mesh CIDR {mesh.cidr}",
+                )
+            )
             continue
         if addr in owner:
-            findings.append(Finding(node.source, path, "mesh.address-duplicate",
-                                    f"{addr} is already pinned by node {owner[addr].name!r}"))
+            findings.append(
+                Finding(
+                    node.source,
+                    path,
+                    "mesh.address-duplicate",
+                    f"{addr} is already pinned by node {owner[addr].name!r}",
+                )
+            )
             continue
         owner[addr] = node
         out[node.name] = addr
@@ -75,11 +87,15 @@ def assign_addresses(
         addr = derived_address(mesh.cidr, node.name)
         if addr in owner:
             if room:
-                    findings.append(Finding(
-                    node.source, ("metadata", "name"), "mesh.address-collision",
-                    f"derived mesh address {addr} collides with node {owner[addr].name!r}; pin "
-                    "one of them (normally the newer) with spec.mesh.address",
-                ))
+                findings.append(
+                    Finding(
+                        node.source,
+                        ("metadata", "name"),
+                        "mesh.address-collision",
+                        f"derived mesh address {addr} collides with node {owner[addr].name!r}; pin "
+                        "one of them (normally the newer) with spec.mesh.address",
+                    )
+                )
             continue
         owner[addr] = node
         out[node.name] = addr
@@ -116,8 +132,11 @@ def plan_topology(fleet: Fleet) -> tuple[Topology, list[Finding]]:
         by_site[node.site].append(node)
     for site in mesh.sites:
         if site not in fleet.sites and site not in fleet.invalid_names.get("Site", ()):
-            findings.append(Finding(mesh.source, ("spec", "sites", site), "reference.unresolved",
-                                    f"no Site named {site!r}"))
+            findings.append(
+                Finding(
+                    mesh.source, ("spec", "sites", site), "reference.unresolved", f"no Site named {site!r}"
+                )
+            )
     hubs: dict[str, str] = {}
     for site, members in sorted(by_site.items()):
         conf = mesh.site(site)
@@ -127,45 +146,60 @@ def plan_topology(fleet: Fleet) -> tuple[Topology, list[Finding]]:
         if conf.hub is not None:
             hub = next((n for n in members if n.name == conf.hub), None)
             if hub is None:
-                findings.append(Finding(mesh.source, where, "mesh.hub-invalid",
-                                        f"hub {conf.hub!r} is not a node of site {site!r}"))
+                findings.append(
+                    Finding(
+                        mesh.source,
+                        where,
+                        "mesh.hub-invalid",
+                        f"hub {conf.hub!r} is not a node of site {site!r}",
+                    )
+                )
                 continue
         else:
             relays = [n for n in members if "relay" in n.roles]
             if len(relays) != 1:
-                findings.append(Finding(
-                    mesh.source, where, "mesh.hub-missing",
-                    f"site {site!r} is hub-and-spoke but has {len(relays)} nodes with role relay; "
-                    "give it exactly one or name the hub in spec.sites."
-                    f"{site}.hub",
-                ))
+                findings.append(
+                    Finding(
+                        mesh.source,
+                        where,
+                        "mesh.hub-missing",
+                        f"site {site!r} is hub-and-spoke but has {len(relays)} nodes with role relay; "
+                        "give it exactly one or name the hub in spec.sites."
+                        f"{site}.hub",
+                    )
+                )
                 continue
             hub = relays[0]
         if hub.nat and len(by_site) > 1:
-            findings.append(Finding(
-                hub.source, ("spec", "mesh", "nat"), "mesh.hub-unreachable",
-                f"node {hub.name!r} is the hub of site {site!r} but is behind NAT: "
-                "nodes of other sites cannot reach it",
-            ))
+            findings.append(
+                Finding(
+                    hub.source,
+                    ("spec", "mesh", "nat"),
+                    "mesh.hub-unreachable",
+                    f"node {hub.name!r} is the hub of site {site!r} but is behind NAT: "
+                    "nodes of other sites cannot reach it",
+                )
+            )
             continue
         hubs[site] = hub.name
-    spokes = {
-        hub: tuple(n.name for n in by_site[site] if n.name != hub) for site, hub in hubs.items()
-    }
+    spokes = {hub: tuple(n.name for n in by_site[site] if n.name != hub) for site, hub in hubs.items()}
     topo = Topology(hubs, spokes, ())
     relays = tuple(
-        n.name for n in fleet.nodes.values()
-        if "relay" in n.roles and not n.nat and not topo.is_spoke(n)
+        n.name for n in fleet.nodes.values() if "relay" in n.roles and not n.nat and not topo.is_spoke(n)
     )
     topo = Topology(hubs, spokes, relays)
     if not relays:
         natted_sites = sorted({n.site for n in fleet.nodes.values() if n.nat and not topo.is_spoke(n)})
         if len(natted_sites) > 1:
-            findings.append(Finding(
-                mesh.source, ("spec",), "mesh.relay-missing",
-                f"sites {', '.join(natted_sites)} have nodes behind NAT that must reach each "
-                "other, but no node with role relay has a public endpoint",
-            ))
+            findings.append(
+                Finding(
+                    mesh.source,
+                    ("spec",),
+                    "mesh.relay-missing",
+                    f"sites {', '.join(natted_sites)} have nodes behind NAT that must reach each "
+                    "other, but no node with role relay has a public endpoint",
+                )
+            )
     return topo, findings
 
 
@@ -201,8 +235,7 @@ def peers(
     outward = [n for n in nodes.values() if not topo.is_spoke(n)]
     # Addresses reached through each outward node: its own and its spokes'.
     behind = {
-        n.name: [addresses[n.name], *(addresses[s] for s in topo.spokes.get(n.name, ()))]
-        for n in outward
+        n.name: [addresses[n.name], *(addresses[s] for s in topo.spokes.get(n.name, ()))] for n in outward
     }
     home_relay: dict[str, str] = {}
     for n in outward:
@@ -216,10 +249,14 @@ def peers(
     for n in nodes.values():
         if topo.is_spoke(n):
             hub = nodes[topo.hub[n.site]]
-            result[n.name] = [{
-                "name": hub.name, "allowed_ips": whole_mesh,
-                "endpoint": _endpoint(hub, True, port[hub.name]), "persistent_keepalive_s": 0,
-            }]
+            result[n.name] = [
+                {
+                    "name": hub.name,
+                    "allowed_ips": whole_mesh,
+                    "endpoint": _endpoint(hub, True, port[hub.name]),
+                    "persistent_keepalive_s": 0,
+                }
+            ]
     for n in outward:
         routes: dict[str, list[ipaddress.IPv4Address]] = defaultdict(list)
         for p in outward:
@@ -236,11 +273,13 @@ def peers(
         for name in sorted(routes):
             p = nodes[name]
             same_site = p.site == n.site
-            entries.append({
-                "name": name,
-                "allowed_ips": _sorted_ips(routes[name]),
-                "endpoint": _endpoint(p, same_site, port[name]),
-                "persistent_keepalive_s": mesh.persistent_keepalive_s if n.nat and not same_site else 0,
-            })
+            entries.append(
+                {
+                    "name": name,
+                    "allowed_ips": _sorted_ips(routes[name]),
+                    "endpoint": _endpoint(p, same_site, port[name]),
+                    "persistent_keepalive_s": mesh.persistent_keepalive_s if n.nat and not same_site else 0,
+                }
+            )
         result[n.name] = entries
     return result, forwarders

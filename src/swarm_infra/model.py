@@ -215,14 +215,16 @@ class Fleet:
     invalid_names: Mapping[str, frozenset[str]] = field(default_factory=lambda: _EMPTY)
 
 
-def _build(kind: str, name: str, src: Source, spec: dict[str, Any], meta: dict[str, Any],
-           findings: list[Finding]) -> Any:
+def _build(
+    kind: str, name: str, src: Source, spec: dict[str, Any], meta: dict[str, Any], findings: list[Finding]
+) -> Any:
     def net(path: tuple[Any, ...], text: str) -> ipaddress.IPv4Network | None:
         try:
             return ipaddress.IPv4Network(text, strict=True)
         except ValueError as exc:
-            findings.append(Finding(src, path, "network.invalid",
-                                    f"{text!r} is not a valid IPv4 network: {exc}"))
+            findings.append(
+                Finding(src, path, "network.invalid", f"{text!r} is not a valid IPv4 network: {exc}")
+            )
             return None
 
     if kind == "Site":
@@ -234,15 +236,22 @@ def _build(kind: str, name: str, src: Source, spec: dict[str, Any], meta: dict[s
         ssh, hw, mesh = spec.get("ssh", {}), spec["hardware"], spec.get("mesh", {})
         nat = mesh.get("nat", False)
         return Node(
-            name=name, source=src, labels=_frozen(meta.get("labels")), site=spec["site"],
+            name=name,
+            source=src,
+            labels=_frozen(meta.get("labels")),
+            site=spec["site"],
             address=ipaddress.IPv4Address(spec["address"]),
-            ssh_host=ssh.get("host", spec["address"]), ssh_port=ssh.get("port", 22),
-            ssh_user=ssh.get("user", "root"), roles=tuple(sorted(spec["roles"])),
-            gpu_backend=spec.get("gpu_backend", "nvml"), cpus=hw["cpus"],
+            ssh_host=ssh.get("host", spec["address"]),
+            ssh_port=ssh.get("port", 22),
+            ssh_user=ssh.get("user", "root"),
+            roles=tuple(sorted(spec["roles"])),
+            gpu_backend=spec.get("gpu_backend", "nvml"),
+            cpus=hw["cpus"],
             memory_gib=hw["memory_gib"],
             gpus=tuple(GpuSlot(g["model"], g["count"]) for g in hw.get("gpus", ())),
             nvme=tuple((d["device"], d["size_gib"]) for d in hw.get("nvme", ())),
-            nic_speed_gbps=hw.get("nic_speed_gbps"), nat=nat,
+            nic_speed_gbps=hw.get("nic_speed_gbps"),
+            nat=nat,
             endpoint=mesh.get("endpoint"),
             listen_port=mesh.get("listen_port"),
             mesh_address=ipaddress.IPv4Address(mesh["address"]) if "address" in mesh else None,
@@ -251,9 +260,14 @@ def _build(kind: str, name: str, src: Source, spec: dict[str, Any], meta: dict[s
         return GpuProfile(name, src, _frozen(spec))
     if kind == "HostProfile":
         return HostProfile(
-            name, src, tuple(spec.get("include", ())), _frozen(spec.get("sysctls")),
+            name,
+            src,
+            tuple(spec.get("include", ())),
+            _frozen(spec.get("sysctls")),
             _frozen(spec["hugepages"]) if "hugepages" in spec else None,
-            spec.get("transparent_hugepages"), spec.get("swappiness"), spec.get("cpu_governor"),
+            spec.get("transparent_hugepages"),
+            spec.get("swappiness"),
+            spec.get("cpu_governor"),
         )
     if kind == "Assignment":
         sel = spec["selector"]
@@ -261,10 +275,12 @@ def _build(kind: str, name: str, src: Source, spec: dict[str, Any], meta: dict[s
         def opt(key: str) -> frozenset[str] | None:
             return frozenset(sel[key]) if key in sel else None
 
-        selector = Selector(opt("nodes"), opt("sites"), opt("roles"), opt("gpu_models"),
-                            _frozen(sel.get("labels")))
-        return Assignment(name, src, selector, spec.get("gpu_profile"), spec.get("host_profile"),
-                          spec.get("precedence", 0))
+        selector = Selector(
+            opt("nodes"), opt("sites"), opt("roles"), opt("gpu_models"), _frozen(sel.get("labels"))
+        )
+        return Assignment(
+            name, src, selector, spec.get("gpu_profile"), spec.get("host_profile"), spec.get("precedence", 0)
+        )
     if kind == "Mesh":
         cidr = net(("spec", "cidr"), spec["cidr"])
         if cidr is None:
@@ -273,43 +289,71 @@ def _build(kind: str, name: str, src: Source, spec: dict[str, Any], meta: dict[s
             site: MeshSite(o.get("topology", spec.get("topology", "full-mesh")), o.get("hub"))
             for site, o in spec.get("sites", {}).items()
         }
-        return Mesh(name, src, cidr, spec.get("interface", "wg0"),
-                    spec.get("listen_port", DEFAULT_LISTEN_PORT), spec.get("mtu", DEFAULT_MTU),
-                    spec.get("persistent_keepalive_s", DEFAULT_KEEPALIVE_S),
-                    spec.get("topology", "full-mesh"), MappingProxyType(sites))
+        return Mesh(
+            name,
+            src,
+            cidr,
+            spec.get("interface", "wg0"),
+            spec.get("listen_port", DEFAULT_LISTEN_PORT),
+            spec.get("mtu", DEFAULT_MTU),
+            spec.get("persistent_keepalive_s", DEFAULT_KEEPALIVE_S),
+            spec.get("topology", "full-mesh"),
+            MappingProxyType(sites),
+        )
     if kind == "Priority":
-        return Priority(name, src, spec["value"],
-                        spec.get("preemption_policy", "PreemptLowerPriority"),
-                        spec.get("global_default", False), spec.get("description", ""))
+        return Priority(
+            name,
+            src,
+            spec["value"],
+            spec.get("preemption_policy", "PreemptLowerPriority"),
+            spec.get("global_default", False),
+            spec.get("description", ""),
+        )
     if kind == "Allocation":
         queues = tuple(
             Queue(
-                q["name"], q.get("cohort"), q.get("fair_sharing_weight", 1),
+                q["name"],
+                q.get("cohort"),
+                q.get("fair_sharing_weight", 1),
                 q.get("preemption", {}).get("within_cluster_queue", "Never"),
                 q.get("preemption", {}).get("reclaim_within_cohort", "Never"),
                 q.get("preemption", {}).get("borrow_within_cohort", "Never"),
-                tuple(Quota(x["flavor"], x["nominal_quota"], x.get("borrowing_limit"),
-                            x.get("lending_limit")) for x in q["quotas"]),
+                tuple(
+                    Quota(x["flavor"], x["nominal_quota"], x.get("borrowing_limit"), x.get("lending_limit"))
+                    for x in q["quotas"]
+                ),
             )
             for q in spec["queues"]
         )
         tenants = tuple(
-            Tenant(t["name"], t.get("namespace", t["name"]), t["queue"],
-                   tuple(t["priorities"]) if "priorities" in t else None)
+            Tenant(
+                t["name"],
+                t.get("namespace", t["name"]),
+                t["queue"],
+                tuple(t["priorities"]) if "priorities" in t else None,
+            )
             for t in spec.get("tenants", ())
         )
         return Allocation(name, src, queues, tenants)
     if kind == "Storage":
-        return Storage(name, src, _frozen(spec["scratch"]) if "scratch" in spec else None,
-                       tuple(_frozen(c) for c in spec.get("classes", ())),
-                       tuple(_frozen(v) for v in spec.get("volumes", ())))
+        return Storage(
+            name,
+            src,
+            _frozen(spec["scratch"]) if "scratch" in spec else None,
+            tuple(_frozen(c) for c in spec.get("classes", ())),
+            tuple(_frozen(v) for v in spec.get("volumes", ())),
+        )
     raise ValueError(f"unknown kind {kind}")  # unreachable: schemas admit only known kinds
 
 
 SINGLETONS = ("Mesh", "Allocation", "Storage")
 _FIELD = {
-    "Site": "sites", "Node": "nodes", "GpuProfile": "gpu_profiles",
-    "HostProfile": "host_profiles", "Assignment": "assignments", "Priority": "priorities",
+    "Site": "sites",
+    "Node": "nodes",
+    "GpuProfile": "gpu_profiles",
+    "HostProfile": "host_profiles",
+    "Assignment": "assignments",
+    "Priority": "priorities",
 }
 
 
@@ -328,17 +372,25 @@ def build_fleet(valid: list[RawDocument], invalid: list[RawDocument]) -> tuple[F
         seen = by_kind[kind]
         if name in seen:
             first = seen[name].source
-            findings.append(Finding(
-                doc.source, ("metadata", "name"), "name.duplicate",
-                f"{kind} {name!r} is already declared at {first.file} (document {first.index + 1})",
-            ))
+            findings.append(
+                Finding(
+                    doc.source,
+                    ("metadata", "name"),
+                    "name.duplicate",
+                    f"{kind} {name!r} is already declared at {first.file} (document {first.index + 1})",
+                )
+            )
             continue
         if kind in SINGLETONS and seen:
             other = next(iter(seen.values()))
-            findings.append(Finding(
-                doc.source, ("kind",), "kind.singleton",
-                f"a fleet has one {kind}; {other.name!r} is already declared at {other.source.file}",
-            ))
+            findings.append(
+                Finding(
+                    doc.source,
+                    ("kind",),
+                    "kind.singleton",
+                    f"a fleet has one {kind}; {other.name!r} is already declared at {other.source.file}",
+                )
+            )
             continue
         obj = _build(kind, name, doc.source, doc.data.get("spec", {}), meta, findings)
         if obj is not None:
@@ -354,7 +406,9 @@ def build_fleet(valid: list[RawDocument], invalid: list[RawDocument]) -> tuple[F
 
     fleet = Fleet(
         **{attr: MappingProxyType(dict(sorted(by_kind[k].items()))) for k, attr in _FIELD.items()},
-        mesh=first("Mesh"), allocation=first("Allocation"), storage=first("Storage"),
+        mesh=first("Mesh"),
+        allocation=first("Allocation"),
+        storage=first("Storage"),
         invalid_names=MappingProxyType({k: frozenset(v) for k, v in invalid_names.items()}),
     )
     return fleet, findings

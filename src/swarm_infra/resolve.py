@@ -24,9 +24,14 @@ FLAVOR_LABEL = "swarm.io/gpu-flavor"
 SITE_LABEL = "swarm.io/site"
 
 
-def _node_state(a: Analysis, node: Node, peers: dict[str, list[dict[str, Any]]],
-                forwarders: set[str], gpu_cache: dict[tuple[str, str], dict[str, Any]],
-                host_cache: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def _node_state(
+    a: Analysis,
+    node: Node,
+    peers: dict[str, list[dict[str, Any]]],
+    forwarders: set[str],
+    gpu_cache: dict[tuple[str, str], dict[str, Any]],
+    host_cache: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
     fleet, catalog = a.fleet, gpu_catalog()
     choices = a.choices.get(node.name, {})
     labels = dict(node.labels)
@@ -42,11 +47,16 @@ def _node_state(a: Analysis, node: Node, peers: dict[str, list[dict[str, Any]]],
         "address": str(node.address),
         "ssh": {"host": node.ssh_host, "port": node.ssh_port, "user": node.ssh_user},
         "hardware": {
-            "cpus": node.cpus, "memory_gib": node.memory_gib, "nic_speed_gbps": node.nic_speed_gbps,
+            "cpus": node.cpus,
+            "memory_gib": node.memory_gib,
+            "nic_speed_gbps": node.nic_speed_gbps,
             "gpus": [{"model": s.model, "count": s.count} for s in node.gpus],
             "nvme": [{"device": d, "size_gib": size} for d, size in node.nvme],
         },
-        "gpu": None, "host": None, "mesh": None, "storage": None,
+        "gpu": None,
+        "host": None,
+        "mesh": None,
+        "storage": None,
     }
     choice = choices.get("gpu_profile")
     if node.gpus:
@@ -64,8 +74,13 @@ def _node_state(a: Analysis, node: Node, peers: dict[str, list[dict[str, Any]]],
             "backend": node.gpu_backend,
             "profile": choice.profile if choice else None,
             "assignment": choice.assignment if choice else None,
-            "driver": {"branch": driver["branch"], "version": driver.get("version"),
-                       "allow_reboot": driver.get("allow_reboot", False)} if driver else None,
+            "driver": {
+                "branch": driver["branch"],
+                "version": driver.get("version"),
+                "allow_reboot": driver.get("allow_reboot", False),
+            }
+            if driver
+            else None,
             "devices": devices,
             "limits": {m: gpu.model_limits(m) for m in sorted(set(node.gpu_models))},
         }
@@ -75,8 +90,11 @@ def _node_state(a: Analysis, node: Node, peers: dict[str, list[dict[str, Any]]],
             flat = host.flatten(choice.profile, fleet.host_profiles)
             flat["sysctls"] = dict(sorted(flat["sysctls"].items()))
             host_cache[choice.profile] = flat
-        state["host"] = {"profile": choice.profile, "assignment": choice.assignment,
-                         **host_cache[choice.profile]}
+        state["host"] = {
+            "profile": choice.profile,
+            "assignment": choice.assignment,
+            **host_cache[choice.profile],
+        }
     if fleet.mesh is not None:
         m = fleet.mesh
         state["mesh"] = {
@@ -89,13 +107,15 @@ def _node_state(a: Analysis, node: Node, peers: dict[str, list[dict[str, Any]]],
         }
     st = fleet.storage
     if st is not None and st.scratch is not None and node.nvme:
-        state["storage"] = {"scratch": {
-            "mount_path": st.scratch["mount_path"],
-            "filesystem": st.scratch.get("filesystem", "xfs"),
-            "raid0": st.scratch.get("raid0", True) and len(node.nvme) > 1,
-            "devices": [d for d, _ in node.nvme],
-            "size_gib": sum(size for _, size in node.nvme),
-        }}
+        state["storage"] = {
+            "scratch": {
+                "mount_path": st.scratch["mount_path"],
+                "filesystem": st.scratch.get("filesystem", "xfs"),
+                "raid0": st.scratch.get("raid0", True) and len(node.nvme) > 1,
+                "devices": [d for d, _ in node.nvme],
+                "size_gib": sum(size for _, size in node.nvme),
+            }
+        }
     return state
 
 
@@ -117,53 +137,109 @@ def cluster_state(a: Analysis) -> dict[str, Any]:
             quotas = []
             for quota in sorted(q.quotas, key=lambda x: x.flavor):
                 nominal[quota.flavor] += quota.nominal_quota
-                quotas.append({"flavor": quota.flavor, "resource": GPU_RESOURCE,
-                               "nominal_quota": quota.nominal_quota,
-                               "borrowing_limit": quota.borrowing_limit,
-                               "lending_limit": quota.lending_limit})
-            queues.append({
-                "name": q.name, "cohort": q.cohort, "fair_sharing_weight": q.fair_sharing_weight,
-                "preemption": {"within_cluster_queue": q.within_cluster_queue,
-                               "reclaim_within_cohort": q.reclaim_within_cohort,
-                               "borrow_within_cohort": q.borrow_within_cohort},
-                "quotas": quotas,
-            })
+                quotas.append(
+                    {
+                        "flavor": quota.flavor,
+                        "resource": GPU_RESOURCE,
+                        "nominal_quota": quota.nominal_quota,
+                        "borrowing_limit": quota.borrowing_limit,
+                        "lending_limit": quota.lending_limit,
+                    }
+                )
+            queues.append(
+                {
+                    "name": q.name,
+                    "cohort": q.cohort,
+                    "fair_sharing_weight": q.fair_sharing_weight,
+                    "preemption": {
+                        "within_cluster_queue": q.within_cluster_queue,
+                        "reclaim_within_cohort": q.reclaim_within_cohort,
+                        "borrow_within_cohort": q.borrow_within_cohort,
+                    },
+                    "quotas": quotas,
+                }
+            )
         for t in sorted(fleet.allocation.tenants, key=lambda t: t.name):
-            tenants.append({"name": t.name, "namespace": t.namespace, "local_queue": t.name,
-                            "cluster_queue": t.queue,
-                            "priorities": sorted(t.priorities) if t.priorities is not None
-                            else sorted(fleet.priorities)})
+            tenants.append(
+                {
+                    "name": t.name,
+                    "namespace": t.namespace,
+                    "local_queue": t.name,
+                    "cluster_queue": t.queue,
+                    "priorities": sorted(t.priorities)
+                    if t.priorities is not None
+                    else sorted(fleet.priorities),
+                }
+            )
     namespaces = {t["name"]: t["namespace"] for t in tenants}
     storage = None
     if fleet.storage is not None:
         st = fleet.storage
         storage = {
             "scratch": dict(st.scratch) if st.scratch else None,
-            "classes": sorted(({
-                "name": c["name"], "provisioner": c["provisioner"],
-                "parameters": dict(sorted(c.get("parameters", {}).items())),
-                "reclaim_policy": c.get("reclaim_policy", "Delete"),
-                "volume_binding_mode": c.get("volume_binding_mode", "WaitForFirstConsumer"),
-                "default": c.get("default", False)} for c in st.classes), key=lambda c: c["name"]),
-            "volumes": sorted(({
-                "name": v["name"], "tenant": v["tenant"], "namespace": namespaces[v["tenant"]],
-                "class": v["class"], "size_gib": v["size_gib"], "purpose": v.get("purpose", "other"),
-                "access_modes": list(v.get("access_modes", ["ReadWriteMany"]))}
-                for v in st.volumes), key=lambda v: (v["namespace"], v["name"])),
+            "classes": sorted(
+                (
+                    {
+                        "name": c["name"],
+                        "provisioner": c["provisioner"],
+                        "parameters": dict(sorted(c.get("parameters", {}).items())),
+                        "reclaim_policy": c.get("reclaim_policy", "Delete"),
+                        "volume_binding_mode": c.get("volume_binding_mode", "WaitForFirstConsumer"),
+                        "default": c.get("default", False),
+                    }
+                    for c in st.classes
+                ),
+                key=lambda c: c["name"],
+            ),
+            "volumes": sorted(
+                (
+                    {
+                        "name": v["name"],
+                        "tenant": v["tenant"],
+                        "namespace": namespaces[v["tenant"]],
+                        "class": v["class"],
+                        "size_gib": v["size_gib"],
+                        "purpose": v.get("purpose", "other"),
+                        "access_modes": list(v.get("access_modes", ["ReadWriteMany"])),
+                    }
+                    for v in st.volumes
+                ),
+                key=lambda v: (v["namespace"], v["name"]),
+            ),
         }
     return {
-        "flavors": [{"name": f, "gpu_model": m, "product_name": catalog[m]["product_name"],
-                     "node_labels": {FLAVOR_LABEL: f}, "gpus": capacity.get(f, 0)}
-                    for f, m in flavors.items()],
+        "flavors": [
+            {
+                "name": f,
+                "gpu_model": m,
+                "product_name": catalog[m]["product_name"],
+                "node_labels": {FLAVOR_LABEL: f},
+                "gpus": capacity.get(f, 0),
+            }
+            for f, m in flavors.items()
+        ],
         "cohorts": sorted(cohorts),
         "cluster_queues": queues,
         "tenants": tenants,
-        "priorities": [{"name": p.name, "value": p.value, "preemption_policy": p.preemption_policy,
-                        "global_default": p.global_default, "description": p.description}
-                       for p in sorted(fleet.priorities.values(), key=lambda p: (-p.value, p.name))],
+        "priorities": [
+            {
+                "name": p.name,
+                "value": p.value,
+                "preemption_policy": p.preemption_policy,
+                "global_default": p.global_default,
+                "description": p.description,
+            }
+            for p in sorted(fleet.priorities.values(), key=lambda p: (-p.value, p.name))
+        ],
         "storage": storage,
-        "capacity": {f: {"gpus": capacity.get(f, 0), "nominal_quota": nominal.get(f, 0),
-                         "unallocated": capacity.get(f, 0) - nominal.get(f, 0)} for f in flavors},
+        "capacity": {
+            f: {
+                "gpus": capacity.get(f, 0),
+                "nominal_quota": nominal.get(f, 0),
+                "unallocated": capacity.get(f, 0) - nominal.get(f, 0),
+            }
+            for f in flavors
+        },
     }
 
 
@@ -183,6 +259,8 @@ def desired_state(a: Analysis) -> dict[str, Any]:
         peers, forwarders = mesh.peers(a.fleet, a.topology, a.addresses)
     gpu_cache: dict[tuple[str, str], dict[str, Any]] = {}
     host_cache: dict[str, dict[str, Any]] = {}
-    nodes = {name: _node_state(a, node, peers, forwarders, gpu_cache, host_cache)
-             for name, node in a.fleet.nodes.items()}
+    nodes = {
+        name: _node_state(a, node, peers, forwarders, gpu_cache, host_cache)
+        for name, node in a.fleet.nodes.items()
+    }
     return {"nodes": nodes, "cluster": cluster_state(a)}

@@ -54,9 +54,7 @@ def load_schema(filename: str) -> dict[str, Any]:
 def _validators() -> dict[str, Any]:
     registry = jsonschema_rs.Registry([(BASE_URI + f, load_schema(f)) for f in SHARED])
     return {
-        kind: jsonschema_rs.Draft202012Validator(
-            load_schema(f), registry=registry, validate_formats=True
-        )
+        kind: jsonschema_rs.Draft202012Validator(load_schema(f), registry=registry, validate_formats=True)
         for kind, f in KINDS.items()
     }
 
@@ -127,7 +125,9 @@ def check_document(doc: RawDocument) -> Iterator[Finding]:
     data = doc.data
     if not isinstance(data, dict):
         yield Finding(
-            doc.source, (), "schema.type",
+            doc.source,
+            (),
+            "schema.type",
             "a document must be a mapping with apiVersion, kind, metadata and spec",
         )
         return
@@ -135,7 +135,9 @@ def check_document(doc: RawDocument) -> Iterator[Finding]:
     if kind not in KINDS:
         where: tuple[PathPart, ...] = ("kind",) if "kind" in data else ()
         yield Finding(
-            doc.source, where, "schema.kind",
+            doc.source,
+            where,
+            "schema.kind",
             f"unknown kind {kind!r}; expected one of: " + ", ".join(KINDS),
         )
         return
@@ -148,6 +150,4 @@ def check_document(doc: RawDocument) -> Iterator[Finding]:
         return
     for error in errors:
         keyword = next((p for p in reversed(error.schema_path) if isinstance(p, str)), "schema")
-        yield Finding(
-            doc.source, tuple(error.instance_path), f"schema.{keyword}", _message(kind, error)
-        )
+        yield Finding(doc.source, tuple(error.instance_path), f"schema.{keyword}", _message(kind, error))

@@ -42,12 +42,14 @@ def validate(paths: Iterable[str | os.PathLike[str]]) -> Validation:
     try:
         files = find_files(paths)
     except FileNotFoundError as exc:
-        return Validation(Report([Diagnostic(str(exc).split(": ", 1)[-1], 0, 0, "$", "file.missing",
-                                             str(exc))]), None)
+        return Validation(
+            Report([Diagnostic(str(exc).split(": ", 1)[-1], 0, 0, "$", "file.missing", str(exc))]), None
+        )
     if not files:
         where = str(paths[0]) if paths else "."
-        return Validation(Report([Diagnostic(where, 0, 0, "$", "file.none",
-                                             "no .yaml or .yml files found")]), None)
+        return Validation(
+            Report([Diagnostic(where, 0, 0, "$", "file.none", "no .yaml or .yml files found")]), None
+        )
     docs, syntax = load_documents(files)
     findings: list[Finding] = []
     valid, invalid = [], []

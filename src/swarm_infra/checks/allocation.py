@@ -45,30 +45,43 @@ def queues(a: Analysis) -> Iterator[Finding]:
     total: dict[str, int] = defaultdict(int)
     for qi, q in enumerate(alloc.queues):
         if q.reclaim_within_cohort == "Never" and q.borrow_within_cohort != "Never":
-            yield Finding(alloc.source, ("spec", "queues", qi, "preemption", "borrow_within_cohort"),
-                          "allocation.preemption-conflict",
-                          "Kueue forbids borrow_within_cohort other than Never when "
-                          "reclaim_within_cohort is Never")
+            yield Finding(
+                alloc.source,
+                ("spec", "queues", qi, "preemption", "borrow_within_cohort"),
+                "allocation.preemption-conflict",
+                "Kueue forbids borrow_within_cohort other than Never when reclaim_within_cohort is Never",
+            )
         for xi, quota in enumerate(q.quotas):
             path = ("spec", "queues", qi, "quotas", xi)
             for limit in ("borrowing_limit", "lending_limit"):
                 if getattr(quota, limit) is not None and q.cohort is None:
-                    yield Finding(alloc.source, (*path, limit), "allocation.borrowing-without-cohort",
-                                  f"{limit} needs a cohort: queue {q.name!r} has none (Kueue rule)")
+                    yield Finding(
+                        alloc.source,
+                        (*path, limit),
+                        "allocation.borrowing-without-cohort",
+                        f"{limit} needs a cohort: queue {q.name!r} has none (Kueue rule)",
+                    )
             if quota.lending_limit is not None and quota.lending_limit > quota.nominal_quota:
-                yield Finding(alloc.source, (*path, "lending_limit"), "allocation.lending-exceeds-nominal",
-                              f"lending_limit {quota.lending_limit} is above nominal_quota "
-                              f"{quota.nominal_quota}")
+                yield Finding(
+                    alloc.source,
+                    (*path, "lending_limit"),
+                    "allocation.lending-exceeds-nominal",
+                    f"lending_limit {quota.lending_limit} is above nominal_quota {quota.nominal_quota}",
+                )
             if quota.flavor not in flavors:
                 continue  # reported as unresolved
             before = total[quota.flavor]
             total[quota.flavor] += quota.nominal_quota
             cap = capacity.get(quota.flavor, 0)
             if before <= cap < total[quota.flavor]:
-                yield Finding(alloc.source, (*path, "nominal_quota"), "allocation.quota-exceeds-capacity",
-                              f"nominal quotas for flavor {quota.flavor!r} add up to "
-                              f"{total[quota.flavor]} GPUs here, above the fleet's {cap} "
-                              f"(gpu-worker nodes with {flavors[quota.flavor]})")
+                yield Finding(
+                    alloc.source,
+                    (*path, "nominal_quota"),
+                    "allocation.quota-exceeds-capacity",
+                    f"nominal quotas for flavor {quota.flavor!r} add up to "
+                    f"{total[quota.flavor]} GPUs here, above the fleet's {cap} "
+                    f"(gpu-worker nodes with {flavors[quota.flavor]})",
+                )
 
 
 def priorities(a: Analysis) -> Iterator[Finding]:
@@ -76,12 +89,20 @@ def priorities(a: Analysis) -> Iterator[Finding]:
     ``priority.reserved-name`` (the ``system-`` prefix is Kubernetes')."""
     defaults = [p for p in a.fleet.priorities.values() if p.global_default]
     for p in defaults[1:]:
-        yield Finding(p.source, ("spec", "global_default"), "priority.default-multiple",
-                      f"Priority {defaults[0].name!r} is already the global default")
+        yield Finding(
+            p.source,
+            ("spec", "global_default"),
+            "priority.default-multiple",
+            f"Priority {defaults[0].name!r} is already the global default",
+        )
     for p in a.fleet.priorities.values():
         if p.name.startswith(RESERVED_PREFIX):
-            yield Finding(p.source, ("metadata", "name"), "priority.reserved-name",
-                          f"names starting with {RESERVED_PREFIX!r} are reserved by Kubernetes")
+            yield Finding(
+                p.source,
+                ("metadata", "name"),
+                "priority.reserved-name",
+                f"names starting with {RESERVED_PREFIX!r} are reserved by Kubernetes",
+            )
 
 
 CHECKS = (queues, priorities)

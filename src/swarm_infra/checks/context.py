@@ -22,9 +22,12 @@ class Analysis:
     def known(self, kind: str, name: str) -> bool:
         """``name`` is declared as ``kind``, validly or not (so no second error is due)."""
         table = {
-            "Site": self.fleet.sites, "Node": self.fleet.nodes,
-            "GpuProfile": self.fleet.gpu_profiles, "HostProfile": self.fleet.host_profiles,
-            "Priority": self.fleet.priorities, "Assignment": self.fleet.assignments,
+            "Site": self.fleet.sites,
+            "Node": self.fleet.nodes,
+            "GpuProfile": self.fleet.gpu_profiles,
+            "HostProfile": self.fleet.host_profiles,
+            "Priority": self.fleet.priorities,
+            "Assignment": self.fleet.assignments,
         }[kind]
         return name in table or name in self.fleet.invalid_names.get(kind, ())
 

@@ -17,12 +17,20 @@ def underlay(a: Analysis) -> Iterator[Finding]:
         if site is None:
             continue
         if node.address not in site.underlay:
-            yield Finding(node.source, ("spec", "address"), "network.address-outside-site",
-                          f"{node.address} is not in site {site.name!r} underlay {site.underlay}")
+            yield Finding(
+                node.source,
+                ("spec", "address"),
+                "network.address-outside-site",
+                f"{node.address} is not in site {site.name!r} underlay {site.underlay}",
+            )
         key = (node.site, str(node.address))
         if key in seen:
-            yield Finding(node.source, ("spec", "address"), "network.address-duplicate",
-                          f"{node.address} is already the address of node {seen[key]!r}")
+            yield Finding(
+                node.source,
+                ("spec", "address"),
+                "network.address-duplicate",
+                f"{node.address} is already the address of node {seen[key]!r}",
+            )
         else:
             seen[key] = node.name
 
@@ -34,26 +42,38 @@ def mesh_network(a: Analysis) -> Iterator[Finding]:
     if mesh is None:
         if nodes and "Mesh" not in a.fleet.invalid_names:
             first = next(iter(nodes.values()))
-            yield Finding(first.source, (), "kind.missing",
-                          "the fleet declares nodes but no Mesh (one is required)")
+            yield Finding(
+                first.source, (), "kind.missing", "the fleet declares nodes but no Mesh (one is required)"
+            )
         return
     usable = max(mesh.cidr.num_addresses - 2, 0)
     if len(nodes) > usable:
-        yield Finding(mesh.source, ("spec", "cidr"), "mesh.cidr-too-small",
-                      f"{mesh.cidr} has {usable} host addresses for {len(nodes)} nodes")
+        yield Finding(
+            mesh.source,
+            ("spec", "cidr"),
+            "mesh.cidr-too-small",
+            f"{mesh.cidr} has {usable} host addresses for {len(nodes)} nodes",
+        )
     for site in a.fleet.sites.values():
         if mesh.cidr.overlaps(site.underlay):
-            yield Finding(mesh.source, ("spec", "cidr"), "mesh.cidr-overlap",
-                          f"mesh CIDR {mesh.cidr} overlaps site {site.name!r} underlay {site.underlay}")
+            yield Finding(
+                mesh.source,
+                ("spec", "cidr"),
+                "mesh.cidr-overlap",
+                f"mesh CIDR {mesh.cidr} overlaps site {site.name!r} underlay {site.underlay}",
+            )
 
 
 def nat_endpoint(a: Analysis) -> Iterator[Finding]:
     """``mesh.endpoint-conflict``: ``nat: true`` and an endpoint contradict each other."""
     for node in a.fleet.nodes.values():
         if node.nat and node.endpoint is not None:
-            yield Finding(node.source, ("spec", "mesh", "endpoint"), "mesh.endpoint-conflict",
-                          "a node behind NAT (nat: true) has no endpoint other sites can reach; "
-                          "remove one of the two")
+            yield Finding(
+                node.source,
+                ("spec", "mesh", "endpoint"),
+                "mesh.endpoint-conflict",
+                "a node behind NAT (nat: true) has no endpoint other sites can reach; remove one of the two",
+            )
 
 
 CHECKS = (underlay, mesh_network, nat_endpoint)

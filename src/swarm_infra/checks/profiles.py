@@ -20,9 +20,13 @@ def gpu_profiles(a: Analysis) -> Iterator[Finding]:
         choice = a.choices.get(node.name, {}).get("gpu_profile")
         if choice is None:
             if node.gpus and "gpu-worker" in node.roles:
-                yield Finding(node.source, ("spec", "hardware", "gpus"), "gpu.no-profile",
-                              "no Assignment gives this node a GpuProfile; its GPUs keep their "
-                              "current settings", "warning")
+                yield Finding(
+                    node.source,
+                    ("spec", "hardware", "gpus"),
+                    "gpu.no-profile",
+                    "no Assignment gives this node a GpuProfile; its GPUs keep their current settings",
+                    "warning",
+                )
             continue
         profile = a.fleet.gpu_profiles.get(choice.profile)
         if profile is None:
@@ -35,9 +39,12 @@ def gpu_profiles(a: Analysis) -> Iterator[Finding]:
                 if key in reported:
                     continue
                 reported.add(key)
-                yield Finding(profile.source, ("spec", *path), rule,
-                              f"{message} (given to node {node.name!r} by Assignment "
-                              f"{choice.assignment!r})")
+                yield Finding(
+                    profile.source,
+                    ("spec", *path),
+                    rule,
+                    f"{message} (given to node {node.name!r} by Assignment {choice.assignment!r})",
+                )
 
 
 def host_profiles(a: Analysis) -> Iterator[Finding]:
@@ -53,27 +60,40 @@ def host_profiles(a: Analysis) -> Iterator[Finding]:
         for key, value in hp.sysctls.items():
             path = ("spec", "sysctls", key)
             if not SYSCTL_KEY.match(key):
-                yield Finding(hp.source, path, "sysctl.key-invalid",
-                              f"{key!r} is not a sysctl name: expected dot-separated /proc/sys "
-                              "path components under abi, crypto, debug, dev, fs, kernel, net, "
-                              "sunrpc, user or vm")
+                yield Finding(
+                    hp.source,
+                    path,
+                    "sysctl.key-invalid",
+                    f"{key!r} is not a sysctl name: expected dot-separated /proc/sys "
+                    "path components under abi, crypto, debug, dev, fs, kernel, net, "
+                    "sunrpc, user or vm",
+                )
                 continue
             if key not in known:
-                yield Finding(hp.source, path, "sysctl.unknown",
-                              f"{key!r} is not in the sysctl catalog; its value's type is not "
-                              "checked", "warning")
+                yield Finding(
+                    hp.source,
+                    path,
+                    "sysctl.unknown",
+                    f"{key!r} is not in the sysctl catalog; its value's type is not checked",
+                    "warning",
+                )
                 continue
             problem = sysctl_value_problem(key, value)
             if problem:
                 yield Finding(hp.source, path, "sysctl.value-invalid", problem)
         if hp.swappiness is not None and "vm.swappiness" in hp.sysctls:
-            yield Finding(hp.source, ("spec", "swappiness"), "host.swappiness-conflict",
-                          "swappiness is also set as sysctl vm.swappiness; keep one")
+            yield Finding(
+                hp.source,
+                ("spec", "swappiness"),
+                "host.swappiness-conflict",
+                "swappiness is also set as sysctl vm.swappiness; keep one",
+            )
         try:
             host.flatten(hp.name, a.fleet.host_profiles)
         except host.IncludeCycle as cycle:
-            yield Finding(hp.source, ("spec", "include"), "host.include-cycle",
-                          "include cycle: " + str(cycle))
+            yield Finding(
+                hp.source, ("spec", "include"), "host.include-cycle", "include cycle: " + str(cycle)
+            )
     reported: set[str] = set()
     for node in a.fleet.nodes.values():
         choice = a.choices.get(node.name, {}).get("host_profile")
@@ -87,9 +107,13 @@ def host_profiles(a: Analysis) -> Iterator[Finding]:
         if pages and pages["count"] * pages["size_kib"] >= node.memory_gib * 1024 * 1024:
             reported.add(choice.profile)
             hp = a.fleet.host_profiles[choice.profile]
-            yield Finding(hp.source, ("spec", "hugepages"), "host.hugepages-exceed-memory",
-                          f"{pages['count']} x {pages['size_kib']} KiB hugepages reserve at least "
-                          f"node {node.name!r}'s {node.memory_gib} GiB of memory")
+            yield Finding(
+                hp.source,
+                ("spec", "hugepages"),
+                "host.hugepages-exceed-memory",
+                f"{pages['count']} x {pages['size_kib']} KiB hugepages reserve at least "
+                f"node {node.name!r}'s {node.memory_gib} GiB of memory",
+            )
 
 
 CHECKS = (gpu_profiles, host_profiles)
