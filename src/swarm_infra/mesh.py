@@ -212,8 +212,15 @@ def _endpoint(node: Node, same_site: bool, port: int) -> str | None:
     return endpoint if ":" in endpoint else f"{endpoint}:{port}"
 
 
-def _sorted_ips(ips: list[ipaddress.IPv4Address]) -> list[str]:
+def _host_routes(ips: list[ipaddress.IPv4Address]) -> list[str]:
     return [f"{ip}/32" for ip in sorted(ips)]
+
+
+def _merge(parts: list[list[str]]) -> list[str]:
+    """One peer's AllowedIPs from several sorted lists (rare: relays), in address order."""
+    if len(parts) == 1:
+        return parts[0]
+    return sorted((r for part in parts for r in part), key=lambda r: ipaddress.IPv4Network(r))
 
 
 def peers(
@@ -234,8 +241,11 @@ def peers(
     port = {n.name: n.listen_port or mesh.listen_port for n in nodes.values()}
     outward = [n for n in nodes.values() if not topo.is_spoke(n)]
     # Addresses reached through each outward node: its own and its spokes'.
+    # Routes reached through each outward node (its own address and its spokes'), built
+    # once and shared by every peer list that names the node.
     behind = {
-        n.name: [addresses[n.name], *(addresses[s] for s in topo.spokes.get(n.name, ()))] for n in outward
+        n.name: _host_routes([addresses[n.name], *(addresses[s] for s in topo.spokes.get(n.name, ()))])
+        for n in outward
     }
     home_relay: dict[str, str] = {}
     for n in outward:
@@ -258,17 +268,17 @@ def peers(
                 }
             ]
     for n in outward:
-        routes: dict[str, list[ipaddress.IPv4Address]] = defaultdict(list)
+        routes: dict[str, list[list[str]]] = defaultdict(list)
         for p in outward:
             if p is n:
                 continue
             if n.site == p.site or not n.nat or not p.nat:
-                routes[p.name].extend(behind[p.name])
+                routes[p.name].append(behind[p.name])
             elif p.name in home_relay:
-                routes[home_relay[p.name]].extend(behind[p.name])
+                routes[home_relay[p.name]].append(behind[p.name])
                 forwarders.add(home_relay[p.name])
         for s in topo.spokes.get(n.name, ()):
-            routes[s].append(addresses[s])
+            routes[s].append([f"{addresses[s]}/32"])
         entries = []
         for name in sorted(routes):
             p = nodes[name]
@@ -276,7 +286,7 @@ def peers(
             entries.append(
                 {
                     "name": name,
-                    "allowed_ips": _sorted_ips(routes[name]),
+                    "allowed_ips": _merge(routes[name]),
                     "endpoint": _endpoint(p, same_site, port[name]),
                     "persistent_keepalive_s": mesh.persistent_keepalive_s if n.nat and not same_site else 0,
                 }
