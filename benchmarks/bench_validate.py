@@ -56,29 +56,44 @@ def one(nodes: int, tenants: int, baseline_docs: int) -> dict:
             for _ in check_document(doc):
                 raise AssertionError("generated fleet must be schema-valid")
         t4 = time.perf_counter()
-    registry = Registry().with_resources((BASE_URI + f, Resource.from_contents(load_schema(f))) for f in SHARED)
+    registry = Registry().with_resources(
+        (BASE_URI + f, Resource.from_contents(load_schema(f))) for f in SHARED
+    )
     sample = docs[:baseline_docs]
     t5 = time.perf_counter()
     for doc in sample:
-        jsonschema.validate(doc.data, load_schema(KINDS[doc.data["kind"]]),
-                            cls=jsonschema.Draft202012Validator, registry=registry)
+        jsonschema.validate(
+            doc.data,
+            load_schema(KINDS[doc.data["kind"]]),
+            cls=jsonschema.Draft202012Validator,
+            registry=registry,
+        )
     t6 = time.perf_counter()
     per_doc = (t6 - t5) / len(sample)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     rss_children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     return {
-        "nodes": nodes, "documents": len(docs), "yaml_mib": size / 2**20,
+        "nodes": nodes,
+        "documents": len(docs),
+        "yaml_mib": size / 2**20,
         "peers": sum(len(s["mesh"]["peers"]) for s in state["nodes"].values()),
-        "validate_s": t1 - t0, "resolve_s": t2 - t1, "total_s": t2 - t0,
-        "parse_s": t3 - t2, "schema_rs_s": t4 - t3,
-        "baseline_per_doc_ms": per_doc * 1000, "baseline_docs_measured": len(sample),
+        "validate_s": t1 - t0,
+        "resolve_s": t2 - t1,
+        "total_s": t2 - t0,
+        "parse_s": t3 - t2,
+        "schema_rs_s": t4 - t3,
+        "baseline_per_doc_ms": per_doc * 1000,
+        "baseline_docs_measured": len(sample),
         "baseline_schema_s": per_doc * len(docs),
-        "peak_rss_mib": rss, "peak_rss_workers_mib": rss_children,
+        "peak_rss_mib": rss,
+        "peak_rss_workers_mib": rss_children,
     }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000])
     parser.add_argument("--tenants", type=int, default=200)
     parser.add_argument("--baseline-docs", type=int, default=1000)
@@ -88,24 +103,42 @@ def main() -> None:
         print(json.dumps(one(args.one, args.tenants, args.baseline_docs)))
         return
     print(f"machine: {os.cpu_count()} CPUs, python {sys.version.split()[0]}; tenants={args.tenants}")
-    header = (f"{'nodes':>6} {'docs':>6} {'MiB':>5} | {'validate':>8} {'resolve':>7} {'total':>6} "
-              f"{'peakMiB':>7} | {'parse':>6} {'schema(rs)':>10} | {'jsonschema.validate':>19} "
-              f"{'x schema':>8} {'x total':>7}")
+    header = (
+        f"{'nodes':>6} {'docs':>6} {'MiB':>5} | {'validate':>8} {'resolve':>7} {'total':>6} "
+        f"{'peakMiB':>7} | {'parse':>6} {'schema(rs)':>10} | {'jsonschema.validate':>19} "
+        f"{'x schema':>8} {'x total':>7}"
+    )
     print(header)
     print("-" * len(header))
     for n in args.sizes:
-        child = subprocess.run([sys.executable, __file__, "--one", str(n), "--tenants", str(args.tenants),
-                                "--baseline-docs", str(args.baseline_docs)],
-                               capture_output=True, text=True, check=True)
+        child = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--one",
+                str(n),
+                "--tenants",
+                str(args.tenants),
+                "--baseline-docs",
+                str(args.baseline_docs),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         r = json.loads(child.stdout)
-        print(f"{r['nodes']:>6} {r['documents']:>6} {r['yaml_mib']:>5.1f} | {r['validate_s']:>7.2f}s "
-              f"{r['resolve_s']:>6.2f}s {r['total_s']:>5.2f}s {r['peak_rss_mib']:>7.0f} | "
-              f"{r['parse_s']:>5.2f}s {r['schema_rs_s']:>9.3f}s | {r['baseline_schema_s']:>9.1f}s "
-              f"({r['baseline_per_doc_ms']:.1f} ms/doc) {r['baseline_schema_s'] / r['schema_rs_s']:>7.0f}x "
-              f"{r['baseline_schema_s'] / r['total_s']:>6.1f}x")
-    print("jsonschema.validate: measured on the first --baseline-docs documents, multiplied out "
-          "to all documents; 'x schema' = baseline / our schema step, 'x total' = baseline "
-          "schema step alone / our whole validate+resolve.")
+        print(
+            f"{r['nodes']:>6} {r['documents']:>6} {r['yaml_mib']:>5.1f} | {r['validate_s']:>7.2f}s "
+            f"{r['resolve_s']:>6.2f}s {r['total_s']:>5.2f}s {r['peak_rss_mib']:>7.0f} | "
+            f"{r['parse_s']:>5.2f}s {r['schema_rs_s']:>9.3f}s | {r['baseline_schema_s']:>9.1f}s "
+            f"({r['baseline_per_doc_ms']:.1f} ms/doc) {r['baseline_schema_s'] / r['schema_rs_s']:>7.0f}x "
+            f"{r['baseline_schema_s'] / r['total_s']:>6.1f}x"
+        )
+    print(
+        "jsonschema.validate: measured on the first --baseline-docs documents, multiplied out "
+        "to all documents; 'x schema' = baseline / our schema step, 'x total' = baseline "
+        "schema step alone / our whole validate+resolve."
+    )
 
 
 if __name__ == "__main__":

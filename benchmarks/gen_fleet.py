@@ -18,8 +18,12 @@ from pathlib import Path
 from swarm_infra.mesh import derived_address
 
 MODELS = ["H100-SXM5-80GB", "A100-SXM4-80GB", "L40S", "RTX-4090"]
-FLAVORS = {"H100-SXM5-80GB": "h100-sxm5-80gb", "A100-SXM4-80GB": "a100-sxm4-80gb",
-           "L40S": "l40s", "RTX-4090": "rtx-4090"}
+FLAVORS = {
+    "H100-SXM5-80GB": "h100-sxm5-80gb",
+    "A100-SXM4-80GB": "a100-sxm4-80gb",
+    "L40S": "l40s",
+    "RTX-4090": "rtx-4090",
+}
 PER_SITE = 200
 MESH = ipaddress.IPv4Network("10.128.0.0/9")
 HEAD = "apiVersion: swarm.io/v1alpha1\n"
@@ -37,8 +41,10 @@ def generate(out: Path, nodes: int, tenants: int) -> None:
     for s in range(sites):
         site = f"site-{s:03d}"
         base = f"10.{s // 250}.{s % 250}"
-        site_docs.append(f"---\n{HEAD}kind: Site\nmetadata: {{name: {site}}}\nspec:\n  region: r{s % 7}\n"
-                         f"  underlay: {{cidr: {base}.0/24}}\n  wan: {{latency_ms: {5 + s % 90}}}\n")
+        site_docs.append(
+            f"---\n{HEAD}kind: Site\nmetadata: {{name: {site}}}\nspec:\n  region: r{s % 7}\n"
+            f"  underlay: {{cidr: {base}.0/24}}\n  wan: {{latency_ms: {5 + s % 90}}}\n"
+        )
         docs = []
         count = min(PER_SITE, nodes - s * PER_SITE)
         for i in range(count):
@@ -55,39 +61,54 @@ def generate(out: Path, nodes: int, tenants: int) -> None:
             roles = "[relay]" if i == 0 else "[gpu-worker]"
             gpu_line = f"\n    gpus: [{{model: {model}, count: 8}}]" if count_gpus else ""
             docs.append(
-                f"---\n{HEAD}kind: Node\nmetadata:\n  name: {name}\n  labels: {{provider: p{s % 13}, tier: t{i % 3}}}\n"
+                f"---\n{HEAD}kind: Node\nmetadata:\n  name: {name}\n"
+                f"  labels: {{provider: p{s % 13}, tier: t{i % 3}}}\n"
                 f"spec:\n  site: {site}\n  address: {base}.{i + 10 if i < 240 else i - 230}\n"
                 f"  ssh: {{user: swarm}}\n  roles: {roles}\n  hardware:\n    cpus: 64\n    memory_gib: 512"
                 f"{gpu_line}\n    nvme: [{{device: /dev/nvme0n1, size_gib: 3840}}]\n"
-                f"    nic_speed_gbps: 100\n  mesh: {mesh}\n")
+                f"    nic_speed_gbps: 100\n  mesh: {mesh}\n"
+            )
         (out / "nodes" / f"{site}.yaml").write_text("".join(docs))
     (out / "sites.yaml").write_text("".join(site_docs))
-    (out / "mesh.yaml").write_text(f"---\n{HEAD}kind: Mesh\nmetadata: {{name: bench}}\n"
-                                   f"spec: {{cidr: {MESH}, topology: hub-and-spoke}}\n")
-    profiles = [f"---\n{HEAD}kind: GpuProfile\nmetadata: {{name: {FLAVORS[m]}}}\n"
-                f"spec: {{persistence_mode: true, power_limit_percent: 90, compute_mode: DEFAULT}}\n"
-                f"---\n{HEAD}kind: Assignment\nmetadata: {{name: gpu-{FLAVORS[m]}}}\n"
-                f"spec: {{selector: {{gpu_models: [{m}]}}, gpu_profile: {FLAVORS[m]}}}\n" for m in MODELS]
-    profiles.append(f"---\n{HEAD}kind: HostProfile\nmetadata: {{name: tuned}}\nspec:\n  swappiness: 10\n"
-                    "  sysctls: {net.core.rmem_max: 268435456, net.ipv4.tcp_rmem: [4096, 131072, 268435456]}\n"
-                    f"---\n{HEAD}kind: Assignment\nmetadata: {{name: all}}\n"
-                    "spec: {selector: {}, host_profile: tuned}\n")
+    (out / "mesh.yaml").write_text(
+        f"---\n{HEAD}kind: Mesh\nmetadata: {{name: bench}}\nspec: {{cidr: {MESH}, topology: hub-and-spoke}}\n"
+    )
+    profiles = [
+        f"---\n{HEAD}kind: GpuProfile\nmetadata: {{name: {FLAVORS[m]}}}\n"
+        f"spec: {{persistence_mode: true, power_limit_percent: 90, compute_mode: DEFAULT}}\n"
+        f"---\n{HEAD}kind: Assignment\nmetadata: {{name: gpu-{FLAVORS[m]}}}\n"
+        f"spec: {{selector: {{gpu_models: [{m}]}}, gpu_profile: {FLAVORS[m]}}}\n"
+        for m in MODELS
+    ]
+    profiles.append(
+        f"---\n{HEAD}kind: HostProfile\nmetadata: {{name: tuned}}\nspec:\n  swappiness: 10\n"
+        "  sysctls: {net.core.rmem_max: 268435456, net.ipv4.tcp_rmem: [4096, 131072, 268435456]}\n"
+        f"---\n{HEAD}kind: Assignment\nmetadata: {{name: all}}\n"
+        "spec: {selector: {}, host_profile: tuned}\n"
+    )
     for p, v in (("high", 1000), ("normal", 100), ("low", 0)):
         profiles.append(f"---\n{HEAD}kind: Priority\nmetadata: {{name: {p}}}\nspec: {{value: {v}}}\n")
     (out / "policies.yaml").write_text("".join(profiles))
     queues, tenant_docs = [], []
     for t in range(tenants):
-        quotas = ", ".join(f"{{flavor: {FLAVORS[m]}, nominal_quota: {gpus[m] // tenants}, borrowing_limit: 8}}"
-                           for m in MODELS)
+        quotas = ", ".join(
+            f"{{flavor: {FLAVORS[m]}, nominal_quota: {gpus[m] // tenants}, borrowing_limit: 8}}"
+            for m in MODELS
+        )
         queues.append(f"    - {{name: q{t:03d}, cohort: c{t % 10}, quotas: [{quotas}]}}\n")
         tenant_docs.append(f"    - {{name: tenant-{t:03d}, queue: q{t:03d}, priorities: [normal, low]}}\n")
     (out / "allocation.yaml").write_text(
         f"---\n{HEAD}kind: Allocation\nmetadata: {{name: bench}}\nspec:\n  queues:\n"
-        + "".join(queues) + "  tenants:\n" + "".join(tenant_docs))
+        + "".join(queues)
+        + "  tenants:\n"
+        + "".join(tenant_docs)
+    )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("out", type=Path)
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--tenants", type=int, default=200)
