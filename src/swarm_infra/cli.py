@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .diagnostics import FleetInvalid
+from .lab import commands as lab_commands
 from .resolve import desired_state
 from .validate import load_fleet, validate
 
@@ -222,12 +223,16 @@ def build_parser() -> argparse.ArgumentParser:
     fleet_args(p)
     p.add_argument("--node", action="append", metavar="NODE", help="only this node (repeatable)")
     p.set_defaults(func=cmd_plan)
+
+    lab_commands.add_parser(sub, fleet_args)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if args.command == "lab":
+            return lab_commands.run_lab(args.func, args)
         return args.func(args)
     except BrokenPipeError:  # `swarm plan | head`
         return EXIT_OK

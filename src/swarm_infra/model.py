@@ -33,6 +33,7 @@ class Site:
     region: str
     underlay: ipaddress.IPv4Network
     wan: Mapping[str, Any]
+    gateway: ipaddress.IPv4Address | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,7 +232,15 @@ def _build(
         underlay = net(("spec", "underlay", "cidr"), spec["underlay"]["cidr"])
         if underlay is None:
             return None
-        return Site(name, src, spec["region"], underlay, _frozen(spec.get("wan")))
+        gateway = spec["underlay"].get("gateway")
+        return Site(
+            name,
+            src,
+            spec["region"],
+            underlay,
+            _frozen(spec.get("wan")),
+            ipaddress.IPv4Address(gateway) if gateway else None,
+        )
     if kind == "Node":
         ssh, hw, mesh = spec.get("ssh", {}), spec["hardware"], spec.get("mesh", {})
         nat = mesh.get("nat", False)

@@ -10,8 +10,23 @@ from .context import Analysis
 
 def underlay(a: Analysis) -> Iterator[Finding]:
     """``network.address-outside-site``: a node's address is not in its site's underlay CIDR;
-    ``network.address-duplicate``: two nodes of a site share an address."""
+    ``network.address-duplicate``: two nodes of a site share an address (or a node takes the
+    site's gateway address); ``network.gateway-outside-site``: the gateway is not a host
+    address of the underlay."""
     seen: dict[tuple[str, str], str] = {}
+    for site in a.fleet.sites.values():
+        gw = site.gateway
+        if gw is None:
+            continue
+        if gw not in site.underlay or gw in (site.underlay.network_address, site.underlay.broadcast_address):
+            yield Finding(
+                site.source,
+                ("spec", "underlay", "gateway"),
+                "network.gateway-outside-site",
+                f"gateway {gw} is not a host address of underlay {site.underlay}",
+            )
+        else:
+            seen[(site.name, str(gw))] = f"the gateway of site {site.name}"
     for node in a.fleet.nodes.values():
         site = a.fleet.sites.get(node.site)
         if site is None:
@@ -29,10 +44,10 @@ def underlay(a: Analysis) -> Iterator[Finding]:
                 node.source,
                 ("spec", "address"),
                 "network.address-duplicate",
-                f"{node.address} is already the address of node {seen[key]!r}",
+                f"{node.address} is already the address of {seen[key]}",
             )
         else:
-            seen[key] = node.name
+            seen[key] = f"node {node.name!r}"
 
 
 def mesh_network(a: Analysis) -> Iterator[Finding]:

@@ -1,0 +1,305 @@
+"""``swarm lab up|down|status``: bring the lab to the fleet's shape, take it away, report it."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..checks.context import Analysis
+from . import network, node
+from .image import ensure_image
+from .plan import PREFIX, LabNode, LabSite, LabSpec, lab_spec
+from .state import LabState, cache_dir, connection_file, ensure_ssh_key, ssh_command, state_dir
+from .system import LabError, missing_tools, require_root, run
+
+Log = Callable[[str], None]
+
+
+@contextmanager
+def _locked() -> Iterator[None]:
+    d = state_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    os.chmod(d, 0o700)
+    with open(d / ".lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+
+
+def _preflight() -> None:
+    require_root()
+    missing = missing_tools()
+    if missing:
+        raise LabError(f"missing host tools; install them with: apt-get install {' '.join(missing)}")
+
+
+def _run_netns_is_mount() -> bool:
+    return any(
+        line.split()[4] == "/run/netns" for line in Path("/proc/self/mountinfo").read_text().splitlines()
+    )
+
+
+def up(analysis: Analysis, nodes: int | None = None, log: Log = print) -> dict[str, str]:
+    """Make the lab match the fleet; returns {node: created|restarted|replaced|unchanged}.
+
+    Idempotent: nodes that run with the same spec are left alone; nodes no longer in the spec
+    are stopped and removed. Raises :class:`LabError` (nothing half-done is left running
+    unnoticed: ``status`` shows it and ``down`` removes it).
+    """
+    _preflight()
+    spec = lab_spec(analysis, nodes)
+    started = time.monotonic()
+    with _locked():
+        state = LabState.load()
+        image = ensure_image(cache_dir() / "images", log=log)
+        pubkey = ensure_ssh_key()
+        if "run_netns_was_mount" not in state.host:
+            state.host["run_netns_was_mount"] = _run_netns_is_mount()
+        before = network.ensure_host_forwarding(spec.networks())
+        if "ip_forward_before" not in state.host:
+            state.host["ip_forward_before"] = before
+        state.host["image"] = str(image)
+        state.save()
+
+        outcome = _reconcile(spec, state, image, pubkey, log)
+        _write_synthetic(spec)
+        state.save()
+    took = time.monotonic() - started
+    counts = {k: sum(1 for v in outcome.values() if v == k) for k in sorted(set(outcome.values()))}
+    log(
+        f"lab    {len(spec.nodes)} node(s) up in {took:.1f} s ("
+        + ", ".join(f"{n} {k}" for k, n in counts.items())
+        + f"); connections: {connection_file()}"
+    )
+    return outcome
+
+
+def _reconcile(spec: LabSpec, state: LabState, image: Path, pubkey: str, log: Log) -> dict[str, str]:
+    # Sites whose structure (not just wan) changed are rebuilt, and their nodes with them.
+    def structure(d: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in d.items() if k not in ("wan", "link_pid")}
+
+    rebuilt_sites = {
+        name
+        for name, old in state.sites.items()
+        if name not in spec.sites or structure(old) != structure(spec.sites[name].as_dict())
+    }
+    wanted = {name: {**n.as_dict(), "image": str(image)} for name, n in spec.nodes.items()}
+    outcome: dict[str, str] = {}
+    for name, old in list(state.nodes.items()):
+        same = {k: old.get(k) for k in wanted.get(name, {})} == wanted.get(name)
+        if not same or old["site"] in rebuilt_sites:
+            lab_node = LabNode.from_dict(old)
+            log(f"node   {name}: {node.stop(lab_node, old.get('pid'))}, removing")
+            network.remove_namespace(old["netns"])
+            node.remove(node.NodeDirs(state_dir(), name))
+            del state.nodes[name]
+            if name in wanted:
+                outcome[name] = "replaced"
+    for name in sorted(rebuilt_sites):
+        site = state.sites.pop(name)
+        log(f"site   {name}: removing")
+        network.remove_site(LabSite.from_dict(site), site.get("link_pid"))
+    state.save()
+
+    for site in spec.sites.values():
+        old = state.sites.get(site.name, {})
+        if old and old["wan"] != site.wan:
+            network.stop_link(old.get("link_pid"), site)
+        cgroup = node.cgroup2_root() / "swarm-lab" / "sites" / site.name
+        (state_dir() / "sites").mkdir(exist_ok=True)
+        started, pid = network.ensure_site(
+            site, old.get("link_pid"), cgroup, state_dir() / "sites" / f"{site.name}.log"
+        )
+        network.ensure_site_nat(site, [n for n in spec.nodes.values() if n.site == site.name and n.nat])
+        state.sites[site.name] = {**site.as_dict(), "link_pid": pid}
+        if started:
+            wan = ", ".join(f"{k}={v}" for k, v in site.wan.items() if v) or "no WAN emulation"
+            log(f"site   {site.name}: router {site.netns}, bridge {site.gateway}, WAN link ({wan})")
+    state.save()
+
+    booting: list[tuple[str, int, socket.socket]] = []
+    for name, lab_node in spec.nodes.items():
+        old = state.nodes.get(name)
+        if old and node.is_running(lab_node, old.get("pid")):
+            outcome[name] = "unchanged"
+            continue
+        dirs = node.NodeDirs(state_dir(), name)
+        if old and dirs.upper.is_dir():
+            host_key = old["host_key"]
+            outcome[name] = "restarted"
+        else:
+            host_key = node.prepare(
+                lab_node,
+                dirs,
+                image,
+                f"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t{name}\n",
+                pubkey,
+            )
+            outcome.setdefault(name, "created")
+        network.ensure_node_link(lab_node, spec.sites[lab_node.site])
+        pid, notify = node.start(lab_node, dirs, image)
+        state.nodes[name] = {**wanted[name], "pid": pid, "host_key": host_key}
+        state.save()
+        booting.append((name, pid, notify))
+
+    def boot(item: tuple[str, int, socket.socket]) -> str:
+        name, pid, notify = item
+        t0 = time.monotonic()
+        booted = node.wait_booted(spec.nodes[name], pid, notify)
+        conn = _connections()[name]
+        proc = subprocess.run(ssh_command(conn, ["hostname"]), capture_output=True, text=True, timeout=60)
+        if proc.returncode != 0 or proc.stdout.strip() != name:
+            raise LabError(
+                f"node {name}: booted but SSH failed: {proc.stderr.strip() or proc.stdout.strip()}"
+            )
+        took = time.monotonic() - t0
+        return f"node   {name}: {outcome[name]}, {booted} in {took:.1f} s, ssh ok ({conn['host']})"
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        for line in pool.map(boot, booting):
+            log(line)
+    return outcome
+
+
+def _connections() -> dict[str, dict[str, Any]]:
+    return json.loads(connection_file().read_text())["nodes"]
+
+
+def _write_synthetic(spec: LabSpec) -> None:
+    path = state_dir() / "inventory" / "nodes-synthetic.yaml"
+    if spec.synthetic_documents:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(
+            "# Generated by `swarm lab up --nodes N`: synthetic CPU-only nodes beyond the declared ones.\n"
+            + yaml.safe_dump_all(spec.synthetic_documents, explicit_start=True, sort_keys=False)
+        )
+    elif path.exists():
+        path.unlink()
+
+
+def down(log: Log = print) -> list[str]:
+    """Stop every lab node and remove everything the lab made; returns what is left (empty).
+
+    Works from the state file and also sweeps by name (``swl-*`` namespaces and links, the
+    ``SWARM-LAB`` chains, the ``swarm-lab`` cgroup), so a lost or stale state file still
+    cleans up. The base image cache is kept.
+    """
+    _preflight()
+    started = time.monotonic()
+    with _locked():
+        state = LabState.load()
+        lab_nodes = [LabNode.from_dict(d) for d in state.nodes.values()]
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            results = list(pool.map(lambda n: node.stop(n, state.nodes[n.name].get("pid")), lab_nodes))
+        for n, how in zip(lab_nodes, results, strict=True):
+            log(f"node   {n.name}: {how}")
+        _kill_strays()
+        for n in lab_nodes:
+            network.remove_namespace(n.netns)
+            node.remove(node.NodeDirs(state_dir(), n.name))
+        for d in state.sites.values():
+            network.remove_site(LabSite.from_dict(d), d.get("link_pid"))
+            log(f"site   {d['name']}: removed")
+        for ns in network.lab_namespaces():
+            network.remove_namespace(ns)
+        for link in network.lab_host_links():
+            run(["ip", "link", "del", link], check=False)
+        network.remove_host_forwarding(state.host.get("ip_forward_before"))
+        cg = node.cgroup2_root() / "swarm-lab"
+        if cg.exists():
+            for path in sorted(
+                (p for p in cg.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True
+            ):
+                path.rmdir()
+            cg.rmdir()
+        # `ip netns add` made /run/netns a mount point; undo that if the lab was first to.
+        if (
+            state.host.get("run_netns_was_mount") is False
+            and _run_netns_is_mount()
+            and not any(Path("/run/netns").iterdir())
+        ):
+            run(["umount", "/run/netns"], check=False)
+    shutil.rmtree(state_dir(), ignore_errors=True)
+    left = leftovers()
+    log(
+        f"lab    down in {time.monotonic() - started:.1f} s"
+        + (f"; LEFT BEHIND: {left}" if left else ", nothing left")
+    )
+    return left
+
+
+def _kill_strays() -> None:
+    """SIGKILL any process still in a lab cgroup (a node whose PID the state lost)."""
+    cg = node.cgroup2_root() / "swarm-lab"
+    if not cg.exists():
+        return
+    for procs in cg.rglob("cgroup.procs"):
+        for pid in procs.read_text().split():
+            with suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+    for procs in cg.rglob("cgroup.procs"):
+        for pid in procs.read_text().split():
+            network.wait_exit(int(pid), 10)
+
+
+def leftovers() -> list[str]:
+    """Anything of the lab's still on the host: namespaces, links, routes, chains, cgroups,
+    processes, mounts, state. Empty after a successful ``down``."""
+    left = [f"netns {ns}" for ns in network.lab_namespaces()]
+    left += [f"link {link}" for link in network.lab_host_links()]
+    routes = run(["ip", "-o", "route", "show"]).stdout
+    left += [f"route {r.strip()}" for r in routes.splitlines() if f" {PREFIX}-" in r]
+    for table in ("filter", "nat"):
+        rules = run(["iptables", "-t", table, "-S"]).stdout
+        left += [f"iptables -t {table} {r}" for r in rules.splitlines() if network.CHAIN in r]
+    cg = node.cgroup2_root() / "swarm-lab"
+    if cg.exists():
+        left.append(f"cgroup {cg}")
+        left += [f"process {pid}" for p in cg.rglob("cgroup.procs") for pid in p.read_text().split()]
+    mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+    left += [
+        f"mount {m.split()[4]}" for m in mounts if f"/{PREFIX}-" in m.split()[4] or str(state_dir()) in m
+    ]
+    if state_dir().exists():
+        left.append(f"directory {state_dir()}")
+    return left
+
+
+def status() -> list[dict[str, Any]]:
+    """Per node: name, site, address, pid, running, systemd state, ssh reachability."""
+    require_root()
+    state = LabState.load()
+    conns = _connections() if connection_file().exists() else {}
+    rows = []
+    for name, d in sorted(state.nodes.items()):
+        lab_node = LabNode.from_dict(d)
+        running = node.is_running(lab_node, d.get("pid"))
+        ssh = "-"
+        if running and name in conns:
+            proc = subprocess.run(ssh_command(conns[name], ["true"]), capture_output=True, timeout=30)
+            ssh = "ok" if proc.returncode == 0 else "failed"
+        rows.append(
+            {
+                "name": name,
+                "site": d["site"],
+                "address": d["address"],
+                "nat": d["nat"],
+                "pid": d.get("pid") if running else None,
+                "state": node.system_state(d["pid"]) if running else "stopped",
+                "ssh": ssh,
+            }
+        )
+    return rows

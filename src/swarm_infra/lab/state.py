@@ -1,0 +1,118 @@
+"""Where the lab keeps what it made: state, the lab SSH key, and the connection file.
+
+``$SWARM_LAB_DIR`` (default ``/var/lib/swarm-lab``, mode 0700)::
+
+    state.json          what `up` created (sites, nodes, PIDs, host settings to restore)
+    connection.json     per node: host, port, user, private key, known_hosts (read by inventory)
+    ssh/id_ed25519      the lab's SSH key (0600), made at the first `up`, removed by `down`
+    ssh/known_hosts     every node's host key, so SSH checks host keys strictly
+    inventory/          Node documents of synthetic nodes made by --nodes N
+    nodes/<name>/       each node's overlay upper/work directories and console.log
+
+The base image is cached separately, in ``$SWARM_LAB_CACHE`` (default ``/var/cache/swarm-lab``),
+and survives ``down``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .system import run
+
+
+def state_dir() -> Path:
+    return Path(os.environ.get("SWARM_LAB_DIR", "/var/lib/swarm-lab"))
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("SWARM_LAB_CACHE", "/var/cache/swarm-lab"))
+
+
+def connection_file() -> Path:
+    """The file the Ansible inventory plugin and ``swarm lab ssh`` read node connections from."""
+    return state_dir() / "connection.json"
+
+
+@dataclass
+class LabState:
+    """The lab as last written by ``up``: JSON-serialisable parts only."""
+
+    sites: dict[str, dict[str, Any]]
+    nodes: dict[str, dict[str, Any]]  # LabNode.as_dict() + pid, host_key
+    host: dict[str, Any]  # ip_forward_before, run_netns_was_mount, image
+
+    @classmethod
+    def load(cls) -> LabState:
+        path = state_dir() / "state.json"
+        if not path.exists():
+            return cls({}, {}, {})
+        data = json.loads(path.read_text())
+        return cls(data.get("sites", {}), data.get("nodes", {}), data.get("host", {}))
+
+    def save(self) -> None:
+        d = state_dir()
+        d.mkdir(parents=True, exist_ok=True)
+        os.chmod(d, 0o700)
+        tmp = d / "state.json.tmp"
+        tmp.write_text(json.dumps({"sites": self.sites, "nodes": self.nodes, "host": self.host}, indent=2))
+        tmp.replace(d / "state.json")
+        self._write_connections()
+
+    def _write_connections(self) -> None:
+        key, known = ssh_key_paths()
+        conns = {
+            name: {
+                "host": n["address"].split("/")[0],
+                "port": n["ssh_port"],
+                "user": n["ssh_user"],
+                "private_key_file": str(key),
+                "known_hosts_file": str(known),
+            }
+            for name, n in sorted(self.nodes.items())
+        }
+        known.parent.mkdir(parents=True, exist_ok=True)
+        known.write_text(
+            "".join(f"{n['address'].split('/')[0]} {n['host_key']}\n" for n in self.nodes.values())
+        )
+        connection_file().write_text(json.dumps({"nodes": conns}, indent=2) + "\n")
+
+
+def ssh_key_paths() -> tuple[Path, Path]:
+    d = state_dir() / "ssh"
+    return d / "id_ed25519", d / "known_hosts"
+
+
+def ensure_ssh_key() -> str:
+    """The lab's SSH key pair (made once, private part 0600); returns the public key line."""
+    key, _ = ssh_key_paths()
+    if not key.exists():
+        key.parent.mkdir(parents=True, exist_ok=True)
+        os.chmod(key.parent, 0o700)
+        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "swarm-lab", "-f", str(key)])
+    os.chmod(key, 0o600)
+    return key.with_suffix(".pub").read_text().strip()
+
+
+def ssh_command(node: dict[str, Any], command: list[str] | None = None) -> list[str]:
+    """``ssh`` argv for a node from the connection file, with strict host key checking."""
+    return [
+        "ssh",
+        "-i",
+        node["private_key_file"],
+        "-o",
+        f"UserKnownHostsFile={node['known_hosts_file']}",
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "ConnectTimeout=10",
+        "-p",
+        str(node["port"]),
+        f"{node['user']}@{node['host']}",
+        *(command or []),
+    ]

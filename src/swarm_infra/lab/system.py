@@ -1,0 +1,63 @@
+"""Running the host's own tools (iproute2, tc, iptables, debootstrap, ssh-keygen) for the lab.
+
+Every command is an argument list, never a shell string: names that reach a command come
+from the validated fleet, and nothing is interpolated into a shell.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Sequence
+
+REQUIRED_TOOLS = {
+    "ip": "iproute2",
+    "tc": "iproute2",
+    "iptables": "iptables",
+    "nsenter": "util-linux",
+    "unshare": "util-linux",
+    "debootstrap": "debootstrap",
+    "ssh": "openssh-client",
+    "ssh-keygen": "openssh-client",
+}
+
+
+class LabError(Exception):
+    """The lab could not be brought to the asked state; the message says what and why."""
+
+
+def require_root() -> None:
+    """Raise :class:`LabError` unless running as root (namespaces, mounts, bridges need it)."""
+    if os.geteuid() != 0:
+        raise LabError(
+            "swarm lab needs root: it creates network namespaces, bridges, overlay mounts and "
+            "runs systemd in containers. Run it with sudo, or as root."
+        )
+
+
+def missing_tools() -> list[str]:
+    """Debian package names providing tools the lab needs that are not on PATH."""
+    return sorted({pkg for tool, pkg in REQUIRED_TOOLS.items() if shutil.which(tool) is None})
+
+
+def run(
+    argv: Sequence[str],
+    *,
+    netns: str | None = None,
+    check: bool = True,
+    input: str | None = None,
+    timeout: float = 120,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``argv`` (in network namespace ``netns`` if given) and return its result.
+
+    Raises :class:`LabError` with the command and its stderr when it fails and ``check``.
+    """
+    full = ["ip", "netns", "exec", netns, *argv] if netns else list(argv)
+    try:
+        proc = subprocess.run(full, input=input, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        raise LabError(f"timed out after {timeout:.0f} s: {' '.join(full)}") from exc
+    if check and proc.returncode != 0:
+        raise LabError(f"failed ({proc.returncode}): {' '.join(full)}\n{proc.stderr.strip()}")
+    return proc
