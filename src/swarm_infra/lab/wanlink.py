@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import fcntl
 import os
@@ -40,7 +41,12 @@ def open_tun(name: str) -> int:
 
 
 class DelayLine:
-    """One direction: packets read from ``src`` are written to ``dst`` after the delay."""
+    """One direction: packets read from ``src`` are written to ``dst`` after the delay.
+
+    Packets wait in a FIFO with their due times (each no earlier than the one ahead) and one
+    timer serves the head, so order is kept even when due times tie (asyncio's timer heap does
+    not keep insertion order for equal times).
+    """
 
     def __init__(
         self,
@@ -54,7 +60,8 @@ class DelayLine:
     ) -> None:
         self.loop, self.src, self.dst = loop, src, dst
         self.latency_s, self.jitter_s, self.loss, self.rng = latency_s, jitter_s, loss, rng
-        self.last_due = 0.0
+        self.queue: collections.deque[tuple[float, bytes]] = collections.deque()
+        self.timer: asyncio.TimerHandle | None = None
         loop.add_reader(src, self.on_readable)
 
     def on_readable(self) -> None:
@@ -65,13 +72,22 @@ class DelayLine:
                 return
             if self.loss and self.rng.random() < self.loss:
                 continue
-            if not self.latency_s and not self.jitter_s:
+            if not self.latency_s and not self.jitter_s and not self.queue:
                 self.send(packet)
                 continue
             delay = max(0.0, self.latency_s + self.rng.uniform(-self.jitter_s, self.jitter_s))
-            due = max(self.loop.time() + delay, self.last_due)
-            self.last_due = due
-            self.loop.call_at(due, self.send, packet)
+            due = self.loop.time() + delay
+            if self.queue:
+                due = max(due, self.queue[-1][0])
+            self.queue.append((due, packet))
+            if self.timer is None:
+                self.timer = self.loop.call_at(due, self.flush)
+
+    def flush(self) -> None:
+        now = self.loop.time()
+        while self.queue and self.queue[0][0] <= now:
+            self.send(self.queue.popleft()[1])
+        self.timer = self.loop.call_at(self.queue[0][0], self.flush) if self.queue else None
 
     def send(self, packet: bytes) -> None:
         # The device's queue is full or going away: the packet is lost, as on a wire.

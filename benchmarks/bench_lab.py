@@ -1,0 +1,117 @@
+"""Lab timings and footprint: ``swarm lab up`` for 3 and 16 nodes, ``down``, and what the
+userspace WAN link costs against a plain bridge.
+
+    sudo .venv/bin/python benchmarks/bench_lab.py [--nodes 16] [--mib 64]
+
+Needs root and no lab up. In one run, side by side:
+  * image: cached or built (the first run builds it with debootstrap, about a minute);
+  * up 3 nodes from the cached image (target, issue #3: <= 30 s), second up (no change);
+  * up --nodes N (adds N-3 synthetic nodes), memory used by the lab (host MemAvailable before
+    and after, so it includes the nodes' page cache), then down;
+  * throughput of one TCP stream of --mib MiB (plain sockets), node to node on one bridge vs
+    host to node across the site's WAN link (the userspace delay line of wanlink.py; lab-a
+    emulates no delay, so this is its forwarding cost alone), and
+    ping RTT across lab-b's link (declared 20 ms one-way).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def swarm(*args: str) -> tuple[float, str]:
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "swarm_infra.cli", *args], cwd=ROOT, capture_output=True, text=True
+    )
+    took = time.perf_counter() - t0
+    if proc.returncode != 0:
+        sys.exit(f"swarm {' '.join(args)} failed:\n{proc.stdout}{proc.stderr}")
+    return took, proc.stdout
+
+
+def mem_available_mib() -> float:
+    text = Path("/proc/meminfo").read_text()
+    return int(re.search(r"MemAvailable:\s+(\d+)", text).group(1)) / 1024
+
+
+def ssh_argv(node: str, command: str) -> list[str]:
+    from swarm_infra.lab.state import connection_file, ssh_command
+
+    conn = json.loads(connection_file().read_text())["nodes"][node]
+    return ssh_command(conn, [command])
+
+
+SINK = "import socket; s = socket.create_server(('', 5201)); c, _ = s.accept()\nwhile c.recv(1 << 20): pass"
+SOURCE = (
+    "import socket, sys, time; n = int(sys.argv[2]) << 20; b = bytes(1 << 20)\n"
+    "c = socket.create_connection((sys.argv[1], 5201)); t = time.perf_counter()\n"
+    "for _ in range(n >> 20): c.sendall(b)\n"
+    "c.shutdown(socket.SHUT_WR); c.recv(1); print(n / (1 << 20) / (time.perf_counter() - t))"
+)
+
+
+def tcp_throughput(source_node: str | None, sink_node: str, sink_ip: str, mib: int) -> float:
+    """MiB/s of one TCP stream of ``mib`` MiB into a sink on ``sink_node``, sent from
+    ``source_node`` (over its bridge) or from the host (None: across the sink site's WAN link).
+    Plain sockets on both ends, so the network path is what is measured, not SSH's cipher."""
+    sink = subprocess.Popen(ssh_argv(sink_node, f'python3 -c "{SINK}"'))
+    probe = ssh_argv(sink_node, "until ss -ltn | grep -q :5201; do sleep 0.05; done")
+    subprocess.run(probe, check=True, timeout=30)
+    argv = [sys.executable, "-c", SOURCE, sink_ip, str(mib)]
+    if source_node:
+        argv = ssh_argv(source_node, f"python3 -c '{SOURCE}' {sink_ip} {mib}")
+    rate = float(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
+    sink.wait(timeout=30)
+    return rate
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--nodes", type=int, default=16)
+    parser.add_argument("--mib", type=int, default=64)
+    args = parser.parse_args()
+
+    t_image, out = swarm("lab", "up", "--fleet", "lab", "--nodes", "1")
+    cached = "cached" in out.splitlines()[0]
+    swarm("lab", "down")
+    print(f"image: {'cached' if cached else f'built in {t_image:.1f} s (debootstrap)'}")
+
+    free0 = mem_available_mib()
+    t3, _ = swarm("lab", "up", "--fleet", "lab")
+    t3again, out = swarm("lab", "up", "--fleet", "lab")
+    assert "3 unchanged" in out, out
+    print(f"up 3 nodes (cached image):        {t3:6.2f} s   (target <= 30 s)")
+    print(f"up again, nothing to change:      {t3again:6.2f} s")
+
+    bridge = tcp_throughput("lab-head-1", "lab-gpu-1", "10.77.1.11", args.mib)
+    wan = tcp_throughput(None, "lab-gpu-1", "10.77.1.11", args.mib)
+    ping = subprocess.run(
+        ["ping", "-c", "10", "-i", "0.2", "10.77.2.11"], capture_output=True, text=True
+    ).stdout
+    rtt = re.search(r"= ([\d.]+)/([\d.]+)/([\d.]+)/", ping)
+    print(f"TCP {args.mib} MiB node->node, same bridge: {bridge:7.1f} MiB/s")
+    print(f"TCP {args.mib} MiB host->node, WAN link:    {wan:7.1f} MiB/s  (bridge/WAN {bridge / wan:.1f}x)")
+    print(f"ping host->lab-b (20 ms one-way):  min/avg/max {rtt.group(1)}/{rtt.group(2)}/{rtt.group(3)} ms")
+
+    tn, _ = swarm("lab", "up", "--fleet", "lab", "--nodes", str(args.nodes))
+    used = free0 - mem_available_mib()
+    print(f"up --nodes {args.nodes} (+{args.nodes - 3} nodes):         {tn:6.2f} s")
+    print(f"memory used with {args.nodes} nodes:  {used:6.0f} MiB ({used / args.nodes:.0f} MiB per node)")
+    td, _ = swarm("lab", "down")
+    print(f"down {args.nodes} nodes:                    {td:6.2f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""Fixtures for tests that run a real lab (root only): ``swarm lab up`` once per module."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from swarm_infra.lab.state import connection_file, ssh_command, state_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+IS_ROOT = os.geteuid() == 0
+
+
+def swarm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run the real CLI (``python -m swarm_infra.cli``) from the repository root."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "swarm_infra.cli", *args], cwd=ROOT, capture_output=True, text=True
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"swarm {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+        )
+    return proc
+
+
+def on_node(node: str, command: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run ``command`` on a lab node over real SSH (the connection file's key and known_hosts)."""
+    conn = json.loads(connection_file().read_text())["nodes"][node]
+    proc = subprocess.run(ssh_command(conn, [command]), capture_output=True, text=True, timeout=120)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{node}: {command!r} exited {proc.returncode}: {proc.stderr}")
+    return proc
+
+
+@pytest.fixture(scope="module")
+def lab() -> Iterator[dict[str, str]]:
+    """A 3-node lab from inventory/lab; yields {"up": output, "ip_forward": value before}."""
+    if not IS_ROOT:
+        pytest.skip("needs root (network namespaces, mounts, cgroups)")
+    if (state_dir() / "state.json").exists():
+        pytest.fail(f"a lab is already up ({state_dir()}); run `swarm lab down` before these tests")
+    before = Path("/proc/sys/net/ipv4/ip_forward").read_text().strip()
+    up = swarm("lab", "up", "--fleet", "lab")
+    yield {"up": up.stdout, "ip_forward": before}
+    swarm("lab", "down", check=False)

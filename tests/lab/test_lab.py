@@ -1,0 +1,132 @@
+"""The local lab on real namespaces, systemd and SSH (root; CI runs these as root).
+
+Tests run in file order on one lab; the last one takes it down and checks nothing is left.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from swarm_infra.lab.state import state_dir
+
+from .conftest import on_node, swarm
+
+pytestmark = [pytest.mark.root, pytest.mark.lab]
+NODES = {"lab-head-1": "10.77.1.10", "lab-gpu-1": "10.77.1.11", "lab-gpu-2": "10.77.2.11"}
+
+
+def rtt_avg_ms(output: str) -> float:
+    m = re.search(r"= [\d.]+/([\d.]+)/", output)
+    assert m, output
+    return float(m.group(1))
+
+
+def test_up_creates_three_nodes_reachable_over_ssh_with_their_hostnames(lab) -> None:
+    for node in NODES:
+        assert f"node   {node}: created, running" in lab["up"]
+        assert on_node(node, "hostname").stdout.strip() == node
+
+
+def test_second_up_changes_nothing(lab) -> None:
+    status = swarm("lab", "status", "--format", "json").stdout
+    again = swarm("lab", "up", "--fleet", "lab").stdout
+    assert "(3 unchanged)" in again
+    assert "created" not in again and "restarted" not in again
+    assert swarm("lab", "status", "--format", "json").stdout == status  # same PIDs
+
+
+def test_status_reports_every_node_running_with_ssh(lab) -> None:
+    proc = swarm("lab", "status")
+    for node, address in NODES.items():
+        line = next(line for line in proc.stdout.splitlines() if line.startswith(node))
+        assert address in line and "running" in line and line.endswith("ok")
+
+
+def test_filesystems_are_isolated(lab) -> None:
+    on_node("lab-gpu-1", "echo only-here > /root/isolation-marker")
+    assert on_node("lab-gpu-1", "cat /root/isolation-marker").stdout.strip() == "only-here"
+    for other in ("lab-head-1", "lab-gpu-2"):
+        assert on_node(other, "test -e /root/isolation-marker", check=False).returncode == 1
+    images = Path("/var/cache/swarm-lab/images")
+    assert not list(images.glob("*/rootfs/root/isolation-marker"))  # the shared image is untouched
+
+
+def test_nodes_run_systemd_as_pid_1_in_their_own_pid_namespace(lab) -> None:
+    assert on_node("lab-gpu-1", "cat /proc/1/comm").stdout.strip() == "systemd"
+    assert on_node("lab-gpu-1", "systemctl is-system-running").stdout.strip() == "running"
+    # Only the node's own processes are visible.
+    assert "swarm_infra" not in on_node("lab-gpu-1", "ps -eo args").stdout
+
+
+def test_same_site_nodes_ping_each_other_on_the_underlay(lab) -> None:
+    out = on_node("lab-gpu-1", f"ping -c 3 -W 2 {NODES['lab-head-1']}").stdout
+    assert " 0% packet loss" in out
+    assert rtt_avg_ms(out) < 10  # same bridge: no WAN link crossed
+
+
+def test_wan_latency_of_the_site_is_visible_in_ping_rtt(lab) -> None:
+    # lab-b declares latency_ms 20 (one-way) with jitter 2: each round trip crosses its WAN
+    # link twice. lab-a declares none.
+    far = subprocess.run(["ping", "-c", "5", "-i", "0.2", NODES["lab-gpu-2"]], capture_output=True, text=True)
+    near = subprocess.run(
+        ["ping", "-c", "5", "-i", "0.2", NODES["lab-gpu-1"]], capture_output=True, text=True
+    )
+    assert rtt_avg_ms(far.stdout) >= 36
+    assert rtt_avg_ms(near.stdout) < 10
+    # From the NAT'd node outwards: both sites' links are crossed (20 ms each way on lab-b).
+    out = on_node("lab-gpu-2", f"ping -c 3 -i 0.2 -W 2 {NODES['lab-gpu-1']}").stdout
+    assert rtt_avg_ms(out) >= 36
+
+
+def test_nat_node_is_unreachable_from_other_sites_but_reaches_out(lab) -> None:
+    blocked = on_node("lab-gpu-1", f"ping -c 2 -W 1 {NODES['lab-gpu-2']}", check=False)
+    assert blocked.returncode != 0 and "100% packet loss" in blocked.stdout
+    # Seen from lab-a, lab-gpu-2's traffic comes from its site router's public (uplink) address.
+    on_node("lab-gpu-2", f"ping -c 1 -W 2 {NODES['lab-gpu-1']}")
+
+
+def test_proc_sys_is_read_only_except_the_nodes_own_net(lab) -> None:
+    host_swappiness = Path("/proc/sys/vm/swappiness").read_text()
+    denied = on_node("lab-gpu-1", "sysctl -w vm.swappiness=7", check=False)
+    assert denied.returncode != 0 and Path("/proc/sys/vm/swappiness").read_text() == host_swappiness
+    host_somaxconn = Path("/proc/sys/net/core/somaxconn").read_text()
+    on_node("lab-gpu-1", "sysctl -w net.core.somaxconn=1234")
+    assert on_node("lab-gpu-1", "sysctl -n net.core.somaxconn").stdout.strip() == "1234"
+    assert Path("/proc/sys/net/core/somaxconn").read_text() == host_somaxconn
+    assert on_node("lab-head-1", "sysctl -n net.core.somaxconn").stdout.strip() != "1234"
+
+
+def test_tun_device_is_available_for_userspace_wireguard(lab) -> None:
+    assert (
+        on_node("lab-gpu-1", "stat -c %F:%t:%T /dev/net/tun").stdout.strip() == "character special file:a:c8"
+    )
+
+
+def test_nodes_reach_the_hosts_apt_mirror_through_nat(lab) -> None:
+    on_node("lab-gpu-2", "apt-get update -qq")
+
+
+def test_down_leaves_nothing_behind(lab) -> None:
+    out = swarm("lab", "down").stdout
+    assert "nothing left" in out
+    assert not [
+        ns
+        for ns in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+        if ns.startswith("swl-")
+    ]
+    assert "swl-" not in subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert "10.77." not in subprocess.run(["ip", "route"], capture_output=True, text=True).stdout
+    for table in ("filter", "nat"):
+        rules = subprocess.run(["iptables", "-t", table, "-S"], capture_output=True, text=True).stdout
+        assert "SWARM-LAB" not in rules
+    mounts = Path("/proc/self/mountinfo").read_text()
+    assert "swl-" not in mounts and "swarm-lab" not in mounts
+    cmdlines = [p.read_bytes() for p in Path("/proc").glob("[0-9]*/cmdline") if p.exists()]
+    assert not [c for c in cmdlines if b"node-init.sh" in c or b"swarm_infra.lab.wanlink" in c]
+    assert not list(Path("/sys/fs/cgroup").rglob("swarm-lab"))
+    assert not state_dir().exists()  # state, lab SSH key, node layers
+    assert Path("/proc/sys/net/ipv4/ip_forward").read_text().strip() == lab["ip_forward"]
