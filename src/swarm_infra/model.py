@@ -190,6 +190,17 @@ class Allocation:
 
 
 @dataclass(frozen=True, slots=True)
+class Rollout:
+    """Rolling batches for node convergence (Ansible ``serial``/``max_fail_percentage``)."""
+
+    name: str
+    source: Source
+    canary_hosts: int = 1
+    batch_percent: int = 25
+    max_fail_percentage: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Storage:
     name: str
     source: Source
@@ -211,6 +222,7 @@ class Fleet:
     mesh: Mesh | None
     allocation: Allocation | None
     storage: Storage | None
+    rollout: Rollout | None = None
     # Names of documents that failed schema validation, by kind: references to them are
     # not reported again as unresolved.
     invalid_names: Mapping[str, frozenset[str]] = field(default_factory=lambda: _EMPTY)
@@ -352,10 +364,18 @@ def _build(
             tuple(_frozen(c) for c in spec.get("classes", ())),
             tuple(_frozen(v) for v in spec.get("volumes", ())),
         )
+    if kind == "Rollout":
+        return Rollout(
+            name,
+            src,
+            spec.get("canary_hosts", 1),
+            spec.get("batch_percent", 25),
+            spec.get("max_fail_percentage", 0),
+        )
     raise ValueError(f"unknown kind {kind}")  # unreachable: schemas admit only known kinds
 
 
-SINGLETONS = ("Mesh", "Allocation", "Storage")
+SINGLETONS = ("Mesh", "Allocation", "Storage", "Rollout")
 _FIELD = {
     "Site": "sites",
     "Node": "nodes",
@@ -418,6 +438,7 @@ def build_fleet(valid: list[RawDocument], invalid: list[RawDocument]) -> tuple[F
         mesh=first("Mesh"),
         allocation=first("Allocation"),
         storage=first("Storage"),
+        rollout=first("Rollout"),
         invalid_names=MappingProxyType({k: frozenset(v) for k, v in invalid_names.items()}),
     )
     return fleet, findings

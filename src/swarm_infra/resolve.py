@@ -17,7 +17,7 @@ from . import gpu, host, mesh
 from .catalog import gpu_catalog
 from .checks.allocation import gpu_capacity
 from .checks.context import Analysis
-from .model import Node
+from .model import Node, Rollout
 
 GPU_RESOURCE = "nvidia.com/gpu"
 FLAVOR_LABEL = "swarm.io/gpu-flavor"
@@ -263,4 +263,11 @@ def desired_state(a: Analysis) -> dict[str, Any]:
         name: _node_state(a, node, peers, forwarders, gpu_cache, host_cache)
         for name, node in a.fleet.nodes.items()
     }
-    return {"nodes": nodes, "cluster": cluster_state(a)}
+    return {"nodes": nodes, "cluster": cluster_state(a), "rollout": rollout_state(a)}
+
+
+def rollout_state(a: Analysis) -> dict[str, Any]:
+    """Ansible play keywords for node convergence: ``serial`` (canary batch first, then a
+    percentage of the hosts) and ``max_fail_percentage``, from the Rollout (or its defaults)."""
+    r = a.fleet.rollout or Rollout("default", None)  # type: ignore[arg-type]
+    return {"serial": [r.canary_hosts, f"{r.batch_percent}%"], "max_fail_percentage": r.max_fail_percentage}

@@ -32,6 +32,7 @@ KINDS: dict[str, str] = {
     "Priority": "priority.schema.json",
     "Allocation": "allocation.schema.json",
     "Storage": "storage.schema.json",
+    "Rollout": "rollout.schema.json",
 }
 SHARED = ("common.schema.json",)
 
