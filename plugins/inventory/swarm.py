@@ -9,6 +9,7 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import ClassVar
 
 from ansible.errors import AnsibleParserError
 from ansible.plugins.inventory import BaseInventoryPlugin
@@ -59,7 +60,9 @@ def _group(prefix: str, name: str) -> str:
 
 class InventoryModule(BaseInventoryPlugin):
     NAME = "swarm"
-    _loaded: set[tuple[str, ...]] = set()
+    # Desired state per fleet: every file of an inventory directory is offered to the
+    # plugin, and the fleet is read once.
+    _states: ClassVar[dict[tuple[str, ...], dict]] = {}
 
     def verify_file(self, path: str) -> bool:
         """A ``*.swarm.yml`` config, or a fleet YAML file inside ``.../inventory/NAME/``."""
@@ -73,7 +76,7 @@ class InventoryModule(BaseInventoryPlugin):
         except OSError:
             return False
 
-    def parse(self, inventory, loader, path, cache=True):  # noqa: ANN001 - Ansible's signature
+    def parse(self, inventory, loader, path, cache=True):
         super().parse(inventory, loader, path, cache)
         from swarm_infra.diagnostics import FleetInvalid
         from swarm_infra.inventory_sources import fleet_paths
@@ -82,17 +85,17 @@ class InventoryModule(BaseInventoryPlugin):
 
         paths = fleet_paths(path)
         key = tuple(paths)
-        if key in self._loaded and all(
-            h in inventory.hosts for h in getattr(self, "_hosts_of", {}).get(key, ())
-        ):
-            return  # the other files of the same inventory directory
-        try:
-            analysis = load_fleet(paths)
-        except FleetInvalid as exc:
-            raise AnsibleParserError(
-                f"the fleet ({', '.join(paths)}) is invalid; nothing was run:\n{exc.report.text()}"
-            ) from None
-        state = desired_state(analysis)
+        state = self._states.get(key)
+        if state is not None and all(h in inventory.hosts for h in state["nodes"]):
+            return
+        if state is None:
+            try:
+                analysis = load_fleet(paths)
+            except FleetInvalid as exc:
+                raise AnsibleParserError(
+                    f"the fleet ({', '.join(paths)}) is invalid; nothing was run:\n{exc.report.text()}"
+                ) from None
+            state = self._states[key] = desired_state(analysis)
         lab = _lab_connections()
         self.inventory.set_variable("all", "swarm_rollout", state["rollout"])
         for name, node in state["nodes"].items():
@@ -122,8 +125,6 @@ class InventoryModule(BaseInventoryPlugin):
                 self.inventory.set_variable(name, "ansible_host", node["ssh"]["host"])
                 self.inventory.set_variable(name, "ansible_port", node["ssh"]["port"])
                 self.inventory.set_variable(name, "ansible_user", node["ssh"]["user"])
-        self._loaded.add(key)
-        self._hosts_of = {**getattr(self, "_hosts_of", {}), key: tuple(state["nodes"])}
 
 
 def _lab_connections() -> dict[str, dict]:

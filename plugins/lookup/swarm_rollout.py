@@ -38,7 +38,7 @@ _raw:
 
 
 class LookupModule(LookupBase):
-    def run(self, terms, variables=None, **kwargs):  # noqa: ANN001, ANN201 - Ansible's signature
+    def run(self, terms, variables=None, **kwargs):
         from swarm_infra.diagnostics import FleetInvalid
         from swarm_infra.inventory_sources import fleet_paths
         from swarm_infra.resolve import rollout_state
