@@ -1,0 +1,113 @@
+#!/usr/bin/python
+"""Ansible module ``swarm_gpu``: converge GPU settings (NVML or simulated)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: swarm_gpu
+short_description: Converge a node's GPU settings through NVML (or the simulated backend)
+description:
+  - Per GPU, reads the current state, diffs it against the desired settings and applies only
+    the differences; C(changed) only when something changed. Full check mode and diff.
+  - Persistence mode, power management limit (W; validated against
+    nvmlDeviceGetPowerManagementLimitConstraints), application or locked clocks (validated
+    against the supported clock lists), compute mode, ECC (pending until reboot) and MIG mode
+    (reported as needing a reset or reboot).
+  - With C(backend=simulated) no GPU is touched; state lives in files on the node and the
+    GPU catalog's limits are enforced. Results then say C(simulated=true) and messages say
+    "SIMULATED".
+options:
+  backend:
+    description: C(nvml) for real GPUs, C(simulated) for the lab.
+    type: str
+    choices: [nvml, simulated]
+    required: true
+  devices:
+    description: GPUs to converge, each C({index, model, settings}) as in NodeState.gpu.devices.
+    type: list
+    elements: dict
+    required: true
+  limits:
+    description: Catalog limits per model (NodeState.gpu.limits); used by the simulated backend.
+    type: dict
+    default: {}
+author: Swarm infrastructure team
+"""
+
+EXAMPLES = r"""
+- name: Converge GPU settings
+  swarm_gpu:
+    backend: "{{ swarm.gpu.backend }}"
+    devices: "{{ swarm.gpu.devices }}"
+    limits: "{{ swarm.gpu.limits }}"
+"""
+
+RETURN = r"""
+changes:
+  description: What changed (or would change in check mode), per GPU and key.
+  returned: always
+  type: list
+  elements: dict
+reboot_required:
+  description: True when an ECC or MIG mode change waits for a reboot or GPU reset.
+  returned: always
+  type: bool
+simulated:
+  description: True when the simulated backend was used (no GPU was touched).
+  returned: always
+  type: bool
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.swarm_gpu_node import GpuError, backend_for, converge
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "backend": {"type": "str", "choices": ["nvml", "simulated"], "required": True},
+            "devices": {"type": "list", "elements": "dict", "required": True},
+            "limits": {"type": "dict", "default": {}},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    spec = {"backend": p["backend"], "models": [d["model"] for d in p["devices"]], "limits": p["limits"]}
+    try:
+        result = converge(backend_for(spec), p["devices"], check_mode=module.check_mode)
+    except GpuError as exc:
+        hint = {
+            "NO_PERMISSION": " (run as root)",
+            "DRIVER_NOT_LOADED": " (is the NVIDIA driver installed and loaded? run the drivers role first)",
+            "NOT_SUPPORTED": " (this GPU model does not support the setting; change the GpuProfile)",
+        }.get(exc.code, "")
+        module.fail_json(msg=f"{exc}{hint}", code=exc.code, simulated=p["backend"] == "simulated")
+    label = "SIMULATED " if result["simulated"] else ""
+    keys = ("persistence_mode", "power_limit_w", "application_clocks", "locked_clocks", "compute_mode")
+
+    def view(states: dict) -> dict:
+        return {
+            f"gpu{i}": {
+                **{k: s.get(k) for k in keys},
+                "ecc_pending": s.get("ecc_pending"),
+                "mig_pending": s.get("mig_pending"),
+            }
+            for i, s in states.items()
+        }
+
+    after = view(result["before"])
+    for c in result["changes"]:
+        name = {"ecc": "ecc_pending", "mig": "mig_pending"}.get(c["key"], c["key"])
+        after[f"gpu{c['gpu']}"][name] = c["after"]["enabled"] if c["key"] == "mig" else c["after"]
+    module.exit_json(
+        changed=bool(result["changes"]),
+        changes=result["changes"],
+        reboot_required=result["reboot_required"],
+        simulated=result["simulated"],
+        msg=f"{label}{len(result['changes'])} GPU setting(s) {'to change' if module.check_mode else 'changed'}",
+        diff={"before": view(result["before"]), "after": after},
+    )
+
+
+if __name__ == "__main__":
+    main()

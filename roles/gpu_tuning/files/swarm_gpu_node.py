@@ -1,0 +1,1 @@
+../../../plugins/module_utils/swarm_gpu_node.py
