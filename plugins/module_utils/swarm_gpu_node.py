@@ -89,13 +89,16 @@ class NvmlBackend:
             "power_limit_w": round(int(self._call("nvmlDeviceGetPowerManagementLimit", h)) / 1000),
             "power_limits_w": [round(lo / 1000), round(hi / 1000)],
             "application_clocks": {
-                "memory_mhz": self._optional("nvmlDeviceGetApplicationsClock", h, n.NVML_CLOCK_MEM, default=None),
+                "memory_mhz": self._optional(
+                    "nvmlDeviceGetApplicationsClock", h, n.NVML_CLOCK_MEM, default=None
+                ),
                 "graphics_mhz": self._optional(
                     "nvmlDeviceGetApplicationsClock", h, n.NVML_CLOCK_GRAPHICS, default=None
                 ),
             },
             "supported_clocks": {
-                str(m): list(self._optional("nvmlDeviceGetSupportedGraphicsClocks", h, m, default=[])) for m in mems
+                str(m): list(self._optional("nvmlDeviceGetSupportedGraphicsClocks", h, m, default=[]))
+                for m in mems
             },
             "compute_mode": COMPUTE_NAMES.get(self._call("nvmlDeviceGetComputeMode", h), "UNKNOWN"),
             "ecc": None if ecc_cur is None else ecc_cur == n.NVML_FEATURE_ENABLED,
@@ -117,7 +120,11 @@ class NvmlBackend:
     def set(self, index: int, key: str, value: object) -> None:
         h, n = self._h(index), self.nvml
         if key == "persistence_mode":
-            self._call("nvmlDeviceSetPersistenceMode", h, n.NVML_FEATURE_ENABLED if value else n.NVML_FEATURE_DISABLED)
+            self._call(
+                "nvmlDeviceSetPersistenceMode",
+                h,
+                n.NVML_FEATURE_ENABLED if value else n.NVML_FEATURE_DISABLED,
+            )
         elif key == "power_limit_w":
             self._call("nvmlDeviceSetPowerManagementLimit", h, int(value) * 1000)
         elif key == "application_clocks":
@@ -127,7 +134,9 @@ class NvmlBackend:
         elif key == "compute_mode":
             self._call("nvmlDeviceSetComputeMode", h, COMPUTE_MODES[value])
         elif key == "ecc":
-            self._call("nvmlDeviceSetEccMode", h, n.NVML_FEATURE_ENABLED if value else n.NVML_FEATURE_DISABLED)
+            self._call(
+                "nvmlDeviceSetEccMode", h, n.NVML_FEATURE_ENABLED if value else n.NVML_FEATURE_DISABLED
+            )
         elif key == "mig":
             mode = n.NVML_DEVICE_MIG_ENABLE if value["enabled"] else n.NVML_DEVICE_MIG_DISABLE
             self._call("nvmlDeviceSetMigMode", h, mode)
@@ -165,7 +174,8 @@ class SimulatedBackend:
                 },
             )
             self.per.setdefault(
-                str(i), {"ecc": lim["ecc"], "ecc_pending": lim["ecc"], "mig_enabled": False, "mig_pending": False}
+                str(i),
+                {"ecc": lim["ecc"], "ecc_pending": lim["ecc"], "mig_enabled": False, "mig_pending": False},
             )
         self._save()
 

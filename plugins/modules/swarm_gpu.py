@@ -58,8 +58,9 @@ simulated:
   type: bool
 """
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.swarm_gpu_node import GpuError, backend_for, converge
+# Ansible modules keep their documentation before the imports (ansible-doc reads it so).
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.swarm_gpu_node import GpuError, backend_for, converge  # noqa: E402
 
 
 def main() -> None:
@@ -104,7 +105,8 @@ def main() -> None:
         changes=result["changes"],
         reboot_required=result["reboot_required"],
         simulated=result["simulated"],
-        msg=f"{label}{len(result['changes'])} GPU setting(s) {'to change' if module.check_mode else 'changed'}",
+        msg=f"{label}{len(result['changes'])} GPU setting(s) "
+        + ("to change" if module.check_mode else "changed"),
         diff={"before": view(result["before"]), "after": after},
     )
 
