@@ -16,8 +16,8 @@ short_description: Rolling-batch settings from the fleet's Rollout
 description:
   - Returns C(serial) (a list, canary batch first) or C(max_fail_percentage) for the fleet
     behind the run's inventory sources (C(-i inventory/NAME)).
-  - Without a Rollout in the fleet the defaults are a canary of 1 host, batches of 25%, and
-    no failure tolerated.
+  - Without a Rollout in the fleet (or without a swarm inventory, with a warning) the
+    defaults are a canary of 1 host, batches of 25%, and no failure tolerated.
 options:
   _terms:
     description: C(serial) or C(max_fail_percentage).
@@ -47,7 +47,11 @@ class LookupModule(LookupBase):
         sources = (variables or {}).get("ansible_inventory_sources") or []
         paths = next((p for p in (fleet_paths(s) for s in sources) if p), None)
         if not paths:
-            raise AnsibleLookupError(f"swarm_rollout: no swarm fleet among inventory sources {sources}")
+            # Not a swarm inventory (a static host list, ansible-lint's syntax check): the
+            # Rollout defaults, said out loud.
+            self._display.warning(f"swarm_rollout: no swarm fleet among {list(sources)}; using defaults")
+            rollout = {"serial": [1, "25%"], "max_fail_percentage": 0}
+            return [rollout[t] for t in terms]
         try:
             rollout = rollout_state(load_fleet(paths))
         except FleetInvalid as exc:
