@@ -66,8 +66,10 @@ class InventoryModule(BaseInventoryPlugin):
 
     def verify_file(self, path: str) -> bool:
         """A ``*.swarm.yml`` config, or a fleet YAML file inside ``.../inventory/NAME/``."""
+        from swarm_infra.inventory_sources import CONFIG_SUFFIXES
+
         p = Path(path)
-        if p.name.endswith((".swarm.yml", ".swarm.yaml")):
+        if p.name.endswith(CONFIG_SUFFIXES):
             return True
         if p.suffix not in (".yml", ".yaml") or p.parent.parent.name != "inventory":
             return False

@@ -50,12 +50,12 @@ class LookupModule(LookupBase):
             # Not a swarm inventory (a static host list, ansible-lint's syntax check): the
             # Rollout defaults, said out loud.
             self._display.warning(f"swarm_rollout: no swarm fleet among {list(sources)}; using defaults")
-            rollout = {"serial": [1, "25%"], "max_fail_percentage": 0}
-            return [rollout[t] for t in terms]
-        try:
-            rollout = rollout_state(load_fleet(paths))
-        except FleetInvalid as exc:
-            raise AnsibleLookupError(f"the fleet is invalid:\n{exc.report.text()}") from None
+            rollout = rollout_state(None)
+        else:
+            try:
+                rollout = rollout_state(load_fleet(paths))
+            except FleetInvalid as exc:
+                raise AnsibleLookupError(f"the fleet is invalid:\n{exc.report.text()}") from None
         unknown = [t for t in terms if t not in rollout]
         if unknown:
             raise AnsibleLookupError(f"swarm_rollout: unknown setting(s) {unknown}; known: {sorted(rollout)}")

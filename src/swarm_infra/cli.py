@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .diagnostics import FleetInvalid
+from .inventory_sources import convention_paths
 from .lab import commands as lab_commands
 from .resolve import desired_state
 from .validate import load_fleet, validate
@@ -29,7 +30,7 @@ def fleet_paths(args: argparse.Namespace) -> list[str]:
     """The paths to read: PATHS if given, else the --fleet convention (existing dirs only)."""
     if args.paths:
         return args.paths
-    candidates = [Path("inventory") / args.fleet, Path("policies") / args.fleet, Path("policies/shared")]
+    candidates = convention_paths(Path(), args.fleet)
     found = [str(p) for p in candidates if p.is_dir()]
     return found or [str(candidates[0])]
 
@@ -224,7 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--node", action="append", metavar="NODE", help="only this node (repeatable)")
     p.set_defaults(func=cmd_plan)
 
-    lab_commands.add_parser(sub, fleet_args)
+    lab_commands.add_parser(sub, fleet_args, fleet_paths)
     return parser
 
 

@@ -15,6 +15,11 @@ import yaml
 CONFIG_SUFFIXES = (".swarm.yml", ".swarm.yaml")
 
 
+def convention_paths(base: Path, name: str) -> list[Path]:
+    """``inventory/NAME``, ``policies/NAME``, ``policies/shared`` under ``base`` (existing or not)."""
+    return [base / "inventory" / name, base / "policies" / name, base / "policies" / "shared"]
+
+
 def fleet_paths(source: str | Path) -> list[str]:
     """Absolute fleet paths for an inventory source; [] when it is not a swarm fleet source."""
     p = Path(source).resolve()
@@ -24,6 +29,4 @@ def fleet_paths(source: str | Path) -> list[str]:
     inv_dir = p if p.is_dir() else p.parent
     if inv_dir.parent.name != "inventory":
         return []
-    base, name = inv_dir.parent.parent, inv_dir.name
-    candidates = [base / "inventory" / name, base / "policies" / name, base / "policies" / "shared"]
-    return [str(c) for c in candidates if c.is_dir()]
+    return [str(c) for c in convention_paths(inv_dir.parent.parent, inv_dir.name) if c.is_dir()]

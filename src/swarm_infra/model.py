@@ -365,13 +365,7 @@ def _build(
             tuple(_frozen(v) for v in spec.get("volumes", ())),
         )
     if kind == "Rollout":
-        return Rollout(
-            name,
-            src,
-            spec.get("canary_hosts", 1),
-            spec.get("batch_percent", 25),
-            spec.get("max_fail_percentage", 0),
-        )
+        return Rollout(name, src, **spec)  # the schema admits only the dataclass's fields
     raise ValueError(f"unknown kind {kind}")  # unreachable: schemas admit only known kinds
 
 

@@ -266,8 +266,9 @@ def desired_state(a: Analysis) -> dict[str, Any]:
     return {"nodes": nodes, "cluster": cluster_state(a), "rollout": rollout_state(a)}
 
 
-def rollout_state(a: Analysis) -> dict[str, Any]:
+def rollout_state(a: Analysis | None) -> dict[str, Any]:
     """Ansible play keywords for node convergence: ``serial`` (canary batch first, then a
-    percentage of the hosts) and ``max_fail_percentage``, from the Rollout (or its defaults)."""
-    r = a.fleet.rollout or Rollout("default", None)  # type: ignore[arg-type]
+    percentage of the hosts) and ``max_fail_percentage``, from the fleet's Rollout, or the
+    Rollout defaults when it has none (or ``a`` is None: no fleet)."""
+    r = (a and a.fleet.rollout) or Rollout("default", None)  # type: ignore[arg-type]
     return {"serial": [r.canary_hosts, f"{r.batch_percent}%"], "max_fail_percentage": r.max_fail_percentage}

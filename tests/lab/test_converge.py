@@ -14,10 +14,18 @@ from pathlib import Path
 
 import pytest
 
+from swarm_infra.inventory_sources import fleet_paths
+from swarm_infra.resolve import desired_state
+from swarm_infra.validate import load_fleet
+
 from .conftest import ROOT, on_node
 
 pytestmark = [pytest.mark.root, pytest.mark.lab]
-MESH = {"lab-head-1": "10.210.0.140", "lab-gpu-1": "10.210.0.152", "lab-gpu-2": "10.210.0.96"}
+# Mesh addresses as the library resolves them (the test checks them, it does not decide them).
+MESH = {
+    name: node["mesh"]["address"].split("/")[0]
+    for name, node in desired_state(load_fleet(fleet_paths(ROOT / "inventory/lab")))["nodes"].items()
+}
 
 
 def playbook(*args: str) -> subprocess.CompletedProcess[str]:

@@ -28,15 +28,9 @@ Needs root.
 """
 
 
-def _fleet_paths(args: argparse.Namespace) -> list[str]:
-    from ..cli import fleet_paths
-
-    return fleet_paths(args)
-
-
 def cmd_up(args: argparse.Namespace) -> int:
     try:
-        analysis = load_fleet(_fleet_paths(args))
+        analysis = load_fleet(args.fleet_paths(args))
     except FleetInvalid as exc:
         print(exc.report.text(), file=sys.stderr)
         print("swarm lab up: the fleet is invalid; nothing was created", file=sys.stderr)
@@ -89,9 +83,12 @@ def _log(line: str) -> None:
 
 
 def add_parser(
-    sub: argparse._SubParsersAction, fleet_args: Callable[[argparse.ArgumentParser], None]
+    sub: argparse._SubParsersAction,
+    fleet_args: Callable[[argparse.ArgumentParser], None],
+    fleet_paths: Callable[[argparse.Namespace], list[str]],
 ) -> None:
-    """Register ``swarm lab`` and its subcommands on the main parser's subparsers."""
+    """Register ``swarm lab`` and its subcommands on the main parser's subparsers;
+    ``fleet_args``/``fleet_paths`` are the main CLI's fleet arguments and their reading."""
     lab = sub.add_parser(
         "lab",
         help="a local lab fleet of real nodes (system containers) on this machine",
@@ -117,7 +114,7 @@ def add_parser(
         help="exactly N nodes: the first N declared, plus synthetic CPU-only nodes (lab-node-NN) "
         "beyond them, whose Node documents are written to the lab's inventory/ folder",
     )
-    p.set_defaults(func=cmd_up)
+    p.set_defaults(func=cmd_up, fleet_paths=fleet_paths)
     p = labsub.add_parser("status", help="per node: running, systemd state, SSH reachability")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.set_defaults(func=cmd_status)

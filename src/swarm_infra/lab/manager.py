@@ -155,11 +155,13 @@ def _reconcile(spec: LabSpec, state: LabState, image: Path, pubkey: str, log: Lo
         state.save()
         booting.append((name, pid, notify))
 
+    conns = _connections()
+
     def boot(item: tuple[str, int, socket.socket]) -> str:
         name, pid, notify = item
         t0 = time.monotonic()
         booted = node.wait_booted(spec.nodes[name], pid, notify)
-        conn = _connections()[name]
+        conn = conns[name]
         proc = subprocess.run(ssh_command(conn, ["hostname"]), capture_output=True, text=True, timeout=60)
         if proc.returncode != 0 or proc.stdout.strip() != name:
             raise LabError(
@@ -218,13 +220,7 @@ def down(log: Log = print) -> list[str]:
         for link in network.lab_host_links():
             run(["ip", "link", "del", link], check=False)
         network.remove_host_forwarding(state.host.get("ip_forward_before"))
-        cg = node.cgroup2_root() / "swarm-lab"
-        if cg.exists():
-            for path in sorted(
-                (p for p in cg.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True
-            ):
-                path.rmdir()
-            cg.rmdir()
+        node.remove_cgroup(node.cgroup2_root() / "swarm-lab")
         # `ip netns add` made /run/netns a mount point; undo that if the lab was first to.
         if (
             state.host.get("run_netns_was_mount") is False

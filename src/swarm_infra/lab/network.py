@@ -246,8 +246,7 @@ def ensure_node_link(node: LabNode, site: LabSite) -> None:
     Called before the node boots; the node's systemd manages no network, so this stays.
     """
     ns = node.netns
-    if netns_exists(ns):
-        run(["ip", "netns", "del", ns])
+    remove_namespace(ns)
     run(["ip", "link", "del", node.veth], netns=site.netns, check=False)
     run(["ip", "netns", "add", ns])
     run(

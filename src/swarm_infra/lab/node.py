@@ -209,9 +209,14 @@ def stop(node: LabNode, pid: int | None, timeout: float = 20) -> str:
 
 def remove(dirs: NodeDirs) -> None:
     """Delete the node's cgroup directories (deepest first) and its files on the host."""
-    if dirs.cgroup.exists():
-        for path in sorted(dirs.cgroup.rglob("*"), key=lambda p: len(p.parts), reverse=True):
-            if path.is_dir():
-                path.rmdir()
-        dirs.cgroup.rmdir()
+    remove_cgroup(dirs.cgroup)
     shutil.rmtree(dirs.base, ignore_errors=True)
+
+
+def remove_cgroup(cgroup: Path) -> None:
+    """Remove a cgroup directory and those below it, deepest first (cgroupfs has no rm -r)."""
+    if cgroup.exists():
+        below = [p for p in cgroup.rglob("*") if p.is_dir()]
+        for path in sorted(below, key=lambda p: len(p.parts), reverse=True):
+            path.rmdir()
+        cgroup.rmdir()
