@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -36,6 +37,31 @@ def on_node(node: str, command: str, check: bool = True) -> subprocess.Completed
     if check and proc.returncode != 0:
         raise AssertionError(f"{node}: {command!r} exited {proc.returncode}: {proc.stderr}")
     return proc
+
+
+def ansible(tool: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run an Ansible CLI (``ansible-playbook``, ``ansible``) from this venv in the repo root."""
+    bin_dir = Path(sys.executable).parent
+    return subprocess.run(
+        [str(bin_dir / tool), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={"PATH": f"{bin_dir}:/usr/sbin:/usr/bin:/sbin:/bin", "ANSIBLE_FORCE_COLOR": "0"},
+        timeout=900,
+    )
+
+
+def playbook(*args: str) -> subprocess.CompletedProcess[str]:
+    return ansible("ansible-playbook", *args)
+
+
+def recap(output: str) -> dict[str, dict[str, int]]:
+    """PLAY RECAP as {host: {"ok": n, "changed": n, "failed": n, ...}}."""
+    out = {}
+    for m in re.finditer(r"^(\S+)\s+: ((?:\w+=\d+\s*)+)$", output, re.M):
+        out[m.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
+    return out
 
 
 @pytest.fixture(scope="module")

@@ -6,10 +6,7 @@ then an invalid fleet that must stop before any host is touched.
 
 from __future__ import annotations
 
-import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,7 +15,7 @@ from swarm_infra.inventory_sources import fleet_paths
 from swarm_infra.resolve import desired_state
 from swarm_infra.validate import load_fleet
 
-from .conftest import ROOT, on_node
+from .conftest import ROOT, on_node, playbook, recap
 
 pytestmark = [pytest.mark.root, pytest.mark.lab]
 # Mesh addresses as the library resolves them (the test checks them, it does not decide them).
@@ -26,25 +23,6 @@ MESH = {
     name: node["mesh"]["address"].split("/")[0]
     for name, node in desired_state(load_fleet(fleet_paths(ROOT / "inventory/lab")))["nodes"].items()
 }
-
-
-def playbook(*args: str) -> subprocess.CompletedProcess[str]:
-    bin_dir = Path(sys.executable).parent
-    return subprocess.run(
-        [str(bin_dir / "ansible-playbook"), *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env={"PATH": f"{bin_dir}:/usr/sbin:/usr/bin:/sbin:/bin", "ANSIBLE_FORCE_COLOR": "0"},
-        timeout=900,
-    )
-
-
-def recap(output: str) -> dict[str, dict[str, int]]:
-    out = {}
-    for m in re.finditer(r"^(\S+)\s+: ((?:\w+=\d+\s*)+)$", output, re.M):
-        out[m.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
-    return out
 
 
 def test_converge_succeeds_on_every_host(lab) -> None:

@@ -1,0 +1,115 @@
+"""roles/drivers against a local stand-in NVIDIA apt repository on a real lab node (root).
+
+The lab's GPUs are simulated, so the role is given an nvml-backed GPU slice through extra
+vars and told not to require an NVIDIA PCI device; the packages come from
+``standin_repo`` (real debs, no driver inside). Unproven here: a real driver build (DKMS),
+the NVIDIA signing keys, nouveau unloading and the reboot itself.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from . import standin_repo
+from .conftest import ansible, on_node, playbook, recap
+
+pytestmark = [pytest.mark.root, pytest.mark.lab]
+NODE = "lab-gpu-1"
+REPO = "/srv/swarm-standin"
+
+
+def overrides(tmp: Path, version: str) -> str:
+    data = {
+        "drivers_state": {
+            "backend": "nvml",
+            "driver": {"branch": version.split(".")[0], "version": version, "allow_reboot": False},
+        },
+        "drivers_apt_sources": [
+            {"name": "swarm-standin", "repo": f"deb [trusted=yes] file:{REPO} /"}
+        ],
+        "drivers_require_device": False,
+    }
+    path = tmp / f"drivers-{version}.json"
+    path.write_text(json.dumps(data))
+    return f"@{path}"
+
+
+def drivers(tmp: Path, version: str, *extra: str):
+    return playbook(
+        "-i", "inventory/lab", "playbooks/drivers.yml", "--limit", NODE,
+        "-e", overrides(tmp, version), *extra,
+    )  # fmt: skip
+
+
+def installed(package: str) -> str:
+    out = on_node(NODE, f"dpkg-query -W -f '${{Version}}' {package}", check=False)
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+@pytest.fixture(scope="module")
+def repo_on_node(lab, tmp_path_factory) -> None:
+    local = standin_repo.build(tmp_path_factory.mktemp("standin"))
+    copy = ansible(
+        "ansible", "-i", "inventory/lab", NODE, "-m", "ansible.builtin.copy",
+        "-a", f"src={local}/ dest={REPO}/ mode=0644",
+    )  # fmt: skip
+    assert copy.returncode == 0, copy.stdout + copy.stderr
+
+
+def test_simulated_nodes_are_reported_and_skipped(lab) -> None:
+    proc = playbook("-i", "inventory/lab", "playbooks/drivers.yml")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "SIMULATED NVML backend: no NVIDIA driver is installed" in proc.stdout
+    assert all(v["changed"] == 0 for v in recap(proc.stdout).values())
+    assert not installed("nvidia-driver")
+
+
+def test_check_diff_on_a_fresh_node_reports_and_installs_nothing(repo_on_node, tmp_path) -> None:
+    proc = drivers(tmp_path, "570.86.15", "--check", "--diff")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert recap(proc.stdout)[NODE]["changed"] > 0
+    assert "would install nvidia-driver, nvidia-persistenced at 570.86.15-*" in proc.stdout
+    assert "blacklist nouveau" in proc.stdout  # the diff of the file it would write
+    assert not installed("nvidia-driver")
+    assert on_node(NODE, "ls /etc/apt/sources.list.d /etc/modprobe.d").stdout.count("swarm") == 0
+
+
+def test_installs_the_pinned_version_and_holds_it(repo_on_node, tmp_path) -> None:
+    proc = drivers(tmp_path, "570.86.15")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    # 570.124.06 and 575.51.03 are newer in the repository: the pin keeps them out.
+    assert installed("nvidia-driver") == "570.86.15-1"
+    assert installed("nvidia-persistenced") == "570.86.15-1"
+    assert installed("nvidia-container-toolkit") == "1.17.4-1"
+    held = on_node(NODE, "apt-mark showhold").stdout.split()
+    assert {"nvidia-driver", "nvidia-persistenced"} <= set(held)
+    assert on_node(NODE, "systemctl is-active nvidia-persistenced").stdout.strip() == "active"
+    assert on_node(NODE, "systemctl is-enabled nvidia-persistenced").stdout.strip() == "enabled"
+    assert "blacklist nouveau" in on_node(NODE, "cat /etc/modprobe.d/swarm-blacklist-nouveau.conf").stdout
+    # allow_reboot is false: the reboot is marked and reported, not done.
+    assert "NVIDIA driver 570.86.15-*" in on_node(NODE, "cat /run/reboot-required").stdout
+    assert "reboot required" in proc.stdout
+    # `apt upgrade` does not move the driver either.
+    on_node(NODE, "DEBIAN_FRONTEND=noninteractive apt-get -y -q upgrade")
+    assert installed("nvidia-driver") == "570.86.15-1"
+
+
+def test_second_run_changes_nothing(repo_on_node, tmp_path) -> None:
+    proc = drivers(tmp_path, "570.86.15")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert recap(proc.stdout)[NODE]["changed"] == 0
+
+
+def test_a_new_declared_version_moves_through_the_hold(repo_on_node, tmp_path) -> None:
+    check = drivers(tmp_path, "570.124.06", "--check", "--diff")
+    assert check.returncode == 0 and recap(check.stdout)[NODE]["changed"] > 0
+    assert installed("nvidia-driver") == "570.86.15-1"
+    proc = drivers(tmp_path, "570.124.06")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert installed("nvidia-driver") == "570.124.06-1"
+    assert "nvidia-driver" in on_node(NODE, "apt-mark showhold").stdout.split()
+    pin = on_node(NODE, "cat /etc/apt/preferences.d/swarm-nvidia-driver").stdout
+    assert "Pin: version 570.124.06-*" in pin
