@@ -12,8 +12,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from . import converge
 from .diagnostics import FleetInvalid
 from .inventory_sources import convention_paths
+from .inventory_sources import fleet_paths as inventory_fleet_paths
 from .lab import commands as lab_commands
 from .resolve import desired_state
 from .validate import load_fleet, validate
@@ -182,11 +184,60 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_converge(args: argparse.Namespace) -> int:
+    root = Path.cwd()
+    if not (root / "ansible.cfg").is_file() or not (root / "playbooks").is_dir():
+        print("swarm converge: run it from the repository root (ansible.cfg, playbooks/)", file=sys.stderr)
+        return EXIT_INVALID
+    inventory = Path(args.inventory or f"inventory/{args.fleet}")
+    paths = inventory_fleet_paths(inventory) if inventory.exists() else []
+    if not paths:
+        print(
+            f"swarm converge: {inventory} is not a fleet inventory (inventory/NAME, or a *.swarm.yml)",
+            file=sys.stderr,
+        )
+        return EXIT_INVALID
+    try:
+        state = desired_state(load_fleet(paths))
+    except FleetInvalid as exc:
+        print(exc.report.text(), file=sys.stderr)
+        print("swarm converge: the fleet is invalid; nothing was run", file=sys.stderr)
+        return EXIT_INVALID
+    simulated = {n for n, s in state["nodes"].items() if s["gpu"] and s["gpu"]["backend"] == "simulated"}
+    mode = " ".join(m for m, on in (("check", args.check), ("diff", args.diff)) if on)
+    print(
+        f"converge: playbooks/{args.layer}.yml on {inventory} ({len(state['nodes'])} nodes"
+        + (f", limit {args.limit}" if args.limit else "")
+        + (f", {mode}" if mode else "")
+        + f", engine {args.engine})"
+    )
+    if simulated:
+        print(f"note: {len(simulated)} node(s) use the SIMULATED NVML backend (no real GPU is touched)")
+    progress = converge.Progress(sys.stdout, verbose=args.verbose, show_diff=args.diff)
+    rc, tail = converge.run_playbook(
+        root, args.layer, inventory, check=args.check, diff=args.diff, limit=args.limit, progress=progress
+    )
+    print(progress.summary(simulated))
+    if args.check:
+        print("check mode: nothing was changed; 'changed' counts what a real run would change")
+    bad = sorted(h for h, t in progress.hosts.items() if t.failed or t.unreachable)
+    if rc == 0:
+        return EXIT_OK
+    if not progress.hosts:
+        print(tail.strip(), file=sys.stderr)
+    print(
+        f"swarm converge: ansible-playbook exited {rc}"
+        + (f"; failed or unreachable: {', '.join(bad)}" if bad else ""),
+        file=sys.stderr,
+    )
+    return EXIT_FAILURE
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="swarm",
         description="Swarm infrastructure pipeline: validate the declared fleet and show the "
-        "desired state it resolves to. Converge with ansible-playbook or pyinfra, "
+        "desired state it resolves to, run the local lab, converge nodes (Ansible). "
         "apply clusters with pulumi up, verify with pytest.",
         epilog="Exit codes: 0 ok, 2 invalid input (nothing applied), 1 unexpected failure.",
     )
@@ -224,6 +275,28 @@ def build_parser() -> argparse.ArgumentParser:
     fleet_args(p)
     p.add_argument("--node", action="append", metavar="NODE", help="only this node (repeatable)")
     p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser(
+        "converge",
+        help="bring nodes to their declared state (ansible-playbook through ansible-runner)",
+        description="Validate the fleet, then run playbooks/LAYER.yml against the swarm "
+        "inventory, in the rolling batches of the fleet's Rollout policy. Prints each "
+        "changed, failed or unreachable task result as it happens (a live status line on "
+        "a terminal) and a per-host summary. Run from the repository root.",
+        epilog="Examples: swarm converge --check --diff | swarm converge --layer mesh --limit "
+        "site_lab_a | swarm converge --fleet example -i inventory/example. Exit codes: 0 "
+        "every host ok, 1 a host failed or was unreachable (the others were converged), "
+        "2 invalid fleet or arguments (nothing run).",
+    )
+    p.add_argument("--fleet", default="lab", help="fleet name: inventory/NAME (default: lab)")
+    p.add_argument("-i", "--inventory", metavar="PATH", help="inventory source (default inventory/FLEET)")
+    p.add_argument("--layer", choices=converge.LAYERS, default="site", help="playbook (default: site)")
+    p.add_argument("--check", action="store_true", help="report what would change, change nothing")
+    p.add_argument("--diff", action="store_true", help="show file and setting differences")
+    p.add_argument("--limit", metavar="PATTERN", help="Ansible host pattern: hosts or groups (site_X, gpu)")
+    p.add_argument("--engine", choices=("ansible",), default="ansible", help="converge engine")
+    p.add_argument("-v", "--verbose", action="store_true", help="print every task result")
+    p.set_defaults(func=cmd_converge)
 
     lab_commands.add_parser(sub, fleet_args, fleet_paths)
     return parser

@@ -64,6 +64,15 @@ def recap(output: str) -> dict[str, dict[str, int]]:
     return out
 
 
+def converge_summary(output: str) -> dict[str, dict[str, int | str]]:
+    """``swarm converge``'s closing table as {host: {"status", "ok", "changed", ...}}."""
+    rows = re.findall(
+        r"^(\S+)\s+(ok|changed|FAILED|UNREACHABLE)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)", output, re.M
+    )
+    keys = ("ok", "changed", "failed", "unreachable", "skipped")
+    return {r[0]: {"status": r[1], **dict(zip(keys, map(int, r[2:]), strict=True))} for r in rows}
+
+
 @pytest.fixture(scope="module")
 def lab() -> Iterator[dict[str, str]]:
     """A 3-node lab from inventory/lab; yields {"up": output, "ip_forward": value before}."""

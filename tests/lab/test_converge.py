@@ -1,21 +1,27 @@
 """Node convergence with Ansible on the real 3-node lab (root; CI runs these as root).
 
-Runs in file order on one lab: converge, converge again (changed=0), mesh reachability,
-then an invalid fleet that must stop before any host is touched.
+Runs in file order on one lab: check mode on the fresh fleet (reports, applies nothing),
+converge, converge again (changed=0), mesh reachability, a fourth node added while a
+ping between two others runs, then an invalid fleet that must stop before any host is
+touched.
 """
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from swarm_infra.inventory_sources import fleet_paths
+from swarm_infra.lab.state import connection_file, ssh_command
 from swarm_infra.resolve import desired_state
 from swarm_infra.validate import load_fleet
 
-from .conftest import ROOT, on_node, playbook, recap
+from .conftest import ROOT, converge_summary, on_node, playbook, recap, swarm
 
 pytestmark = [pytest.mark.root, pytest.mark.lab]
 # Mesh addresses as the library resolves them (the test checks them, it does not decide them).
@@ -23,6 +29,32 @@ MESH = {
     name: node["mesh"]["address"].split("/")[0]
     for name, node in desired_state(load_fleet(fleet_paths(ROOT / "inventory/lab")))["nodes"].items()
 }
+
+
+# Files only a real (not check-mode) run writes, one per layer.
+WRITTEN = "/etc/sysctl.d/90-swarm.conf /etc/swarm/gpu-settings.json /etc/wireguard/wg0.conf"
+
+
+def fleet_copy(dest: Path) -> Path:
+    """A copy of the lab fleet (inventory/lab, policies) under ``dest``; returns its inventory dir."""
+    (dest / "inventory").mkdir(parents=True)
+    shutil.copytree(ROOT / "inventory/lab", dest / "inventory/lab")
+    shutil.copytree(ROOT / "policies", dest / "policies")
+    return dest / "inventory/lab"
+
+
+def test_check_diff_on_a_fresh_fleet_reports_changes_and_applies_none(lab) -> None:
+    proc = swarm("converge", "--check", "--diff", check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    summary = converge_summary(proc.stdout)
+    assert set(summary) == set(MESH)
+    assert all(v["changed"] > 0 and v["failed"] == 0 for v in summary.values()), summary
+    assert "+++ after: /etc/swarm/gpu-settings.json" in proc.stdout  # --diff shows the content
+    assert "check mode: nothing was changed" in proc.stdout
+    for node in MESH:
+        left = on_node(node, f"ls {WRITTEN} /etc/wireguard/wg0.key", check=False)
+        assert left.stdout == "", (node, left.stdout)
+        assert on_node(node, "dpkg-query -W wireguard-tools", check=False).returncode != 0
 
 
 def test_converge_succeeds_on_every_host(lab) -> None:
@@ -34,16 +66,15 @@ def test_converge_succeeds_on_every_host(lab) -> None:
 
 
 def test_second_converge_changes_nothing(lab) -> None:
-    proc = playbook("-i", "inventory/lab", "playbooks/site.yml")
-    assert proc.returncode == 0, proc.stdout[-3000:]
-    r = recap(proc.stdout)
-    assert {h: v["changed"] for h, v in r.items()} == dict.fromkeys(MESH, 0)
+    proc = swarm("converge")
+    summary = converge_summary(proc.stdout)
+    assert {h: (v["status"], v["changed"]) for h, v in summary.items()} == dict.fromkeys(MESH, ("ok", 0))
 
 
 def test_check_diff_on_a_converged_fleet_reports_no_change(lab) -> None:
-    proc = playbook("-i", "inventory/lab", "playbooks/site.yml", "--check", "--diff")
-    assert proc.returncode == 0, proc.stdout[-3000:]
-    assert {h: v["changed"] for h, v in recap(proc.stdout).items()} == dict.fromkeys(MESH, 0)
+    proc = swarm("converge", "--check", "--diff")
+    assert {h: v["changed"] for h, v in converge_summary(proc.stdout).items()} == dict.fromkeys(MESH, 0)
+    assert "--- before" not in proc.stdout
 
 
 def test_every_node_pings_every_other_mesh_address_through_wg0(lab) -> None:
@@ -67,16 +98,60 @@ def test_simulated_gpu_settings_are_applied(lab) -> None:
     assert '"power_limit_w": 650' in out and '"persistence_mode": true' in out
 
 
+FOURTH = """---
+apiVersion: swarm.io/v1alpha1
+kind: Node
+metadata:
+  name: lab-cpu-4
+spec:
+  site: lab-a
+  address: 10.77.1.14
+  roles: [cpu-worker]
+  hardware: {cpus: 2, memory_gib: 4}
+"""
+
+
+def test_adding_a_fourth_node_keeps_a_running_ping_at_zero_loss(lab, tmp_path: Path) -> None:
+    inventory = fleet_copy(tmp_path / "repo")
+    (inventory / "nodes-4.yaml").write_text(FOURTH)
+    state = desired_state(load_fleet(fleet_paths(inventory)))
+    assert set(state["nodes"]) == {*MESH, "lab-cpu-4"}
+    swarm("lab", "up", *fleet_paths(inventory))
+    # lab-gpu-2 (site B, through the WAN link) pings lab-head-1's mesh address for the whole
+    # re-converge, which adds lab-cpu-4 as a peer on every node with `wg syncconf`.
+    conn = json.loads(connection_file().read_text())["nodes"]["lab-gpu-2"]
+    pinger = subprocess.Popen(
+        ssh_command(conn, [f"exec ping -i 0.2 -W 2 -I wg0 {MESH['lab-head-1']}"]),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        proc = swarm("converge", "-i", str(inventory), check=False)
+    finally:
+        on_node("lab-gpu-2", "pkill -INT -x ping")
+        out, err = pinger.communicate(timeout=60)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    summary = converge_summary(proc.stdout)
+    assert summary["lab-cpu-4"]["changed"] > 0 and all(v["failed"] == 0 for v in summary.values())
+    sent = int(re.search(r"(\d+) packets transmitted", out).group(1))
+    assert sent > 25 and " 0% packet loss" in out, out + err
+    new = state["nodes"]["lab-cpu-4"]["mesh"]["address"].split("/")[0]
+    for src in MESH:
+        assert "1 received" in on_node(src, f"ping -c 1 -W 3 -I wg0 {new}").stdout
+    assert "lab-cpu-4" in on_node("lab-head-1", "cat /etc/wireguard/peers.json").stdout
+
+
 def test_invalid_policy_stops_before_any_host_is_touched(lab, tmp_path: Path) -> None:
-    fleet = tmp_path / "repo"
-    (fleet / "inventory").mkdir(parents=True)
-    shutil.copytree(ROOT / "inventory/lab", fleet / "inventory/lab")
-    shutil.copytree(ROOT / "policies", fleet / "policies")
-    mesh = fleet / "policies/lab/mesh.yaml"
+    inventory = fleet_copy(tmp_path / "repo")
+    mesh = tmp_path / "repo/policies/lab/mesh.yaml"
     mesh.write_text(mesh.read_text().replace("listen_port: 51820", "listen_port: 70000"))
     marker = on_node("lab-gpu-1", "stat -c %Y /etc/wireguard/peers.json").stdout
-    proc = playbook("-i", str(fleet / "inventory/lab"), "playbooks/site.yml")
+    proc = playbook("-i", str(inventory), "playbooks/site.yml")
     assert proc.returncode != 0
     assert "listen_port" in proc.stdout + proc.stderr and "invalid" in proc.stdout + proc.stderr
     assert "PLAY [" not in proc.stdout
+    via_cli = swarm("converge", "-i", str(inventory), check=False)
+    assert via_cli.returncode == 2 and "listen_port" in via_cli.stderr and "nothing was run" in via_cli.stderr
+    assert "PLAY" not in via_cli.stdout
     assert on_node("lab-gpu-1", "stat -c %Y /etc/wireguard/peers.json").stdout == marker

@@ -27,9 +27,7 @@ def overrides(tmp: Path, version: str) -> str:
             "backend": "nvml",
             "driver": {"branch": version.split(".")[0], "version": version, "allow_reboot": False},
         },
-        "drivers_apt_sources": [
-            {"name": "swarm-standin", "repo": f"deb [trusted=yes] file:{REPO} /"}
-        ],
+        "drivers_apt_sources": [{"name": "swarm-standin", "repo": f"deb [trusted=yes] file:{REPO} /"}],
         "drivers_require_device": False,
     }
     path = tmp / f"drivers-{version}.json"

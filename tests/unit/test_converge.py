@@ -1,0 +1,108 @@
+"""``swarm converge``: progress and summary from a real ansible-runner run, and the
+checks that stop it before Ansible starts (no lab needed; the lab tests converge nodes)."""
+
+from __future__ import annotations
+
+import io
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from swarm_infra import converge
+
+from .conftest import ROOT
+
+PLAYBOOK = """---
+- name: Progress probe
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Write a file
+      ansible.builtin.copy:
+        dest: "{{ out_dir }}/{{ inventory_hostname }}.txt"
+        content: "hello\\n"
+        mode: "0644"
+    - name: Report something
+      ansible.builtin.debug:
+        msg: "a report from the role"
+    - name: Fail on purpose
+      ansible.builtin.fail:
+        msg: "deliberate failure"
+      when: inventory_hostname == 'bad'
+"""
+
+
+def probe_project(tmp: Path) -> tuple[Path, Path]:
+    (tmp / "playbooks").mkdir()
+    (tmp / "playbooks/site.yml").write_text(PLAYBOOK)
+    (tmp / "ansible.cfg").write_text("[defaults]\nhost_key_checking = False\n")
+    inventory = tmp / "hosts.ini"
+    local = f"ansible_connection=local ansible_python_interpreter={sys.executable}"
+    # Port 1 on loopback refuses at once: a real unreachable host without waiting.
+    inventory.write_text(
+        f"good {local}\nbad {local}\nghost ansible_host=127.0.0.1 ansible_port=1 ansible_user=nobody\n"
+        f"[all:vars]\nout_dir={tmp}\n"
+    )
+    return tmp, inventory
+
+
+def test_progress_counts_and_prints_what_ansible_runner_reports(tmp_path: Path) -> None:
+    root, inventory = probe_project(tmp_path)
+    out = io.StringIO()
+    progress = converge.Progress(out, show_diff=True)
+    rc, _ = converge.run_playbook(root, "site", inventory, diff=True, progress=progress)
+    assert rc != 0, out.getvalue()  # a failed and an unreachable host
+    assert {h: t.status for h, t in progress.hosts.items()} == {
+        "good": "changed",
+        "bad": "FAILED",
+        "ghost": "UNREACHABLE",
+    }
+    assert progress.hosts["good"].changed == 1 and progress.hosts["good"].failed == 0
+    text = out.getvalue()
+    assert "+++ after: " in text and "+hello" in text  # --diff, under the task's line
+    assert "note        a report from the role" in text
+    assert "deliberate failure" in text and "ghost" in text
+    assert (tmp_path / "good.txt").read_text() == "hello\n"
+    table = progress.summary(simulated={"good"})
+    assert "good                 changed" in table and "(SIMULATED GPU)" in table
+
+
+def test_check_mode_changes_nothing(tmp_path: Path) -> None:
+    root, inventory = probe_project(tmp_path)
+    progress = converge.Progress(io.StringIO())
+    converge.run_playbook(root, "site", inventory, check=True, limit="good", progress=progress)
+    assert progress.hosts["good"].changed == 1 and set(progress.hosts) == {"good"}
+    assert not (tmp_path / "good.txt").exists()
+
+
+def cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "swarm_infra.cli", "converge", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_an_invalid_fleet_exits_2_before_ansible_starts(tmp_path: Path) -> None:
+    (tmp_path / "inventory").mkdir()
+    shutil.copytree(ROOT / "inventory/lab", tmp_path / "inventory/lab")
+    shutil.copytree(ROOT / "policies", tmp_path / "policies")
+    nodes = tmp_path / "inventory/lab/nodes.yaml"
+    nodes.write_text(nodes.read_text().replace("site: lab-b", "site: lab-z", 1))
+    proc = cli("-i", str(tmp_path / "inventory/lab"))
+    assert proc.returncode == 2
+    assert "lab-z" in proc.stderr and "nothing was run" in proc.stderr
+    assert "PLAY" not in proc.stdout
+
+
+def test_a_path_that_is_no_fleet_inventory_exits_2(tmp_path: Path) -> None:
+    proc = cli("-i", str(tmp_path))
+    assert proc.returncode == 2 and "is not a fleet inventory" in proc.stderr
+
+
+def test_outside_the_repository_root_exits_2(tmp_path: Path) -> None:
+    proc = cli(cwd=tmp_path)
+    assert proc.returncode == 2 and "repository root" in proc.stderr
