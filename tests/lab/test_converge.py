@@ -84,6 +84,11 @@ def test_every_node_pings_every_other_mesh_address_through_wg0(lab) -> None:
             if dst != src:
                 out = on_node(src, f"ping -c 2 -W 3 -I wg0 {address}").stdout
                 assert " 0% packet loss" in out or "1 received" in out, (src, dst, out)
+        # Every peer has completed a handshake within WireGuard's 3-minute rekey window.
+        now = int(on_node(src, "date +%s").stdout)
+        handshakes = on_node(src, "wg show wg0 latest-handshakes").stdout.split()[1::2]
+        assert len(handshakes) == len(MESH) - 1
+        assert all(int(t) > 0 and now - int(t) < 180 for t in handshakes), (src, now, handshakes)
 
 
 def test_private_keys_stay_0600_on_the_node(lab) -> None:
