@@ -2,7 +2,8 @@
 only the differences. One self-contained file (standard library, plus ``pynvml`` from
 nvidia-ml-py for real GPUs), used by the Ansible module ``swarm_gpu``, by the boot-time
 re-apply unit (``python3 swarm_gpu_node.py apply SETTINGS.json``) and by verification
-(``python3 swarm_gpu_node.py read SETTINGS.json``).
+(``python3 swarm_gpu_node.py diff -`` with the desired settings on stdin: what differs, as
+JSON, changing nothing; ``read`` prints the current settings).
 
 Settings per GPU (units as in the policy): ``persistence_mode`` (bool), ``power_limit_w``
 (W; NVML takes mW), ``application_clocks`` {``memory_mhz``, ``graphics_mhz``},
@@ -325,21 +326,28 @@ def backend_for(spec: dict, root: str = "/") -> object:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 3 or argv[1] not in ("apply", "read"):
-        print("usage: swarm_gpu_node.py apply|read SETTINGS.json", file=sys.stderr)
+    """CLI: ``apply|diff|read SETTINGS.json`` (``-``: stdin). Exit 0, 1 on GpuError, 2 usage."""
+    if len(argv) != 3 or argv[1] not in ("apply", "diff", "read"):
+        print("usage: swarm_gpu_node.py apply|diff|read SETTINGS.json|-", file=sys.stderr)
         return 2
-    with open(argv[2]) as fh:
-        spec = json.load(fh)
+    if argv[2] == "-":
+        spec = json.load(sys.stdin)
+    else:
+        with open(argv[2]) as fh:
+            spec = json.load(fh)
     try:
         backend = backend_for(spec)
         if argv[1] == "read":
             out = {d["index"]: backend.read(d["index"]) for d in spec["devices"]}
             print(json.dumps({"simulated": backend.simulated, "gpus": out}, indent=2, sort_keys=True))
             return 0
-        result = converge(backend, spec["devices"])
+        result = converge(backend, spec["devices"], check_mode=argv[1] == "diff")
     except GpuError as exc:
         print(f"swarm-gpu: {exc}", file=sys.stderr)
         return 1
+    if argv[1] == "diff":
+        print(json.dumps({"simulated": result["simulated"], "changes": result["changes"]}, sort_keys=True))
+        return 0
     label = " [SIMULATED]" if result["simulated"] else ""
     for c in result["changes"]:
         print(f"swarm-gpu{label}: gpu {c['gpu']} {c['key']}: {c['before']} -> {c['after']}")

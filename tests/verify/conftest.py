@@ -1,0 +1,92 @@
+"""testinfra verification of every node against its resolved NodeState.
+
+    pytest tests/verify --ansible-inventory=inventory/lab            # every node
+    pytest tests/verify --ansible-inventory=inventory/lab --hosts=lab-gpu-1
+    swarm verify                                                      # the same, with a table
+
+The fleet is read from the inventory (``--swarm-fleet``, default the
+``--ansible-inventory`` path) through the swarm_infra library, so the expected values are
+the NodeState's. Connections come from the Ansible inventory (testinfra's ansible backend,
+which uses its SSH backend with the inventory's address, user, key and known_hosts).
+Each test is one ``Check`` (swarm_infra.verification), with id ``node/layer/key``.
+A failed check records ``drift`` (node, layer, key, desired, actual) in the test's
+``user_properties`` (and so in JUnit XML); a check whose prerequisites failed is skipped
+as "blocked".
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import testinfra
+
+from swarm_infra.inventory_sources import fleet_paths
+from swarm_infra.resolve import desired_state
+from swarm_infra.validate import load_fleet
+from swarm_infra.verification import checks_for
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--swarm-fleet",
+        metavar="INVENTORY",
+        help="fleet inventory (inventory/NAME or *.swarm.yml); default: --ansible-inventory",
+    )
+
+
+def _inventory(config: pytest.Config) -> str | None:
+    return config.getoption("swarm_fleet") or config.getoption("ansible_inventory")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "verify: checks a node against its declared state")
+    config._swarm_outcomes = {}  # check id -> passed?
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "check" not in metafunc.fixturenames:
+        return
+    inventory = _inventory(metafunc.config)
+    if not inventory:
+        raise pytest.UsageError("tests/verify needs --ansible-inventory=inventory/NAME (or --swarm-fleet)")
+    state = desired_state(load_fleet(fleet_paths(Path(inventory))))
+    metafunc.config._swarm_state = state
+    wanted = [h.split("://")[-1] for h in metafunc.config.getoption("hosts") or []]
+    checks = checks_for(state, wanted or None)
+    metafunc.parametrize("check", checks, ids=[c.id for c in checks])
+
+
+@pytest.fixture(scope="session")
+def swarm_state(request: pytest.FixtureRequest) -> dict[str, Any]:
+    return request.config._swarm_state
+
+
+@pytest.fixture(scope="session")
+def node_host(request: pytest.FixtureRequest):
+    """node name -> testinfra Host (one SSH connection per node, reused)."""
+    inventory = request.config.getoption("ansible_inventory") or _inventory(request.config)
+    hosts: dict[str, testinfra.host.Host] = {}
+
+    def get(name: str) -> testinfra.host.Host:
+        if name not in hosts:
+            hosts[name] = testinfra.get_host(f"ansible://{name}", ansible_inventory=inventory)
+        return hosts[name]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def node_cache() -> dict[str, dict[str, Any]]:
+    """Per-node memo of multi-item reads (sysctl.d file, wg dump, GPU diff) for one run."""
+    return {}
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report = yield
+    check = getattr(item, "callspec", None) and item.callspec.params.get("check")
+    if check is not None and report.when == "call":
+        item.config._swarm_outcomes[check.id] = report.passed
+    return report

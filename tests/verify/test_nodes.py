@@ -1,0 +1,59 @@
+"""One test per declared item per node (see conftest.py and swarm_infra.verification)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from swarm_infra.verification import Check, matches
+
+from . import readers
+
+pytestmark = pytest.mark.verify
+
+
+def _describe(actual: Any) -> Any:
+    if isinstance(actual, dict) and set(actual) == {"live", "persisted"}:
+        live = "n/a (read-only here)" if actual["live"] is None else " ".join(actual["live"])
+        persisted = "absent" if actual["persisted"] is None else " ".join(actual["persisted"])
+        return f"live {live}; persisted {persisted}"
+    if actual is None:
+        return "absent"
+    return actual
+
+
+def test_declared_state(check: Check, node_host, node_cache, swarm_state, request, record_property) -> None:
+    outcomes = request.config._swarm_outcomes
+    blocked = [r for r in check.requires if outcomes.get(r) is False]
+    if blocked:
+        pytest.skip(f"blocked: {', '.join(blocked)} drifted")
+    host = node_host(check.node)
+    cache = node_cache.setdefault(check.node, {})
+    node = swarm_state["nodes"][check.node]
+    if check.kind in ("peer", "handshake"):
+        peer = check.args["peer"]
+        iface = swarm_state["nodes"][peer]["mesh"]["interface"]
+        key_cache = node_cache.setdefault("_public_keys", {})
+
+        def key_of(name: str) -> str:
+            if name not in key_cache:
+                key_cache[name] = readers.public_key(node_host(name), iface)
+            return key_cache[name]
+
+        actual = getattr(readers, check.kind)(host, check, cache, key_of)
+    elif check.kind == "gpu":
+        actual = readers.gpu(host, check, cache, node["gpu"])
+    else:
+        actual = getattr(readers, check.kind)(host, check, cache)
+    if not matches(check, actual):
+        drift = {
+            "node": check.node,
+            "layer": check.layer,
+            "key": check.key,
+            "desired": check.desired,
+            "actual": _describe(actual),
+        }
+        record_property("drift", drift)
+        pytest.fail(f"drift: {check.node} {check.layer} {check.key}: desired {check.desired!r}, "
+                    f"actual {drift['actual']!r}", pytrace=False)  # fmt: skip
