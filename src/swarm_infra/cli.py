@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import converge
+from . import converge, verify_report
 from .diagnostics import FleetInvalid
 from .inventory_sources import convention_paths
 from .inventory_sources import fleet_paths as inventory_fleet_paths
@@ -185,24 +185,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_converge(args: argparse.Namespace) -> int:
+    found = _fleet_inventory(args, "converge")
+    if isinstance(found, int):
+        return found
+    inventory, state = found
     root = Path.cwd()
-    if not (root / "ansible.cfg").is_file() or not (root / "playbooks").is_dir():
-        print("swarm converge: run it from the repository root (ansible.cfg, playbooks/)", file=sys.stderr)
-        return EXIT_INVALID
-    inventory = Path(args.inventory or f"inventory/{args.fleet}")
-    paths = inventory_fleet_paths(inventory) if inventory.exists() else []
-    if not paths:
-        print(
-            f"swarm converge: {inventory} is not a fleet inventory (inventory/NAME, or a *.swarm.yml)",
-            file=sys.stderr,
-        )
-        return EXIT_INVALID
-    try:
-        state = desired_state(load_fleet(paths))
-    except FleetInvalid as exc:
-        print(exc.report.text(), file=sys.stderr)
-        print("swarm converge: the fleet is invalid; nothing was run", file=sys.stderr)
-        return EXIT_INVALID
     simulated = {n for n, s in state["nodes"].items() if s["gpu"] and s["gpu"]["backend"] == "simulated"}
     mode = " ".join(m for m, on in (("check", args.check), ("diff", args.diff)) if on)
     print(
@@ -231,6 +218,52 @@ def cmd_converge(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return EXIT_FAILURE
+
+
+def _fleet_inventory(args: argparse.Namespace, command: str) -> tuple[Path, dict[str, Any]] | int:
+    """(inventory path, desired state) for converge/verify, or an exit code after saying why."""
+    root = Path.cwd()
+    if not (root / "ansible.cfg").is_file() or not (root / "playbooks").is_dir():
+        print(f"swarm {command}: run it from the repository root (ansible.cfg, playbooks/)", file=sys.stderr)
+        return EXIT_INVALID
+    inventory = Path(args.inventory or f"inventory/{args.fleet}")
+    paths = inventory_fleet_paths(inventory) if inventory.exists() else []
+    if not paths:
+        print(
+            f"swarm {command}: {inventory} is not a fleet inventory (inventory/NAME, or a *.swarm.yml)",
+            file=sys.stderr,
+        )
+        return EXIT_INVALID
+    try:
+        return inventory, desired_state(load_fleet(paths))
+    except FleetInvalid as exc:
+        print(exc.report.text(), file=sys.stderr)
+        print(f"swarm {command}: the fleet is invalid; nothing was run", file=sys.stderr)
+        return EXIT_INVALID
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    found = _fleet_inventory(args, "verify")
+    if isinstance(found, int):
+        return found
+    inventory, state = found
+    nodes = [n for n in (args.limit or "").split(",") if n]
+    unknown = [n for n in nodes if n not in state["nodes"]]
+    if unknown:
+        print(f"swarm verify: no node named {', '.join(unknown)}", file=sys.stderr)
+        return EXIT_INVALID
+    simulated = [n for n, s in state["nodes"].items() if s["gpu"] and s["gpu"]["backend"] == "simulated"]
+    print(f"verify: {len(nodes) or len(state['nodes'])} node(s) of {inventory} against the declared state")
+    if simulated:
+        print(f"note: GPU checks on {', '.join(simulated)} read the SIMULATED NVML backend")
+    collector = verify_report.run(Path.cwd(), inventory, nodes, Path(args.junit_xml))
+    if not collector.results:
+        print("swarm verify: no check ran (see the JUnit file for collection errors)", file=sys.stderr)
+        return EXIT_FAILURE
+    print(verify_report.report(collector))
+    print(f"JUnit XML: {args.junit_xml}")
+    bad = [r for r in collector.results if r.outcome in ("drift", "error")]
+    return EXIT_FAILURE if bad else EXIT_OK
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -297,6 +330,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engine", choices=("ansible",), default="ansible", help="converge engine")
     p.add_argument("-v", "--verbose", action="store_true", help="print every task result")
     p.set_defaults(func=cmd_converge)
+
+    p = sub.add_parser(
+        "verify",
+        help="check every node against its declared state (testinfra); report drift",
+        description="Run tests/verify (testinfra, one test per declared item, values from the "
+        "resolved NodeState) against the fleet's nodes. Prints each drifted item as it is "
+        "found, then a per-node table (pass/fail per layer: host, drivers, gpu, mesh) and the "
+        "drift report: node, layer, key, desired, actual. Checks that depend on a drifted one "
+        "(pings through a stopped tunnel) are counted as blocked, not as drift. Writes JUnit "
+        "XML. Run from the repository root. Plain pytest works too: pytest tests/verify "
+        "--ansible-inventory=inventory/lab.",
+        epilog="Exit codes: 0 no drift, 1 drift or a check that could not be read, 2 invalid "
+        "fleet or arguments.",
+    )
+    p.add_argument("--fleet", default="lab", help="fleet name: inventory/NAME (default: lab)")
+    p.add_argument("-i", "--inventory", metavar="PATH", help="inventory source (default inventory/FLEET)")
+    p.add_argument("--limit", metavar="NODES", help="comma-separated node names (default: every node)")
+    p.add_argument(
+        "--junit-xml", default="verify-junit.xml", metavar="PATH", help="JUnit XML (default: %(default)s)"
+    )
+    p.set_defaults(func=cmd_verify)
 
     lab_commands.add_parser(sub, fleet_args, fleet_paths)
     return parser

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -54,6 +55,6 @@ def test_declared_state(check: Check, node_host, node_cache, swarm_state, reques
             "desired": check.desired,
             "actual": _describe(actual),
         }
-        record_property("drift", drift)
+        record_property("drift", json.dumps(drift, sort_keys=True))
         pytest.fail(f"drift: {check.node} {check.layer} {check.key}: desired {check.desired!r}, "
                     f"actual {drift['actual']!r}", pytrace=False)  # fmt: skip
