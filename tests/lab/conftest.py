@@ -73,6 +73,28 @@ def converge_summary(output: str) -> dict[str, dict[str, int | str]]:
     return {r[0]: {"status": r[1], **dict(zip(keys, map(int, r[2:]), strict=True))} for r in rows}
 
 
+def assert_nothing_left(ip_forward_before: str) -> None:
+    """After `swarm lab down`: no namespace, link, route, iptables chain, mount, process,
+    cgroup or state of the lab is left, and ip_forward is as it was."""
+    assert not [
+        ns
+        for ns in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+        if ns.startswith("swl-")
+    ]
+    assert "swl-" not in subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert "10.77." not in subprocess.run(["ip", "route"], capture_output=True, text=True).stdout
+    for table in ("filter", "nat"):
+        rules = subprocess.run(["iptables", "-t", table, "-S"], capture_output=True, text=True).stdout
+        assert "SWARM-LAB" not in rules
+    mounts = Path("/proc/self/mountinfo").read_text()
+    assert "swl-" not in mounts and "swarm-lab" not in mounts
+    cmdlines = [p.read_bytes() for p in Path("/proc").glob("[0-9]*/cmdline") if p.exists()]
+    assert not [c for c in cmdlines if b"node-init.sh" in c or b"swarm_infra.lab.wanlink" in c]
+    assert not list(Path("/sys/fs/cgroup").rglob("swarm-lab"))
+    assert not state_dir().exists()  # state, lab SSH key, node layers
+    assert Path("/proc/sys/net/ipv4/ip_forward").read_text().strip() == ip_forward_before
+
+
 @pytest.fixture(scope="module")
 def lab() -> Iterator[dict[str, str]]:
     """A 3-node lab from inventory/lab; yields {"up": output, "ip_forward": value before}."""

@@ -11,9 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from swarm_infra.lab.state import state_dir
-
-from .conftest import on_node, swarm
+from .conftest import assert_nothing_left, on_node, swarm
 
 pytestmark = [pytest.mark.root, pytest.mark.lab]
 NODES = {"lab-head-1": "10.77.1.10", "lab-gpu-1": "10.77.1.11", "lab-gpu-2": "10.77.2.11"}
@@ -113,20 +111,4 @@ def test_nodes_reach_the_hosts_apt_mirror_through_nat(lab) -> None:
 def test_down_leaves_nothing_behind(lab) -> None:
     out = swarm("lab", "down").stdout
     assert "nothing left" in out
-    assert not [
-        ns
-        for ns in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
-        if ns.startswith("swl-")
-    ]
-    assert "swl-" not in subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-    assert "10.77." not in subprocess.run(["ip", "route"], capture_output=True, text=True).stdout
-    for table in ("filter", "nat"):
-        rules = subprocess.run(["iptables", "-t", table, "-S"], capture_output=True, text=True).stdout
-        assert "SWARM-LAB" not in rules
-    mounts = Path("/proc/self/mountinfo").read_text()
-    assert "swl-" not in mounts and "swarm-lab" not in mounts
-    cmdlines = [p.read_bytes() for p in Path("/proc").glob("[0-9]*/cmdline") if p.exists()]
-    assert not [c for c in cmdlines if b"node-init.sh" in c or b"swarm_infra.lab.wanlink" in c]
-    assert not list(Path("/sys/fs/cgroup").rglob("swarm-lab"))
-    assert not state_dir().exists()  # state, lab SSH key, node layers
-    assert Path("/proc/sys/net/ipv4/ip_forward").read_text().strip() == lab["ip_forward"]
+    assert_nothing_left(lab["ip_forward"])

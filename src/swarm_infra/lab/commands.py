@@ -65,6 +65,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     return EXIT_OK if all(r["state"] in ("running", "degraded") for r in rows) else EXIT_FAILURE
 
 
+def cmd_stop(args: argparse.Namespace) -> int:
+    print(f"node   {args.node}: {manager.stop_node(args.node)}")
+    return EXIT_OK
+
+
 def cmd_ssh(args: argparse.Namespace) -> int:
     require_root()
     conns = json.loads(connection_file().read_text())["nodes"] if connection_file().exists() else {}
@@ -126,6 +131,15 @@ def add_parser(
     p.add_argument("node", metavar="NODE")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND")
     p.set_defaults(func=cmd_ssh)
+    p = labsub.add_parser(
+        "stop",
+        help="power one node off, as a failed node (`swarm lab up` starts it again)",
+        description="Sends the node's systemd the poweroff signal and waits until it has exited "
+        "(SIGKILL after 20 s). Its filesystem, links and place in the lab stay.",
+        epilog="Example: swarm lab stop lab-head-1 && swarm converge  # reports it unreachable",
+    )
+    p.add_argument("node", metavar="NODE")
+    p.set_defaults(func=cmd_stop)
     p = labsub.add_parser(
         "down",
         help="stop every node and remove everything the lab made (the image cache stays)",

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Install what the project needs on Debian 12 (as root): the lab's host tools from apt (only
+# the missing ones) and the project, with its Python dependencies, into .venv (kept if there).
+# Used by `make demo` and by .ci/run (which removes .venv first).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3}
+# debootstrap builds the node image, iproute2 and iptables wire namespaces and NAT,
+# openssh-client talks to the nodes, dpkg-dev builds the stand-in NVIDIA apt repository
+# for the drivers test.
+APT_PKGS="debootstrap iproute2 iptables openssh-client iputils-ping util-linux dpkg-dev"
+missing=""
+for p in $APT_PKGS; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing="$missing $p"
+done
+"$PY" -m venv --help >/dev/null 2>&1 || missing="$missing python3-venv"
+if [ -n "${missing// /}" ]; then
+  echo "== apt-get install$missing"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+echo "== pip install -e '.[dev]' into .venv"
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e '.[dev]'

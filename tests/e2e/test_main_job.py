@@ -1,0 +1,112 @@
+"""The main job end to end on the real 3-node lab (root; CI runs it as root).
+
+lab up -> converge -> verify passes -> converge again changed=0 -> inject drift (a sysctl,
+a stopped wg-quick@wg0, a removed peer, a changed simulated GPU power limit, a file mode)
+-> verify fails naming exactly those items -> converge -> verify passes -> stop one node
+-> converge finishes the others, reports the unreachable one and exits non-zero -> lab
+down leaves nothing behind. The steps share one lab and run in file order.
+"""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from tests.lab.conftest import assert_nothing_left, converge_summary, on_node, swarm
+
+pytestmark = [pytest.mark.root, pytest.mark.lab]
+NODES = {"lab-head-1", "lab-gpu-1", "lab-gpu-2"}
+SET_GPU0_POWER = (
+    "python3 -c \"import sys, json; sys.path.insert(0, '/usr/local/lib/swarm'); "
+    "import swarm_gpu_node as g; s = json.load(open('/etc/swarm/gpu-settings.json')); "
+    "g.backend_for(s).set(0, 'power_limit_w', {w})\""
+)
+# (node, layer, key) of each injected drift, as the drift report must name it.
+INJECTED = {
+    ("lab-gpu-1", "host", "sysctl net.ipv4.tcp_slow_start_after_idle"),
+    ("lab-gpu-1", "mesh", "file /etc/wireguard/wg0.key"),
+    ("lab-gpu-1", "mesh", "peer lab-head-1"),
+    ("lab-gpu-2", "mesh", "service wg-quick@wg0"),
+    ("lab-gpu-2", "gpu", "gpu0 power_limit_w"),
+}
+
+
+def verify(tmp_path: Path) -> tuple[int, str, list[dict]]:
+    """Run `swarm verify`; returns (exit code, output, drift items from its JUnit XML)."""
+    junit = tmp_path / "verify.xml"
+    proc = swarm("verify", "--junit-xml", str(junit), check=False)
+    drift = [
+        json.loads(p.get("value"))
+        for p in ET.parse(junit).getroot().iter("property")
+        if p.get("name") == "drift"
+    ]
+    return proc.returncode, proc.stdout + proc.stderr, drift
+
+
+def test_converge_then_verify_passes(lab, tmp_path: Path) -> None:
+    proc = swarm("converge", check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    rc, out, drift = verify(tmp_path)
+    assert rc == 0 and drift == [], out
+    assert "drift: none" in out and "0 errors" in out
+    for node in NODES:
+        assert node in out
+
+
+def test_second_converge_changes_nothing(lab) -> None:
+    summary = converge_summary(swarm("converge").stdout)
+    assert {h: v["changed"] for h, v in summary.items()} == dict.fromkeys(NODES, 0)
+
+
+def test_injected_drift_is_reported_exactly(lab, tmp_path: Path) -> None:
+    head_key = on_node("lab-head-1", "wg pubkey < /etc/wireguard/wg0.key").stdout.strip()
+    on_node("lab-gpu-1", "sysctl -qw net.ipv4.tcp_slow_start_after_idle=1")
+    on_node("lab-gpu-1", "chmod 0644 /etc/wireguard/wg0.key")
+    on_node("lab-gpu-1", f"wg set wg0 peer {head_key} remove")
+    on_node("lab-gpu-2", "systemctl stop wg-quick@wg0")
+    on_node("lab-gpu-2", SET_GPU0_POWER.format(w=500))
+    rc, out, drift = verify(tmp_path)
+    assert rc == 1, out
+    assert {(d["node"], d["layer"], d["key"]) for d in drift} == INJECTED, out
+    assert len(drift) == len(INJECTED)
+    by_key = {d["key"]: d for d in drift}
+    assert by_key["gpu0 power_limit_w"]["actual"] == 500
+    assert by_key["file /etc/wireguard/wg0.key"]["actual"] == "root:root 0644"
+    assert by_key["peer lab-head-1"]["actual"] == "absent"
+    assert "live 1" in by_key["sysctl net.ipv4.tcp_slow_start_after_idle"]["actual"]
+    assert "not running" in by_key["service wg-quick@wg0"]["actual"]
+    assert f"drift: {len(INJECTED)} item(s)" in out
+
+
+def test_converge_repairs_the_drift_and_verify_passes(lab, tmp_path: Path) -> None:
+    proc = swarm("converge", check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    summary = converge_summary(proc.stdout)
+    assert summary["lab-gpu-1"]["changed"] > 0 and summary["lab-gpu-2"]["changed"] > 0
+    rc, out, drift = verify(tmp_path)
+    assert rc == 0 and drift == [], out
+
+
+def test_a_stopped_node_is_reported_and_the_others_converge(lab) -> None:
+    # lab-head-1 is not the canary, and shares its batches with another host: a batch whose
+    # every host fails ends an Ansible run, which is what a dead canary should do.
+    assert "powered off" in swarm("lab", "stop", "lab-head-1").stdout
+    status = swarm("lab", "status", check=False)
+    assert status.returncode == 1
+    assert any("lab-head-1" in ln and "stopped" in ln for ln in status.stdout.splitlines()), status.stdout
+    proc = swarm("converge", check=False)
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    summary = converge_summary(proc.stdout)
+    assert summary["lab-head-1"]["status"] == "UNREACHABLE"
+    for node in ("lab-gpu-1", "lab-gpu-2"):
+        assert summary[node]["failed"] == 0 and summary[node]["unreachable"] == 0
+        assert summary[node]["ok"] > 30  # every layer ran, mesh included
+    assert "failed or unreachable: lab-head-1" in proc.stderr
+
+
+def test_lab_down_leaves_nothing_behind(lab) -> None:
+    assert "nothing left" in swarm("lab", "down").stdout
+    assert_nothing_left(lab["ip_forward"])
