@@ -1,0 +1,86 @@
+"""The checks verification derives from the resolved NodeState (no nodes needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from swarm_infra.resolve import desired_state
+from swarm_infra.validate import load_fleet
+from swarm_infra.verification import Check, checks_for, gpu_spec, matches, sysctl_values
+
+from .conftest import fleet_dirs
+
+
+@pytest.fixture(scope="module")
+def state() -> dict:
+    return desired_state(load_fleet([str(p) for p in fleet_dirs("lab")]))
+
+
+def test_every_declared_item_becomes_one_check_with_the_nodestate_value(state) -> None:
+    checks = {c.id: c for c in checks_for(state)}
+    assert len(checks) == len(checks_for(state))  # ids are unique
+    node = state["nodes"]["lab-gpu-1"]
+    for key, value in node["host"]["sysctls"].items():
+        assert checks[f"lab-gpu-1/host/sysctl {key}"].desired == value
+    for dev in node["gpu"]["devices"]:
+        for key, value in dev["settings"].items():
+            want = {"enabled": value["enabled"]} if key == "mig" else value
+            assert checks[f"lab-gpu-1/gpu/gpu{dev['index']} {key}"].desired == want
+    for peer in node["mesh"]["peers"]:
+        assert checks[f"lab-gpu-1/mesh/peer {peer['name']}"].desired == peer["allowed_ips"]
+    assert checks["lab-gpu-1/mesh/wg0 mtu"].desired == node["mesh"]["mtu"]
+    # Simulated GPUs: no driver checks; lab-head-1 has no GPU checks at all.
+    assert not [c for c in checks.values() if c.layer == "drivers"]
+    assert not [c for c in checks.values() if c.node == "lab-head-1" and c.layer == "gpu"]
+
+
+def test_pings_and_handshakes_wait_on_both_ends_and_come_last(state) -> None:
+    checks = checks_for(state)
+    kinds = [c.kind for c in checks]
+    first_remote = kinds.index("ping")
+    assert set(kinds[first_remote:]) == {"ping", "handshake"}
+    assert kinds.index("handshake") > max(i for i, k in enumerate(kinds) if k == "ping")
+    ping = next(c for c in checks if c.id.startswith("lab-head-1/mesh/ping lab-gpu-2"))
+    assert set(ping.requires) == {
+        "lab-head-1/mesh/service wg-quick@wg0",
+        "lab-gpu-2/mesh/service wg-quick@wg0",
+        "lab-head-1/mesh/peer lab-gpu-2",
+        "lab-gpu-2/mesh/peer lab-head-1",
+    }
+    ids = {c.id for c in checks}
+    assert all(r in ids for c in checks for r in c.requires)
+    # lab-gpu-2 is behind NAT: its pings go first, re-opening tunnels to it.
+    pings = [c for c in checks if c.kind == "ping"]
+    assert all(c.node == "lab-gpu-2" for c in pings[:2])
+
+
+def test_limit_to_nodes(state) -> None:
+    assert {c.node for c in checks_for(state, ["lab-gpu-2"])} == {"lab-gpu-2"}
+
+
+def test_sysctl_values_compare_parsed_fields() -> None:
+    assert sysctl_values([4096, 131072, 268435456]) == sysctl_values("4096\t131072\t268435456")
+    assert sysctl_values("4096 131072 268435456") == ["4096", "131072", "268435456"]
+    assert sysctl_values(0) == ["0"]
+
+
+def test_matches_sysctl_checks_live_only_where_settable() -> None:
+    c = Check("n", "host", "sysctl vm.swappiness", "sysctl", 10)
+    assert matches(c, {"live": None, "persisted": ["10"]})
+    assert not matches(c, {"live": ["60"], "persisted": ["10"]})
+    assert not matches(c, {"live": None, "persisted": None})
+
+
+def test_matches_handshake_age_and_peer_ips() -> None:
+    hs = Check("n", "mesh", "handshake p", "handshake", "< 180 s")
+    assert matches(hs, 5) and not matches(hs, 181) and not matches(hs, None)
+    peer = Check("n", "mesh", "peer p", "peer", ["10.0.0.2/32", "10.1.0.0/24"])
+    assert matches(peer, ["10.1.0.0/24", "10.0.0.2/32"])
+    assert not matches(peer, None) and not matches(peer, ["10.0.0.2/32"])
+
+
+def test_gpu_spec_is_the_settings_document_the_role_persists(state) -> None:
+    g = state["nodes"]["lab-gpu-1"]["gpu"]
+    spec = gpu_spec(g)
+    assert spec["backend"] == "simulated" and spec["devices"] == g["devices"]
+    assert spec["models"] == [d["model"] for d in g["devices"]]
