@@ -148,7 +148,7 @@ class Progress:
         return "\n".join(lines)
 
 
-def _path_with_ansible() -> str:
+def path_with_ansible() -> str:
     """PATH with this Python's bin directory first, so the project's ansible-playbook runs.
 
     Raises FileNotFoundError when there is no ansible-playbook at all.
@@ -192,7 +192,7 @@ def run_playbook(
             envvars={
                 "ANSIBLE_CONFIG": str(root / "ansible.cfg"),
                 "ANSIBLE_NOCOLOR": "1",
-                "PATH": _path_with_ansible(),
+                "PATH": path_with_ansible(),
             },
             event_handler=progress,
             quiet=True,

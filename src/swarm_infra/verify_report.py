@@ -8,6 +8,7 @@ and renders the per-node table (pass/fail per layer) and the drift report.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -52,9 +53,12 @@ class Collector:
         else:
             outcome = "error"
         message = ""
-        if outcome in ("blocked", "error"):
-            text = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-            message = text.strip().splitlines()[-1] if text.strip() else ""
+        if outcome == "blocked":
+            message = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        elif outcome == "error":
+            crash = getattr(report.longrepr, "reprcrash", None)
+            text = crash.message if crash else str(report.longrepr)
+            message = " ".join(text.split())[:300]
         r = Result(m["node"], m["layer"], m["key"], outcome, json.loads(props.get("drift", "null")), message)
         self.results.append(r)
         if outcome == "drift":
@@ -99,7 +103,12 @@ def run(
     JUnit XML to ``junit_xml``. Returns the collector with every check's result."""
     import pytest  # imported here: other commands should not pay for it
 
+    from .converge import path_with_ansible
+
     Path("~/.ansible/cp").expanduser().mkdir(parents=True, exist_ok=True)  # shared SSH masters
+    # testinfra's ansible backend runs ansible-inventory: this venv's, with the project's config.
+    os.environ["PATH"] = path_with_ansible()
+    os.environ.setdefault("ANSIBLE_CONFIG", str(root / "ansible.cfg"))
     args = [
         str(root / "tests" / "verify"),
         f"--ansible-inventory={inventory}",

@@ -20,8 +20,11 @@ IS_ROOT = os.geteuid() == 0
 
 def swarm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     """Run the real CLI (``python -m swarm_infra.cli``) from the repository root."""
+    # The system PATH only, as when `make demo` runs .venv/bin/swarm: the CLI must find the
+    # venv's Ansible tools itself.
+    env = {**os.environ, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
     proc = subprocess.run(
-        [sys.executable, "-m", "swarm_infra.cli", *args], cwd=ROOT, capture_output=True, text=True
+        [sys.executable, "-m", "swarm_infra.cli", *args], cwd=ROOT, capture_output=True, text=True, env=env
     )
     if check and proc.returncode != 0:
         raise AssertionError(
