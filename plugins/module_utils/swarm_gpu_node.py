@@ -319,9 +319,11 @@ def converge(backend: object, devices: list[dict], check_mode: bool = False) -> 
 
 
 def backend_for(spec: dict, root: str = "/") -> object:
-    """The backend a settings file asks for: {"backend": "nvml"|"simulated", "models", "limits"}."""
+    """The backend a settings document asks for: NodeState.gpu's shape, {"backend":
+    "nvml"|"simulated", "devices": [{index, model, settings}], "limits": {model: ...}}."""
     if spec["backend"] == "simulated":
-        return SimulatedBackend(spec["models"], spec["limits"], root)
+        models = [d["model"] for d in sorted(spec["devices"], key=lambda d: d["index"])]
+        return SimulatedBackend(models, spec["limits"], root)
     return NvmlBackend()
 
 

@@ -73,9 +73,8 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
-    spec = {"backend": p["backend"], "models": [d["model"] for d in p["devices"]], "limits": p["limits"]}
     try:
-        result = converge(backend_for(spec), p["devices"], check_mode=module.check_mode)
+        result = converge(backend_for(p), p["devices"], check_mode=module.check_mode)
     except GpuError as exc:
         hint = {
             "NO_PERMISSION": " (run as root)",

@@ -53,6 +53,11 @@ def _fmt_settings(settings: dict[str, Any]) -> str:
     return " ".join(parts) or "(none: left as the driver has them)"
 
 
+def simulated_nodes(state: dict[str, Any]) -> list[str]:
+    """Names of the nodes whose GPUs use the simulated NVML backend (said in every output)."""
+    return [n for n, s in state["nodes"].items() if s["gpu"] and s["gpu"]["backend"] == "simulated"]
+
+
 def render_node(state: dict[str, Any]) -> str:
     """A NodeState as readable text (what `swarm plan` prints per node)."""
     ssh = state["ssh"]
@@ -177,9 +182,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     blocks = [render_node(s) for s in state["nodes"].values()]
     if "cluster" in state:
         blocks.append(render_cluster(state["cluster"]))
-    simulated = sum(1 for s in state["nodes"].values() if s["gpu"] and s["gpu"]["backend"] == "simulated")
+    simulated = simulated_nodes(state)
     if simulated:
-        blocks.append(f"note: {simulated} node(s) use the SIMULATED NVML backend (no real GPU is touched)")
+        n = len(simulated)
+        blocks.append(f"note: {n} node(s) use the SIMULATED NVML backend (no real GPU is touched)")
     print("\n\n".join(blocks))
     return EXIT_OK
 
@@ -190,7 +196,7 @@ def cmd_converge(args: argparse.Namespace) -> int:
         return found
     inventory, state = found
     root = Path.cwd()
-    simulated = {n for n, s in state["nodes"].items() if s["gpu"] and s["gpu"]["backend"] == "simulated"}
+    simulated = simulated_nodes(state)
     mode = " ".join(m for m, on in (("check", args.check), ("diff", args.diff)) if on)
     print(
         f"converge: playbooks/{args.layer}.yml on {inventory} ({len(state['nodes'])} nodes"
@@ -252,7 +258,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if unknown:
         print(f"swarm verify: no node named {', '.join(unknown)}", file=sys.stderr)
         return EXIT_INVALID
-    simulated = [n for n, s in state["nodes"].items() if s["gpu"] and s["gpu"]["backend"] == "simulated"]
+    simulated = simulated_nodes(state)
     print(f"verify: {len(nodes) or len(state['nodes'])} node(s) of {inventory} against the declared state")
     if simulated:
         print(f"note: GPU checks on {', '.join(simulated)} read the SIMULATED NVML backend")
@@ -270,8 +276,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="swarm",
         description="Swarm infrastructure pipeline: validate the declared fleet and show the "
-        "desired state it resolves to, run the local lab, converge nodes (Ansible). "
-        "apply clusters with pulumi up, verify with pytest.",
+        "desired state it resolves to, run the local lab, converge nodes (Ansible) and "
+        "verify them (testinfra).",
         epilog="Exit codes: 0 ok, 2 invalid input (nothing applied), 1 unexpected failure.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

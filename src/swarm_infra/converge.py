@@ -15,7 +15,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -131,7 +131,7 @@ class Progress:
         if diff and changed:
             self._print("\n".join("    " + ln for ln in diff))
 
-    def summary(self, simulated: set[str]) -> str:
+    def summary(self, simulated: Collection[str]) -> str:
         """The per-host table printed at the end (host, status, ok/changed/failed/...)."""
         lines = [
             "",

@@ -54,3 +54,30 @@ def flatten(name: str, profiles: Mapping[str, HostProfile], _stack: tuple[str, .
         if getattr(profile, key) is not None:
             merged[key] = getattr(profile, key)
     return merged
+
+
+def sysfs_items(flat: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The sysfs files behind a flattened profile's hugepages, THP and CPU governor:
+    ``[{"name", "path", "glob", "value"}]`` (only those it sets). ``path`` is the file to
+    read or check, ``glob`` what a tmpfiles.d(5) ``w`` line writes (every CPU for the
+    governor), ``value`` the text written. Paths: the kernel's admin-guide/mm (hugetlbpage,
+    transhuge) and cpu-freq documentation.
+    """
+    items = []
+    if flat["hugepages"]:
+        size = flat["hugepages"]["size_kib"]
+        path = f"/sys/kernel/mm/hugepages/hugepages-{size}kB/nr_hugepages"
+        count = str(flat["hugepages"]["count"])
+        items.append({"name": "hugepages", "path": path, "glob": path, "value": count})
+    if flat["transparent_hugepages"]:
+        path = "/sys/kernel/mm/transparent_hugepage/enabled"
+        items.append({"name": "transparent_hugepages", "path": path, "glob": path,
+                      "value": flat["transparent_hugepages"]})  # fmt: skip
+    if flat["cpu_governor"]:
+        items.append({
+            "name": "cpu_governor",
+            "path": "/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor",
+            "glob": "/sys/devices/system/cpu/cpu*/cpufreq/scaling_governor",
+            "value": flat["cpu_governor"],
+        })  # fmt: skip
+    return items

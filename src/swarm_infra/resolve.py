@@ -74,13 +74,7 @@ def _node_state(
             "backend": node.gpu_backend,
             "profile": choice.profile if choice else None,
             "assignment": choice.assignment if choice else None,
-            "driver": {
-                "branch": driver["branch"],
-                "version": driver.get("version"),
-                "allow_reboot": driver.get("allow_reboot", False),
-            }
-            if driver
-            else None,
+            "driver": driver_state(driver) if driver else None,
             "devices": devices,
             "limits": {m: gpu.model_limits(m) for m in sorted(set(node.gpu_models))},
         }
@@ -89,6 +83,7 @@ def _node_state(
         if choice.profile not in host_cache:
             flat = host.flatten(choice.profile, fleet.host_profiles)
             flat["sysctls"] = dict(sorted(flat["sysctls"].items()))
+            flat["sysfs"] = host.sysfs_items(flat)
             host_cache[choice.profile] = flat
         state["host"] = {
             "profile": choice.profile,
@@ -243,15 +238,28 @@ def cluster_state(a: Analysis) -> dict[str, Any]:
     }
 
 
+def driver_state(driver: dict[str, Any]) -> dict[str, Any]:
+    """A GpuProfile's ``driver`` as NodeState: branch, version, allow_reboot, and
+    ``apt_version``, the Debian version glob that pins it (``570.86.15-*`` for a version,
+    ``570.*`` for a whole branch; apt_preferences(5) and ``apt-get install name=glob``)."""
+    version = driver.get("version")
+    return {
+        "branch": driver["branch"],
+        "version": version,
+        "allow_reboot": driver.get("allow_reboot", False),
+        "apt_version": f"{version}-*" if version else f"{driver['branch']}.*",
+    }
+
+
 def desired_state(a: Analysis) -> dict[str, Any]:
     """``{"nodes": {name: NodeState}, "cluster": ClusterState}`` for a checked fleet.
 
     ``a`` comes from :func:`swarm_infra.validate.load_fleet` (errors already excluded).
     NodeState keys: name, site, region, roles, labels, address, ssh, hardware, gpu (None
-    without GPUs: backend, profile, driver, devices[index, model, settings], limits),
-    host (None without a HostProfile: sysctls, hugepages, transparent_hugepages,
-    cpu_governor), mesh (interface, address, listen_port, mtu, forwarding, peers) and
-    storage (scratch on NVMe, or None).
+    without GPUs: backend, profile, driver (with apt_version), devices[index, model,
+    settings], limits), host (None without a HostProfile: sysctls, hugepages,
+    transparent_hugepages, cpu_governor, sysfs[name, path, glob, value]), mesh (interface,
+    address, listen_port, mtu, forwarding, peers) and storage (scratch on NVMe, or None).
     """
     peers: dict[str, list[dict[str, Any]]] = {}
     forwarders: set[str] = set()

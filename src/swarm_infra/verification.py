@@ -18,6 +18,7 @@ twenty failed pings.
 
 from __future__ import annotations
 
+import fnmatch
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +28,6 @@ LAYERS = ("host", "drivers", "gpu", "mesh")
 HANDSHAKE_MAX_AGE_S = 180
 SYSCTL_FILE = "/etc/sysctl.d/90-swarm.conf"
 TMPFILES_FILE = "/etc/tmpfiles.d/swarm-host-tuning.conf"
-GPU_SETTINGS_FILE = "/etc/swarm/gpu-settings.json"
 GPU_UNIT = "swarm-gpu-apply.service"
 WIREGUARD_DIR = "/etc/wireguard"
 
@@ -72,6 +72,8 @@ def matches(check: Check, actual: Any) -> bool:
         return persisted == want and (live is None or live == want)
     if check.kind == "handshake":
         return actual is not None and actual < HANDSHAKE_MAX_AGE_S
+    if check.kind == "package":  # a Debian version against the pin's glob (570.86.15-*)
+        return fnmatch.fnmatchcase(str(actual), check.desired)
     if check.kind == "peer":
         return actual is not None and sorted(actual) == sorted(check.desired)
     return actual == check.desired
@@ -142,8 +144,8 @@ def checks_for(state: dict[str, Any], nodes: list[str] | None = None) -> list[Ch
                 local.append(
                     Check(name, "host", f"sysctl {key}", "sysctl", value, {"key": key, "all_keys": keys})
                 )
-            for key, (value, path) in _sysfs(h).items():
-                local.append(Check(name, "host", key, "sysfs", value, {"path": path}))
+            for item in h["sysfs"]:
+                local.append(Check(name, "host", item["name"], "sysfs", item["value"], item))
         g = node["gpu"]
         if g and g["backend"] == "nvml" and g["driver"]:
             d = g["driver"]
@@ -175,35 +177,3 @@ def checks_for(state: dict[str, Any], nodes: list[str] | None = None) -> list[Ch
     pings = sorted((c for c in remote if c.kind == "ping"), key=lambda c: not c.args["behind_nat"])
     handshakes = [c for c in remote if c.kind == "handshake"]
     return local + pings + handshakes
-
-
-# The sysfs files behind a HostProfile's hugepages, THP and governor, as roles/host_tuning
-# writes them (vars/main.yml there; tmpfiles.d "w" lines).
-def _sysfs(h: dict[str, Any]) -> dict[str, tuple[Any, str]]:
-    """{item: (desired value, sysfs path)} for the profile's hugepages, THP and governor."""
-    out: dict[str, tuple[Any, str]] = {}
-    if h["hugepages"]:
-        size = h["hugepages"]["size_kib"]
-        out[f"hugepages {size}kB"] = (
-            str(h["hugepages"]["count"]),
-            f"/sys/kernel/mm/hugepages/hugepages-{size}kB/nr_hugepages",
-        )
-    if h["transparent_hugepages"]:
-        out["transparent_hugepages"] = (
-            h["transparent_hugepages"],
-            "/sys/kernel/mm/transparent_hugepage/enabled",
-        )
-    if h["cpu_governor"]:
-        out["cpu_governor"] = (h["cpu_governor"], "/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")
-    return out
-
-
-def gpu_spec(gpu: dict[str, Any]) -> dict[str, Any]:
-    """NodeState.gpu as the node-side GPU code's settings document (what roles/gpu_tuning
-    persists): {backend, models, limits, devices}."""
-    return {
-        "backend": gpu["backend"],
-        "models": [d["model"] for d in gpu["devices"]],
-        "limits": gpu["limits"],
-        "devices": gpu["devices"],
-    }

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from swarm_infra.resolve import driver_state
+
 from . import standin_repo
 from .conftest import ansible, on_node, playbook, recap
 
@@ -25,7 +27,7 @@ def overrides(tmp: Path, version: str) -> str:
     data = {
         "drivers_state": {
             "backend": "nvml",
-            "driver": {"branch": version.split(".")[0], "version": version, "allow_reboot": False},
+            "driver": driver_state({"branch": version.split(".")[0], "version": version}),
         },
         "drivers_apt_sources": [{"name": "swarm-standin", "repo": f"deb [trusted=yes] file:{REPO} /"}],
         "drivers_require_device": False,

@@ -168,3 +168,15 @@ def test_simulated_reboot_resets_volatile_settings_and_applies_pending_ecc(tmp_p
     after_boot = _sim(tmp_path).read(0)
     assert after_boot["power_limit_w"] == model_limits(H100)["power"]["default_w"]
     assert after_boot["ecc"] is False
+
+
+def test_backend_for_takes_the_nodestate_gpu_slice_as_is(tmp_path: Path) -> None:
+    # The role persists NodeState.gpu and verification sends it: models come from devices.
+    spec = {
+        "backend": "simulated",
+        "devices": [{"index": 1, "model": H100, "settings": {}}, {"index": 0, "model": H100, "settings": {}}],
+        "limits": {H100: model_limits(H100)},
+        "profile": "ignored",
+    }
+    backend = node.backend_for(spec, root=str(tmp_path))
+    assert backend.simulated and backend.models == [H100, H100] and backend.count() == 2

@@ -6,7 +6,7 @@ import pytest
 
 from swarm_infra.resolve import desired_state
 from swarm_infra.validate import load_fleet
-from swarm_infra.verification import Check, checks_for, gpu_spec, matches, sysctl_values
+from swarm_infra.verification import Check, checks_for, matches, sysctl_values
 
 from .conftest import fleet_dirs
 
@@ -79,8 +79,21 @@ def test_matches_handshake_age_and_peer_ips() -> None:
     assert not matches(peer, None) and not matches(peer, ["10.0.0.2/32"])
 
 
-def test_gpu_spec_is_the_settings_document_the_role_persists(state) -> None:
-    g = state["nodes"]["lab-gpu-1"]["gpu"]
-    spec = gpu_spec(g)
-    assert spec["backend"] == "simulated" and spec["devices"] == g["devices"]
-    assert spec["models"] == [d["model"] for d in g["devices"]]
+def test_driver_package_matches_the_pin_glob_the_resolver_decides() -> None:
+    from swarm_infra.resolve import driver_state
+
+    exact = driver_state({"branch": "570", "version": "570.86.15"})
+    branch = driver_state({"branch": "570"})
+    assert (exact["apt_version"], branch["apt_version"]) == ("570.86.15-*", "570.*")
+    check = Check("n", "drivers", "package nvidia-driver", "package", exact["apt_version"])
+    assert matches(check, "570.86.15-1") and not matches(check, "570.124.06-1")
+    assert not matches(check, "absent")
+
+
+def test_sysfs_items_come_from_the_nodestate(state) -> None:
+    host = state["nodes"]["lab-gpu-1"]["host"]
+    checks = [c for c in checks_for(state, ["lab-gpu-1"]) if c.kind == "sysfs"]
+    assert [(c.key, c.desired, c.args["path"]) for c in checks] == [
+        (i["name"], i["value"], i["path"]) for i in host["sysfs"]
+    ]
+    assert checks, "the lab's GPU profile sets hugepages/THP/governor"

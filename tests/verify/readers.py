@@ -15,7 +15,7 @@ from typing import Any
 
 from testinfra.host import Host
 
-from swarm_infra.verification import SYSCTL_FILE, TMPFILES_FILE, Check, gpu_spec
+from swarm_infra.verification import SYSCTL_FILE, TMPFILES_FILE, Check
 
 Cache = dict[str, Any]
 
@@ -68,7 +68,7 @@ def sysfs(host: Host, check: Check, cache: Cache) -> dict[str, Any]:
     persisted = None
     for ln in lines:
         fields = ln.split(None, 6)
-        if len(fields) == 7 and fields[0] == "w" and fields[1].replace("cpu*", "cpu0") == path:
+        if len(fields) == 7 and fields[0] == "w" and fields[1] == check.args["glob"]:
             persisted = fields[6].split()
     live = None
     if host.run(f"test -w {path}").rc == 0:
@@ -94,11 +94,7 @@ def service(host: Host, check: Check, cache: Cache) -> str:
 
 def package(host: Host, check: Check, cache: Cache) -> str:
     p = host.package(check.args["package"])
-    if not p.is_installed:
-        return "absent"
-    version = p.version.split("-")[0]
-    want = str(check.desired)
-    return want if want.endswith(".*") and version.startswith(want[:-1]) else version
+    return p.version if p.is_installed else "absent"
 
 
 def _addresses(host: Host, iface: str) -> dict[str, Any]:
@@ -165,7 +161,7 @@ def _gpu_diff(host: Host, spec: dict[str, Any]) -> list[dict[str, Any]] | str:
     """What differs, per the node-side GPU code run with the desired settings on stdin;
     a string saying why when the code cannot run (not installed, NVML error)."""
     lib = "/usr/local/lib/swarm/swarm_gpu_node.py"
-    out = host.run(f"python3 {lib} diff - <<'EOF'\n{json.dumps(gpu_spec(spec))}\nEOF")
+    out = host.run(f"python3 {lib} diff - <<'EOF'\n{json.dumps(spec)}\nEOF")
     if out.rc != 0:
         return f"unreadable: {(out.stderr.strip() or out.stdout.strip() or 'no output').splitlines()[-1]}"
     return json.loads(out.stdout)["changes"]
