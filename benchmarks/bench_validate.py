@@ -37,8 +37,8 @@ def one(nodes: int, tenants: int, baseline_docs: int) -> dict:
     from referencing import Registry, Resource
 
     from swarm_infra import desired_state, validate
-    from swarm_infra.loader import find_files, load_documents
-    from swarm_infra.schemas import BASE_URI, KINDS, SHARED, check_document, load_schema
+    from swarm_infra.fleet.loader import find_files, load_documents
+    from swarm_infra.fleet.schemas import BASE_URI, KINDS, SHARED, check_document, load_schema
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "fleet"

@@ -15,7 +15,7 @@ import ipaddress
 import shutil
 from pathlib import Path
 
-from swarm_infra.mesh import derived_address
+from swarm_infra.resolve.mesh import derived_address
 
 MODELS = ["H100-SXM5-80GB", "A100-SXM4-80GB", "L40S", "RTX-4090"]
 FLAVORS = {

@@ -5,8 +5,6 @@ DOCUMENTATION, below, is what ``ansible-doc -t inventory swarm`` shows.
 
 from __future__ import annotations
 
-import json
-import os
 import re
 from pathlib import Path
 from typing import ClassVar
@@ -27,8 +25,7 @@ description:
   - An invalid fleet fails the run before any host is touched, with the validator's
     messages (C(any_unparsed_is_failed) is set in ansible.cfg).
   - Groups C(site_<site>), C(role_<role>), C(gpu_<model>) (e.g. C(gpu_h100_sxm5_80gb)),
-    C(gpu), C(simulated_gpu). Group C(all) gets C(swarm_rollout) (serial,
-    max_fail_percentage) from the fleet's Rollout.
+    C(gpu), C(simulated_gpu) (the same groups the pyinfra inventory has).
   - When a local lab is up (C(swarm lab up)), connection details (address, user, lab key,
     known_hosts) come from its connection file, C($SWARM_LAB_DIR/connection.json).
 options:
@@ -51,11 +48,6 @@ fleet_paths: [inventory/lab, policies/lab, policies/shared]
 """
 
 _API = re.compile(r"^apiVersion:\s*swarm\.io/", re.M)
-_SAFE = re.compile(r"[^a-z0-9_]")
-
-
-def _group(prefix: str, name: str) -> str:
-    return f"{prefix}_{_SAFE.sub('_', name.lower())}"
 
 
 class InventoryModule(BaseInventoryPlugin):
@@ -66,7 +58,7 @@ class InventoryModule(BaseInventoryPlugin):
 
     def verify_file(self, path: str) -> bool:
         """A ``*.swarm.yml`` config, or a fleet YAML file inside ``.../inventory/NAME/``."""
-        from swarm_infra.inventory_sources import CONFIG_SUFFIXES
+        from swarm_infra.fleet.sources import CONFIG_SUFFIXES
 
         p = Path(path)
         if p.name.endswith(CONFIG_SUFFIXES):
@@ -80,10 +72,11 @@ class InventoryModule(BaseInventoryPlugin):
 
     def parse(self, inventory, loader, path, cache=True):
         super().parse(inventory, loader, path, cache)
-        from swarm_infra.diagnostics import FleetInvalid
-        from swarm_infra.inventory_sources import fleet_paths
-        from swarm_infra.resolve import desired_state
-        from swarm_infra.validate import load_fleet
+        from swarm_infra.engines.inventory import ansible_connection_vars, inventory_hosts
+        from swarm_infra.fleet.diagnostics import FleetInvalid
+        from swarm_infra.fleet.sources import fleet_paths
+        from swarm_infra.lab.state import read_connections
+        from swarm_infra.resolve import desired_state, load_fleet
 
         paths = fleet_paths(path)
         key = tuple(paths)
@@ -98,39 +91,11 @@ class InventoryModule(BaseInventoryPlugin):
                     f"the fleet ({', '.join(paths)}) is invalid; nothing was run:\n{exc.report.text()}"
                 ) from None
             state = self._states[key] = desired_state(analysis)
-        lab = _lab_connections()
-        self.inventory.set_variable("all", "swarm_rollout", state["rollout"])
-        for name, node in state["nodes"].items():
-            self.inventory.add_host(name)
-            groups = [_group("site", node["site"])] + [_group("role", r) for r in node["roles"]]
-            if node["gpu"]:
-                groups.append("gpu")
-                groups += [_group("gpu", g["model"]) for g in node["hardware"]["gpus"]]
-                if node["gpu"]["backend"] == "simulated":
-                    groups.append("simulated_gpu")
-            for g in groups:
+        for host in inventory_hosts(state, read_connections()):
+            self.inventory.add_host(host.name)
+            for g in host.groups:
                 self.inventory.add_group(g)
-                self.inventory.add_child(g, name)
-            self.inventory.set_variable(name, "swarm", node)
-            conn = lab.get(name)
-            if conn:
-                self.inventory.set_variable(name, "ansible_host", conn["host"])
-                self.inventory.set_variable(name, "ansible_port", conn["port"])
-                self.inventory.set_variable(name, "ansible_user", conn["user"])
-                self.inventory.set_variable(name, "ansible_ssh_private_key_file", conn["private_key_file"])
-                self.inventory.set_variable(
-                    name,
-                    "ansible_ssh_common_args",
-                    f"-o UserKnownHostsFile={conn['known_hosts_file']} -o StrictHostKeyChecking=yes",
-                )
-            else:
-                self.inventory.set_variable(name, "ansible_host", node["ssh"]["host"])
-                self.inventory.set_variable(name, "ansible_port", node["ssh"]["port"])
-                self.inventory.set_variable(name, "ansible_user", node["ssh"]["user"])
-
-
-def _lab_connections() -> dict[str, dict]:
-    path = Path(os.environ.get("SWARM_LAB_DIR", "/var/lib/swarm-lab")) / "connection.json"
-    if not path.exists():
-        return {}
-    return json.loads(path.read_text()).get("nodes", {})
+                self.inventory.add_child(g, host.name)
+            self.inventory.set_variable(host.name, "swarm", host.state)
+            for var, value in ansible_connection_vars(host.connection).items():
+                self.inventory.set_variable(host.name, var, value)

@@ -39,10 +39,9 @@ _raw:
 
 class LookupModule(LookupBase):
     def run(self, terms, variables=None, **kwargs):
-        from swarm_infra.diagnostics import FleetInvalid
-        from swarm_infra.inventory_sources import fleet_paths
-        from swarm_infra.resolve import rollout_state
-        from swarm_infra.validate import load_fleet
+        from swarm_infra.fleet.diagnostics import FleetInvalid
+        from swarm_infra.fleet.sources import fleet_paths
+        from swarm_infra.resolve import load_fleet, rollout_state
 
         sources = (variables or {}).get("ansible_inventory_sources") or []
         paths = next((p for p in (fleet_paths(s) for s in sources) if p), None)

@@ -1,11 +1,26 @@
 """Swarm infrastructure pipeline: the library every consumer reads the fleet through.
 
-Data flows one way: declare (YAML) → :func:`validate` / :func:`load_fleet` → resolve
-(:func:`desired_state`) → consumers (Ansible, pyinfra, Pulumi, testinfra, review).
+Data flows one way, and the subpackages follow it: ``fleet`` (declare: files, YAML,
+schemas, the typed model) -> ``resolve`` (decide: validation and the desired state) ->
+consumers (``engines``, ``verify``, ``lab``) -> ``cli``; ``nodeside`` is the code that runs
+on the nodes. The names below are re-exported lazily, so ``import swarm_infra.lab.wanlink``
+does not load the validator.
 """
 
-from .diagnostics import Diagnostic, FleetInvalid, Report
-from .resolve import desired_state
-from .validate import Validation, load_fleet, validate
+from __future__ import annotations
+
+from typing import Any
 
 __all__ = ["Diagnostic", "FleetInvalid", "Report", "Validation", "desired_state", "load_fleet", "validate"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("Diagnostic", "FleetInvalid", "Report"):
+        from .fleet import diagnostics
+
+        return getattr(diagnostics, name)
+    if name in ("Validation", "desired_state", "load_fleet", "validate"):
+        from . import resolve
+
+        return getattr(resolve, name)
+    raise AttributeError(f"module 'swarm_infra' has no attribute {name!r}")

@@ -16,21 +16,23 @@ from pathlib import Path
 
 import pytest
 
-from tests.lab.conftest import assert_nothing_left, converge_summary, on_node, swarm
+from tests.lab.conftest import FILES, UNITS, assert_nothing_left, converge_summary, on_node, swarm
 
 pytestmark = [pytest.mark.root, pytest.mark.lab]
 NODES = {"lab-head-1", "lab-gpu-1", "lab-gpu-2"}
+LIB_DIR, GPU_SETTINGS = FILES["lib_dir"], FILES["gpu_settings"]
 SET_GPU0_POWER = (
-    "python3 -c \"import sys, json; sys.path.insert(0, '/usr/local/lib/swarm'); "
-    "import swarm_gpu_node as g; s = json.load(open('/etc/swarm/gpu-settings.json')); "
+    f"python3 -c \"import sys, json; sys.path.insert(0, '{LIB_DIR}'); "
+    f"import swarm_gpu_node as g; s = json.load(open('{GPU_SETTINGS}')); "
     "g.backend_for(s).set(0, 'power_limit_w', {w})\""
 )
+WG_UNIT = UNITS["wireguard"]
 # (node, layer, key) of each injected drift, as the drift report must name it.
 INJECTED = {
     ("lab-gpu-1", "host", "sysctl net.ipv4.tcp_slow_start_after_idle"),
-    ("lab-gpu-1", "mesh", "file /etc/wireguard/wg0.key"),
+    ("lab-gpu-1", "mesh", f"file {FILES['wireguard_key']}"),
     ("lab-gpu-1", "mesh", "peer lab-head-1"),
-    ("lab-gpu-2", "mesh", "service wg-quick@wg0"),
+    ("lab-gpu-2", "mesh", f"service {WG_UNIT}"),
     ("lab-gpu-2", "gpu", "gpu0 power_limit_w"),
     # Beyond the five the issue names: an MTU changed at runtime, which `wg syncconf` alone
     # would not repair.
@@ -66,11 +68,11 @@ def test_second_converge_changes_nothing(lab) -> None:
 
 
 def test_injected_drift_is_reported_exactly(lab, tmp_path: Path) -> None:
-    head_key = on_node("lab-head-1", "wg pubkey < /etc/wireguard/wg0.key").stdout.strip()
+    head_key = on_node("lab-head-1", f"wg pubkey < {FILES['wireguard_key']}").stdout.strip()
     on_node("lab-gpu-1", "sysctl -qw net.ipv4.tcp_slow_start_after_idle=1")
-    on_node("lab-gpu-1", "chmod 0644 /etc/wireguard/wg0.key")
+    on_node("lab-gpu-1", f"chmod 0644 {FILES['wireguard_key']}")
     on_node("lab-gpu-1", f"wg set wg0 peer {head_key} remove")
-    on_node("lab-gpu-2", "systemctl stop wg-quick@wg0")
+    on_node("lab-gpu-2", f"systemctl stop {WG_UNIT}")
     on_node("lab-gpu-2", SET_GPU0_POWER.format(w=500))
     on_node("lab-head-1", "ip link set dev wg0 mtu 1300")
     rc, out, drift = verify(tmp_path)
@@ -79,10 +81,10 @@ def test_injected_drift_is_reported_exactly(lab, tmp_path: Path) -> None:
     assert len(drift) == len(INJECTED)
     by_key = {d["key"]: d for d in drift}
     assert by_key["gpu0 power_limit_w"]["actual"] == 500
-    assert by_key["file /etc/wireguard/wg0.key"]["actual"] == "root:root 0644"
+    assert by_key[f"file {FILES['wireguard_key']}"]["actual"] == "root:root 0644"
     assert by_key["peer lab-head-1"]["actual"] == "absent"
     assert "live 1" in by_key["sysctl net.ipv4.tcp_slow_start_after_idle"]["actual"]
-    assert "not running" in by_key["service wg-quick@wg0"]["actual"]
+    assert "not running" in by_key[f"service {WG_UNIT}"]["actual"]
     assert by_key["wg0 mtu"]["actual"] == 1300
     assert f"drift: {len(INJECTED)} item(s)" in out
 

@@ -12,10 +12,17 @@ from pathlib import Path
 
 import pytest
 
+from swarm_infra.fleet.sources import fleet_paths
 from swarm_infra.lab.state import connection_file, ssh_command, state_dir
+from swarm_infra.resolve import desired_state, load_fleet
 
 ROOT = Path(__file__).resolve().parents[2]
 IS_ROOT = os.geteuid() == 0
+# The lab fleet's desired state: tests take node paths, units and addresses from it.
+LAB_STATE = desired_state(load_fleet(fleet_paths(ROOT / "inventory/lab")))
+LAYOUT = LAB_STATE["nodes"]["lab-gpu-1"]["layout"]
+FILES = {name: f["path"] for name, f in LAYOUT["files"].items()}
+UNITS = LAYOUT["units"]
 
 
 def swarm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

@@ -16,23 +16,19 @@ from pathlib import Path
 
 import pytest
 
-from swarm_infra.inventory_sources import fleet_paths
+from swarm_infra.fleet.sources import fleet_paths
 from swarm_infra.lab.state import connection_file, ssh_command
-from swarm_infra.resolve import desired_state
-from swarm_infra.validate import load_fleet
+from swarm_infra.resolve import desired_state, load_fleet
 
-from .conftest import ROOT, converge_summary, on_node, playbook, recap, swarm
+from .conftest import FILES, LAB_STATE, ROOT, converge_summary, on_node, playbook, recap, swarm
 
 pytestmark = [pytest.mark.root, pytest.mark.lab]
 # Mesh addresses as the library resolves them (the test checks them, it does not decide them).
-MESH = {
-    name: node["mesh"]["address"].split("/")[0]
-    for name, node in desired_state(load_fleet(fleet_paths(ROOT / "inventory/lab")))["nodes"].items()
-}
+MESH = {name: node["mesh"]["address"].split("/")[0] for name, node in LAB_STATE["nodes"].items()}
 
 
 # Files only a real (not check-mode) run writes, one per layer.
-WRITTEN = "/etc/sysctl.d/90-swarm.conf /etc/swarm/gpu-settings.json /etc/wireguard/wg0.conf"
+WRITTEN = " ".join(FILES[f] for f in ("sysctl_conf", "gpu_settings", "wireguard_conf"))
 
 
 def fleet_copy(dest: Path) -> Path:
@@ -49,10 +45,10 @@ def test_check_diff_on_a_fresh_fleet_reports_changes_and_applies_none(lab) -> No
     summary = converge_summary(proc.stdout)
     assert set(summary) == set(MESH)
     assert all(v["changed"] > 0 and v["failed"] == 0 for v in summary.values()), summary
-    assert "+++ after: /etc/swarm/gpu-settings.json" in proc.stdout  # --diff shows the content
+    assert f"+++ after: {FILES['gpu_settings']}" in proc.stdout  # --diff shows the content
     assert "check mode: nothing was changed" in proc.stdout
     for node in MESH:
-        left = on_node(node, f"ls {WRITTEN} /etc/wireguard/wg0.key", check=False)
+        left = on_node(node, f"ls {WRITTEN} {FILES['wireguard_key']}", check=False)
         assert left.stdout == "", (node, left.stdout)
         assert on_node(node, "dpkg-query -W wireguard-tools", check=False).returncode != 0
 
@@ -93,12 +89,12 @@ def test_every_node_pings_every_other_mesh_address_through_wg0(lab) -> None:
 
 def test_private_keys_stay_0600_on_the_node(lab) -> None:
     for n in MESH:
-        assert on_node(n, "stat -c %a /etc/wireguard/wg0.key").stdout.strip() == "600"
-        assert "PrivateKey" not in on_node(n, "cat /etc/wireguard/wg0.conf").stdout
+        assert on_node(n, f"stat -c %a {FILES['wireguard_key']}").stdout.strip() == "600"
+        assert "PrivateKey" not in on_node(n, f"cat {FILES['wireguard_conf']}").stdout
 
 
 def test_simulated_gpu_settings_are_applied(lab) -> None:
-    read = "python3 /usr/local/lib/swarm/swarm_gpu_node.py read /etc/swarm/gpu-settings.json"
+    read = f"python3 {FILES['gpu_code']} read {FILES['gpu_settings']}"
     out = on_node("lab-gpu-1", read).stdout
     assert '"power_limit_w": 650' in out and '"persistence_mode": true' in out
 
@@ -144,14 +140,14 @@ def test_adding_a_fourth_node_keeps_a_running_ping_at_zero_loss(lab, tmp_path: P
     new = state["nodes"]["lab-cpu-4"]["mesh"]["address"].split("/")[0]
     for src in MESH:
         assert "1 received" in on_node(src, f"ping -c 1 -W 3 -I wg0 {new}").stdout
-    assert "lab-cpu-4" in on_node("lab-head-1", "cat /etc/wireguard/peers.json").stdout
+    assert "lab-cpu-4" in on_node("lab-head-1", f"cat {FILES['wireguard_peers']}").stdout
 
 
 def test_invalid_policy_stops_before_any_host_is_touched(lab, tmp_path: Path) -> None:
     inventory = fleet_copy(tmp_path / "repo")
     mesh = tmp_path / "repo/policies/lab/mesh.yaml"
     mesh.write_text(mesh.read_text().replace("listen_port: 51820", "listen_port: 70000"))
-    marker = on_node("lab-gpu-1", "stat -c %Y /etc/wireguard/peers.json").stdout
+    marker = on_node("lab-gpu-1", f"stat -c %Y {FILES['wireguard_peers']}").stdout
     proc = playbook("-i", str(inventory), "playbooks/site.yml")
     assert proc.returncode != 0
     assert "listen_port" in proc.stdout + proc.stderr and "invalid" in proc.stdout + proc.stderr
@@ -159,4 +155,4 @@ def test_invalid_policy_stops_before_any_host_is_touched(lab, tmp_path: Path) ->
     via_cli = swarm("converge", "-i", str(inventory), check=False)
     assert via_cli.returncode == 2 and "listen_port" in via_cli.stderr and "nothing was run" in via_cli.stderr
     assert "PLAY" not in via_cli.stdout
-    assert on_node("lab-gpu-1", "stat -c %Y /etc/wireguard/peers.json").stdout == marker
+    assert on_node("lab-gpu-1", f"stat -c %Y {FILES['wireguard_peers']}").stdout == marker

@@ -16,7 +16,7 @@ import pytest
 from swarm_infra.resolve import driver_state
 
 from . import standin_repo
-from .conftest import ansible, on_node, playbook, recap
+from .conftest import FILES, ansible, on_node, playbook, recap
 
 pytestmark = [pytest.mark.root, pytest.mark.lab]
 NODE = "lab-gpu-1"
@@ -74,7 +74,10 @@ def test_check_diff_on_a_fresh_node_reports_and_installs_nothing(repo_on_node, t
     assert "would install nvidia-driver, nvidia-persistenced at 570.86.15-*" in proc.stdout
     assert "blacklist nouveau" in proc.stdout  # the diff of the file it would write
     assert not installed("nvidia-driver")
-    assert on_node(NODE, "ls /etc/apt/sources.list.d /etc/modprobe.d").stdout.count("swarm") == 0
+    assert not on_node(
+        NODE, f"ls {FILES['nouveau_blacklist']} {FILES['driver_preferences']}", check=False
+    ).stdout
+    assert "swarm" not in on_node(NODE, "ls /etc/apt/sources.list.d").stdout
 
 
 def test_installs_the_pinned_version_and_holds_it(repo_on_node, tmp_path) -> None:
@@ -88,9 +91,9 @@ def test_installs_the_pinned_version_and_holds_it(repo_on_node, tmp_path) -> Non
     assert {"nvidia-driver", "nvidia-persistenced"} <= set(held)
     assert on_node(NODE, "systemctl is-active nvidia-persistenced").stdout.strip() == "active"
     assert on_node(NODE, "systemctl is-enabled nvidia-persistenced").stdout.strip() == "enabled"
-    assert "blacklist nouveau" in on_node(NODE, "cat /etc/modprobe.d/swarm-blacklist-nouveau.conf").stdout
+    assert "blacklist nouveau" in on_node(NODE, f"cat {FILES['nouveau_blacklist']}").stdout
     # allow_reboot is false: the reboot is marked and reported, not done.
-    assert "NVIDIA driver 570.86.15-*" in on_node(NODE, "cat /run/reboot-required").stdout
+    assert "NVIDIA driver 570.86.15-*" in on_node(NODE, f"cat {FILES['reboot_required']}").stdout
     assert "reboot required" in proc.stdout
     # `apt upgrade` does not move the driver either.
     on_node(NODE, "DEBIAN_FRONTEND=noninteractive apt-get -y -q upgrade")
@@ -111,5 +114,5 @@ def test_a_new_declared_version_moves_through_the_hold(repo_on_node, tmp_path) -
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert installed("nvidia-driver") == "570.124.06-1"
     assert "nvidia-driver" in on_node(NODE, "apt-mark showhold").stdout.split()
-    pin = on_node(NODE, "cat /etc/apt/preferences.d/swarm-nvidia-driver").stdout
+    pin = on_node(NODE, f"cat {FILES['driver_preferences']}").stdout
     assert "Pin: version 570.124.06-*" in pin

@@ -9,7 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from swarm_infra import converge
+from swarm_infra.engines.ansible.progress import Progress
+from swarm_infra.engines.ansible.runner import run_playbook
 
 from .conftest import ROOT
 
@@ -50,8 +51,8 @@ def probe_project(tmp: Path) -> tuple[Path, Path]:
 def test_progress_counts_and_prints_what_ansible_runner_reports(tmp_path: Path) -> None:
     root, inventory = probe_project(tmp_path)
     out = io.StringIO()
-    progress = converge.Progress(out, show_diff=True)
-    rc, _ = converge.run_playbook(root, "site", inventory, diff=True, progress=progress)
+    progress = Progress(out, show_diff=True)
+    rc, _ = run_playbook(root, "site", inventory, diff=True, progress=progress)
     assert rc != 0, out.getvalue()  # a failed and an unreachable host
     assert {h: t.status for h, t in progress.hosts.items()} == {
         "good": "changed",
@@ -70,8 +71,8 @@ def test_progress_counts_and_prints_what_ansible_runner_reports(tmp_path: Path) 
 
 def test_check_mode_changes_nothing(tmp_path: Path) -> None:
     root, inventory = probe_project(tmp_path)
-    progress = converge.Progress(io.StringIO())
-    converge.run_playbook(root, "site", inventory, check=True, limit="good", progress=progress)
+    progress = Progress(io.StringIO())
+    run_playbook(root, "site", inventory, check=True, limit="good", progress=progress)
     assert progress.hosts["good"].changed == 1 and set(progress.hosts) == {"good"}
     assert not (tmp_path / "good.txt").exists()
 

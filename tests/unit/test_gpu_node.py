@@ -3,19 +3,13 @@ on files. A misspelt NVML function name fails here (monkeypatch refuses unknown 
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pynvml
 import pytest
 
-from swarm_infra.gpu import model_limits
-
-SPEC = importlib.util.spec_from_file_location(
-    "swarm_gpu_node", Path(__file__).resolve().parents[2] / "plugins/module_utils/swarm_gpu_node.py"
-)
-node = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(node)
+from swarm_infra.nodeside import gpu as node
+from swarm_infra.resolve.gpu import model_limits
 
 H100 = "H100-SXM5-80GB"
 

@@ -9,12 +9,11 @@ import socket
 from pathlib import Path
 
 import pytest
-import yaml
 
 from swarm_infra.lab import image
 from swarm_infra.lab.plan import TRANSIT, LabNode, LabSite, lab_spec, wan_params
 from swarm_infra.lab.wanlink import DelayLine
-from swarm_infra.validate import load_fleet, validate
+from swarm_infra.resolve import load_fleet
 
 from .conftest import fleet_dirs
 
@@ -33,7 +32,6 @@ def test_lab_spec_follows_the_declarations(lab_analysis) -> None:
     assert gpu2.nat and not spec.nodes["lab-gpu-1"].nat
     wan = {"latency_ms": 20, "jitter_ms": 2, "loss_percent": 0, "bandwidth_mbit": 0}
     assert spec.sites["lab-b"].wan == wan
-    assert spec.synthetic_documents == []
 
 
 def test_interface_names_fit_the_kernel_limit_and_are_unique(lab_analysis) -> None:
@@ -60,16 +58,14 @@ def test_transit_links_are_disjoint_and_stable_when_a_site_is_added(lab_analysis
     assert after["lab-c"].gateway == ipaddress.IPv4Interface("10.77.3.1/24")
 
 
-def test_synthetic_nodes_validate_with_the_fleet(lab_analysis, tmp_path: Path) -> None:
+def test_synthetic_nodes_get_distinct_addresses_in_their_sites(lab_analysis) -> None:
     spec = lab_spec(lab_analysis, nodes=16)
-    assert len(spec.nodes) == 16 and len(spec.synthetic_documents) == 13
+    synthetic = [n for n in spec.nodes.values() if n.synthetic]
+    assert len(spec.nodes) == 16 and len(synthetic) == 16 - len(lab_analysis.fleet.nodes)
     addresses = [(n.site, n.address.ip) for n in spec.nodes.values()]
     assert len(set(addresses)) == 16
-    path = tmp_path / "nodes-synthetic.yaml"
-    path.write_text(yaml.safe_dump_all(spec.synthetic_documents))
-    report = validate([*fleet_dirs("lab"), path]).report
-    assert report.ok, report.text()
-    assert not report.warnings, report.text()
+    for n in synthetic:
+        assert n.address.ip in spec.sites[n.site].cidr and n.address.ip != spec.sites[n.site].gateway.ip
 
 
 def test_fewer_nodes_than_declared_takes_the_first(lab_analysis) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from swarm_infra import desired_state, load_fleet, validate
-from swarm_infra.mesh import derived_address
+from swarm_infra.resolve.mesh import derived_address
 
 from .conftest import fleet_dirs
 

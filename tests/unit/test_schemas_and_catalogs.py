@@ -7,8 +7,8 @@ import json
 import jsonschema
 import pytest
 
-from swarm_infra.catalog import gpu_catalog, mig_fit_problem, sysctl_catalog, sysctl_value_problem
-from swarm_infra.schemas import KINDS, SHARED, load_schema
+from swarm_infra.fleet.schemas import KINDS, SHARED, load_schema
+from swarm_infra.resolve.catalog import gpu_catalog, mig_fit_problem, sysctl_catalog, sysctl_value_problem
 
 
 @pytest.mark.parametrize("filename", [*KINDS.values(), *SHARED])
@@ -42,9 +42,9 @@ def test_python_jsonschema_agrees_with_the_fast_validator_on_the_corpus(root) ->
     import yaml
     from referencing import Registry, Resource
 
-    from swarm_infra.diagnostics import Source
-    from swarm_infra.loader import RawDocument
-    from swarm_infra.schemas import BASE_URI, check_document
+    from swarm_infra.fleet.diagnostics import Source
+    from swarm_infra.fleet.loader import RawDocument
+    from swarm_infra.fleet.schemas import BASE_URI, check_document
 
     registry = Registry().with_resources(
         (BASE_URI + f, Resource.from_contents(load_schema(f))) for f in SHARED

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from swarm_infra.resolve import desired_state
-from swarm_infra.validate import load_fleet
-from swarm_infra.verification import Check, checks_for, matches, sysctl_values
+from swarm_infra.resolve import desired_state, load_fleet
+from swarm_infra.verify.checks import Check, checks_for, matches, sysctl_values
 
 from .conftest import fleet_dirs
 

@@ -22,10 +22,9 @@ from typing import Any
 import pytest
 import testinfra
 
-from swarm_infra.inventory_sources import fleet_paths
-from swarm_infra.resolve import desired_state
-from swarm_infra.validate import load_fleet
-from swarm_infra.verification import checks_for
+from swarm_infra.fleet.sources import fleet_paths
+from swarm_infra.resolve import desired_state, load_fleet
+from swarm_infra.verify.checks import checks_for
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

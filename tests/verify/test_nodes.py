@@ -7,9 +7,8 @@ from typing import Any
 
 import pytest
 
-from swarm_infra.verification import Check, matches
-
-from . import readers
+from swarm_infra.verify import readers
+from swarm_infra.verify.checks import Check, matches
 
 pytestmark = pytest.mark.verify
 
@@ -33,13 +32,12 @@ def test_declared_state(check: Check, node_host, node_cache, swarm_state, reques
     cache = node_cache.setdefault(check.node, {})
     node = swarm_state["nodes"][check.node]
     if check.kind in ("peer", "handshake"):
-        peer = check.args["peer"]
-        iface = swarm_state["nodes"][peer]["mesh"]["interface"]
         key_cache = node_cache.setdefault("_public_keys", {})
 
         def key_of(name: str) -> str:
             if name not in key_cache:
-                key_cache[name] = readers.public_key(node_host(name), iface)
+                key_file = swarm_state["nodes"][name]["layout"]["files"]["wireguard_key"]["path"]
+                key_cache[name] = readers.public_key(node_host(name), key_file)
             return key_cache[name]
 
         actual = getattr(readers, check.kind)(host, check, cache, key_of)

@@ -1,1 +1,1 @@
-../../../plugins/module_utils/swarm_gpu_node.py
+../../../src/swarm_infra/nodeside/gpu.py

@@ -43,10 +43,6 @@ def lab_host_links() -> list[str]:
     return [n for n in names if n.startswith(f"{PREFIX}-")]
 
 
-def _link_exists(name: str, netns: str | None = None) -> bool:
-    return run(["ip", "link", "show", "dev", name], netns=netns, check=False).returncode == 0
-
-
 def ensure_host_forwarding(networks: list[ipaddress.IPv4Network]) -> str | None:
     """Let the host route between sites and NAT the lab to the outside (the apt mirror).
 
@@ -250,7 +246,21 @@ def ensure_node_link(node: LabNode, site: LabSite) -> None:
     run(["ip", "link", "del", node.veth], netns=site.netns, check=False)
     run(["ip", "netns", "add", ns])
     run(
-        ["ip", "link", "add", node.veth, "type", "veth", "peer", "name", "eth0", "netns", ns],
+        [
+            "ip",
+            "link",
+            "add",
+            node.veth,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "address",
+            node.mac,
+            "netns",
+            ns,
+        ],
         netns=site.netns,
     )
     run(["ip", "link", "set", node.veth, "master", "br0", "up"], netns=site.netns)

@@ -1,13 +1,21 @@
-"""One lab node: its root filesystem overlay, its systemd, its identity (hostname, SSH keys).
+"""One lab node: a systemd-nspawn container booting the cached image, and its identity.
 
-A node is a system container: own network, mount, PID, UTS, IPC and cgroup namespaces;
-``systemd`` as PID 1; root filesystem = overlay of the shared base image (read-only lower)
-and the node's own upper directory. It shares the host's kernel: see the README's lab
-section for what that means for GPUs, WireGuard and sysctls.
+A node is ``systemd-nspawn --boot`` on a root filesystem that is an overlay of the shared
+base image (read-only lower) and the node's own upper directory, in the network namespace
+the lab made for it (``--network-namespace-path``). nspawn gives it its own mount, PID,
+UTS, IPC and cgroup namespaces, systemd as PID 1, a read-only ``/proc/sys`` except the
+node's own ``net.*``, read-only ``/sys``, a minimal ``/dev``, a capability bounding set
+without CAP_SYS_MODULE, CAP_SYS_RAWIO, CAP_SYS_TIME and the like, and a seccomp filter
+(module loading, kexec, swap, raw I/O). The lab adds CAP_NET_ADMIN (the node configures its
+own network: WireGuard) and ``/dev/net/tun`` (wireguard-go). The host's PID 1 is not
+systemd here, so nspawn neither registers with machined nor makes a scope
+(``--register=no --keep-unit``); the lab gives each node its own cgroup instead. Nodes share
+the host's kernel: see the README's lab section for GPUs, WireGuard and sysctls.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -20,11 +28,15 @@ from pathlib import Path
 
 from .network import wait_exit
 from .plan import LabNode
+from .state import state_dir
 from .system import LabError, run
 
-# systemd's "poweroff" signal: SIGTERM would make it re-execute itself, not stop (systemd(1)).
-POWEROFF = signal.SIGRTMIN + 4
 BOOT_TIMEOUT_S = 90
+NSPAWN = "systemd-nspawn"
+# systemd-nspawn keeps per-machine state here on the host (mount propagation into the
+# machine). On a tmpfs /run it cleans up after itself; where /run is on disk it refuses to,
+# so the lab removes what it leaves.
+NSPAWN_RUN_DIR = Path("/run/systemd/nspawn")
 
 
 def cgroup2_root() -> Path:
@@ -34,6 +46,18 @@ def cgroup2_root() -> Path:
         if right.split(" ", 1)[0] == "cgroup2":
             return Path(left.split()[4])
     raise LabError("no cgroup v2 hierarchy is mounted on this host; systemd in the nodes needs one")
+
+
+def cgroup_roots() -> list[Path]:
+    """Every hierarchy the lab's cgroups appear in: cgroup v2, and on a hybrid host the v1
+    ``name=systemd`` hierarchy, where nspawn mirrors the node's cgroup path."""
+    roots = [cgroup2_root()]
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        left, _, right = line.partition(" - ")
+        fields = right.split()
+        if fields and fields[0] == "cgroup" and "name=systemd" in fields[-1].split(","):
+            roots.append(Path(left.split()[4]))
+    return roots
 
 
 class NodeDirs:
@@ -94,49 +118,54 @@ def prepare(node: LabNode, dirs: NodeDirs, image: Path, hosts: str, authorized_k
     return key.with_suffix(".pub").read_text().strip()
 
 
-def start(node: LabNode, dirs: NodeDirs, image: Path) -> tuple[int, socket.socket]:
-    """Boot the node's systemd in its namespaces; returns (systemd's host PID, notify socket).
+def nspawn_args(node: LabNode, dirs: NodeDirs) -> list[str]:
+    """systemd-nspawn's arguments for ``node`` (after the launcher has mounted its root)."""
+    return [
+        "--quiet",
+        "--register=no",  # the host's PID 1 is not systemd: no machined
+        "--keep-unit",  # and no scope: the node stays in the cgroup the launcher joined
+        "--notify-ready=yes",  # READY=1 on $NOTIFY_SOCKET once the node's systemd has booted
+        f"--directory={dirs.root}",
+        "--boot",
+        f"--machine={node.name}",  # also the hostname
+        f"--network-namespace-path=/run/netns/{node.netns}",
+        "--capability=CAP_NET_ADMIN",  # in nspawn's set only with a private network of its own
+        "--bind=/dev/net/tun",  # wireguard-go: the kernel has no WireGuard module
+        "--resolv-conf=off",  # prepare() wrote the host's resolver into the node
+        "--timezone=off",
+        "--link-journal=no",
+        "--console=pipe",  # the node's console (systemd's boot messages) to the log file
+    ]
 
-    ``setsid -f`` detaches the launcher so the node outlives ``swarm lab up``; the init stage
-    reports its host PID on a pipe, and systemd reports boot completion on the returned
-    datagram socket (``$NOTIFY_SOCKET``), which :func:`wait_booted` reads.
+
+def start(node: LabNode, dirs: NodeDirs, image: Path) -> tuple[int, socket.socket]:
+    """Boot the node; returns (systemd-nspawn's host PID, the notify socket).
+
+    The launcher runs in its own session, so the node outlives ``swarm lab up``; nspawn
+    reports boot completion on the returned datagram socket (``$NOTIFY_SOCKET``), which
+    :func:`wait_booted` reads. ``SYSTEMD_NSPAWN_API_VFS_WRITABLE=network`` keeps ``/proc/sys``
+    read-only but makes the node's own ``/proc/sys/net`` writable (systemd's ENVIRONMENT.md).
     """
     dirs.notify.unlink(missing_ok=True)
     notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     notify.bind(str(dirs.notify))
-    script = resources.files("swarm_infra.lab").joinpath("data/node-init.sh")
+    script = resources.files("swarm_infra.lab").joinpath("data/node-nspawn.sh")
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+        "NOTIFY_SOCKET": str(dirs.notify),
+        "SYSTEMD_NSPAWN_API_VFS_WRITABLE": "network",
+    }
+    argv = [str(dirs.cgroup), str(image), str(dirs.upper), str(dirs.work), str(dirs.root), "--"]
     with resources.as_file(script) as path, open(dirs.log, "a") as log:
         proc = subprocess.Popen(
-            [
-                "setsid",
-                "-f",
-                "/bin/sh",
-                str(path),
-                "host",
-                str(dirs.cgroup),
-                f"/run/netns/{node.netns}",
-                str(image),
-                str(dirs.upper),
-                str(dirs.work),
-                str(dirs.root),
-                node.name,
-                str(dirs.log),
-                str(dirs.notify),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=log,
+            ["/bin/sh", str(path), *argv, *nspawn_args(node, dirs)],
             stdin=subprocess.DEVNULL,
-            text=True,
+            stdout=log,
+            stderr=log,
+            env=env,
+            start_new_session=True,
         )
-        assert proc.stdout is not None
-        line = proc.stdout.readline().strip()
-        proc.wait()
-        proc.stdout.close()
-    if not line.isdigit():
-        notify.close()
-        tail = "\n".join(dirs.log.read_text(errors="replace").splitlines()[-10:])
-        raise LabError(f"node {node.name} did not start (log: {dirs.log}):\n{tail}")
-    return int(line), notify
+    return proc.pid, notify
 
 
 def wait_booted(node: LabNode, pid: int, notify: socket.socket, timeout: float = BOOT_TIMEOUT_S) -> str:
@@ -150,11 +179,13 @@ def wait_booted(node: LabNode, pid: int, notify: socket.socket, timeout: float =
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise LabError(f"node {node.name} did not finish booting in {timeout:.0f} s")
-            notify.settimeout(left)
+                raise LabError(f"node {node.name} did not finish booting in {timeout:.0f} s ({_tail(node)})")
+            notify.settimeout(min(left, 1.0))
             try:
                 message = notify.recv(4096).decode(errors="replace")
             except TimeoutError:
+                if not is_running(node, pid):
+                    raise LabError(f"node {node.name} exited while booting ({_tail(node)})") from None
                 continue
             if "READY=1" in message.split("\n"):
                 break
@@ -164,52 +195,77 @@ def wait_booted(node: LabNode, pid: int, notify: socket.socket, timeout: float =
     return state
 
 
+def _tail(node: LabNode) -> str:
+    return f"see {NodeDirs(state_dir(), node.name).log}"
+
+
+def leader(pid: int) -> int | None:
+    """The host PID of the node's systemd: the child of its systemd-nspawn ``pid``."""
+    for stat_file in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat_file.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            return int(stat_file.parent.name)
+    return None
+
+
 def _nsenter(pid: int) -> list[str]:
     return ["nsenter", "-t", str(pid), "-m", "-u", "-i", "-n", "-p", "-C"]
 
 
 def system_state(pid: int) -> str:
-    """The node's ``systemctl is-system-running`` answer, without waiting."""
+    """The node's ``systemctl is-system-running`` answer, without waiting (``pid``: its
+    systemd-nspawn)."""
+    init = leader(pid)
+    if init is None:
+        return "unknown"
     proc = subprocess.run(
-        [*_nsenter(pid), "systemctl", "is-system-running"], capture_output=True, text=True, timeout=20
+        [*_nsenter(init), "systemctl", "is-system-running"], capture_output=True, text=True, timeout=20
     )
     return proc.stdout.strip() or "unknown"
 
 
 def is_running(node: LabNode, pid: int | None) -> bool:
-    """``pid`` is alive and is the init of this node (its network namespace is the node's),
-    so a recycled PID is never mistaken for the node."""
+    """``pid`` is alive and is this node's systemd-nspawn (its command line names the node's
+    network namespace), so a recycled PID is never mistaken for the node."""
     if not pid:
         return False
     try:
-        return os.stat(f"/proc/{pid}/ns/net").st_ino == os.stat(f"/run/netns/{node.netns}").st_ino and (
-            Path(f"/proc/{pid}/comm").read_text().strip() == "systemd"
-        )
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:
         return False
+    return comm == NSPAWN and f"--network-namespace-path=/run/netns/{node.netns}".encode() in argv
 
 
 def stop(node: LabNode, pid: int | None, timeout: float = 20) -> str:
-    """Power the node off: systemd's poweroff signal, then SIGKILL of its init after ``timeout``
-    seconds (which ends every process of its PID namespace). Returns how it stopped once the
-    node's launcher (the init's parent, which holds the node's cgroup) has exited too."""
+    """Power the node off: SIGTERM to systemd-nspawn, which asks the node's systemd to power
+    off and waits for it; SIGKILL to both after ``timeout`` seconds. Returns how it stopped
+    once nspawn has exited (its overlay mount goes with its mount namespace)."""
     if not is_running(node, pid):
         return "not running"
     assert pid is not None
-    launcher = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    os.kill(pid, POWEROFF)
+    init = leader(pid)
+    os.kill(pid, signal.SIGTERM)
     how = "powered off"
     if not wait_exit(pid, timeout):
-        os.kill(pid, signal.SIGKILL)
+        for victim in (init, pid):
+            if victim:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(victim, signal.SIGKILL)
         wait_exit(pid, 5)
         how = f"killed after {timeout:.0f} s"
-    wait_exit(launcher, 5)
     return how
 
 
 def remove(dirs: NodeDirs) -> None:
-    """Delete the node's cgroup directories (deepest first) and its files on the host."""
-    remove_cgroup(dirs.cgroup)
+    """Delete the node's cgroup directories (deepest first, in every hierarchy) and its
+    files on the host."""
+    for root in cgroup_roots():
+        remove_cgroup(root / dirs.cgroup.relative_to(cgroup2_root()))
+    shutil.rmtree(NSPAWN_RUN_DIR / "propagate" / dirs.base.name, ignore_errors=True)
     shutil.rmtree(dirs.base, ignore_errors=True)
 
 

@@ -6,7 +6,6 @@
     connection.json     per node: host, port, user, private key, known_hosts (read by inventory)
     ssh/id_ed25519      the lab's SSH key (0600), made at the first `up`, removed by `down`
     ssh/known_hosts     every node's host key, so SSH checks host keys strictly
-    inventory/          Node documents of synthetic nodes made by --nodes N
     nodes/<name>/       each node's overlay upper/work directories and console.log
 
 The base image is cached separately, in ``$SWARM_LAB_CACHE`` (default ``/var/cache/swarm-lab``),
@@ -79,6 +78,15 @@ class LabState:
             "".join(f"{n['address'].split('/')[0]} {n['host_key']}\n" for n in self.nodes.values())
         )
         connection_file().write_text(json.dumps({"nodes": conns}, indent=2) + "\n")
+
+
+def read_connections() -> dict[str, dict[str, Any]]:
+    """Per lab node: ``{host, port, user, private_key_file, known_hosts_file}`` from the
+    connection file; empty when no lab is up (the inventory then uses the declared SSH)."""
+    path = connection_file()
+    if not path.exists():
+        return {}
+    return json.loads(path.read_text()).get("nodes", {})
 
 
 def ssh_key_paths() -> tuple[Path, Path]:

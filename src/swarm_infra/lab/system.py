@@ -17,6 +17,7 @@ REQUIRED_TOOLS = {
     "iptables": "iptables",
     "nsenter": "util-linux",
     "unshare": "util-linux",
+    "systemd-nspawn": "systemd-container",
     "debootstrap": "debootstrap",
     "ssh": "openssh-client",
     "ssh-keygen": "openssh-client",

@@ -1,0 +1,37 @@
+"""``swarm``: the project's own CLI, for what Ansible, pyinfra, Pulumi and pytest do not do.
+
+One module per command group: ``fleet`` (validate, plan), ``converge``, ``verify``, ``lab``.
+Exit codes: 0 success (warnings allowed), 2 invalid input (nothing was applied),
+1 unexpected failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from . import converge, fleet, lab, verify
+from .common import EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="swarm",
+        description="Swarm infrastructure pipeline: validate the declared fleet and show the "
+        "desired state it resolves to, run the local lab, converge nodes (Ansible) and "
+        "verify them (testinfra).",
+        epilog="Exit codes: 0 ok, 2 invalid input (nothing applied), 1 unexpected failure.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    fleet.add_parsers(sub)
+    converge.add_parsers(sub)
+    verify.add_parsers(sub)
+    lab.add_parsers(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except BrokenPipeError:  # `swarm plan | head`
+        return EXIT_OK

@@ -1,0 +1,69 @@
+"""What the commands share: exit codes, fleet arguments and reading the fleet they name."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..fleet.diagnostics import FleetInvalid
+from ..fleet.sources import convention_paths
+from ..fleet.sources import fleet_paths as inventory_fleet_paths
+from ..resolve import desired_state, load_fleet
+from ..resolve.types import DesiredState
+
+EXIT_OK, EXIT_FAILURE, EXIT_INVALID = 0, 1, 2
+
+FLEET_HELP = (
+    "PATHS are YAML files or directories (searched recursively). Without PATHS, --fleet NAME "
+    "reads inventory/NAME, policies/NAME and policies/shared under the current directory."
+)
+
+
+def fleet_args(p: argparse.ArgumentParser) -> None:
+    """PATHS, --fleet and --format, as validate, plan and lab up take them."""
+    p.add_argument("paths", nargs="*", metavar="PATHS", help="fleet YAML files or directories")
+    p.add_argument("--fleet", default="lab", help="fleet name used when no PATHS are given (default: lab)")
+    p.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
+
+
+def fleet_paths(args: argparse.Namespace) -> list[str]:
+    """The paths to read: PATHS if given, else the --fleet convention (existing dirs only)."""
+    if args.paths:
+        return args.paths
+    candidates = convention_paths(Path(), args.fleet)
+    found = [str(p) for p in candidates if p.is_dir()]
+    return found or [str(candidates[0])]
+
+
+def simulated_nodes(state: DesiredState) -> list[str]:
+    """Names of the nodes whose GPUs use the simulated NVML backend (said in every output)."""
+    return [n for n, s in state["nodes"].items() if s["gpu"] and s["gpu"]["backend"] == "simulated"]
+
+
+def fleet_inventory(args: argparse.Namespace, command: str) -> tuple[Path, DesiredState] | int:
+    """(inventory path, desired state) for converge/verify, or an exit code after saying why."""
+    root = Path.cwd()
+    if not (root / "ansible.cfg").is_file() or not (root / "playbooks").is_dir():
+        print(f"swarm {command}: run it from the repository root (ansible.cfg, playbooks/)", file=sys.stderr)
+        return EXIT_INVALID
+    inventory = Path(args.inventory or f"inventory/{args.fleet}")
+    paths = inventory_fleet_paths(inventory) if inventory.exists() else []
+    if not paths:
+        print(
+            f"swarm {command}: {inventory} is not a fleet inventory (inventory/NAME, or a *.swarm.yml)",
+            file=sys.stderr,
+        )
+        return EXIT_INVALID
+    try:
+        return inventory, desired_state(load_fleet(paths))
+    except FleetInvalid as exc:
+        print(exc.report.text(), file=sys.stderr)
+        print(f"swarm {command}: the fleet is invalid; nothing was run", file=sys.stderr)
+        return EXIT_INVALID
+
+
+def inventory_args(p: argparse.ArgumentParser) -> None:
+    """--fleet and -i, as converge and verify take them."""
+    p.add_argument("--fleet", default="lab", help="fleet name: inventory/NAME (default: lab)")
+    p.add_argument("-i", "--inventory", metavar="PATH", help="inventory source (default inventory/FLEET)")

@@ -1,0 +1,186 @@
+"""``swarm validate`` and ``swarm plan``: the declared fleet checked, and what it resolves to."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from ..fleet.diagnostics import FleetInvalid
+from ..resolve import desired_state, load_fleet, validate
+from ..resolve.types import ClusterState, GpuSettings, NodeState
+from .common import EXIT_INVALID, EXIT_OK, FLEET_HELP, fleet_args, fleet_paths, simulated_nodes
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    result = validate(fleet_paths(args))
+    report = result.report
+    print(report.json() if args.format == "json" else report.text())
+    return EXIT_OK if report.ok else EXIT_INVALID
+
+
+def _fmt_settings(settings: GpuSettings) -> str:
+    parts = []
+    for key, value in settings.items():
+        if isinstance(value, dict):
+            value = ",".join(f"{k}={v}" for k, v in value.items())
+        parts.append(f"{key}={value}")
+    return " ".join(parts) or "(none: left as the driver has them)"
+
+
+def render_node(state: NodeState) -> str:
+    """A NodeState as readable text (what `swarm plan` prints per node)."""
+    ssh = state["ssh"]
+    lines = [
+        f"node {state['name']}  site={state['site']} roles={','.join(state['roles'])}",
+        f"  ssh      {ssh['user']}@{ssh['host']}:{ssh['port']}",
+    ]
+    g = state["gpu"]
+    if g:
+        simulated = "  [SIMULATED NVML]" if g["backend"] == "simulated" else ""
+        models = ", ".join(f"{s['count']} x {s['model']}" for s in state["hardware"]["gpus"])
+        lines.append(f"  gpus     {models}  profile={g['profile']} via {g['assignment']}{simulated}")
+        if g["driver"]:
+            d = g["driver"]
+            lines.append(
+                f"  driver   branch {d['branch']} version {d['version'] or 'latest'}"
+                f"  reboot {'allowed' if d['allow_reboot'] else 'not allowed'}"
+            )
+        seen: set[str] = set()
+        for dev in g["devices"]:
+            text = _fmt_settings(dev["settings"])
+            if text not in seen:
+                seen.add(text)
+                indices = [str(d["index"]) for d in g["devices"] if d["settings"] == dev["settings"]]
+                lines.append(f"    gpu {','.join(indices)}: {text}")
+    h = state["host"]
+    if h:
+        extras = [
+            f"hugepages={h['hugepages']['count']}x{h['hugepages']['size_kib']}KiB"
+            if h["hugepages"]
+            else None,
+            f"thp={h['transparent_hugepages']}" if h["transparent_hugepages"] else None,
+            f"governor={h['cpu_governor']}" if h["cpu_governor"] else None,
+        ]
+        lines.append(
+            f"  host     profile={h['profile']} via {h['assignment']} " + " ".join(e for e in extras if e)
+        )
+        for key, value in h["sysctl_text"].items():
+            lines.append(f"    sysctl {key} = {value}")
+    m = state["mesh"]
+    if m:
+        lines.append(
+            f"  mesh     {m['interface']} {m['address']} port={m['listen_port']} mtu={m['mtu']}"
+            + ("  forwarding" if m["forwarding"] else "")
+        )
+        for p in m["peers"]:
+            ips = p["allowed_ips"]
+            shown = ", ".join(ips) if len(ips) <= 4 else f"{', '.join(ips[:3])} (+{len(ips) - 3} more)"
+            keep = f" keepalive={p['persistent_keepalive_s']}s" if p["persistent_keepalive_s"] else ""
+            lines.append(
+                f"    peer {p['name']}  endpoint={p['endpoint'] or '(dynamic)'}{keep}  allowed_ips={shown}"
+            )
+    s = state["storage"]
+    if s:
+        sc = s["scratch"]
+        lines.append(
+            f"  scratch  {sc['mount_path']} {sc['filesystem']} on {', '.join(sc['devices'])}"
+            f" ({sc['size_gib']} GiB{', raid0' if sc['raid0'] else ''})"
+        )
+    return "\n".join(lines)
+
+
+def render_cluster(cluster: ClusterState) -> str:
+    """ClusterState as readable text: capacity per flavor, queues, tenants, priorities, storage."""
+    lines = ["cluster", "  flavor                    GPUs  nominal  unallocated"]
+    for name, cap in cluster["capacity"].items():
+        lines.append(f"  {name:<24} {cap['gpus']:>5}  {cap['nominal_quota']:>7}  {cap['unallocated']:>11}")
+    for q in cluster["cluster_queues"]:
+        quotas = ", ".join(
+            f"{x['flavor']}={x['nominal_quota']}"
+            + (f" borrow<={x['borrowing_limit']}" if x["borrowing_limit"] is not None else "")
+            + (f" lend<={x['lending_limit']}" if x["lending_limit"] is not None else "")
+            for x in q["quotas"]
+        )
+        lines.append(
+            f"  queue {q['name']} cohort={q['cohort'] or '-'} weight={q['fair_sharing_weight']}: {quotas}"
+        )
+    for t in cluster["tenants"]:
+        lines.append(
+            f"  tenant {t['name']} ns={t['namespace']} -> {t['cluster_queue']} "
+            f"priorities={','.join(t['priorities'])}"
+        )
+    for p in cluster["priorities"]:
+        lines.append(
+            f"  priority {p['name']} value={p['value']} {p['preemption_policy']}"
+            + (" (default)" if p["global_default"] else "")
+        )
+    if cluster["storage"]:
+        for c in cluster["storage"]["classes"]:
+            lines.append(
+                f"  storageclass {c['name']} {c['provisioner']}" + (" (default)" if c["default"] else "")
+            )
+        for v in cluster["storage"]["volumes"]:
+            lines.append(
+                f"  volume {v['namespace']}/{v['name']} {v['size_gib']} GiB {v['class']} ({v['purpose']})"
+            )
+    return "\n".join(lines)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    try:
+        analysis = load_fleet(fleet_paths(args))
+    except FleetInvalid as exc:
+        print(exc.report.text(), file=sys.stderr)
+        return EXIT_INVALID
+    state: dict[str, Any] = desired_state(analysis)  # type: ignore[assignment]
+    if args.node:
+        unknown = [n for n in args.node if n not in state["nodes"]]
+        if unknown:
+            print(
+                f"swarm plan: no node named {', '.join(unknown)} "
+                f"(nodes: {', '.join(list(state['nodes'])[:20])}...)",
+                file=sys.stderr,
+            )
+            return EXIT_INVALID
+        state = {"nodes": {n: state["nodes"][n] for n in args.node}}
+    if args.format == "json":
+        json.dump(state, sys.stdout, indent=2, sort_keys=True)
+        print()
+        return EXIT_OK
+    blocks = [render_node(s) for s in state["nodes"].values()]
+    if "cluster" in state:
+        blocks.append(render_cluster(state["cluster"]))
+    simulated = simulated_nodes(state)
+    if simulated:
+        n = len(simulated)
+        blocks.append(f"note: {n} node(s) use the SIMULATED NVML backend (no real GPU is touched)")
+    print("\n\n".join(blocks))
+    return EXIT_OK
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "validate",
+        help="check declarations against the schemas and the semantic rules",
+        description="Check every document against its JSON Schema and the semantic rules "
+        "(references, mesh addressing and topology, quotas vs capacity, GPU limits "
+        "from the catalog, sysctls). Reports all problems at once as "
+        "file:line:col: severity[rule]: $.json.path: message. " + FLEET_HELP,
+        epilog="Example: swarm validate inventory/example policies/example policies/shared",
+    )
+    fleet_args(p)
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser(
+        "plan",
+        help="print the resolved desired state (per node and for the cluster)",
+        description="Validate, then print what every node and the cluster should look like: "
+        "GPU settings per GPU, sysctls, mesh address and peers with AllowedIPs, "
+        "queues and quotas. JSON output is stable (sorted) for diffing. " + FLEET_HELP,
+        epilog="Example: swarm plan --fleet example --node fra1-gpu-01 --format json",
+    )
+    fleet_args(p)
+    p.add_argument("--node", action="append", metavar="NODE", help="only this node (repeatable)")
+    p.set_defaults(func=cmd_plan)

@@ -1,0 +1,162 @@
+"""The ``swarm lab`` subcommands (argument parsing and exit codes; the work is in manager)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable
+
+from ..fleet.diagnostics import FleetInvalid
+from ..lab import manager
+from ..lab.state import connection_file, read_connections, ssh_command
+from ..lab.system import LabError, require_root
+from ..resolve import load_fleet
+from .common import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, fleet_args, fleet_paths
+
+LAB_HELP = """\
+A fleet of real Linux nodes on this machine, to converge and verify without a cloud.
+Each node is a system container: its own network, mount, PID, UTS, IPC and cgroup
+namespaces, systemd as PID 1, sshd, and a root filesystem that is an overlay of one cached
+Debian 12 image. Each Site is a router namespace with a bridge on its underlay subnet; its
+WAN link to the host is emulated with tc netem from the Site's `wan`. Nodes share the host's
+kernel: /proc/sys is read-only in them except net.*, there are no GPUs (the fleet's GPU
+nodes use the simulated NVML backend), and WireGuard runs in userspace (wireguard-go).
+Needs root.
+"""
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    try:
+        analysis = load_fleet(fleet_paths(args))
+    except FleetInvalid as exc:
+        print(exc.report.text(), file=sys.stderr)
+        print("swarm lab up: the fleet is invalid; nothing was created", file=sys.stderr)
+        return EXIT_INVALID
+    try:
+        manager.up(analysis, nodes=args.nodes, log=_log)
+    except ValueError as exc:
+        print(f"swarm lab up: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    return EXIT_OK
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    return EXIT_FAILURE if manager.down(log=_log) else EXIT_OK
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    rows = manager.status()
+    if args.format == "json":
+        json.dump({"nodes": rows, "connection_file": str(connection_file())}, sys.stdout, indent=2)
+        print()
+    elif not rows:
+        print("no lab is up (swarm lab up creates one)")
+    else:
+        print(f"{'NODE':<16} {'SITE':<10} {'ADDRESS':<18} {'NAT':<4} {'PID':>8}  {'SYSTEMD':<10} SSH")
+        for r in rows:
+            print(
+                f"{r['name']:<16} {r['site']:<10} {r['address']:<18} {'yes' if r['nat'] else 'no':<4} "
+                f"{r['pid'] or '-':>8}  {r['state']:<10} {r['ssh']}"
+            )
+        print(f"connections: {connection_file()}")
+    return EXIT_OK if all(r["state"] in ("running", "degraded") for r in rows) else EXIT_FAILURE
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    print(f"node   {args.node}: {manager.stop_node(args.node)}")
+    return EXIT_OK
+
+
+def cmd_ssh(args: argparse.Namespace) -> int:
+    require_root()
+    conns = read_connections()
+    if args.node not in conns:
+        print(
+            f"swarm lab ssh: no lab node {args.node!r} (nodes: {', '.join(conns) or 'none'})", file=sys.stderr
+        )
+        return EXIT_INVALID
+    argv = ssh_command(conns[args.node], args.command)
+    sys.stdout.flush()
+    os.execvp(argv[0], argv)
+
+
+def _log(line: str) -> None:
+    print(line, flush=True)
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    """Register ``swarm lab`` and its subcommands on the main parser's subparsers."""
+    lab = sub.add_parser(
+        "lab",
+        help="a local lab fleet of real nodes (system containers) on this machine",
+        description=LAB_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Example: sudo swarm lab up && swarm lab status && swarm lab ssh lab-gpu-1 -- wg show",
+    )
+    labsub = lab.add_subparsers(dest="lab_command", required=True, metavar="SUBCOMMAND")
+    p = labsub.add_parser(
+        "up",
+        help="create or update the lab to match the fleet (idempotent)",
+        description="Build (once) and cache the Debian 12 base image, then create a site router "
+        "per Site and a node per Node, boot them and check SSH. A second `up` changes nothing; "
+        "nodes no longer declared are removed. Writes the connection file read by the Ansible "
+        "inventory. Exit 2 when the fleet is invalid (nothing created).",
+        epilog="Example: swarm lab up --fleet lab --nodes 16",
+    )
+    fleet_args(p)
+    p.add_argument(
+        "--nodes",
+        type=int,
+        metavar="N",
+        help="exactly N nodes: the first N declared, plus synthetic CPU-only nodes (lab-node-NN) "
+        "beyond them (lab only: no inventory sees them)",
+    )
+    p.set_defaults(func=_guarded(cmd_up))
+    p = labsub.add_parser("status", help="per node: running, systemd state, SSH reachability")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(func=_guarded(cmd_status))
+    p = labsub.add_parser(
+        "ssh",
+        help="open a shell (or run a command) on a lab node as its SSH user",
+        epilog="Example: swarm lab ssh lab-gpu-2 -- ip -br addr",
+    )
+    p.add_argument("node", metavar="NODE")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND")
+    p.set_defaults(func=_guarded(cmd_ssh))
+    p = labsub.add_parser(
+        "stop",
+        help="power one node off, as a failed node (`swarm lab up` starts it again)",
+        description="Sends the node's systemd the poweroff signal and waits until it has exited "
+        "(SIGKILL after 20 s). Its filesystem, links and place in the lab stay.",
+        epilog="Example: swarm lab stop lab-head-1 && swarm converge  # reports it unreachable",
+    )
+    p.add_argument("node", metavar="NODE")
+    p.set_defaults(func=_guarded(cmd_stop))
+    p = labsub.add_parser(
+        "down",
+        help="stop every node and remove everything the lab made (the image cache stays)",
+        description="Powers off each node's systemd, then removes namespaces, bridges, veths, "
+        "routes, NAT rules, cgroups and the lab's state and key. Exit 1 if anything is left.",
+    )
+    p.set_defaults(func=_guarded(cmd_down))
+
+
+def _guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """``func`` with :class:`LabError` and OS errors turned into a message and an exit code."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return func(args)
+        except LabError as exc:
+            print(f"swarm lab {args.lab_command}: {exc}", file=sys.stderr)
+            return EXIT_INVALID if "needs root" in str(exc) else EXIT_FAILURE
+        except OSError as exc:
+            print(
+                f"swarm lab {args.lab_command}: {exc} (`swarm lab down` removes a half-made lab)",
+                file=sys.stderr,
+            )
+            return EXIT_FAILURE
+
+    return run

@@ -1,0 +1,59 @@
+"""``swarm verify``: every node against its declared state (testinfra), with the drift report."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..engines.ansible.runner import path_with_ansible
+from ..verify import report as verify_report
+from .common import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, fleet_inventory, inventory_args, simulated_nodes
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    found = fleet_inventory(args, "verify")
+    if isinstance(found, int):
+        return found
+    inventory, state = found
+    nodes = [n for n in (args.limit or "").split(",") if n]
+    unknown = [n for n in nodes if n not in state["nodes"]]
+    if unknown:
+        print(f"swarm verify: no node named {', '.join(unknown)}", file=sys.stderr)
+        return EXIT_INVALID
+    simulated = simulated_nodes(state)
+    print(f"verify: {len(nodes) or len(state['nodes'])} node(s) of {inventory} against the declared state")
+    if simulated:
+        print(f"note: GPU checks on {', '.join(simulated)} read the SIMULATED NVML backend")
+    collector = verify_report.run(
+        Path.cwd(), inventory, nodes, Path(args.junit_xml), path=path_with_ansible()
+    )
+    if not collector.results:
+        print("swarm verify: no check ran (see the JUnit file for collection errors)", file=sys.stderr)
+        return EXIT_FAILURE
+    print(verify_report.report(collector))
+    print(f"JUnit XML: {args.junit_xml}")
+    bad = [r for r in collector.results if r.outcome in ("drift", "error")]
+    return EXIT_FAILURE if bad else EXIT_OK
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "verify",
+        help="check every node against its declared state (testinfra); report drift",
+        description="Run tests/verify (testinfra, one test per declared item, values from the "
+        "resolved NodeState) against the fleet's nodes. Prints each drifted item as it is "
+        "found, then a per-node table (pass/fail per layer: host, drivers, gpu, mesh) and the "
+        "drift report: node, layer, key, desired, actual. Checks that depend on a drifted one "
+        "(pings through a stopped tunnel) are counted as blocked, not as drift. Writes JUnit "
+        "XML. Run from the repository root. Plain pytest works too: pytest tests/verify "
+        "--ansible-inventory=inventory/lab.",
+        epilog="Exit codes: 0 no drift, 1 drift or a check that could not be read, 2 invalid "
+        "fleet or arguments.",
+    )
+    inventory_args(p)
+    p.add_argument("--limit", metavar="NODES", help="comma-separated node names (default: every node)")
+    p.add_argument(
+        "--junit-xml", default="verify-junit.xml", metavar="PATH", help="JUnit XML (default: %(default)s)"
+    )
+    p.set_defaults(func=cmd_verify)

@@ -1,0 +1,457 @@
+"""The typed, immutable fleet model built from schema-valid documents.
+
+Every object keeps its ``source`` (file and document index) so that semantic checks can
+point at the exact place. Defaults stated in ``schemas/`` (each field's description says
+"default ...") are applied here, once: later layers read every field as present.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from .diagnostics import Finding, Source
+from .loader import RawDocument
+
+DEFAULT_LISTEN_PORT = 51820
+DEFAULT_MTU = 1420  # 1500 - 80 bytes of WireGuard-over-IPv6 overhead (wg-quick's choice)
+DEFAULT_KEEPALIVE_S = 25  # wg(8): "a sensible interval ... is 25"
+# Defaults of nested policy objects, by what they belong to (as stated in schemas/).
+HUGEPAGES_DEFAULTS = {"size_kib": 2048}
+MIG_DEFAULTS = {"profiles": ()}
+SCRATCH_DEFAULTS = {"filesystem": "xfs", "raid0": True}
+STORAGE_CLASS_DEFAULTS = {
+    "parameters": {},
+    "reclaim_policy": "Delete",
+    "volume_binding_mode": "WaitForFirstConsumer",
+    "default": False,
+}
+VOLUME_DEFAULTS = {"purpose": "other", "access_modes": ("ReadWriteMany",)}
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+def _frozen(d: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return MappingProxyType(dict(d)) if d else _EMPTY
+
+
+def _defaulted(d: Mapping[str, Any], defaults: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``d`` with the keys it leaves out taken from ``defaults``, read-only."""
+    return MappingProxyType({**defaults, **d})
+
+
+@dataclass(frozen=True, slots=True)
+class Site:
+    name: str
+    source: Source
+    region: str
+    underlay: ipaddress.IPv4Network
+    wan: Mapping[str, Any]
+    gateway: ipaddress.IPv4Address | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSlot:
+    model: str
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    name: str
+    source: Source
+    labels: Mapping[str, str]
+    site: str
+    address: ipaddress.IPv4Address
+    ssh_host: str
+    ssh_port: int
+    ssh_user: str
+    roles: tuple[str, ...]
+    gpu_backend: str
+    cpus: int
+    memory_gib: int
+    gpus: tuple[GpuSlot, ...]
+    nvme: tuple[tuple[str, int], ...]
+    nic_speed_gbps: float | None
+    nat: bool
+    endpoint: str | None  # as declared; see public_endpoint
+    listen_port: int | None  # None: the Mesh's default
+    mesh_address: ipaddress.IPv4Address | None
+
+    @property
+    def public_endpoint(self) -> str | None:
+        """Where other sites reach the node: None behind NAT, else the endpoint or the address."""
+        return None if self.nat else (self.endpoint or str(self.address))
+
+    @property
+    def gpu_models(self) -> tuple[str, ...]:
+        return tuple(slot.model for slot in self.gpus)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProfile:
+    name: str
+    source: Source
+    spec: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class HostProfile:
+    name: str
+    source: Source
+    include: tuple[str, ...]
+    sysctls: Mapping[str, Any]
+    hugepages: Mapping[str, int] | None
+    transparent_hugepages: str | None
+    swappiness: int | None
+    cpu_governor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Selector:
+    nodes: frozenset[str] | None = None
+    sites: frozenset[str] | None = None
+    roles: frozenset[str] | None = None
+    gpu_models: frozenset[str] | None = None
+    labels: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+
+    def matches(self, node: Node) -> bool:
+        """True when every given criterion matches (AND); any entry of a list may match (OR)."""
+        return (
+            (self.nodes is None or node.name in self.nodes)
+            and (self.sites is None or node.site in self.sites)
+            and (self.roles is None or not self.roles.isdisjoint(node.roles))
+            and (self.gpu_models is None or not self.gpu_models.isdisjoint(node.gpu_models))
+            and all(node.labels.get(k) == v for k, v in self.labels.items())
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    name: str
+    source: Source
+    selector: Selector
+    gpu_profile: str | None
+    host_profile: str | None
+    precedence: int
+
+
+@dataclass(frozen=True, slots=True)
+class MeshSite:
+    topology: str
+    hub: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Mesh:
+    name: str
+    source: Source
+    cidr: ipaddress.IPv4Network
+    interface: str
+    listen_port: int
+    mtu: int
+    persistent_keepalive_s: int
+    topology: str
+    sites: Mapping[str, MeshSite]
+
+    def site(self, name: str) -> MeshSite:
+        return self.sites.get(name) or MeshSite(self.topology, None)
+
+
+@dataclass(frozen=True, slots=True)
+class Priority:
+    name: str
+    source: Source
+    value: int
+    preemption_policy: str
+    global_default: bool
+    description: str
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    flavor: str
+    nominal_quota: int
+    borrowing_limit: int | None
+    lending_limit: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Queue:
+    name: str
+    cohort: str | None
+    fair_sharing_weight: float
+    within_cluster_queue: str
+    reclaim_within_cohort: str
+    borrow_within_cohort: str
+    quotas: tuple[Quota, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    name: str
+    namespace: str
+    queue: str
+    priorities: tuple[str, ...] | None  # None: all
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    name: str
+    source: Source
+    queues: tuple[Queue, ...]
+    tenants: tuple[Tenant, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Rollout:
+    """Rolling batches for node convergence (Ansible ``serial``/``max_fail_percentage``)."""
+
+    name: str
+    source: Source
+    canary_hosts: int = 1
+    batch_percent: int = 25
+    max_fail_percentage: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Storage:
+    name: str
+    source: Source
+    scratch: Mapping[str, Any] | None
+    classes: tuple[Mapping[str, Any], ...]
+    volumes: tuple[Mapping[str, Any], ...]
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """Everything declared, by kind and name, in name order. Singletons may be None."""
+
+    sites: Mapping[str, Site]
+    nodes: Mapping[str, Node]
+    gpu_profiles: Mapping[str, GpuProfile]
+    host_profiles: Mapping[str, HostProfile]
+    assignments: Mapping[str, Assignment]
+    priorities: Mapping[str, Priority]
+    mesh: Mesh | None
+    allocation: Allocation | None
+    storage: Storage | None
+    rollout: Rollout | None = None
+    # Names of documents that failed schema validation, by kind: references to them are
+    # not reported again as unresolved.
+    invalid_names: Mapping[str, frozenset[str]] = field(default_factory=lambda: _EMPTY)
+
+
+def _build(
+    kind: str, name: str, src: Source, spec: dict[str, Any], meta: dict[str, Any], findings: list[Finding]
+) -> Any:
+    def net(path: tuple[Any, ...], text: str) -> ipaddress.IPv4Network | None:
+        try:
+            return ipaddress.IPv4Network(text, strict=True)
+        except ValueError as exc:
+            findings.append(
+                Finding(src, path, "network.invalid", f"{text!r} is not a valid IPv4 network: {exc}")
+            )
+            return None
+
+    if kind == "Site":
+        underlay = net(("spec", "underlay", "cidr"), spec["underlay"]["cidr"])
+        if underlay is None:
+            return None
+        gateway = spec["underlay"].get("gateway")
+        return Site(
+            name,
+            src,
+            spec["region"],
+            underlay,
+            _frozen(spec.get("wan")),
+            ipaddress.IPv4Address(gateway) if gateway else None,
+        )
+    if kind == "Node":
+        ssh, hw, mesh = spec.get("ssh", {}), spec["hardware"], spec.get("mesh", {})
+        nat = mesh.get("nat", False)
+        return Node(
+            name=name,
+            source=src,
+            labels=_frozen(meta.get("labels")),
+            site=spec["site"],
+            address=ipaddress.IPv4Address(spec["address"]),
+            ssh_host=ssh.get("host", spec["address"]),
+            ssh_port=ssh.get("port", 22),
+            ssh_user=ssh.get("user", "root"),
+            roles=tuple(sorted(spec["roles"])),
+            gpu_backend=spec.get("gpu_backend", "nvml"),
+            cpus=hw["cpus"],
+            memory_gib=hw["memory_gib"],
+            gpus=tuple(GpuSlot(g["model"], g["count"]) for g in hw.get("gpus", ())),
+            nvme=tuple((d["device"], d["size_gib"]) for d in hw.get("nvme", ())),
+            nic_speed_gbps=hw.get("nic_speed_gbps"),
+            nat=nat,
+            endpoint=mesh.get("endpoint"),
+            listen_port=mesh.get("listen_port"),
+            mesh_address=ipaddress.IPv4Address(mesh["address"]) if "address" in mesh else None,
+        )
+    if kind == "GpuProfile":
+        if "mig" in spec:
+            spec = {**spec, "mig": _defaulted(spec["mig"], MIG_DEFAULTS)}
+        return GpuProfile(name, src, _frozen(spec))
+    if kind == "HostProfile":
+        return HostProfile(
+            name,
+            src,
+            tuple(spec.get("include", ())),
+            _frozen(spec.get("sysctls")),
+            _defaulted(spec["hugepages"], HUGEPAGES_DEFAULTS) if "hugepages" in spec else None,
+            spec.get("transparent_hugepages"),
+            spec.get("swappiness"),
+            spec.get("cpu_governor"),
+        )
+    if kind == "Assignment":
+        sel = spec["selector"]
+
+        def opt(key: str) -> frozenset[str] | None:
+            return frozenset(sel[key]) if key in sel else None
+
+        selector = Selector(
+            opt("nodes"), opt("sites"), opt("roles"), opt("gpu_models"), _frozen(sel.get("labels"))
+        )
+        return Assignment(
+            name, src, selector, spec.get("gpu_profile"), spec.get("host_profile"), spec.get("precedence", 0)
+        )
+    if kind == "Mesh":
+        cidr = net(("spec", "cidr"), spec["cidr"])
+        if cidr is None:
+            return None
+        sites = {
+            site: MeshSite(o.get("topology", spec.get("topology", "full-mesh")), o.get("hub"))
+            for site, o in spec.get("sites", {}).items()
+        }
+        return Mesh(
+            name,
+            src,
+            cidr,
+            spec.get("interface", "wg0"),
+            spec.get("listen_port", DEFAULT_LISTEN_PORT),
+            spec.get("mtu", DEFAULT_MTU),
+            spec.get("persistent_keepalive_s", DEFAULT_KEEPALIVE_S),
+            spec.get("topology", "full-mesh"),
+            MappingProxyType(sites),
+        )
+    if kind == "Priority":
+        return Priority(
+            name,
+            src,
+            spec["value"],
+            spec.get("preemption_policy", "PreemptLowerPriority"),
+            spec.get("global_default", False),
+            spec.get("description", ""),
+        )
+    if kind == "Allocation":
+        queues = tuple(
+            Queue(
+                q["name"],
+                q.get("cohort"),
+                q.get("fair_sharing_weight", 1),
+                q.get("preemption", {}).get("within_cluster_queue", "Never"),
+                q.get("preemption", {}).get("reclaim_within_cohort", "Never"),
+                q.get("preemption", {}).get("borrow_within_cohort", "Never"),
+                tuple(
+                    Quota(x["flavor"], x["nominal_quota"], x.get("borrowing_limit"), x.get("lending_limit"))
+                    for x in q["quotas"]
+                ),
+            )
+            for q in spec["queues"]
+        )
+        tenants = tuple(
+            Tenant(
+                t["name"],
+                t.get("namespace", t["name"]),
+                t["queue"],
+                tuple(t["priorities"]) if "priorities" in t else None,
+            )
+            for t in spec.get("tenants", ())
+        )
+        return Allocation(name, src, queues, tenants)
+    if kind == "Storage":
+        return Storage(
+            name,
+            src,
+            _defaulted(spec["scratch"], SCRATCH_DEFAULTS) if "scratch" in spec else None,
+            tuple(_defaulted(c, STORAGE_CLASS_DEFAULTS) for c in spec.get("classes", ())),
+            tuple(_defaulted(v, VOLUME_DEFAULTS) for v in spec.get("volumes", ())),
+        )
+    if kind == "Rollout":
+        return Rollout(name, src, **spec)  # the schema admits only the dataclass's fields
+    raise ValueError(f"unknown kind {kind}")  # unreachable: schemas admit only known kinds
+
+
+SINGLETONS = ("Mesh", "Allocation", "Storage", "Rollout")
+_FIELD = {
+    "Site": "sites",
+    "Node": "nodes",
+    "GpuProfile": "gpu_profiles",
+    "HostProfile": "host_profiles",
+    "Assignment": "assignments",
+    "Priority": "priorities",
+}
+
+
+def build_fleet(valid: list[RawDocument], invalid: list[RawDocument]) -> tuple[Fleet, list[Finding]]:
+    """Build the model from schema-valid documents.
+
+    Returns the fleet and findings for what only the whole set can show: duplicate names
+    (``name.duplicate``), more than one Mesh/Allocation/Storage (``kind.singleton``) and
+    networks that are malformed (``network.invalid``). The first of duplicates is kept.
+    """
+    findings: list[Finding] = []
+    by_kind: dict[str, dict[str, Any]] = {k: {} for k in (*_FIELD, *SINGLETONS)}
+    for doc in valid:
+        kind, meta = doc.data["kind"], doc.data["metadata"]
+        name = meta["name"]
+        seen = by_kind[kind]
+        if name in seen:
+            first = seen[name].source
+            findings.append(
+                Finding(
+                    doc.source,
+                    ("metadata", "name"),
+                    "name.duplicate",
+                    f"{kind} {name!r} is already declared at {first.file} (document {first.index + 1})",
+                )
+            )
+            continue
+        if kind in SINGLETONS and seen:
+            other = next(iter(seen.values()))
+            findings.append(
+                Finding(
+                    doc.source,
+                    ("kind",),
+                    "kind.singleton",
+                    f"a fleet has one {kind}; {other.name!r} is already declared at {other.source.file}",
+                )
+            )
+            continue
+        obj = _build(kind, name, doc.source, doc.data.get("spec", {}), meta, findings)
+        if obj is not None:
+            seen[name] = obj
+    invalid_names: dict[str, set[str]] = {}
+    for doc in invalid:
+        data = doc.data
+        if isinstance(data, dict) and isinstance(data.get("metadata"), dict):
+            invalid_names.setdefault(str(data.get("kind")), set()).add(str(data["metadata"].get("name")))
+
+    def first(kind: str) -> Any:
+        return next(iter(by_kind[kind].values()), None)
+
+    fleet = Fleet(
+        **{attr: MappingProxyType(dict(sorted(by_kind[k].items()))) for k, attr in _FIELD.items()},
+        mesh=first("Mesh"),
+        allocation=first("Allocation"),
+        storage=first("Storage"),
+        rollout=first("Rollout"),
+        invalid_names=MappingProxyType({k: frozenset(v) for k, v in invalid_names.items()}),
+    )
+    return fleet, findings

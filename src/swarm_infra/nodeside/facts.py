@@ -1,0 +1,89 @@
+"""Pure parsers of what nodes print: sysctl, sysctl.d and tmpfiles.d files, wg, ip.
+
+Each takes a command's output or a file's text and returns plain data; none runs anything.
+Verification's readers and the engines' fact gathering share them, so a node's state is
+read one way. Standard library only, like the rest of ``nodeside``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def sysctl_fields(text: str) -> list[str]:
+    """A sysctl value as its fields: ``sysctl -n`` separates multi-value keys with tabs,
+    sysctl.d(5) files with spaces; compare these lists, never the strings."""
+    return text.split()
+
+
+def sysctl_conf(text: str) -> dict[str, list[str]]:
+    """A sysctl.d(5) file as ``{key: fields}``; comments (``#``, ``;``) and blank lines
+    skipped, a leading ``-`` (ignore errors) dropped from the key."""
+    out: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line[0] in "#;":
+            continue
+        key, sep, value = line.partition("=")
+        if sep:
+            out[key.strip().lstrip("-")] = sysctl_fields(value)
+    return out
+
+
+def tagged_lines(text: str) -> dict[str, list[str]]:
+    """Lines of ``KEY<TAB>VALUE`` (what a batch of ``printf '%s\\t' KEY; sysctl -n KEY``
+    prints) as ``{key: fields}``."""
+    out: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("\t")
+        if sep:
+            out[key] = sysctl_fields(value)
+    return out
+
+
+def tmpfiles_writes(text: str) -> dict[str, list[str]]:
+    """The ``w`` lines of a tmpfiles.d(5) file as ``{path glob: fields of the argument}``."""
+    out: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        fields = line.split(None, 6)
+        if len(fields) == 7 and fields[0] == "w":
+            out[fields[1]] = fields[6].split()
+    return out
+
+
+def sysfs_choice(text: str) -> list[str]:
+    """A sysfs setting's current value as fields. Files that list every choice mark the
+    active one in brackets (transparent_hugepage/enabled: ``always [madvise] never``)."""
+    chosen = [w.strip("[]") for w in text.split() if w.startswith("[")]
+    return chosen or text.split()
+
+
+def wg_dump(text: str) -> dict[str, dict[str, Any]]:
+    """``wg show IFACE dump`` as ``{peer public key: {allowed_ips, endpoint,
+    latest_handshake}}`` (wg(8): the first line is the interface's own; then one tab-
+    separated line per peer: public key, preshared key, endpoint, allowed IPs, latest
+    handshake (s since the epoch, 0 never), rx, tx, keepalive). ``endpoint`` is None when
+    unknown, ``allowed_ips`` a list of CIDRs."""
+    peers: dict[str, dict[str, Any]] = {}
+    for line in text.splitlines()[1:]:
+        f = line.split("\t")
+        if len(f) < 5:
+            continue
+        peers[f[0]] = {
+            "endpoint": None if f[2] == "(none)" else f[2],
+            "allowed_ips": [] if f[3] == "(none)" else f[3].split(","),
+            "latest_handshake": int(f[4]),
+        }
+    return peers
+
+
+def ip_link(text: str) -> dict[str, Any]:
+    """``ip -j addr show dev IFACE`` as ``{mtu, inet: ["a.b.c.d/len", ...]}``; an empty
+    dict when the output holds no interface."""
+    data = json.loads(text) if text.strip() else []
+    if not data:
+        return {}
+    link = data[0]
+    inet = [f"{a['local']}/{a['prefixlen']}" for a in link.get("addr_info", []) if a.get("family") == "inet"]
+    return {"mtu": link.get("mtu"), "inet": inet}

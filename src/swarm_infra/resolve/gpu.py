@@ -1,0 +1,137 @@
+"""GPU profile → per-GPU settings, and the checks of a profile against a catalog model.
+
+One decision, used twice: :func:`settings_for` gives the values the node must have;
+:func:`problems` says why a profile cannot be applied to a model (the validator reports
+them; the resolver never sees an invalid profile).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from .catalog import gpu_catalog, mig_fit_problem
+
+CLOCK_STEP_MHZ = 15  # graphics clocks are offered in 15 MHz steps (nvidia-smi -q -d SUPPORTED_CLOCKS)
+
+
+def power_limit_w(spec: Mapping[str, Any], model: str) -> int | None:
+    """The power management limit in W the profile asks for on ``model``, or None.
+
+    ``power_limit_percent`` is a percentage of the model's default limit, rounded down.
+    """
+    if "power_limit_w" in spec:
+        return int(spec["power_limit_w"])
+    if "power_limit_percent" in spec:
+        return gpu_catalog()[model]["power"]["default_w"] * int(spec["power_limit_percent"]) // 100
+    return None
+
+
+def problems(spec: Mapping[str, Any], model: str) -> Iterator[tuple[tuple[str, ...], str, str]]:
+    """Why ``spec`` (a GpuProfile spec) does not fit ``model``: ``(path in spec, rule, message)``.
+
+    Rules: ``gpu.power-limit-range`` (outside the catalog's min..max W),
+    ``gpu.power-limit-conflict`` (both W and percent given),
+    ``gpu.clocks-unsupported`` (memory clock not offered, graphics clock out of range,
+    application clocks on a model without them, locked min above max),
+    ``gpu.ecc-unsupported``, ``gpu.mig-unsupported``.
+    """
+    entry = gpu_catalog()[model]
+    power, clocks = entry["power"], entry["clocks"]
+    if "power_limit_w" in spec and "power_limit_percent" in spec:
+        yield (
+            ("power_limit_percent",),
+            "gpu.power-limit-conflict",
+            "power_limit_w and power_limit_percent are exclusive; give one",
+        )
+    watts = power_limit_w(spec, model)
+    if watts is not None and not power["min_w"] <= watts <= power["max_w"]:
+        key = "power_limit_w" if "power_limit_w" in spec else "power_limit_percent"
+        yield (
+            (key,),
+            "gpu.power-limit-range",
+            f"{watts} W is outside {model}'s power management limit range "
+            f"{power['min_w']}..{power['max_w']} W",
+        )
+    lo, hi = clocks["graphics_min_mhz"], clocks["graphics_max_mhz"]
+    app = spec.get("application_clocks")
+    if app:
+        if not entry["application_clocks"]:
+            yield (
+                ("application_clocks",),
+                "gpu.clocks-unsupported",
+                f"{model} does not support application clocks; use locked_clocks",
+            )
+        else:
+            if app["memory_mhz"] not in clocks["memory_mhz"]:
+                yield (
+                    ("application_clocks", "memory_mhz"),
+                    "gpu.clocks-unsupported",
+                    f"{app['memory_mhz']} MHz is not a supported memory clock of {model} "
+                    f"(supported: {', '.join(map(str, clocks['memory_mhz']))} MHz)",
+                )
+            if not lo <= app["graphics_mhz"] <= hi:
+                yield (
+                    ("application_clocks", "graphics_mhz"),
+                    "gpu.clocks-unsupported",
+                    f"{app['graphics_mhz']} MHz is outside {model}'s graphics clock range {lo}..{hi} MHz",
+                )
+    locked = spec.get("locked_clocks")
+    if locked:
+        for key in ("min_mhz", "max_mhz"):
+            if not lo <= locked[key] <= hi:
+                yield (
+                    ("locked_clocks", key),
+                    "gpu.clocks-unsupported",
+                    f"{locked[key]} MHz is outside {model}'s graphics clock range {lo}..{hi} MHz",
+                )
+        if locked["min_mhz"] > locked["max_mhz"]:
+            yield (
+                ("locked_clocks", "min_mhz"),
+                "gpu.clocks-unsupported",
+                f"min_mhz {locked['min_mhz']} is above max_mhz {locked['max_mhz']}",
+            )
+    if spec.get("ecc") and not entry["ecc"]:
+        yield (("ecc",), "gpu.ecc-unsupported", f"{model} has no ECC memory")
+    mig = spec.get("mig")
+    if mig and mig.get("enabled"):
+        problem = mig_fit_problem(model, list(mig["profiles"]))
+        if problem:
+            yield (("mig",), "gpu.mig-unsupported", problem)
+
+
+def settings_for(spec: Mapping[str, Any], model: str) -> dict[str, Any]:
+    """Desired settings of one ``model`` GPU under profile ``spec``; only declared keys.
+
+    Keys: ``persistence_mode`` (bool), ``power_limit_w`` (int, W), ``application_clocks``
+    {``memory_mhz``, ``graphics_mhz``}, ``locked_clocks`` {``min_mhz``, ``max_mhz``},
+    ``compute_mode`` (DEFAULT | EXCLUSIVE_PROCESS | PROHIBITED), ``ecc`` (bool),
+    ``mig`` {``enabled``, ``profiles``}.
+    """
+    out: dict[str, Any] = {}
+    for key in ("persistence_mode", "compute_mode", "ecc"):
+        if key in spec:
+            out[key] = spec[key]
+    watts = power_limit_w(spec, model)
+    if watts is not None:
+        out["power_limit_w"] = watts
+    for key in ("application_clocks", "locked_clocks"):
+        if key in spec:
+            out[key] = dict(spec[key])
+    if "mig" in spec:
+        out["mig"] = {"enabled": spec["mig"]["enabled"], "profiles": list(spec["mig"]["profiles"])}
+    return out
+
+
+def model_limits(model: str) -> dict[str, Any]:
+    """The catalog limits the node-side code (and the simulated backend) enforces for ``model``."""
+    entry = gpu_catalog()[model]
+    return {
+        "product_name": entry["product_name"],
+        "memory_mib": entry["memory_mib"],
+        "power": dict(entry["power"]),
+        "clocks": {**entry["clocks"], "graphics_step_mhz": CLOCK_STEP_MHZ},
+        "application_clocks": entry["application_clocks"],
+        "ecc": entry["ecc"],
+        "mig_profiles": list(entry["mig"]["profiles"]) if entry["mig"] else [],
+    }

@@ -1,0 +1,79 @@
+"""Where the project's files live on a node, their owners and modes, and its unit names.
+
+Decided here once and carried in every NodeState (``layout``): the Ansible roles, the
+pyinfra deploys, verification and the tests read these values and never spell a path or
+a mode themselves. Paths follow the FHS and each tool's own convention: sysctl.d(5) and
+tmpfiles.d(5) drop-ins, ``/etc/wireguard`` for wg-quick(8), apt_preferences(5),
+modprobe.d(5), systemd unit and drop-in directories.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from .types import LayoutState, ManagedPath
+
+LIB_DIR = "/usr/local/lib/swarm"  # code the project installs on the node
+ETC_DIR = "/etc/swarm"  # settings the project persists on the node
+WIREGUARD_DIR = "/etc/wireguard"
+UNIT_DIR = "/etc/systemd/system"
+
+
+def _file(path: str, mode: str = "0644") -> ManagedPath:
+    return {"path": path, "type": "file", "owner": "root", "group": "root", "mode": mode}
+
+
+def _dir(path: str, mode: str = "0755") -> ManagedPath:
+    return {"path": path, "type": "directory", "owner": "root", "group": "root", "mode": mode}
+
+
+@cache
+def node_layout(interface: str = "wg0") -> LayoutState:
+    """The layout of a node whose mesh interface is ``interface`` (the WireGuard files and
+    unit are named after it). Shared between nodes: do not modify the result.
+
+    ``files`` (name -> ManagedPath):
+      ``sysctl_conf``: sysctls of the HostProfile, read by systemd-sysctl at boot;
+      ``mesh_sysctl_conf``: IP forwarding on relays and hubs;
+      ``tmpfiles_conf``: hugepages, THP and CPU governor, written at boot by systemd-tmpfiles;
+      ``lib_dir``, ``gpu_code``: the node-side GPU code;
+      ``etc_dir``, ``gpu_settings``: the desired GPU settings the re-apply unit reads;
+      ``gpu_unit``: the boot-time re-apply unit;
+      ``wireguard_dir``, ``wireguard_key`` (the private key, never read back),
+      ``wireguard_conf`` (no private key in it), ``wireguard_peers`` (public keys of peers);
+      ``wireguard_dropin``: selects wireguard-go where the kernel has no WireGuard module;
+      ``apt_keyrings_dir``, ``driver_preferences``: the NVIDIA repositories' signing keys and
+      the apt pin of the NVIDIA driver;
+      ``nouveau_blacklist``: keeps nouveau off NVIDIA GPUs;
+      ``reboot_required``: Debian's pending-reboot marker.
+    ``units``: ``gpu_apply``, ``wireguard`` (wg-quick@IFACE), ``persistenced``.
+    """
+    wg_unit = f"wg-quick@{interface}"
+    return {
+        "files": {
+            "sysctl_conf": _file("/etc/sysctl.d/90-swarm.conf"),
+            "mesh_sysctl_conf": _file("/etc/sysctl.d/90-swarm-mesh.conf"),
+            "tmpfiles_conf": _file("/etc/tmpfiles.d/swarm-host-tuning.conf"),
+            "lib_dir": _dir(LIB_DIR),
+            "gpu_code": _file(f"{LIB_DIR}/swarm_gpu_node.py"),
+            "etc_dir": _dir(ETC_DIR),
+            "gpu_settings": _file(f"{ETC_DIR}/gpu-settings.json"),
+            "gpu_unit": _file(f"{UNIT_DIR}/swarm-gpu-apply.service"),
+            "wireguard_dir": _dir(WIREGUARD_DIR, "0700"),
+            "wireguard_key": _file(f"{WIREGUARD_DIR}/{interface}.key", "0600"),
+            "wireguard_conf": _file(f"{WIREGUARD_DIR}/{interface}.conf", "0600"),
+            "wireguard_peers": _file(f"{WIREGUARD_DIR}/peers.json"),
+            "wireguard_dropin_dir": _dir(f"{UNIT_DIR}/{wg_unit}.service.d"),
+            "wireguard_dropin": _file(f"{UNIT_DIR}/{wg_unit}.service.d/userspace.conf"),
+            "apt_keyrings_dir": _dir("/etc/apt/keyrings"),
+            "driver_preferences": _file("/etc/apt/preferences.d/swarm-nvidia-driver"),
+            "nouveau_blacklist": _file("/etc/modprobe.d/swarm-blacklist-nouveau.conf"),
+            # Debian's marker for a pending reboot (update-notifier, needrestart read it).
+            "reboot_required": _file("/run/reboot-required"),
+        },
+        "units": {
+            "gpu_apply": "swarm-gpu-apply.service",
+            "wireguard": wg_unit,
+            "persistenced": "nvidia-persistenced.service",
+        },
+    }

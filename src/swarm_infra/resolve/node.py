@@ -1,0 +1,135 @@
+"""NodeState: what one node should look like (GPU, driver, host tuning, mesh, storage, layout)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..fleet.model import Node
+from . import gpu, host
+from .analysis import Analysis
+from .catalog import gpu_catalog
+from .layout import node_layout
+from .types import DriverState, GpuDevice, GpuSettings, HostState, NodeState, PeerState
+
+FLAVOR_LABEL = "swarm.io/gpu-flavor"
+SITE_LABEL = "swarm.io/site"
+
+
+def driver_state(driver: dict[str, Any]) -> DriverState:
+    """A GpuProfile's ``driver`` ({branch, version?, allow_reboot?}) as NodeState: with
+    ``apt_version``, the Debian version glob that pins it (``570.86.15-*`` for a version,
+    ``570.*`` for a whole branch; apt_preferences(5) and ``apt-get install name=glob``).
+    Debian packages of NVIDIA's driver carry a revision (``570.86.15-1``), so the pin is a
+    glob, and verification matches installed versions against the same glob."""
+    version = driver.get("version")
+    return {
+        "branch": driver["branch"],
+        "version": version,
+        "allow_reboot": driver.get("allow_reboot", False),
+        "apt_version": f"{version}-*" if version else f"{driver['branch']}.*",
+    }
+
+
+class NodeResolver:
+    """Builds NodeStates for one analysed fleet, sharing identical parts between nodes
+    (a profile's GPU settings, a flattened HostProfile), which keeps 10,000 nodes cheap."""
+
+    def __init__(self, a: Analysis, peers: dict[str, list[PeerState]], forwarders: set[str]) -> None:
+        self.a, self.peers, self.forwarders = a, peers, forwarders
+        self._gpu: dict[tuple[str, str], GpuSettings] = {}
+        self._host: dict[str, dict[str, Any]] = {}
+
+    def _gpu_settings(self, profile: str | None, model: str) -> GpuSettings:
+        key = (profile or "", model)
+        if key not in self._gpu:
+            spec = self.a.fleet.gpu_profiles[profile].spec if profile else {}
+            self._gpu[key] = gpu.settings_for(spec, model)
+        return self._gpu[key]
+
+    def _host_state(self, profile: str) -> dict[str, Any]:
+        if profile not in self._host:
+            flat = host.flatten(profile, self.a.fleet.host_profiles)
+            flat["sysctls"] = dict(sorted(flat["sysctls"].items()))
+            flat["sysctl_text"] = {k: host.sysctl_text(v) for k, v in flat["sysctls"].items()}
+            flat["sysfs"] = host.sysfs_items(flat)
+            self._host[profile] = flat
+        return self._host[profile]
+
+    def node_state(self, node: Node) -> NodeState:
+        """The NodeState of ``node`` (see :class:`swarm_infra.resolve.types.NodeState`)."""
+        a, fleet = self.a, self.a.fleet
+        choices = a.choices.get(node.name, {})
+        labels = dict(node.labels)
+        labels[SITE_LABEL] = node.site
+        if node.gpus:
+            labels[FLAVOR_LABEL] = gpu_catalog()[node.gpus[0].model]["flavor"]
+        state: NodeState = {
+            "name": node.name,
+            "site": node.site,
+            "region": fleet.sites[node.site].region,
+            "roles": list(node.roles),
+            "labels": dict(sorted(labels.items())),
+            "address": str(node.address),
+            "ssh": {"host": node.ssh_host, "port": node.ssh_port, "user": node.ssh_user},
+            "hardware": {
+                "cpus": node.cpus,
+                "memory_gib": node.memory_gib,
+                "nic_speed_gbps": node.nic_speed_gbps,
+                "gpus": [{"model": s.model, "count": s.count} for s in node.gpus],
+                "nvme": [{"device": d, "size_gib": size} for d, size in node.nvme],
+            },
+            "gpu": None,
+            "host": None,
+            "mesh": None,
+            "storage": None,
+            "layout": node_layout(fleet.mesh.interface if fleet.mesh else "wg0"),
+        }
+        choice = choices.get("gpu_profile")
+        if node.gpus:
+            profile = choice.profile if choice else None
+            devices: list[GpuDevice] = []
+            for slot in node.gpus:
+                settings = self._gpu_settings(profile, slot.model)
+                devices += [
+                    {"index": len(devices) + i, "model": slot.model, "settings": settings}
+                    for i in range(slot.count)
+                ]
+            driver = fleet.gpu_profiles[profile].spec.get("driver") if profile else None
+            state["gpu"] = {
+                "backend": node.gpu_backend,  # type: ignore[typeddict-item]
+                "profile": profile,
+                "assignment": choice.assignment if choice else None,
+                "driver": driver_state(driver) if driver else None,
+                "devices": devices,
+                "limits": {m: gpu.model_limits(m) for m in sorted(set(node.gpu_models))},
+            }
+        choice = choices.get("host_profile")
+        if choice:
+            host_state: HostState = {
+                "profile": choice.profile,
+                "assignment": choice.assignment,
+                **self._host_state(choice.profile),  # type: ignore[typeddict-item]
+            }
+            state["host"] = host_state
+        if fleet.mesh is not None:
+            m = fleet.mesh
+            state["mesh"] = {
+                "interface": m.interface,
+                "address": f"{a.addresses[node.name]}/{m.cidr.prefixlen}",
+                "listen_port": node.listen_port or m.listen_port,
+                "mtu": m.mtu,
+                "forwarding": node.name in self.forwarders,
+                "peers": self.peers.get(node.name, []),
+            }
+        scratch = fleet.storage.scratch if fleet.storage is not None else None
+        if scratch is not None and node.nvme:
+            state["storage"] = {
+                "scratch": {
+                    "mount_path": scratch["mount_path"],
+                    "filesystem": scratch["filesystem"],
+                    "raid0": scratch["raid0"] and len(node.nvme) > 1,
+                    "devices": [d for d, _ in node.nvme],
+                    "size_gib": sum(size for _, size in node.nvme),
+                }
+            }
+        return state

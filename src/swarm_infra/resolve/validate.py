@@ -1,0 +1,81 @@
+"""declare → load → schema → model → semantic checks: the validator.
+
+``validate(paths)`` reports every problem at once; ``load_fleet(paths)`` is the entry
+point for consumers (CLI, inventory plugin, stacks): it returns the checked fleet or
+raises :class:`~swarm_infra.diagnostics.FleetInvalid` carrying the same report.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ..fleet.diagnostics import Diagnostic, Finding, FleetInvalid, Report
+from ..fleet.loader import find_files, load_documents
+from ..fleet.marks import locate_all
+from ..fleet.model import build_fleet
+from ..fleet.schemas import check_document
+from . import checks
+from .analysis import Analysis
+from .assign import assign_profiles
+from .mesh import assign_addresses, plan_topology
+
+
+@dataclass(frozen=True)
+class Validation:
+    """A validation run: the report, and the analysed fleet (also when it has errors)."""
+
+    report: Report
+    analysis: Analysis | None
+
+
+def validate(paths: Iterable[str | os.PathLike[str]]) -> Validation:
+    """Validate the fleet declared in ``paths`` (YAML files or directories, recursively).
+
+    Never raises for bad content: every problem is a diagnostic in the report. A path
+    that does not exist is a ``file.missing`` diagnostic. Documents that fail their schema
+    are left out of the semantic checks (their names still count as declared, so one
+    mistake is not reported twice).
+    """
+    paths = list(paths)
+    try:
+        files = find_files(paths)
+    except FileNotFoundError as exc:
+        return Validation(
+            Report([Diagnostic(str(exc).split(": ", 1)[-1], 0, 0, "$", "file.missing", str(exc))]), None
+        )
+    if not files:
+        where = str(paths[0]) if paths else "."
+        return Validation(
+            Report([Diagnostic(where, 0, 0, "$", "file.none", "no .yaml or .yml files found")]), None
+        )
+    docs, syntax = load_documents(files)
+    findings: list[Finding] = []
+    valid, invalid = [], []
+    for doc in docs:
+        doc_findings = list(check_document(doc))
+        (invalid if doc_findings else valid).append(doc)
+        findings.extend(doc_findings)
+    fleet, built = build_fleet(valid, invalid)
+    findings.extend(built)
+    choices, assigned = assign_profiles(fleet)
+    findings.extend(assigned)
+    addresses, topology = {}, None
+    if fleet.mesh is not None:
+        addresses, addr_findings = assign_addresses(fleet.mesh, fleet.nodes)
+        topology, topo_findings = plan_topology(fleet)
+        findings.extend(addr_findings)
+        findings.extend(topo_findings)
+    analysis = Analysis(fleet, choices, addresses, topology)
+    for check in checks.ALL:
+        findings.extend(check(analysis))
+    return Validation(Report([*syntax, *locate_all(findings)]), analysis)
+
+
+def load_fleet(paths: Iterable[str | os.PathLike[str]]) -> Analysis:
+    """The checked fleet of ``paths``; raises ``FleetInvalid`` (with the report) on any error."""
+    result = validate(paths)
+    if not result.report.ok or result.analysis is None:
+        raise FleetInvalid(result.report)
+    return result.analysis
