@@ -1,13 +1,15 @@
-"""Lab timings and footprint: ``swarm lab up`` for 3 and 16 nodes, ``down``, and what the
-userspace WAN link costs against a plain bridge.
+"""Lab timings and footprint, two node runtimes side by side: ``swarm lab up`` for 3 and 16
+nodes, ``down``, memory; and what the userspace WAN link costs against a plain bridge.
 
-    sudo .venv/bin/python benchmarks/bench_lab.py [--nodes 16] [--mib 64]
+    sudo .venv/bin/python benchmarks/bench_lab.py [--nodes 16] [--mib 64] [--baseline REV]
 
-Needs root and no lab up. In one run, side by side:
+Needs root and no lab up. In one run:
   * image: cached or built (the first run builds it with debootstrap, about a minute);
-  * up 3 nodes from the cached image (target, issue #3: <= 30 s), second up (no change);
-  * up --nodes N (adds N-3 synthetic nodes), memory used by the lab (host MemAvailable before
-    and after, so it includes the nodes' page cache), then down;
+  * for the baseline runtime (the hand-written system containers of commit REV, run from a
+    temporary git worktree of it) and for this checkout's (systemd-nspawn), one after the
+    other on the same cached image: up 3 nodes (target, issue #10: <= 5 s), a second up (no
+    change), up --nodes N (adds N-3 synthetic nodes), the memory the lab uses (host
+    MemAvailable before and after, so it includes the nodes' page cache), then down;
   * throughput of one TCP stream of --mib MiB (plain sockets), node to node on one bridge vs
     host to node across the site's WAN link (the userspace delay line of wanlink.py; lab-a
     emulates no delay, so this is its forwarding cost alone), and
@@ -18,19 +20,29 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# The last commit whose lab nodes were the hand-written system containers (node-init.sh).
+BASELINE = "275be04"
 
 
-def swarm(*args: str) -> tuple[float, str]:
+def swarm(*args: str, checkout: Path = ROOT) -> tuple[float, str]:
+    """Run ``swarm`` from ``checkout`` (its own src/ first on the path); (seconds, stdout)."""
     t0 = time.perf_counter()
+    env = {**os.environ, "PYTHONPATH": str(checkout / "src")}
     proc = subprocess.run(
-        [sys.executable, "-m", "swarm_infra.cli", *args], cwd=ROOT, capture_output=True, text=True
+        [sys.executable, "-m", "swarm_infra.cli", *args],
+        cwd=checkout,
+        capture_output=True,
+        text=True,
+        env=env,
     )
     took = time.perf_counter() - t0
     if proc.returncode != 0:
@@ -74,12 +86,25 @@ def tcp_throughput(source_node: str | None, sink_node: str, sink_ip: str, mib: i
     return rate
 
 
+def runtime_figures(checkout: Path, nodes: int) -> dict[str, float]:
+    """Up 3, up again, up ``nodes``, memory, down, with the lab code of ``checkout``."""
+    free0 = mem_available_mib()
+    t3, _ = swarm("lab", "up", "--fleet", "lab", checkout=checkout)
+    t3again, out = swarm("lab", "up", "--fleet", "lab", checkout=checkout)
+    assert "3 unchanged" in out, out
+    tn, _ = swarm("lab", "up", "--fleet", "lab", "--nodes", str(nodes), checkout=checkout)
+    used = free0 - mem_available_mib()
+    td, _ = swarm("lab", "down", checkout=checkout)
+    return {"up3": t3, "again": t3again, "upn": tn, "mib": used, "down": td}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--nodes", type=int, default=16)
     parser.add_argument("--mib", type=int, default=64)
+    parser.add_argument("--baseline", default=BASELINE, help="commit of the hand-written runtime")
     args = parser.parse_args()
 
     t_image, out = swarm("lab", "up", "--fleet", "lab", "--nodes", "1")
@@ -87,13 +112,29 @@ def main() -> int:
     swarm("lab", "down")
     print(f"image: {'cached' if cached else f'built in {t_image:.1f} s (debootstrap)'}")
 
-    free0 = mem_available_mib()
-    t3, _ = swarm("lab", "up", "--fleet", "lab")
-    t3again, out = swarm("lab", "up", "--fleet", "lab")
-    assert "3 unchanged" in out, out
-    print(f"up 3 nodes (cached image):        {t3:6.2f} s   (target <= 30 s)")
-    print(f"up again, nothing to change:      {t3again:6.2f} s")
+    with tempfile.TemporaryDirectory(prefix="swarm-bench-baseline-") as tmp:
+        old_tree = Path(tmp) / "tree"
+        git = ["git", "-C", str(ROOT), "worktree"]
+        subprocess.run([*git, "add", "-q", "--detach", str(old_tree), args.baseline], check=True)
+        try:
+            old = runtime_figures(old_tree, args.nodes)
+        finally:
+            subprocess.run([*git, "remove", "--force", str(old_tree)], check=False)
+    new = runtime_figures(ROOT, args.nodes)
+    n = args.nodes
+    rows = [
+        ("up 3 nodes (cached image), s", "up3"),
+        ("up again, nothing to change, s", "again"),
+        (f"up --nodes {n} (+{n - 3} nodes), s", "upn"),
+        (f"memory with {n} nodes, MiB", "mib"),
+        (f"down {n} nodes, s", "down"),
+    ]
+    print(f"{'':34} {'hand-written (' + args.baseline + ')':>24} {'systemd-nspawn':>16} {'new/old':>8}")
+    for label, key in rows:
+        print(f"{label:34} {old[key]:24.2f} {new[key]:16.2f} {new[key] / old[key]:8.2f}")
+    print(f"target: 3 nodes up in <= 5 s (systemd-nspawn: {new['up3']:.2f} s)")
 
+    swarm("lab", "up", "--fleet", "lab")
     bridge = tcp_throughput("lab-head-1", "lab-gpu-1", "10.77.1.11", args.mib)
     wan = tcp_throughput(None, "lab-gpu-1", "10.77.1.11", args.mib)
     ping = subprocess.run(
@@ -104,12 +145,7 @@ def main() -> int:
     print(f"TCP {args.mib} MiB host->node, WAN link:    {wan:7.1f} MiB/s  (bridge/WAN {bridge / wan:.1f}x)")
     print(f"ping host->lab-b (20 ms one-way):  min/avg/max {rtt.group(1)}/{rtt.group(2)}/{rtt.group(3)} ms")
 
-    tn, _ = swarm("lab", "up", "--fleet", "lab", "--nodes", str(args.nodes))
-    used = free0 - mem_available_mib()
-    print(f"up --nodes {args.nodes} (+{args.nodes - 3} nodes):         {tn:6.2f} s")
-    print(f"memory used with {args.nodes} nodes:  {used:6.0f} MiB ({used / args.nodes:.0f} MiB per node)")
-    td, _ = swarm("lab", "down")
-    print(f"down {args.nodes} nodes:                    {td:6.2f} s")
+    swarm("lab", "down")
     return 0
 
 

@@ -4,8 +4,9 @@ lab up -> converge -> verify passes -> converge again changed=0 -> inject drift 
 a stopped wg-quick@wg0, a removed peer, a changed simulated GPU power limit, a file mode,
 and a runtime MTU change)
 -> verify fails naming exactly those items -> converge -> verify passes -> stop one node
--> converge finishes the others, reports the unreachable one and exits non-zero -> lab
-down leaves nothing behind. The steps share one lab and run in file order.
+-> converge finishes the others, reports the unreachable one and exits non-zero (the
+session's teardown module then checks that lab down leaves nothing behind). The steps run in
+file order on the session's lab.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.lab.conftest import FILES, UNITS, assert_nothing_left, converge_summary, on_node, swarm
+from tests.labkit import FILES, UNITS, converge_summary, on_node, swarm
 
 pytestmark = [pytest.mark.root, pytest.mark.lab]
+LAB_ORDER = 40
 NODES = {"lab-head-1", "lab-gpu-1", "lab-gpu-2"}
 LIB_DIR, GPU_SETTINGS = FILES["lib_dir"], FILES["gpu_settings"]
 SET_GPU0_POWER = (
@@ -113,8 +115,3 @@ def test_a_stopped_node_is_reported_and_the_others_converge(lab) -> None:
         assert summary[node]["failed"] == 0 and summary[node]["unreachable"] == 0
         assert summary[node]["ok"] > 30  # every layer ran, mesh included
     assert "failed or unreachable: lab-head-1" in proc.stderr
-
-
-def test_lab_down_leaves_nothing_behind(lab) -> None:
-    assert "nothing left" in swarm("lab", "down").stdout
-    assert_nothing_left(lab["ip_forward"])

@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 
 from swarm_infra.resolve import driver_state
+from tests.labkit import FILES, ansible, on_node, playbook, recap
 
 from . import standin_repo
-from .conftest import FILES, ansible, on_node, playbook, recap
 
 pytestmark = [pytest.mark.root, pytest.mark.lab]
+LAB_ORDER = 30
 NODE = "lab-gpu-1"
 REPO = "/srv/swarm-standin"
 

@@ -17,13 +17,13 @@ from .common import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, fleet_args, fleet_paths
 
 LAB_HELP = """\
 A fleet of real Linux nodes on this machine, to converge and verify without a cloud.
-Each node is a system container: its own network, mount, PID, UTS, IPC and cgroup
-namespaces, systemd as PID 1, sshd, and a root filesystem that is an overlay of one cached
-Debian 12 image. Each Site is a router namespace with a bridge on its underlay subnet; its
-WAN link to the host is emulated with tc netem from the Site's `wan`. Nodes share the host's
-kernel: /proc/sys is read-only in them except net.*, there are no GPUs (the fleet's GPU
-nodes use the simulated NVML backend), and WireGuard runs in userspace (wireguard-go).
-Needs root.
+Each node is systemd-nspawn booting one cached Debian 12 image (an overlay per node):
+systemd as PID 1, sshd, its own namespaces, in a network namespace on its site's bridge.
+Each Site is a router namespace with a bridge on its underlay subnet; its WAN link to the
+host is a userspace delay line (the kernel has no netem) with the Site's `wan` latency,
+jitter and loss. Nodes share the host's kernel: /proc/sys is read-only in them except
+net.*, there are no GPUs (the fleet's GPU nodes use the simulated NVML backend), and
+WireGuard runs in userspace (wireguard-go). Needs root.
 """
 
 
@@ -90,7 +90,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     """Register ``swarm lab`` and its subcommands on the main parser's subparsers."""
     lab = sub.add_parser(
         "lab",
-        help="a local lab fleet of real nodes (system containers) on this machine",
+        help="a local lab fleet of real nodes (systemd-nspawn) on this machine",
         description=LAB_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Example: sudo swarm lab up && swarm lab status && swarm lab ssh lab-gpu-1 -- wg show",

@@ -1,4 +1,6 @@
-"""Fixtures for tests that run a real lab (root only): ``swarm lab up`` once per module."""
+"""What tests of the real lab share: the CLI, SSH to nodes, Ansible, output parsers, the lab
+fleet's desired state, and the check that nothing is left behind. The lab itself is one per
+pytest session: the ``lab`` fixture in ``tests/conftest.py``."""
 
 from __future__ import annotations
 
@@ -7,16 +9,14 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 from swarm_infra.fleet.sources import fleet_paths
+from swarm_infra.lab.node import NSPAWN_RUN_DIR
 from swarm_infra.lab.state import connection_file, ssh_command, state_dir
 from swarm_infra.resolve import desired_state, load_fleet
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 IS_ROOT = os.geteuid() == 0
 # The lab fleet's desired state: tests take node paths, units and addresses from it.
 LAB_STATE = desired_state(load_fleet(fleet_paths(ROOT / "inventory/lab")))
@@ -83,9 +83,19 @@ def converge_summary(output: str) -> dict[str, dict[str, int | str]]:
     return {r[0]: {"status": r[1], **dict(zip(keys, map(int, r[2:]), strict=True))} for r in rows}
 
 
-def assert_nothing_left(ip_forward_before: str) -> None:
+def host_facts() -> dict[str, object]:
+    """What the lab may change on the host and must restore: ip_forward, and whether
+    systemd-nspawn's run directory exists."""
+    return {
+        "ip_forward": Path("/proc/sys/net/ipv4/ip_forward").read_text().strip(),
+        "nspawn_run_dir": NSPAWN_RUN_DIR.exists(),
+    }
+
+
+def assert_nothing_left(before: dict[str, object]) -> None:
     """After `swarm lab down`: no namespace, link, route, iptables chain, mount, process,
-    cgroup or state of the lab is left, and ip_forward is as it was."""
+    cgroup, nspawn run directory or state of the lab is left, and the host is as
+    :func:`host_facts` found it ``before``."""
     assert not [
         ns
         for ns in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
@@ -99,20 +109,8 @@ def assert_nothing_left(ip_forward_before: str) -> None:
     mounts = Path("/proc/self/mountinfo").read_text()
     assert "swl-" not in mounts and "swarm-lab" not in mounts
     cmdlines = [p.read_bytes() for p in Path("/proc").glob("[0-9]*/cmdline") if p.exists()]
-    assert not [c for c in cmdlines if b"node-init.sh" in c or b"swarm_infra.lab.wanlink" in c]
+    assert not [c for c in cmdlines if b"systemd-nspawn" in c or b"swarm_infra.lab.wanlink" in c]
     assert not list(Path("/sys/fs/cgroup").rglob("swarm-lab"))
+    assert not [p for p in (NSPAWN_RUN_DIR / "propagate").glob("*") if p.name in LAB_STATE["nodes"]]
     assert not state_dir().exists()  # state, lab SSH key, node layers
-    assert Path("/proc/sys/net/ipv4/ip_forward").read_text().strip() == ip_forward_before
-
-
-@pytest.fixture(scope="module")
-def lab() -> Iterator[dict[str, str]]:
-    """A 3-node lab from inventory/lab; yields {"up": output, "ip_forward": value before}."""
-    if not IS_ROOT:
-        pytest.skip("needs root (network namespaces, mounts, cgroups)")
-    if (state_dir() / "state.json").exists():
-        pytest.fail(f"a lab is already up ({state_dir()}); run `swarm lab down` before these tests")
-    before = Path("/proc/sys/net/ipv4/ip_forward").read_text().strip()
-    up = swarm("lab", "up", "--fleet", "lab")
-    yield {"up": up.stdout, "ip_forward": before}
-    swarm("lab", "down", check=False)
+    assert host_facts() == before
