@@ -11,8 +11,13 @@ description:
     the differences; C(changed) only when something changed. Full check mode and diff.
   - Persistence mode, power management limit (W; validated against
     nvmlDeviceGetPowerManagementLimitConstraints), application or locked clocks (validated
-    against the supported clock lists), compute mode, ECC (pending until reboot) and MIG mode
-    (reported as needing a reset or reboot).
+    against the supported clock lists; locked clocks, which NVML cannot read back, are known
+    from a record of what was applied in this boot with this driver, and set again on every
+    run), compute mode, ECC (pending until reboot), MIG mode (reported as needing a reset or
+    reboot) and MIG geometry (GPU and compute instances, replaced whole as NVIDIA's
+    mig-parted does, the previous geometry put back on failure, checked after applying).
+  - Every value of every GPU is validated before any is applied. In check mode nothing is
+    written, on the GPU or on disk.
   - With C(backend=simulated) no GPU is touched; state lives in files on the node and the
     GPU catalog's limits are enforced. Results then say C(simulated=true) and messages say
     "SIMULATED".
@@ -49,9 +54,13 @@ changes:
   type: list
   elements: dict
 reboot_required:
-  description: True when an ECC or MIG mode change waits for a reboot or GPU reset.
+  description: True when an ECC or MIG mode change waits for a reboot or GPU reset (made now or before).
   returned: always
   type: bool
+pending_reset:
+  description: Per GPU index, the modes changed but not yet in effect (ecc, mig).
+  returned: always
+  type: dict
 simulated:
   description: True when the simulated backend was used (no GPU was touched).
   returned: always
@@ -74,12 +83,14 @@ def main() -> None:
     )
     p = module.params
     try:
-        result = converge(backend_for(p), p["devices"], check_mode=module.check_mode)
+        backend = backend_for(p, readonly=module.check_mode)
+        result = converge(backend, p["devices"], check_mode=module.check_mode)
     except GpuError as exc:
         hint = {
             "NO_PERMISSION": " (run as root)",
             "DRIVER_NOT_LOADED": " (is the NVIDIA driver installed and loaded? run the drivers role first)",
             "NOT_SUPPORTED": " (this GPU model does not support the setting; change the GpuProfile)",
+            "IN_USE": " (stop the GPU's workloads first; nothing was changed on that GPU)",
         }.get(exc.code, "")
         module.fail_json(msg=f"{exc}{hint}", code=exc.code, simulated=p["backend"] == "simulated")
     label = "SIMULATED " if result["simulated"] else ""
@@ -91,6 +102,7 @@ def main() -> None:
                 **{k: s.get(k) for k in keys},
                 "ecc_pending": s.get("ecc_pending"),
                 "mig_pending": s.get("mig_pending"),
+                "mig_geometry": (s.get("mig") or {}).get("profiles"),
             }
             for i, s in states.items()
         }
@@ -103,6 +115,7 @@ def main() -> None:
         changed=bool(result["changes"]),
         changes=result["changes"],
         reboot_required=result["reboot_required"],
+        pending_reset={str(k): v for k, v in result["pending_reset"].items()},
         simulated=result["simulated"],
         msg=f"{label}{len(result['changes'])} GPU setting(s) "
         + ("to change" if module.check_mode else "changed"),

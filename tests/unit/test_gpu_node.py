@@ -3,7 +3,9 @@ on files. A misspelt NVML function name fails here (monkeypatch refuses unknown 
 
 from __future__ import annotations
 
+import ctypes
 from pathlib import Path
+from types import SimpleNamespace
 
 import pynvml
 import pytest
@@ -25,6 +27,84 @@ class FakeGpu:
         self.ecc = (pynvml.NVML_FEATURE_ENABLED, pynvml.NVML_FEATURE_ENABLED)
         self.mig = (pynvml.NVML_DEVICE_MIG_DISABLE, pynvml.NVML_DEVICE_MIG_DISABLE)
         self.calls: list[tuple] = []
+        self.processes: list[object] = []
+        self.instances: dict[int, dict] = {}  # GI id -> {"profile": index, "cis": [CI ids]}
+        self.next_id = 1
+
+
+# H100 80GB GPU instance profiles: index (pynvml NVML_GPU_INSTANCE_PROFILE_*) -> name,
+# slices. Profile IDs differ from indices on real GPUs (go-nvml#146): here id = 100 + index.
+H100_MIG = {0: ("1g.10gb", 1), 7: ("1g.10gb+me", 1), 9: ("1g.20gb", 1), 1: ("2g.20gb", 2),
+            2: ("3g.40gb", 3), 3: ("4g.40gb", 4), 4: ("7g.80gb", 7)}  # fmt: skip
+
+
+def _handle(kind, ident: int):
+    return ctypes.cast(ident, kind)
+
+
+def _ident(handle) -> int:
+    return ctypes.cast(handle, ctypes.c_void_p).value
+
+
+def _fill(array, count_ref, idents: list[int], kind) -> int:
+    for i, ident in enumerate(idents):
+        array[i] = _handle(kind, ident)
+    count_ref._obj.value = len(idents)
+    return pynvml.NVML_SUCCESS
+
+
+def _mig_patches(g: FakeGpu) -> tuple[dict, dict]:
+    """Fake MIG on the real pynvml names: GPU instances with one compute instance each.
+    Returns (reads, writes); only writes are recorded in ``g.calls``."""
+
+    def profile_info(h, index, version=2):
+        if index not in H100_MIG:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        name, slices = H100_MIG[index]
+        return SimpleNamespace(
+            id=100 + index, sliceCount=slices, instanceCount=7, name=f"MIG {name}".encode()
+        )
+
+    def create_gi(h, profile_id):
+        used = sum(H100_MIG[gi["profile"]][1] for gi in g.instances.values())
+        if used + H100_MIG[profile_id - 100][1] > 7:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES)
+        g.instances[g.next_id] = {"profile": profile_id - 100, "cis": []}
+        g.next_id += 1
+        return _handle(pynvml.c_nvmlGpuInstance_t, g.next_id - 1)
+
+    def create_ci(gi, ci_profile_id):
+        g.instances[_ident(gi)]["cis"].append(g.next_id)
+        g.next_id += 1
+
+    def destroy_ci(ci):
+        for gi in g.instances.values():
+            gi["cis"] = [c for c in gi["cis"] if c != _ident(ci)]
+
+    reads = {
+        "nvmlDeviceGetGpuInstanceProfileInfo": profile_info,
+        "nvmlDeviceGetGpuInstances": lambda h, pid, arr, cnt: _fill(
+            arr,
+            cnt,
+            [i for i, gi in g.instances.items() if 100 + gi["profile"] == pid],
+            pynvml.c_nvmlGpuInstance_t,
+        ),
+        "nvmlGpuInstanceGetComputeInstanceProfileInfo": lambda gi, ci, eng, version=2: SimpleNamespace(
+            id=200 + ci, instanceCount=1
+        ),
+        "nvmlGpuInstanceGetComputeInstances": lambda gi, pid, arr, cnt: _fill(
+            arr, cnt, g.instances[_ident(gi)]["cis"], pynvml.c_nvmlComputeInstance_t
+        ),
+        "nvmlDeviceGetComputeRunningProcesses": lambda h: h.processes,
+        "nvmlDeviceGetMaxMigDeviceCount": lambda h: 0,
+    }
+    writes = {
+        "nvmlDeviceCreateGpuInstance": create_gi,
+        "nvmlGpuInstanceCreateComputeInstance": create_ci,
+        "nvmlComputeInstanceDestroy": destroy_ci,
+        "nvmlGpuInstanceDestroy": lambda gi: g.instances.pop(_ident(gi)),
+    }
+    return reads, writes
 
 
 @pytest.fixture
@@ -52,9 +132,17 @@ def gpu(monkeypatch) -> FakeGpu:
         "nvmlDeviceGetComputeMode": lambda h: h.compute,
         "nvmlDeviceGetEccMode": lambda h: h.ecc,
         "nvmlDeviceGetMigMode": lambda h: h.mig,
+        "nvmlDeviceGetUUID": lambda h: "GPU-00000000-fake-0000",
+        "nvmlSystemGetDriverVersion": lambda: "570.86.15",
     }
     for name, fn in patches.items():
         monkeypatch.setattr(pynvml, name, fn)
+    reads, writes = _mig_patches(g)
+    for name, fn in reads.items():
+        monkeypatch.setattr(pynvml, name, fn)
+    for name, fn in writes.items():
+        setter(name, fn)
+    setter("nvmlDeviceSetGpuLockedClocks", lambda h, lo, hi: None)
     setter("nvmlDeviceSetPersistenceMode", lambda h, v: setattr(h, "persistence", v))
     setter("nvmlDeviceSetPowerManagementLimit", lambda h, mw: setattr(h, "power_mw", mw))
     setter(
@@ -174,3 +262,119 @@ def test_backend_for_takes_the_nodestate_gpu_slice_as_is(tmp_path: Path) -> None
     }
     backend = node.backend_for(spec, root=str(tmp_path))
     assert backend.simulated and backend.models == [H100, H100] and backend.count() == 2
+
+
+def _geometry(gpu: FakeGpu) -> list[str]:
+    return sorted(H100_MIG[gi["profile"]][0] for gi in gpu.instances.values() if gi["cis"])
+
+
+def test_locked_clocks_are_known_from_the_record_so_a_second_run_changes_nothing(
+    gpu: FakeGpu, tmp_path: Path, monkeypatch
+) -> None:
+    boot = tmp_path / "boot_id"
+    boot.write_text("boot-1\n")
+    monkeypatch.setattr(node, "BOOT_ID", str(boot))
+    want = [{"index": 0, "settings": {"locked_clocks": {"min_mhz": 1410, "max_mhz": 1755}}}]
+    first = node.converge(node.NvmlBackend(root=str(tmp_path)), want)
+    assert [c["key"] for c in first["changes"]] == ["locked_clocks"] and first["changes"][0]["before"] is None
+    gpu.calls.clear()
+    second = node.converge(node.NvmlBackend(root=str(tmp_path)), want)
+    assert second["changes"] == []  # idempotent: known from the record of this boot and driver
+    # ...and set again all the same: a GPU reset, which nothing can detect, would have cleared them.
+    assert gpu.calls == [("nvmlDeviceSetGpuLockedClocks", 1410, 1755)]
+    assert node.converge(node.NvmlBackend(root=str(tmp_path)), want, check_mode=True)["changes"] == []
+    boot.write_text("boot-2\n")  # a reboot resets locked clocks: the record no longer counts
+    assert [c["key"] for c in node.converge(node.NvmlBackend(root=str(tmp_path)), want)["changes"]] == [
+        "locked_clocks"
+    ]
+
+
+def _mig_on(gpu: FakeGpu) -> None:
+    gpu.mig = (pynvml.NVML_DEVICE_MIG_ENABLE, pynvml.NVML_DEVICE_MIG_ENABLE)
+
+
+def test_mig_geometry_is_created_by_profile_id_then_a_second_run_changes_nothing(gpu: FakeGpu) -> None:
+    _mig_on(gpu)
+    want = [{"index": 0, "settings": {"mig": {"enabled": True, "profiles": ["3g.40gb", "3g.40gb"]}}}]
+    result = node.converge(node.NvmlBackend(), want)
+    assert [(c["key"], c["before"], c["after"]) for c in result["changes"]] == [
+        ("mig_geometry", [], ["3g.40gb", "3g.40gb"])
+    ]
+    assert _geometry(gpu) == ["3g.40gb", "3g.40gb"]
+    assert ("nvmlDeviceCreateGpuInstance", 102) in gpu.calls  # the profile's ID, not its index (2)
+    gpu.calls.clear()
+    assert node.converge(node.NvmlBackend(), want)["changes"] == [] and gpu.calls == []
+    # A new geometry replaces the old one whole.
+    new = [{"index": 0, "settings": {"mig": {"enabled": True, "profiles": ["4g.40gb", "3g.40gb"]}}}]
+    node.converge(node.NvmlBackend(), new)
+    assert _geometry(gpu) == ["3g.40gb", "4g.40gb"]
+
+
+def test_mig_geometry_the_driver_refuses_puts_the_previous_one_back(gpu: FakeGpu) -> None:
+    _mig_on(gpu)
+    node.converge(
+        node.NvmlBackend(), [{"index": 0, "settings": {"mig": {"enabled": True, "profiles": ["2g.20gb"]}}}]
+    )
+    too_big = [{"index": 0, "settings": {"mig": {"enabled": True, "profiles": ["7g.80gb", "1g.10gb"]}}}]
+    with pytest.raises(node.GpuError, match="previous geometry") as err:
+        node.converge(node.NvmlBackend(), too_big)
+    assert err.value.code == "INSUFFICIENT_RESOURCES"
+    assert _geometry(gpu) == ["2g.20gb"]  # nothing half-applied
+
+
+def test_mig_geometry_is_not_touched_while_processes_run(gpu: FakeGpu) -> None:
+    _mig_on(gpu)
+    gpu.processes = [object()]
+    want = [{"index": 0, "settings": {"mig": {"enabled": True, "profiles": ["1g.10gb"]}}}]
+    with pytest.raises(node.GpuError, match="processes are running") as err:
+        node.converge(node.NvmlBackend(), want)
+    assert err.value.code == "IN_USE" and not [c for c in gpu.calls if "Create" in c[0] or "Destroy" in c[0]]
+
+
+def test_unoffered_mig_profile_is_refused_before_anything_is_set(gpu: FakeGpu) -> None:
+    _mig_on(gpu)
+    want = [{"index": 0, "settings": {"mig": {"enabled": True, "profiles": ["3g.20gb"]}}}]
+    with pytest.raises(node.GpuError, match="not offered"):
+        node.converge(node.NvmlBackend(), want)
+    assert gpu.calls == []
+
+
+def test_mig_mode_change_waits_for_a_reset_and_says_so_until_then(gpu: FakeGpu) -> None:
+    want = [{"index": 0, "settings": {"mig": {"enabled": True, "profiles": ["3g.40gb"]}}}]
+    first = node.converge(node.NvmlBackend(), want)
+    assert [(c["key"], c["note"]) for c in first["changes"]] == [("mig", "needs a GPU reset or reboot")]
+    assert ("nvmlDeviceSetMigMode", pynvml.NVML_DEVICE_MIG_ENABLE) in gpu.calls
+    assert gpu.instances == {}  # no geometry before the mode is in effect
+    again = node.converge(node.NvmlBackend(), want)
+    assert again["changes"] == [] and again["reboot_required"] and again["pending_reset"] == {0: ["mig"]}
+
+
+def test_read_only_backends_write_nothing_anywhere(tmp_path: Path, gpu: FakeGpu) -> None:
+    spec = {
+        "backend": "simulated",
+        "devices": [{"index": 0, "model": H100, "settings": DESIRED}],
+        "limits": {H100: model_limits(H100)},
+    }
+    result = node.converge(
+        node.backend_for(spec, root=str(tmp_path), readonly=True), spec["devices"], check_mode=True
+    )
+    assert result["changes"] and list(tmp_path.rglob("*")) == []
+    node.converge(node.NvmlBackend(readonly=True, root=str(tmp_path)),
+                  [{"index": 0, "settings": {"locked_clocks": {"min_mhz": 1410, "max_mhz": 1755}}}],
+                  check_mode=True)  # fmt: skip
+    assert list(tmp_path.rglob("*")) == [] and gpu.calls == []
+
+
+def test_simulated_backend_enforces_the_catalogs_mig_geometry(tmp_path: Path) -> None:
+    want = {"mig": {"enabled": True, "profiles": ["7g.80gb", "1g.10gb"]}}
+    node.converge(_sim(tmp_path), [{"index": 0, "settings": want}])  # the mode, pending
+    (tmp_path / node.SIM_VOLATILE.lstrip("/")).unlink()  # a reboot: the mode takes effect
+    with pytest.raises(node.GpuError, match="8 compute slices") as err:
+        node.converge(_sim(tmp_path), [{"index": 0, "settings": want}])
+    assert err.value.code == "INSUFFICIENT_RESOURCES"
+    fits = {"mig": {"enabled": True, "profiles": ["3g.40gb", "2g.20gb", "1g.10gb"]}}
+    assert [c["key"] for c in node.converge(_sim(tmp_path), [{"index": 0, "settings": fits}])["changes"]] == [
+        "mig_geometry"
+    ]
+    assert _sim(tmp_path).read(0)["mig"] == {"enabled": True, "profiles": ["1g.10gb", "2g.20gb", "3g.40gb"]}
+    assert node.converge(_sim(tmp_path), [{"index": 0, "settings": fits}])["changes"] == []

@@ -4,7 +4,9 @@ shipped to nodes (nodeside/) stands alone."""
 from __future__ import annotations
 
 import ast
+import re
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -41,10 +43,13 @@ def test_every_node_carries_the_layout_of_its_mesh_interface() -> None:
 @pytest.mark.parametrize("name", sorted(node_layout()["files"]))
 def test_each_on_node_path_is_spelled_only_in_the_layout(name: str) -> None:
     path = node_layout()["files"][name]["path"]
+    whole = re.compile(re.escape(path) + r"(?![\w.-])")  # /var/lib/swarm, not /var/lib/swarm-lab
     spelled = [
         str(f.relative_to(ROOT))
         for f in CODE
-        if f.resolve() != LAYOUT_MODULE and f.is_file() and path in f.read_text(errors="replace")
+        if f.resolve() not in (LAYOUT_MODULE, Path(__file__).resolve())
+        and f.is_file()
+        and whole.search(f.read_text(errors="replace"))
     ]
     assert spelled == [], f"{path} is written out in {spelled}; read NodeState.layout instead"
 

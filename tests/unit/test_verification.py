@@ -30,7 +30,12 @@ def test_every_declared_item_becomes_one_check_with_the_nodestate_value(state) -
     assert checks["lab-gpu-1/mesh/wg0 mtu"].desired == node["mesh"]["mtu"]
     # Simulated GPUs: no driver checks; lab-head-1 has no GPU checks at all.
     assert not [c for c in checks.values() if c.layer == "drivers"]
-    assert not [c for c in checks.values() if c.node == "lab-head-1" and c.layer == "gpu"]
+    # lab-head-1 has no GPUs: its GPU checks are only that the GPU layer's files are absent.
+    head_gpu = [c for c in checks.values() if c.node == "lab-head-1" and c.layer == "gpu"]
+    layout = state["nodes"]["lab-head-1"]["layout"]["files"]
+    assert {(c.kind, c.args["path"]) for c in head_gpu} == {
+        ("absent", layout[f]["path"]) for f in ("gpu_unit", "gpu_settings", "gpu_code")
+    }
 
 
 def test_pings_and_handshakes_wait_on_both_ends_and_come_last(state) -> None:
@@ -96,3 +101,32 @@ def test_sysfs_items_come_from_the_nodestate(state) -> None:
         (i["name"], i["value"], i["path"]) for i in host["sysfs"]
     ]
     assert checks, "the lab's GPU profile sets hugepages/THP/governor"
+
+
+def test_absence_is_checked_where_nothing_is_declared(state) -> None:
+    checks = {c.id: c for c in checks_for(state)}
+    for name, node in state["nodes"].items():
+        files = node["layout"]["files"]
+        # Forwarding: on where the node relays, its file absent elsewhere.
+        if node["mesh"]["forwarding"]:
+            assert checks[f"{name}/mesh/sysctl net.ipv4.ip_forward"].desired == "1"
+        else:
+            assert checks[f"{name}/mesh/absent {files['mesh_sysctl_conf']['path']}"].desired == "absent"
+        # The peers file holds exactly the declared peers; the sysctl.d file exactly the declared keys.
+        peers = checks[f"{name}/mesh/peers in {files['wireguard_peers']['path']}"]
+        assert peers.desired == sorted(p["name"] for p in node["mesh"]["peers"])
+        keys = checks[f"{name}/host/keys of {files['sysctl_conf']['path']}"]
+        assert keys.desired == sorted(node["host"]["sysctls"])
+
+
+def test_a_node_without_host_profile_must_have_no_host_tuning_files() -> None:
+    fleet = desired_state(load_fleet([str(p) for p in fleet_dirs("lab")]))
+    node = fleet["nodes"]["lab-head-1"]
+    stripped = {**fleet, "nodes": {"lab-head-1": {**node, "host": None}}}
+    checks = [c for c in checks_for(stripped) if c.layer == "host"]
+    files = node["layout"]["files"]
+    assert [(c.kind, c.args["path"]) for c in checks] == [
+        ("absent", files["sysctl_conf"]["path"]),
+        ("absent", files["tmpfiles_conf"]["path"]),
+    ]
+    assert matches(checks[0], "absent") and not matches(checks[0], "present")

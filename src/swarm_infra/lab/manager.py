@@ -267,6 +267,8 @@ def leftovers(names: set[str]) -> list[str]:
     ]
     if state_dir().exists():
         left.append(f"directory {state_dir()}")
+    loops = run(["losetup", "--noheadings", "--output", "NAME,BACK-FILE", "--list"]).stdout.splitlines()
+    left += [f"loop device {ln.split()[0]}" for ln in loops if str(state_dir()) in ln]
     propagate = node.NSPAWN_RUN_DIR / "propagate"
     left += [f"directory {propagate / n}" for n in sorted(names) if (propagate / n).exists()]
     return left

@@ -61,14 +61,49 @@ def cgroup_roots() -> list[Path]:
 
 
 class NodeDirs:
-    """Host-side paths of a node: ``<state>/nodes/<name>/{upper,work,root,console.log}``."""
+    """Host-side paths of a node: ``<state>/nodes/<name>/{upper,work,root,console.log,disks}``."""
 
     def __init__(self, state_dir: Path, name: str) -> None:
         self.base = state_dir / "nodes" / name
         self.upper, self.work, self.root = self.base / "upper", self.base / "work", self.base / "root"
         self.log = self.base / "console.log"
         self.notify = self.base / "notify.sock"
+        self.disks = self.base / "disks"
         self.cgroup = cgroup2_root() / "swarm-lab" / "nodes" / name
+
+    def disk_image(self, device: str) -> Path:
+        """The sparse file behind the node's declared block device ``device`` (/dev/nvme0n1)."""
+        return self.disks / f"{Path(device).name}.img"
+
+
+def attach_disks(node: LabNode, dirs: NodeDirs) -> dict[str, str]:
+    """Give each declared NVMe device a loop device over a sparse file of its size (kept
+    across restarts, so a node's scratch filesystem survives them); returns {declared
+    path: /dev/loopN}. The lab proves the storage role's array, filesystem and mount
+    steps on them, not NVMe itself (no NVMe namespaces, TRIM through the loop driver)."""
+    out = {}
+    for device, size_gib in node.nvme:
+        image = dirs.disk_image(device)
+        if not image.exists():
+            dirs.disks.mkdir(parents=True, exist_ok=True)
+            with open(image, "wb") as fh:
+                fh.truncate(size_gib << 30)
+        attached = run(
+            ["losetup", "--noheadings", "--output", "NAME", "--associated", str(image)]
+        ).stdout.split()
+        out[device] = (
+            attached[0] if attached else run(["losetup", "--find", "--show", str(image)]).stdout.strip()
+        )
+    return out
+
+
+def detach_disks(dirs: NodeDirs) -> None:
+    """Detach every loop device over the node's disk images."""
+    for image in sorted(dirs.disks.glob("*.img")) if dirs.disks.is_dir() else []:
+        for loop in run(
+            ["losetup", "--noheadings", "--output", "NAME", "--associated", str(image)]
+        ).stdout.split():
+            run(["losetup", "--detach", loop], check=False)
 
 
 def _mkdirs_like(lower: Path, upper: Path, rel: str) -> Path:
@@ -118,8 +153,9 @@ def prepare(node: LabNode, dirs: NodeDirs, image: Path, hosts: str, authorized_k
     return key.with_suffix(".pub").read_text().strip()
 
 
-def nspawn_args(node: LabNode, dirs: NodeDirs) -> list[str]:
-    """systemd-nspawn's arguments for ``node`` (after the launcher has mounted its root)."""
+def nspawn_args(node: LabNode, dirs: NodeDirs, disks: dict[str, str]) -> list[str]:
+    """systemd-nspawn's arguments for ``node`` (after the launcher has mounted its root);
+    ``disks``: {path in the node: host block device} to bind in."""
     return [
         "--quiet",
         "--register=no",  # the host's PID 1 is not systemd: no machined
@@ -135,6 +171,7 @@ def nspawn_args(node: LabNode, dirs: NodeDirs) -> list[str]:
         "--timezone=off",
         "--link-journal=no",
         "--console=pipe",  # the node's console (systemd's boot messages) to the log file
+        *(f"--bind={host}:{path}" for path, host in sorted(disks.items())),
     ]
 
 
@@ -158,7 +195,7 @@ def start(node: LabNode, dirs: NodeDirs, image: Path) -> tuple[int, socket.socke
     argv = [str(dirs.cgroup), str(image), str(dirs.upper), str(dirs.work), str(dirs.root), "--"]
     with resources.as_file(script) as path, open(dirs.log, "a") as log:
         proc = subprocess.Popen(
-            ["/bin/sh", str(path), *argv, *nspawn_args(node, dirs)],
+            ["/bin/sh", str(path), *argv, *nspawn_args(node, dirs, attach_disks(node, dirs))],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,
@@ -265,6 +302,7 @@ def remove(dirs: NodeDirs) -> None:
     files on the host."""
     for root in cgroup_roots():
         remove_cgroup(root / dirs.cgroup.relative_to(cgroup2_root()))
+    detach_disks(dirs)
     shutil.rmtree(NSPAWN_RUN_DIR / "propagate" / dirs.base.name, ignore_errors=True)
     shutil.rmtree(dirs.base, ignore_errors=True)
 

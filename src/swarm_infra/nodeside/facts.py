@@ -87,3 +87,36 @@ def ip_link(text: str) -> dict[str, Any]:
     link = data[0]
     inet = [f"{a['local']}/{a['prefixlen']}" for a in link.get("addr_info", []) if a.get("family") == "inet"]
     return {"mtu": link.get("mtu"), "inet": inet}
+
+
+def blkid_export(text: str) -> dict[str, str]:
+    """``blkid -p -o export DEVICE`` (a low-level probe of the device itself) as a dict:
+    TYPE, LABEL, UUID, PTTYPE, ...; empty when blkid found nothing (it exits 2)."""
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            out[key] = value
+    return out
+
+
+def scratch_device_problem(device: str, probe: dict[str, str], scratch: dict[str, Any]) -> str | None:
+    """Why ``device`` must not become scratch storage, or None when it is blank or holds
+    what the project made for this scratch (its filesystem label, or, for RAID 0, an md
+    member of the scratch array: mdadm names it HOST:NAME). ``probe``: :func:`blkid_export`;
+    ``scratch``: NodeState.storage.scratch. A device holding anything else (another
+    filesystem, a partition table, another array) is refused and named, never formatted."""
+    if not probe:
+        return None
+    kind, label = probe.get("TYPE", ""), probe.get("LABEL", "")
+    array = scratch.get("array")
+    if array and kind == "linux_raid_member" and label.rsplit(":", 1)[-1] == array.rsplit("/", 1)[-1]:
+        return None
+    if not array and kind == scratch["filesystem"] and label == scratch["label"]:
+        return None
+    what = kind or (f"a {probe['PTTYPE']} partition table" if "PTTYPE" in probe else "data")
+    named = f" labelled {label!r}" if label else ""
+    return (
+        f"{device} holds {what}{named}, which swarm did not make; refusing to format it "
+        f"(if it is meant to be scratch, wipe it first: wipefs -a {device})"
+    )

@@ -9,65 +9,151 @@ Settings per GPU (units as in the policy): ``persistence_mode`` (bool), ``power_
 (W; NVML takes mW), ``application_clocks`` {``memory_mhz``, ``graphics_mhz``},
 ``locked_clocks`` {``min_mhz``, ``max_mhz``}, ``compute_mode`` (DEFAULT |
 EXCLUSIVE_PROCESS | PROHIBITED), ``ecc`` (bool; a change is pending until reboot), ``mig``
-{``enabled``} (a change needs a GPU reset or reboot).
+{``enabled``, ``profiles``}: the MIG mode (a change needs a GPU reset or reboot) and the
+geometry, one GPU instance with one full compute instance per profile name (``3g.40gb``).
+
+How each is known (NVML has a getter for all but one):
+  * locked clocks: NVML can set and reset them but not read them back (nvml.h 12.x-13.x has
+    no getter; nvidia-smi and DCGM show none either). So the code keeps a record of what it
+    applied, keyed by GPU UUID, ``/proc/sys/kernel/random/boot_id`` and the driver version,
+    under /run (gone at reboot, like the locks): a reboot or another driver invalidates it.
+    Because a GPU reset or a driver reload with the same version cannot be seen, locked
+    clocks are set again on every apply run, reported as a change only when the record
+    says they were not in place.
+  * MIG geometry: the GPU instances and their compute instances, listed through NVML; the
+    profiles compare as counts (as NVIDIA's mig-parted does), and a GPU instance without a
+    compute instance is a difference.
 
 Backends:
   * ``nvml``: the real driver through pynvml. Limits are NVML's own
-    (``nvmlDeviceGetPowerManagementLimitConstraints``, supported clock lists).
+    (``nvmlDeviceGetPowerManagementLimitConstraints``, supported clock lists, the GPU
+    instance profiles the device offers).
   * ``simulated``: no GPU is touched. State lives in files on the node: volatile settings
-    (power limit, clocks, persistence, compute mode) under /run, so they reset at boot like a
-    real GPU's; ECC and MIG modes, with their pending values, under /var/lib. Each model's
-    limits come from Swarm's GPU catalog and are enforced as NVML would. Everything this
-    backend reports says "simulated".
+    (power limit, clocks, persistence, compute mode, MIG instances) under /run, so they
+    reset at boot like a real GPU's; ECC and MIG modes, with their pending values, under
+    /var/lib. Each model's limits come from Swarm's GPU catalog and are enforced as NVML
+    would. Everything this backend reports says "simulated".
+
+Every run validates every requested value of every GPU before applying any (nothing is
+half-applied); read-only backends (check mode, ``diff``, ``read``) write nothing at all.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 
 COMPUTE_MODES = {"DEFAULT": 0, "EXCLUSIVE_THREAD": 1, "PROHIBITED": 2, "EXCLUSIVE_PROCESS": 3}
 COMPUTE_NAMES = {v: k for k, v in COMPUTE_MODES.items()}
 SIM_VOLATILE = "/run/swarm-gpu-sim/state.json"
 SIM_PERSISTENT = "/var/lib/swarm-gpu-sim/state.json"
+LOCKED_CLOCKS_RECORD = "/run/swarm-gpu/locked-clocks.json"
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+# MIG profile name: [<C>c.]<G>g.<GB>gb[+me] (NVIDIA MIG User Guide, "Supported MIG Profiles").
+MIG_PROFILE = re.compile(r"^(?P<slices>[1-8])g\.(?P<gb>[0-9]+)gb(?P<media>\+me)?\Z")
+# Compute instance profile constant of a full compute instance, by GPU instance slices.
+_CI_PROFILE = {
+    1: "1_SLICE",
+    2: "2_SLICE",
+    3: "3_SLICE",
+    4: "4_SLICE",
+    6: "6_SLICE",
+    7: "7_SLICE",
+    8: "8_SLICE",
+}
 
 
 class GpuError(Exception):
     """A GPU operation failed. ``code``: NO_PERMISSION, NOT_SUPPORTED, DRIVER_NOT_LOADED,
-    INVALID_ARGUMENT, or UNKNOWN; the message says which GPU and what was asked."""
+    INVALID_ARGUMENT, IN_USE, INSUFFICIENT_RESOURCES, or UNKNOWN; the message says which
+    GPU and what was asked."""
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
 
 
+def mig_fit_problem(
+    profiles: list[str], offered: list[str], compute_slices: int, memory_mib: int
+) -> str | None:
+    """Why the MIG ``profiles`` cannot all be created on one GPU that ``offered`` those
+    profile names, has ``compute_slices`` compute slices and ``memory_mib`` MiB, or None.
+
+    The one fit rule: the validator applies it from the GPU catalog before anything runs,
+    and the simulated backend applies it on the node as NVML would. Each profile must be
+    offered; compute slices and memory (profile names round GiB up: 143771 MiB is "141gb")
+    must add up to at most the GPU's.
+    """
+    unknown = [p for p in profiles if p not in offered]
+    if unknown:
+        return f"{', '.join(unknown)} not a MIG profile of this GPU (has: {', '.join(offered) or 'none'})"
+    parsed = [MIG_PROFILE.match(p) for p in profiles]
+    slices = sum(int(m["slices"]) for m in parsed if m)
+    if slices > compute_slices:
+        return f"profiles use {slices} compute slices; the GPU has {compute_slices}"
+    gb, total_gb = sum(int(m["gb"]) for m in parsed if m), -(-memory_mib // 1024)
+    if gb > total_gb:
+        return f"profiles use {gb} GB; the GPU has {total_gb} GB"
+    return None
+
+
+def _boot_id() -> str:
+    try:
+        with open(BOOT_ID) as fh:
+            return fh.read().strip()
+    except OSError:
+        return "unknown"
+
+
+def _load_json(path: str) -> dict:
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except (FileNotFoundError, ValueError):
+        return {}
+
+
+def _save_json(path: str, data: dict) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(data, fh, indent=2, sort_keys=True)
+    os.replace(tmp, path)
+
+
 # ---------------------------------------------------------------------------- backends
 
 
 class NvmlBackend:
-    """Real GPUs through pynvml (nvidia-ml-py)."""
+    """Real GPUs through pynvml (nvidia-ml-py). ``readonly``: never changes a GPU or a file."""
 
     simulated = False
 
-    def __init__(self) -> None:
+    def __init__(self, readonly: bool = False, root: str = "/") -> None:
         try:
             import pynvml
         except ImportError as exc:
             raise GpuError("DRIVER_NOT_LOADED", "pynvml (nvidia-ml-py) is not installed") from exc
         self.nvml = pynvml
+        self.readonly = readonly
+        self.record_path = os.path.join(root, LOCKED_CLOCKS_RECORD.lstrip("/"))
         self._call("nvmlInit")
 
     def _call(self, name: str, *args: object) -> object:
         try:
             return getattr(self.nvml, name)(*args)
         except self.nvml.NVMLError as exc:
+            n = self.nvml
             code = {
-                self.nvml.NVML_ERROR_NO_PERMISSION: "NO_PERMISSION",
-                self.nvml.NVML_ERROR_NOT_SUPPORTED: "NOT_SUPPORTED",
-                self.nvml.NVML_ERROR_DRIVER_NOT_LOADED: "DRIVER_NOT_LOADED",
-                self.nvml.NVML_ERROR_LIBRARY_NOT_FOUND: "DRIVER_NOT_LOADED",
-                self.nvml.NVML_ERROR_INVALID_ARGUMENT: "INVALID_ARGUMENT",
+                n.NVML_ERROR_NO_PERMISSION: "NO_PERMISSION",
+                n.NVML_ERROR_NOT_SUPPORTED: "NOT_SUPPORTED",
+                n.NVML_ERROR_DRIVER_NOT_LOADED: "DRIVER_NOT_LOADED",
+                n.NVML_ERROR_LIBRARY_NOT_FOUND: "DRIVER_NOT_LOADED",
+                n.NVML_ERROR_INVALID_ARGUMENT: "INVALID_ARGUMENT",
+                n.NVML_ERROR_IN_USE: "IN_USE",
+                n.NVML_ERROR_INSUFFICIENT_RESOURCES: "INSUFFICIENT_RESOURCES",
             }.get(getattr(exc, "value", None), "UNKNOWN")
             raise GpuError(code, f"{name}: {exc}") from exc
 
@@ -77,6 +163,29 @@ class NvmlBackend:
     def _h(self, index: int) -> object:
         return self._call("nvmlDeviceGetHandleByIndex", index)
 
+    def _optional(self, name: str, *args: object, default: object) -> object:
+        try:
+            return self._call(name, *args)
+        except GpuError as exc:
+            if exc.code == "NOT_SUPPORTED":
+                return default
+            raise
+
+    def _identity(self, h: object) -> dict:
+        """What a locked-clocks record must match: this GPU, this boot, this driver."""
+        return {
+            "uuid": str(self._call("nvmlDeviceGetUUID", h)),
+            "boot_id": _boot_id(),
+            "driver": str(self._call("nvmlSystemGetDriverVersion")),
+        }
+
+    def _locked_clocks(self, h: object) -> dict | None:
+        ident = self._identity(h)
+        entry = _load_json(self.record_path).get(ident["uuid"])
+        if entry and entry.get("boot_id") == ident["boot_id"] and entry.get("driver") == ident["driver"]:
+            return {"min_mhz": entry["min_mhz"], "max_mhz": entry["max_mhz"]}
+        return None
+
     def read(self, index: int) -> dict:
         """Current settings and limits of GPU ``index`` (W, MHz)."""
         h, n = self._h(index), self.nvml
@@ -84,6 +193,10 @@ class NvmlBackend:
         ecc_cur, ecc_pend = self._optional("nvmlDeviceGetEccMode", h, default=(None, None))
         mig_cur, mig_pend = self._optional("nvmlDeviceGetMigMode", h, default=(None, None))
         mems = list(self._optional("nvmlDeviceGetSupportedMemoryClocks", h, default=[]))
+        mig = None
+        if mig_cur is not None:
+            enabled = mig_cur == n.NVML_DEVICE_MIG_ENABLE
+            mig = {"enabled": enabled, "profiles": self._mig_geometry(h) if enabled else []}
         return {
             "name": self._call("nvmlDeviceGetName", h),
             "persistence_mode": self._call("nvmlDeviceGetPersistenceMode", h) == n.NVML_FEATURE_ENABLED,
@@ -104,21 +217,115 @@ class NvmlBackend:
             "compute_mode": COMPUTE_NAMES.get(self._call("nvmlDeviceGetComputeMode", h), "UNKNOWN"),
             "ecc": None if ecc_cur is None else ecc_cur == n.NVML_FEATURE_ENABLED,
             "ecc_pending": None if ecc_pend is None else ecc_pend == n.NVML_FEATURE_ENABLED,
-            "mig": None if mig_cur is None else {"enabled": mig_cur == n.NVML_DEVICE_MIG_ENABLE},
+            "mig": mig,
             "mig_pending": None if mig_pend is None else mig_pend == n.NVML_DEVICE_MIG_ENABLE,
-            # NVML cannot read locked clocks back; the re-apply unit sets them at every boot.
-            "locked_clocks": None,
+            "mig_offered": sorted(self._mig_profiles(h)) if mig and mig["enabled"] else [],
+            "locked_clocks": self._locked_clocks(h),
         }
 
-    def _optional(self, name: str, *args: object, default: object) -> object:
+    # -- MIG (the sequence NVIDIA's mig-parted uses: pkg/mig/config/config.go)
+
+    def _mig_profiles(self, h: object) -> dict:
+        """{profile name: GPU instance profile info} this device offers (MIG enabled)."""
+        n, out = self.nvml, {}
+        for index in range(n.NVML_GPU_INSTANCE_PROFILE_COUNT):
+            try:
+                info = self.nvml.nvmlDeviceGetGpuInstanceProfileInfo(h, index)
+            except n.NVMLError:  # NOT_SUPPORTED / INVALID_ARGUMENT: not on this device
+                continue
+            name = info.name.decode() if isinstance(info.name, bytes) else str(info.name)
+            out[name.removeprefix("MIG ")] = info
+        return out
+
+    def _mig_instances(self, h: object) -> list[tuple[str, object, list[object]]]:
+        """Every GPU instance: (profile name, GI handle, its compute instance handles)."""
+        import ctypes
+
+        n, out = self.nvml, []
+        for name, info in self._mig_profiles(h).items():
+            gis = (n.c_nvmlGpuInstance_t * max(int(info.instanceCount), 1))()
+            count = ctypes.c_uint(0)
+            self._call("nvmlDeviceGetGpuInstances", h, info.id, gis, ctypes.byref(count))
+            for gi in list(gis)[: count.value]:
+                ci_info = self._call(
+                    "nvmlGpuInstanceGetComputeInstanceProfileInfo",
+                    gi,
+                    getattr(n, f"NVML_COMPUTE_INSTANCE_PROFILE_{_CI_PROFILE[int(info.sliceCount)]}"),
+                    n.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
+                )
+                cis = (n.c_nvmlComputeInstance_t * max(int(ci_info.instanceCount), 1))()
+                ci_count = ctypes.c_uint(0)
+                self._call("nvmlGpuInstanceGetComputeInstances", gi, ci_info.id, cis, ctypes.byref(ci_count))
+                out.append((name, gi, list(cis)[: ci_count.value]))
+        return out
+
+    def _mig_geometry(self, h: object) -> list[str]:
+        """The profiles of the GPU instances that have their full compute instance, sorted;
+        a GPU instance without one shows as ``<name> (no compute instance)``."""
+        return sorted(
+            name if cis else f"{name} (no compute instance)" for name, _, cis in self._mig_instances(h)
+        )
+
+    def _in_use(self, h: object) -> int:
+        """Compute processes on the GPU and on each of its MIG devices."""
+        procs = len(self._optional("nvmlDeviceGetComputeRunningProcesses", h, default=[]))
+        for i in range(int(self._optional("nvmlDeviceGetMaxMigDeviceCount", h, default=0))):
+            try:
+                mig_dev = self.nvml.nvmlDeviceGetMigDeviceHandleByIndex(h, i)
+            except self.nvml.NVMLError:
+                continue  # no MIG device at this index
+            procs += len(self._optional("nvmlDeviceGetComputeRunningProcesses", mig_dev, default=[]))
+        return procs
+
+    def _create(self, h: object, profiles: list[str]) -> None:
+        """Create one GPU instance with its full compute instance per profile, largest
+        first (the driver places them; mig-parted sorts the same way)."""
+        n, offered = self.nvml, self._mig_profiles(h)
+        for name in sorted(profiles, key=lambda p: (-int(offered[p].sliceCount), p)):
+            info = offered[name]
+            gi = self._call("nvmlDeviceCreateGpuInstance", h, info.id)
+            ci_info = self._call(
+                "nvmlGpuInstanceGetComputeInstanceProfileInfo",
+                gi,
+                getattr(n, f"NVML_COMPUTE_INSTANCE_PROFILE_{_CI_PROFILE[int(info.sliceCount)]}"),
+                n.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
+            )
+            self._call("nvmlGpuInstanceCreateComputeInstance", gi, ci_info.id)
+
+    def _destroy_all(self, h: object) -> None:
+        for _, gi, cis in self._mig_instances(h):
+            for ci in cis:
+                self._call("nvmlComputeInstanceDestroy", ci)
+            self._call("nvmlGpuInstanceDestroy", gi)
+
+    def _set_geometry(self, index: int, h: object, profiles: list[str]) -> None:
+        """Replace the GPU's instances by ``profiles``; on any failure put the previous
+        geometry back (or leave the GPU without instances, saying so) and raise."""
+        if self._in_use(h):
+            raise GpuError(
+                "IN_USE", f"GPU {index}: compute processes are running; MIG geometry left as it is"
+            )
+        before = [name for name, _, cis in self._mig_instances(h) if cis]
+        self._destroy_all(h)
         try:
-            return self._call(name, *args)
+            self._create(h, profiles)
+            after = self._mig_geometry(h)
+            if after != sorted(profiles):
+                raise GpuError(
+                    "UNKNOWN", f"GPU {index}: MIG geometry reads back as {after}, not {sorted(profiles)}"
+                )
         except GpuError as exc:
-            if exc.code == "NOT_SUPPORTED":
-                return default
-            raise
+            try:
+                self._destroy_all(h)
+                self._create(h, before)
+                restored = f"the previous geometry {sorted(before)} is back"
+            except GpuError:
+                restored = "the GPU has no MIG instances now"
+            raise GpuError(exc.code, f"{exc}; {restored}") from exc
 
     def set(self, index: int, key: str, value: object) -> None:
+        if self.readonly:
+            raise GpuError("INVALID_ARGUMENT", "read-only backend: nothing may be set")
         h, n = self._h(index), self.nvml
         if key == "persistence_mode":
             self._call(
@@ -132,6 +339,9 @@ class NvmlBackend:
             self._call("nvmlDeviceSetApplicationsClocks", h, value["memory_mhz"], value["graphics_mhz"])
         elif key == "locked_clocks":
             self._call("nvmlDeviceSetGpuLockedClocks", h, value["min_mhz"], value["max_mhz"])
+            record = _load_json(self.record_path)
+            record[str(self._call("nvmlDeviceGetUUID", h))] = {**self._identity(h), **value}
+            _save_json(self.record_path, record)
         elif key == "compute_mode":
             self._call("nvmlDeviceSetComputeMode", h, COMPUTE_MODES[value])
         elif key == "ecc":
@@ -140,23 +350,30 @@ class NvmlBackend:
             )
         elif key == "mig":
             mode = n.NVML_DEVICE_MIG_ENABLE if value["enabled"] else n.NVML_DEVICE_MIG_DISABLE
+            if not value["enabled"]:
+                self._destroy_all(h)
+            # pynvml returns the activation status instead of raising (RESET_REQUIRED, IN_USE).
             self._call("nvmlDeviceSetMigMode", h, mode)
+        elif key == "mig_geometry":
+            self._set_geometry(index, h, list(value))
         else:
             raise GpuError("INVALID_ARGUMENT", f"unknown setting {key!r}")
 
 
 class SimulatedBackend:
-    """GPUs simulated in files on the node, with each model's catalog limits enforced."""
+    """GPUs simulated in files on the node, with each model's catalog limits enforced.
+    ``readonly``: reads and reports, writes no file."""
 
     simulated = True
 
-    def __init__(self, models: list[str], limits: dict, root: str = "/") -> None:
-        self.models, self.limits = models, limits
+    def __init__(self, models: list[str], limits: dict, root: str = "/", readonly: bool = False) -> None:
+        self.models, self.limits, self.readonly = models, limits, readonly
         self.volatile = os.path.join(root, SIM_VOLATILE.lstrip("/"))
         self.persistent = os.path.join(root, SIM_PERSISTENT.lstrip("/"))
-        self.vol = self._load(self.volatile)
-        self.per = self._load(self.persistent)
-        if not self.vol:  # first use since boot: pending ECC/MIG changes take effect now
+        self.vol = _load_json(self.volatile)
+        self.per = _load_json(self.persistent)
+        fresh = not self.vol
+        if fresh:  # first use since boot: pending ECC/MIG mode changes take effect now
             for gpu in self.per.values():
                 gpu["ecc"], gpu["mig_enabled"] = gpu["ecc_pending"], gpu["mig_pending"]
         for i, model in enumerate(models):
@@ -174,27 +391,19 @@ class SimulatedBackend:
                     "compute_mode": "DEFAULT",
                 },
             )
+            self.vol[str(i)].setdefault("mig_profiles", [])  # MIG instances never survive a boot
             self.per.setdefault(
                 str(i),
                 {"ecc": lim["ecc"], "ecc_pending": lim["ecc"], "mig_enabled": False, "mig_pending": False},
             )
-        self._save()
-
-    @staticmethod
-    def _load(path: str) -> dict:
-        try:
-            with open(path) as fh:
-                return json.load(fh)
-        except FileNotFoundError:
-            return {}
+        if fresh:
+            self._save()
 
     def _save(self) -> None:
-        for path, data in ((self.volatile, self.vol), (self.persistent, self.per)):
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            tmp = path + ".tmp"
-            with open(tmp, "w") as fh:
-                json.dump(data, fh, indent=2, sort_keys=True)
-            os.replace(tmp, path)
+        if self.readonly:
+            return
+        _save_json(self.volatile, self.vol)
+        _save_json(self.persistent, self.per)
 
     def count(self) -> int:
         return len(self.models)
@@ -204,6 +413,7 @@ class SimulatedBackend:
         clocks = lim["clocks"]
         step = clocks["graphics_step_mhz"]
         graphics = list(range(clocks["graphics_max_mhz"], clocks["graphics_min_mhz"] - 1, -step))
+        has_mig = bool(lim["mig_profiles"])
         return {
             "name": f"{lim['product_name']} (simulated)",
             "persistence_mode": v["persistence_mode"],
@@ -214,12 +424,20 @@ class SimulatedBackend:
             "compute_mode": v["compute_mode"],
             "ecc": p["ecc"] if lim["ecc"] else None,
             "ecc_pending": p["ecc_pending"] if lim["ecc"] else None,
-            "mig": {"enabled": p["mig_enabled"]} if lim["mig_profiles"] else None,
-            "mig_pending": p["mig_pending"] if lim["mig_profiles"] else None,
+            "mig": {
+                "enabled": p["mig_enabled"],
+                "profiles": sorted(v["mig_profiles"]) if p["mig_enabled"] else [],
+            }
+            if has_mig
+            else None,
+            "mig_pending": p["mig_pending"] if has_mig else None,
+            "mig_offered": list(lim["mig_profiles"]) if has_mig and p["mig_enabled"] else [],
             "locked_clocks": v["locked_clocks"],
         }
 
     def set(self, index: int, key: str, value: object) -> None:
+        if self.readonly:
+            raise GpuError("INVALID_ARGUMENT", "read-only backend: nothing may be set")
         lim, v, p = self.limits[self.models[index]], self.vol[str(index)], self.per[str(index)]
         if key in ("persistence_mode", "compute_mode", "power_limit_w", "locked_clocks"):
             v[key] = value
@@ -235,6 +453,15 @@ class SimulatedBackend:
             if not lim["mig_profiles"]:
                 raise GpuError("NOT_SUPPORTED", f"GPU {index} ({lim['product_name']}): no MIG")
             p["mig_pending"] = bool(value["enabled"])
+            if not value["enabled"]:
+                v["mig_profiles"] = []
+        elif key == "mig_geometry":
+            problem = mig_fit_problem(
+                list(value), lim["mig_profiles"], lim["mig_compute_slices"], lim["memory_mib"]
+            )
+            if problem:
+                raise GpuError("INSUFFICIENT_RESOURCES", f"GPU {index} ({lim['product_name']}): {problem}")
+            v["mig_profiles"] = sorted(value)
         else:
             raise GpuError("INVALID_ARGUMENT", f"unknown setting {key!r}")
         self._save()
@@ -245,7 +472,8 @@ class SimulatedBackend:
 
 def check(index: int, key: str, value: object, current: dict) -> None:
     """Raise GpuError(INVALID_ARGUMENT) when ``value`` is outside what this GPU supports
-    (power limit constraints, supported clock lists), as NVML would refuse it."""
+    (power limit constraints, supported clock lists, offered MIG profiles), as NVML would
+    refuse it."""
     if key == "power_limit_w":
         lo, hi = current["power_limits_w"]
         if not lo <= int(value) <= hi:
@@ -270,19 +498,47 @@ def check(index: int, key: str, value: object, current: dict) -> None:
                     f"GPU {index}: locked clocks {value['min_mhz']}-{value['max_mhz']} MHz outside "
                     f"{all_gfx[0]}-{all_gfx[-1]} MHz",
                 )
+    elif key == "mig" and value["enabled"] and current["mig_offered"]:
+        unknown = [p for p in value["profiles"] if p not in current["mig_offered"]]
+        if unknown:
+            raise GpuError(
+                "INVALID_ARGUMENT",
+                f"GPU {index}: MIG profiles {', '.join(unknown)} are not offered "
+                f"(offered: {', '.join(current['mig_offered'])})",
+            )
 
 
 def diff(index: int, desired: dict, current: dict) -> list[dict]:
-    """Changes needed on GPU ``index``: [{gpu, key, before, after, note}]. ECC and MIG compare
-    against the pending mode (a change already made waits for a reboot, it is not redone)."""
+    """Changes needed on GPU ``index``: [{gpu, key, before, after, note}].
+
+    ECC and MIG mode compare against the pending mode (a change already made waits for a
+    reboot or reset, it is not redone). MIG geometry (key ``mig_geometry``) is compared
+    only once the MIG mode is in effect: instances can be made only then.
+    """
     changes = []
     for key, want in sorted(desired.items()):
         if key == "ecc":
             have, note = current["ecc_pending"], "pending until reboot"
         elif key == "mig":
-            want = {"enabled": want["enabled"]}
-            have = None if current["mig_pending"] is None else {"enabled": current["mig_pending"]}
-            note = "needs a GPU reset or reboot"
+            mode = {"enabled": want["enabled"]}
+            pending = None if current["mig_pending"] is None else {"enabled": current["mig_pending"]}
+            if pending != mode:
+                changes.append(
+                    {
+                        "gpu": index,
+                        "key": "mig",
+                        "before": pending,
+                        "after": mode,
+                        "note": "needs a GPU reset or reboot",
+                    }
+                )
+            mig = current["mig"]
+            if want["enabled"] and mig and mig["enabled"] and mig["profiles"] != sorted(want["profiles"]):
+                changes.append(
+                    {"gpu": index, "key": "mig_geometry", "before": mig["profiles"],
+                     "after": sorted(want["profiles"]), "note": None}
+                )  # fmt: skip
+            continue
         else:
             have, note = current.get(key), None
         if have != want:
@@ -290,11 +546,26 @@ def diff(index: int, desired: dict, current: dict) -> list[dict]:
     return changes
 
 
+def reset_pending(current: dict) -> list[str]:
+    """Modes changed but not yet in effect on this GPU (they wait for a reboot or reset)."""
+    out = []
+    if current.get("ecc") is not None and current["ecc"] != current["ecc_pending"]:
+        out.append("ecc")
+    mig = current.get("mig")
+    if mig is not None and mig["enabled"] != current["mig_pending"]:
+        out.append("mig")
+    return out
+
+
+# Settings NVML cannot read back: set again on every apply run (a GPU reset would clear them).
+WRITE_ONLY = ("locked_clocks",)
+
+
 def converge(backend: object, devices: list[dict], check_mode: bool = False) -> dict:
     """Bring every GPU in ``devices`` ([{index, settings}]) to its settings.
 
-    Returns {changes, reboot_required, simulated, before}; raises GpuError (nothing is
-    applied if any requested value is invalid for its GPU).
+    Returns {changes, reboot_required, pending_reset {gpu: [modes]}, simulated, before};
+    raises GpuError (nothing is applied if any requested value is invalid for its GPU).
     """
     if backend.count() < len(devices):
         raise GpuError("INVALID_ARGUMENT", f"{len(devices)} GPUs declared, {backend.count()} found")
@@ -308,21 +579,29 @@ def converge(backend: object, devices: list[dict], check_mode: bool = False) -> 
     if not check_mode:
         for c in plan:
             backend.set(c["gpu"], c["key"], c["after"])
+        planned = {(c["gpu"], c["key"]) for c in plan}
+        for dev in devices:
+            for key in WRITE_ONLY:
+                if key in dev["settings"] and (dev["index"], key) not in planned:
+                    backend.set(dev["index"], key, dev["settings"][key])
+    pending = {i: reset_pending(cur) for i, cur in before.items() if reset_pending(cur)}
     return {
         "changes": plan,
-        "reboot_required": any(c["key"] in ("ecc", "mig") for c in plan),
+        "reboot_required": any(c["note"] for c in plan) or bool(pending),
+        "pending_reset": pending,
         "simulated": backend.simulated,
         "before": before,
     }
 
 
-def backend_for(spec: dict, root: str = "/") -> object:
+def backend_for(spec: dict, root: str = "/", readonly: bool = False) -> object:
     """The backend a settings document asks for: NodeState.gpu's shape, {"backend":
-    "nvml"|"simulated", "devices": [{index, model, settings}], "limits": {model: ...}}."""
+    "nvml"|"simulated", "devices": [{index, model, settings}], "limits": {model: ...}}.
+    ``readonly`` backends change nothing, on the GPU or on disk (check mode, diff, read)."""
     if spec["backend"] == "simulated":
         models = [d["model"] for d in sorted(spec["devices"], key=lambda d: d["index"])]
-        return SimulatedBackend(models, spec["limits"], root)
-    return NvmlBackend()
+        return SimulatedBackend(models, spec["limits"], root, readonly=readonly)
+    return NvmlBackend(readonly=readonly, root=root)
 
 
 def main(argv: list[str]) -> int:
@@ -336,7 +615,7 @@ def main(argv: list[str]) -> int:
         with open(argv[2]) as fh:
             spec = json.load(fh)
     try:
-        backend = backend_for(spec)
+        backend = backend_for(spec, readonly=argv[1] != "apply")
         if argv[1] == "read":
             out = {d["index"]: backend.read(d["index"]) for d in spec["devices"]}
             print(json.dumps({"simulated": backend.simulated, "gpus": out}, indent=2, sort_keys=True))
@@ -346,7 +625,16 @@ def main(argv: list[str]) -> int:
         print(f"swarm-gpu: {exc}", file=sys.stderr)
         return 1
     if argv[1] == "diff":
-        print(json.dumps({"simulated": result["simulated"], "changes": result["changes"]}, sort_keys=True))
+        print(
+            json.dumps(
+                {
+                    "simulated": result["simulated"],
+                    "changes": result["changes"],
+                    "pending_reset": result["pending_reset"],
+                },
+                sort_keys=True,
+            )
+        )
         return 0
     label = " [SIMULATED]" if result["simulated"] else ""
     for c in result["changes"]:

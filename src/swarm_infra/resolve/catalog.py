@@ -7,7 +7,6 @@ to the node (the simulated NVML backend enforces the catalog's limits there).
 
 from __future__ import annotations
 
-import math
 import re
 from functools import cache
 from importlib import resources
@@ -15,13 +14,13 @@ from typing import Any
 
 import yaml
 
+from ..nodeside import gpu as nodeside_gpu
+
 # A sysctl name in dot form is a path under /proc/sys: a known top-level directory, then
 # components that are valid file names (no '/', not '.' or '..').
 SYSCTL_KEY = re.compile(
     r"^(abi|crypto|debug|dev|fs|kernel|net|sunrpc|user|vm)(\.[A-Za-z0-9_][A-Za-z0-9_\-]*)+$"
 )
-# MIG profile name: <compute slices>g.<memory>gb, optionally +me (media extensions).
-MIG_PROFILE = re.compile(r"^(?P<slices>[1-7])g\.(?P<gb>[0-9]+)gb(\+me)?$")
 
 
 def _data(name: str) -> Any:
@@ -79,24 +78,16 @@ def sysctl_value_problem(key: str, value: Any) -> str | None:
 def mig_fit_problem(model: str, profiles: list[str]) -> str | None:
     """Why the MIG ``profiles`` cannot all be created on one ``model`` GPU, or None.
 
-    Checks: the model supports MIG, each profile is one of the model's (MIG User Guide),
-    compute slices add up to at most the model's (7), memory adds up to at most the
-    model's memory.
+    The model must support MIG; then the node-side rule applies (each profile one of the
+    model's, per the MIG User Guide; compute slices and memory adding up to at most the
+    model's), from the catalog: :func:`swarm_infra.nodeside.gpu.mig_fit_problem`, the same
+    function the simulated backend enforces on the node.
     """
     entry = gpu_catalog()[model]
     mig = entry["mig"]
     if not mig:
         return f"{model} does not support MIG"
-    unknown = [p for p in profiles if p not in mig["profiles"]]
-    if unknown:
-        return f"{', '.join(unknown)} not a MIG profile of {model} (has: {', '.join(mig['profiles'])})"
-    parsed = [MIG_PROFILE.match(p) for p in profiles]
-    slices = sum(int(m["slices"]) for m in parsed if m)
-    if slices > mig["compute_slices"]:
-        return f"profiles use {slices} compute slices; {model} has {mig['compute_slices']}"
-    gb = sum(int(m["gb"]) for m in parsed if m)
-    # MIG profile names round the GiB size up (H200: 143771 MiB = 140.4 GiB -> "141gb").
-    total_gb = math.ceil(entry["memory_mib"] / 1024)
-    if gb > total_gb:
-        return f"profiles use {gb} GB; {model} has {total_gb} GB"
-    return None
+    problem = nodeside_gpu.mig_fit_problem(
+        profiles, mig["profiles"], mig["compute_slices"], entry["memory_mib"]
+    )
+    return problem and problem.replace("this GPU", model).replace("the GPU", model)

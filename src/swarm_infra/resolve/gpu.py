@@ -134,4 +134,5 @@ def model_limits(model: str) -> dict[str, Any]:
         "application_clocks": entry["application_clocks"],
         "ecc": entry["ecc"],
         "mig_profiles": list(entry["mig"]["profiles"]) if entry["mig"] else [],
+        "mig_compute_slices": entry["mig"]["compute_slices"] if entry["mig"] else 0,
     }

@@ -15,6 +15,7 @@ from .types import LayoutState, ManagedPath
 
 LIB_DIR = "/usr/local/lib/swarm"  # code the project installs on the node
 ETC_DIR = "/etc/swarm"  # settings the project persists on the node
+STATE_DIR = "/var/lib/swarm"  # what the project records on the node (values before it set them)
 WIREGUARD_DIR = "/etc/wireguard"
 UNIT_DIR = "/etc/systemd/system"
 
@@ -36,6 +37,8 @@ def node_layout(interface: str = "wg0") -> LayoutState:
       ``sysctl_conf``: sysctls of the HostProfile, read by systemd-sysctl at boot;
       ``mesh_sysctl_conf``: IP forwarding on relays and hubs;
       ``tmpfiles_conf``: hugepages, THP and CPU governor, written at boot by systemd-tmpfiles;
+      ``state_dir``, ``host_tunables_record``, ``mesh_tunables_record``: each managed key's
+      value before the project first set it, restored when the key is no longer declared;
       ``lib_dir``, ``gpu_code``: the node-side GPU code;
       ``etc_dir``, ``gpu_settings``: the desired GPU settings the re-apply unit reads;
       ``gpu_unit``: the boot-time re-apply unit;
@@ -45,7 +48,9 @@ def node_layout(interface: str = "wg0") -> LayoutState:
       ``apt_keyrings_dir``, ``driver_preferences``: the NVIDIA repositories' signing keys and
       the apt pin of the NVIDIA driver;
       ``nouveau_blacklist``: keeps nouveau off NVIDIA GPUs;
-      ``reboot_required``: Debian's pending-reboot marker.
+      ``reboot_required``: Debian's pending-reboot marker;
+      ``mdadm_conf``, ``storage_record``: the scratch array for boot, and what scratch the
+      project made (so that removing the declaration unmounts it).
     ``units``: ``gpu_apply``, ``wireguard`` (wg-quick@IFACE), ``persistenced``.
     """
     wg_unit = f"wg-quick@{interface}"
@@ -54,6 +59,9 @@ def node_layout(interface: str = "wg0") -> LayoutState:
             "sysctl_conf": _file("/etc/sysctl.d/90-swarm.conf"),
             "mesh_sysctl_conf": _file("/etc/sysctl.d/90-swarm-mesh.conf"),
             "tmpfiles_conf": _file("/etc/tmpfiles.d/swarm-host-tuning.conf"),
+            "state_dir": _dir(STATE_DIR),
+            "host_tunables_record": _file(f"{STATE_DIR}/tunables-host.json"),
+            "mesh_tunables_record": _file(f"{STATE_DIR}/tunables-mesh.json"),
             "lib_dir": _dir(LIB_DIR),
             "gpu_code": _file(f"{LIB_DIR}/swarm_gpu_node.py"),
             "etc_dir": _dir(ETC_DIR),
@@ -70,6 +78,9 @@ def node_layout(interface: str = "wg0") -> LayoutState:
             "nouveau_blacklist": _file("/etc/modprobe.d/swarm-blacklist-nouveau.conf"),
             # Debian's marker for a pending reboot (update-notifier, needrestart read it).
             "reboot_required": _file("/run/reboot-required"),
+            # mdadm.conf(5): arrays assembled at boot; the record of the scratch the project made.
+            "mdadm_conf": _file("/etc/mdadm/mdadm.conf"),
+            "storage_record": _file(f"{STATE_DIR}/storage.json"),
         },
         "units": {
             "gpu_apply": "swarm-gpu-apply.service",

@@ -12,6 +12,11 @@ from .layout import node_layout
 from .types import DriverState, GpuDevice, GpuSettings, HostState, NodeState, PeerState
 
 FLAVOR_LABEL = "swarm.io/gpu-flavor"
+FORWARDING_SYSCTLS = {"net.ipv4.ip_forward": "1"}
+# Scratch: the md array's name (mdadm(8) /dev/md/NAME) and the filesystem label, which fits
+# both xfs (12 characters at most) and ext4 (16): fstab mounts it by label.
+SCRATCH_ARRAY = "/dev/md/swarm-scratch"
+SCRATCH_LABEL = "swarmscratch"
 SITE_LABEL = "swarm.io/site"
 
 
@@ -119,17 +124,27 @@ class NodeResolver:
                 "listen_port": node.listen_port or m.listen_port,
                 "mtu": m.mtu,
                 "forwarding": node.name in self.forwarders,
+                # Relays and hubs route between peers (ip-sysctl.rst: ip_forward, per namespace).
+                "sysctls": FORWARDING_SYSCTLS if node.name in self.forwarders else {},
                 "peers": self.peers.get(node.name, []),
             }
         scratch = fleet.storage.scratch if fleet.storage is not None else None
         if scratch is not None and node.nvme:
+            devices = [d for d, _ in node.nvme]
+            raid0 = scratch["raid0"] and len(devices) > 1
             state["storage"] = {
                 "scratch": {
                     "mount_path": scratch["mount_path"],
                     "filesystem": scratch["filesystem"],
-                    "raid0": scratch["raid0"] and len(node.nvme) > 1,
-                    "devices": [d for d, _ in node.nvme],
+                    "raid0": raid0,
+                    "devices": devices,
                     "size_gib": sum(size for _, size in node.nvme),
+                    "array": SCRATCH_ARRAY if raid0 else None,
+                    "target": SCRATCH_ARRAY if raid0 else devices[0],
+                    "label": SCRATCH_LABEL,
+                    # noatime: scratch is rewritten constantly and nothing reads access times;
+                    # "discard" joins it on the node where the target device supports TRIM.
+                    "mount_options": ["noatime"],
                 }
             }
         return state

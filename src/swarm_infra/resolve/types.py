@@ -149,6 +149,7 @@ class MeshState(TypedDict):
     listen_port: int
     mtu: int
     forwarding: bool  # relays and hubs in use route between peers
+    sysctls: dict[str, str]  # what forwarding needs, as sysctl.d writes it ({} when not forwarding)
     peers: list[PeerState]
 
 
@@ -158,6 +159,10 @@ class ScratchState(TypedDict):
     raid0: bool  # true only with more than one device
     devices: list[str]
     size_gib: int  # sum of the devices' sizes
+    array: str | None  # the md RAID 0 array (mdadm) when raid0, else None
+    target: str  # what gets the filesystem: the array, or the only device
+    label: str  # filesystem label; fstab mounts LABEL=...
+    mount_options: list[str]  # plus "discard" on the node when the target supports TRIM
 
 
 class StorageState(TypedDict):

@@ -26,10 +26,13 @@ from ..nodeside.facts import sysctl_fields
 from ..resolve.host import sysctl_text
 from ..resolve.types import DesiredState, ManagedPath, NodeState
 
-LAYERS = ("host", "drivers", "gpu", "mesh")
+LAYERS = ("host", "drivers", "gpu", "storage", "mesh")
 # WireGuard re-keys every 2 minutes while traffic flows (REKEY_AFTER_TIME, 120 s): a
 # handshake older than 3 minutes means the peer is not talking.
 HANDSHAKE_MAX_AGE_S = 180
+# A scratch filesystem must offer at least this share of its devices' size (mkfs overhead:
+# xfs's log and metadata take a few percent).
+SCRATCH_MIN_FILL = 0.9
 
 
 @dataclass(frozen=True)
@@ -84,7 +87,63 @@ def matches(check: Check, actual: Any) -> bool:
         return fnmatch.fnmatchcase(str(actual), check.desired)
     if check.kind == "peer":
         return actual is not None and sorted(actual) == sorted(check.desired)
+    if check.kind in ("conf_keys", "json_keys"):
+        return actual == sorted(check.desired)
+    if check.kind == "mount":  # the declared options, and discard exactly where TRIM works
+        if not isinstance(actual, dict):
+            return False
+        want = check.desired
+        return (
+            actual["fstype"] == want["fstype"]
+            and actual["label"] == want["label"]
+            and set(want["options"]) <= set(actual["options"])
+            and ("discard" in actual["options"]) == actual["discard_supported"]
+        )
+    if check.kind == "fstab":
+        return (
+            isinstance(actual, dict)
+            and actual["spec"] == check.desired["spec"]
+            and set(check.desired["options"]) <= set(actual["options"])
+        )
+    if check.kind == "space":  # the filesystem spans the devices (less its own overhead) and has room
+        return (
+            isinstance(actual, dict)
+            and actual["size_bytes"] >= SCRATCH_MIN_FILL * check.args["size_gib"] * 2**30
+            and actual["avail_bytes"] > 0
+        )
     return actual == check.desired
+
+
+def _absent(name: str, layer: str, path: ManagedPath) -> Check:
+    """The project's file at ``path`` must not exist: nothing declared needs it."""
+    return Check(name, layer, f"absent {path['path']}", "absent", "absent", {"path": path["path"]})
+
+
+def _storage_checks(name: str, node: NodeState) -> list[Check]:
+    """Scratch: the array (RAID 0), the filesystem mounted by label with its options, the
+    fstab line, size and free space; or, without scratch, no record of one."""
+    files = node["layout"]["files"]
+    if not node["storage"]:
+        return [_absent(name, "storage", files["storage_record"])]
+    s = node["storage"]["scratch"]
+    path = s["mount_path"]
+    mounted = Check(name, "storage", f"mount {path}", "mount",
+                    {"fstype": s["filesystem"], "label": s["label"], "options": s["mount_options"],
+                     "discard": "where the device supports TRIM"},
+                    {"path": path, "target": s["target"]})  # fmt: skip
+    checks = [
+        mounted,
+        Check(name, "storage", f"fstab {path}", "fstab",
+              {"spec": f"LABEL={s['label']} {path} {s['filesystem']}", "options": s["mount_options"]},
+              {"path": path}),
+        Check(name, "storage", f"space {path}", "space",
+              f">= {SCRATCH_MIN_FILL:.0%} of {s['size_gib']} GiB, not full",
+              {"path": path, "size_gib": s["size_gib"]}, (mounted.id,)),
+    ]  # fmt: skip
+    if s["array"]:
+        checks.insert(0, Check(name, "storage", f"array {s['array']}", "array", sorted(s["devices"]),
+                               {"array": s["array"]}))  # fmt: skip
+    return checks
 
 
 def _mesh_checks(name: str, node: NodeState, state: DesiredState) -> tuple[list[Check], list[Check]]:
@@ -93,14 +152,27 @@ def _mesh_checks(name: str, node: NodeState, state: DesiredState) -> tuple[list[
     assert m is not None
     iface, files, unit = m["interface"], node["layout"]["files"], node["layout"]["units"]["wireguard"]
     service = Check(name, "mesh", f"service {unit}", "service", "enabled, running", {"unit": unit})
+    peers_file = files["wireguard_peers"]
     local = [
         service,
         _file_check(name, "mesh", files["wireguard_key"]),
         _file_check(name, "mesh", files["wireguard_conf"]),
+        # Only declared peers' public keys are kept (a removed node's key goes too).
+        Check(name, "mesh", f"peers in {peers_file['path']}", "json_keys",
+              sorted(p["name"] for p in m["peers"]), {"path": peers_file["path"]}),
         Check(name, "mesh", f"{iface} address", "interface_address", m["address"],
               {"interface": iface}, (service.id,)),
         Check(name, "mesh", f"{iface} mtu", "interface_mtu", m["mtu"], {"interface": iface}, (service.id,)),
     ]  # fmt: skip
+    # Forwarding on relays and hubs in use, and off (its file gone) everywhere else.
+    mesh_conf = files["mesh_sysctl_conf"]
+    if m["sysctls"]:
+        keys = list(m["sysctls"])
+        for key, value in m["sysctls"].items():
+            args = {"key": key, "all_keys": keys, "path": mesh_conf["path"]}
+            local.append(Check(name, "mesh", f"sysctl {key}", "sysctl", value, args))
+    else:
+        local.append(_absent(name, "mesh", mesh_conf))
     remote = []
     for p in m["peers"]:
         peer = p["name"]
@@ -142,10 +214,15 @@ def checks_for(state: DesiredState, nodes: list[str] | None = None) -> list[Chec
         if nodes is not None and name not in nodes:
             continue
         h, files, units = node["host"], node["layout"]["files"], node["layout"]["units"]
+        if not h:  # no HostProfile: none of the layer's files, so no value the project set
+            local += [_absent(name, "host", files[f]) for f in ("sysctl_conf", "tmpfiles_conf")]
         if h:
             sysctl_conf = files["sysctl_conf"]
             local.append(_file_check(name, "host", sysctl_conf))
             keys = list(h["sysctls"])
+            # Exactly the declared keys: one removed from the profile is gone from the file too.
+            local.append(Check(name, "host", f"keys of {sysctl_conf['path']}", "conf_keys", sorted(keys),
+                               {"path": sysctl_conf["path"]}))  # fmt: skip
             for key, value in h["sysctls"].items():
                 args = {"key": key, "all_keys": keys, "path": sysctl_conf["path"]}
                 local.append(Check(name, "host", f"sysctl {key}", "sysctl", value, args))
@@ -162,16 +239,24 @@ def checks_for(state: DesiredState, nodes: list[str] | None = None) -> list[Chec
             unit = units["persistenced"]
             local.append(Check(name, "drivers", f"service {unit.removesuffix('.service')}", "service",
                                "enabled, running", {"unit": unit}))  # fmt: skip
+        if not g:  # no GPUs: none of the GPU layer's files
+            local += [_absent(name, "gpu", files[f]) for f in ("gpu_unit", "gpu_settings", "gpu_code")]
         if g:
             unit = units["gpu_apply"]
             local.append(Check(name, "gpu", f"service {unit}", "service", "enabled", {"unit": unit}))
             for dev in g["devices"]:
                 for key, value in sorted(dev["settings"].items()):
+                    args = {"index": dev["index"], "setting": key, "code": files["gpu_code"]["path"]}
                     if key == "mig":
-                        value = {"enabled": value["enabled"]}
-                    local.append(Check(name, "gpu", f"gpu{dev['index']} {key}", "gpu", value,
-                                       {"index": dev["index"], "setting": key,
-                                        "code": files["gpu_code"]["path"]}))  # fmt: skip
+                        local.append(Check(name, "gpu", f"gpu{dev['index']} mig", "gpu",
+                                           {"enabled": value["enabled"]}, args))  # fmt: skip
+                        if value["enabled"]:
+                            geometry = {**args, "setting": "mig_geometry"}
+                            local.append(Check(name, "gpu", f"gpu{dev['index']} mig geometry", "gpu",
+                                               sorted(value["profiles"]), geometry))  # fmt: skip
+                        continue
+                    local.append(Check(name, "gpu", f"gpu{dev['index']} {key}", "gpu", value, args))
+        local += _storage_checks(name, node)
         if node["mesh"]:
             mine, theirs = _mesh_checks(name, node, state)
             local += mine

@@ -60,6 +60,72 @@ def sysfs(host: Host, check: Check, cache: Cache) -> dict[str, Any]:
     return {"live": live, "persisted": writes.get(check.args["glob"])}
 
 
+def absent(host: Host, check: Check, cache: Cache) -> str:
+    return "present" if host.file(check.args["path"]).exists else "absent"
+
+
+def conf_keys(host: Host, check: Check, cache: Cache) -> list[str] | str:
+    """The keys a sysctl.d file sets, sorted; "absent" without the file."""
+    f = host.file(check.args["path"])
+    return sorted(facts.sysctl_conf(f.content_string)) if f.exists else "absent"
+
+
+def json_keys(host: Host, check: Check, cache: Cache) -> list[str] | str:
+    """The keys of a JSON object file, sorted; "absent" without the file."""
+    f = host.file(check.args["path"])
+    if not f.exists:
+        return "absent"
+    try:
+        return sorted(json.loads(f.content_string))
+    except ValueError:
+        return "not JSON"
+
+
+def mount(host: Host, check: Check, cache: Cache) -> dict[str, Any] | str:
+    """What is mounted at the path: fstype, the source's label, options, and whether the
+    target device supports discard (lsblk DISC-MAX > 0); "not mounted" otherwise."""
+    out = host.run(
+        f"findmnt --json --mountpoint {shlex.quote(check.args['path'])} --output SOURCE,FSTYPE,OPTIONS"
+    )
+    if out.rc != 0:
+        return "not mounted"
+    fs = json.loads(out.stdout)["filesystems"][0]
+    label = host.run(f"blkid -p -s LABEL -o value {shlex.quote(fs['source'])}").stdout.strip()
+    disc = host.run(f"lsblk -ndbo DISC-MAX {shlex.quote(check.args['target'])}").stdout.strip()
+    return {
+        "fstype": fs["fstype"],
+        "label": label,
+        "options": fs["options"].split(","),
+        "discard_supported": disc.isdigit() and int(disc) > 0,
+    }
+
+
+def fstab(host: Host, check: Check, cache: Cache) -> dict[str, Any] | str:
+    """The /etc/fstab line mounting the path: {spec: "SOURCE PATH FSTYPE", options}."""
+    for line in _text(host, "/etc/fstab").splitlines():
+        fields = line.split()
+        if len(fields) >= 4 and not fields[0].startswith("#") and fields[1] == check.args["path"]:
+            return {"spec": " ".join(fields[:3]), "options": fields[3].split(",")}
+    return "absent"
+
+
+def space(host: Host, check: Check, cache: Cache) -> dict[str, int] | str:
+    out = host.run(f"df --block-size=1 --output=size,avail {shlex.quote(check.args['path'])}")
+    if out.rc != 0:
+        return "unreadable"
+    size, avail = out.stdout.splitlines()[1].split()
+    return {"size_bytes": int(size), "avail_bytes": int(avail)}
+
+
+def array(host: Host, check: Check, cache: Cache) -> list[str] | str:
+    """The md array's member devices, sorted (mdadm --detail --export)."""
+    out = host.run(f"mdadm --detail --export {shlex.quote(check.args['array'])}")
+    if out.rc != 0:
+        return "absent"
+    members = [v for k, _, v in (ln.partition("=") for ln in out.stdout.splitlines()) if k.endswith("_DEV")]
+    return sorted(members)
+
+
 def file(host: Host, check: Check, cache: Cache) -> str:
     out = host.run(f"stat -c '%U:%G %04a' {shlex.quote(check.args['path'])}")
     return out.stdout.strip() if out.rc == 0 else "absent"
@@ -124,20 +190,24 @@ def ping(host: Host, check: Check, cache: Cache) -> str:
 
 
 def gpu(host: Host, check: Check, cache: Cache, spec: dict[str, Any]) -> Any:
-    changes = _cached(cache, "gpu", lambda: _gpu_diff(host, spec, check.args["code"]))
-    if isinstance(changes, str):
-        return changes
+    result = _cached(cache, "gpu", lambda: _gpu_diff(host, spec, check.args["code"]))
+    if isinstance(result, str):
+        return result
+    changes, pending = result["changes"], result.get("pending_reset", {})
+    index = check.args["index"]
+    if check.args["setting"] == "mig_geometry" and "mig" in pending.get(str(index), []):
+        return "none yet: the MIG mode waits for a GPU reset or reboot"
     for c in changes:
         if c["gpu"] == check.args["index"] and c["key"] == check.args["setting"]:
             return c["before"]
     return check.desired
 
 
-def _gpu_diff(host: Host, spec: dict[str, Any], code: str) -> list[dict[str, Any]] | str:
+def _gpu_diff(host: Host, spec: dict[str, Any], code: str) -> dict[str, Any] | str:
     """What differs, per the node-side GPU code (installed at ``code``) run with the
     desired settings on stdin; a string saying why when the code cannot run (not installed,
     NVML error)."""
     out = host.run(f"python3 {shlex.quote(code)} diff - <<'EOF'\n{json.dumps(spec)}\nEOF")
     if out.rc != 0:
         return f"unreadable: {(out.stderr.strip() or out.stdout.strip() or 'no output').splitlines()[-1]}"
-    return json.loads(out.stdout)["changes"]
+    return json.loads(out.stdout)
