@@ -4,9 +4,12 @@ pytest session: the ``lab`` fixture in ``tests/conftest.py``."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
+import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -114,3 +117,48 @@ def assert_nothing_left(before: dict[str, object]) -> None:
     assert not [p for p in (NSPAWN_RUN_DIR / "propagate").glob("*") if p.name in LAB_STATE["nodes"]]
     assert not state_dir().exists()  # state, lab SSH key, node layers
     assert host_facts() == before
+
+
+# What the node itself writes whatever Ansible does: logins (wtmp, lastlog, journal), SSH's
+# and Ansible's own scratch space. Everything else under a node's overlay upper directory
+# is what a run changed.
+UPPER_NOISE = ("var/log/", "root/.ansible/", "var/lib/systemd/", "tmp/", "var/tmp/")
+
+
+def upper_snapshot(node: str) -> dict[str, tuple]:
+    """Every file, directory and link a node has changed from the image (its overlay upper
+    directory on the host), with type, mode, owner, size and content hash, noise aside."""
+    upper = state_dir() / "nodes" / node / "upper"
+    out = {}
+    for path in upper.rglob("*"):
+        rel = str(path.relative_to(upper)) + ("/" if path.is_dir() and not path.is_symlink() else "")
+        if rel.startswith(UPPER_NOISE):
+            continue
+        st = path.lstat()
+        digest = (
+            hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() and not path.is_symlink() else ""
+        )
+        out[rel] = (
+            stat.S_IFMT(st.st_mode),
+            stat.S_IMODE(st.st_mode),
+            st.st_uid,
+            st.st_gid,
+            st.st_size,
+            digest,
+        )
+    return out
+
+
+def fleet_copy(dest: Path) -> Path:
+    """A copy of the lab fleet (inventory/lab, policies) under ``dest``; returns its inventory dir."""
+    (dest / "inventory").mkdir(parents=True)
+    shutil.copytree(ROOT / "inventory/lab", dest / "inventory/lab")
+    shutil.copytree(ROOT / "policies", dest / "policies")
+    return dest / "inventory/lab"
+
+
+def edit(path: Path, old: str, new: str) -> None:
+    """Replace ``old`` (which must be there) by ``new`` in a fleet file."""
+    text = path.read_text()
+    assert old in text, f"{old!r} not in {path}"
+    path.write_text(text.replace(old, new))

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.labkit import FILES, UNITS, converge_summary, on_node, swarm
+from tests.labkit import FILES, UNITS, converge_summary, edit, fleet_copy, on_node, swarm
 
 pytestmark = [pytest.mark.root, pytest.mark.lab]
 LAB_ORDER = 40
@@ -98,6 +98,46 @@ def test_converge_repairs_the_drift_and_verify_passes(lab, tmp_path: Path) -> No
     assert all(summary[n]["changed"] > 0 for n in NODES), summary
     rc, out, drift = verify(tmp_path)
     assert rc == 0 and drift == [], out
+
+
+def _record(node: str, path: str) -> dict:
+    return json.loads(on_node(node, f"cat {path}").stdout)
+
+
+def test_removed_declarations_are_removed_from_the_nodes(lab, tmp_path: Path) -> None:
+    """A sysctl removed from a profile, a whole profile removed from a node, and a peer
+    removed (its node left the fleet): converge removes each, and verify, which checks
+    absence too, passes."""
+    inventory = fleet_copy(tmp_path / "repo")
+    policies = inventory.parent.parent / "policies"
+    edit(policies / "shared/host-profiles.yaml", "    net.ipv4.tcp_mtu_probing: 1\n", "")
+    edit(policies / "lab/assignments.yaml", "  selector: {}\n", "  selector: {nodes: [lab-gpu-1]}\n")
+    edit(
+        policies / "lab/assignments.yaml", "selector: {roles: [gpu-worker]}", "selector: {nodes: [lab-gpu-1]}"
+    )
+    nodes = inventory / "nodes.yaml"
+    docs = nodes.read_text().split("\n---\n")
+    nodes.write_text("\n---\n".join(d for d in docs if "name: lab-head-1" not in d))
+    host_record = FILES["host_tunables_record"]
+    gpu1_before, gpu2_before = _record("lab-gpu-1", host_record), _record("lab-gpu-2", host_record)
+
+    proc = swarm("converge", "-i", str(inventory), check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    # The sysctl: gone from the file, and back to the value it had before the project set it.
+    assert "tcp_mtu_probing" not in on_node("lab-gpu-1", f"cat {FILES['sysctl_conf']}").stdout
+    live = on_node("lab-gpu-1", "sysctl -n net.ipv4.tcp_mtu_probing").stdout.strip()
+    assert live == gpu1_before["sysctl:net.ipv4.tcp_mtu_probing"]
+    # The profile: lab-gpu-2 keeps none of host tuning's files, and its values are restored.
+    for f in ("sysctl_conf", "tmpfiles_conf", "host_tunables_record"):
+        assert on_node("lab-gpu-2", f"test -e {FILES[f]}", check=False).returncode == 1, f
+    live = on_node("lab-gpu-2", "sysctl -n net.ipv4.tcp_slow_start_after_idle").stdout.strip()
+    assert live == gpu2_before["sysctl:net.ipv4.tcp_slow_start_after_idle"]
+    # The peer: lab-head-1 is no peer of lab-gpu-1 any more, in the tunnel or in peers.json.
+    assert len(on_node("lab-gpu-1", "wg show wg0 peers").stdout.split()) == 1
+    assert list(json.loads(on_node("lab-gpu-1", f"cat {FILES['wireguard_peers']}").stdout)) == ["lab-gpu-2"]
+    junit = tmp_path / "verify.xml"
+    verified = swarm("verify", "-i", str(inventory), "--junit-xml", str(junit), check=False)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
 
 
 def test_a_stopped_node_is_reported_and_the_others_converge(lab) -> None:

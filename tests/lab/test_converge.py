@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -19,7 +18,17 @@ import pytest
 from swarm_infra.fleet.sources import fleet_paths
 from swarm_infra.lab.state import connection_file, ssh_command
 from swarm_infra.resolve import desired_state, load_fleet
-from tests.labkit import FILES, LAB_STATE, ROOT, converge_summary, on_node, playbook, recap, swarm
+from tests.labkit import (
+    FILES,
+    LAB_STATE,
+    converge_summary,
+    fleet_copy,
+    on_node,
+    playbook,
+    recap,
+    swarm,
+    upper_snapshot,
+)
 
 pytestmark = [pytest.mark.root, pytest.mark.lab]
 LAB_ORDER = 20
@@ -31,15 +40,8 @@ MESH = {name: node["mesh"]["address"].split("/")[0] for name, node in LAB_STATE[
 WRITTEN = " ".join(FILES[f] for f in ("sysctl_conf", "gpu_settings", "wireguard_conf"))
 
 
-def fleet_copy(dest: Path) -> Path:
-    """A copy of the lab fleet (inventory/lab, policies) under ``dest``; returns its inventory dir."""
-    (dest / "inventory").mkdir(parents=True)
-    shutil.copytree(ROOT / "inventory/lab", dest / "inventory/lab")
-    shutil.copytree(ROOT / "policies", dest / "policies")
-    return dest / "inventory/lab"
-
-
 def test_check_diff_on_a_fresh_fleet_reports_changes_and_applies_none(lab) -> None:
+    before = {node: upper_snapshot(node) for node in MESH}
     proc = swarm("converge", "--check", "--diff", check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
     summary = converge_summary(proc.stdout)
@@ -47,6 +49,9 @@ def test_check_diff_on_a_fresh_fleet_reports_changes_and_applies_none(lab) -> No
     assert all(v["changed"] > 0 and v["failed"] == 0 for v in summary.values()), summary
     assert f"+++ after: {FILES['gpu_settings']}" in proc.stdout  # --diff shows the content
     assert "check mode: nothing was changed" in proc.stdout
+    # Nothing under any node's root changed, in any layer (the overlay's upper directory holds
+    # every change a node made to its image).
+    assert {node: upper_snapshot(node) for node in MESH} == before
     for node in MESH:
         left = on_node(node, f"ls {WRITTEN} {FILES['wireguard_key']}", check=False)
         assert left.stdout == "", (node, left.stdout)

@@ -130,3 +130,21 @@ def test_a_node_without_host_profile_must_have_no_host_tuning_files() -> None:
         ("absent", files["tmpfiles_conf"]["path"]),
     ]
     assert matches(checks[0], "absent") and not matches(checks[0], "present")
+
+
+def test_the_pinned_driver_matches_the_debian_versions_apt_installs() -> None:
+    """Defect: verification expected "570.86.15" while apt installs "570.86.15-1", so every
+    pinned real-GPU node reported drift. The check uses the resolver's pin; the versions
+    are those of the stand-in repository's real debs (tests/lab/standin_repo.py)."""
+    from tests.lab.standin_repo import PACKAGES
+
+    state = desired_state(load_fleet([str(p) for p in fleet_dirs("example")]))
+    pinned = {}
+    for node in state["nodes"].values():
+        for c in checks_for({**state, "nodes": {node["name"]: node}}):
+            if c.key == "package nvidia-driver":
+                pinned[c.desired] = c
+    exact, branch = pinned["570.86.15-*"], pinned["570.*"]
+    versions = PACKAGES["nvidia-driver"]  # 570.86.15-1, 570.124.06-1, 575.51.03-1
+    assert [matches(exact, v) for v in versions] == [True, False, False]
+    assert [matches(branch, v) for v in versions] == [True, True, False]

@@ -172,6 +172,9 @@ def nspawn_args(node: LabNode, dirs: NodeDirs, disks: dict[str, str]) -> list[st
         "--link-journal=no",
         "--console=pipe",  # the node's console (systemd's boot messages) to the log file
         *(f"--bind={host}:{path}" for path, host in sorted(disks.items())),
+        # Also under its kernel name: without udev, LABEL= and UUID= lookups (mount, fstab)
+        # scan /proc/partitions, which names the loop device.
+        *(f"--bind={host}" for host in sorted(set(disks.values()))),
     ]
 
 

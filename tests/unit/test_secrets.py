@@ -1,0 +1,51 @@
+"""No secret in a process's arguments or environment: a command line is visible to every
+user in /proc/*/cmdline (DESIGN.md pitfalls). Keys travel through files and pipes only."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import yaml
+
+from .conftest import ROOT
+
+# Command substitution of a file, the way a key ends up in an argument: $(cat F), $(<F), `cat F`.
+READS_INTO_ARGV = re.compile(r"\$\(\s*(cat\b|<)|`\s*cat\b")
+TASK_FILES = sorted((ROOT / "roles").rglob("*.yml"))
+COMMAND_MODULES = ("shell", "command", "raw", "script")
+
+
+def _commands(node: object):
+    """Every shell/command module invocation in a task list, with its text."""
+    if isinstance(node, list):
+        for item in node:
+            yield from _commands(item)
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            if key.split(".")[-1] in COMMAND_MODULES:
+                yield node.get("name", "?"), yaml.safe_dump(value)
+            elif key in ("block", "rescue", "always"):
+                yield from _commands(value)
+
+
+@pytest.mark.parametrize("path", TASK_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_task_reads_a_file_into_a_command_line(path) -> None:
+    tasks = yaml.safe_load(path.read_text())
+    bad = [name for name, text in _commands(tasks) if READS_INTO_ARGV.search(text)]
+    assert bad == [], f"{path}: {bad} put a file's content into a command line"
+
+
+def test_the_pattern_is_caught() -> None:
+    leak = [
+        {
+            "name": "old syncconf",
+            "ansible.builtin.shell": {"cmd": 'sed "/x/a Key = $(cat /srv/peer.key)"'},
+        }
+    ]
+    assert [n for n, t in _commands(leak) if READS_INTO_ARGV.search(t)] == ["old syncconf"]
+
+
+def test_nodeside_and_plugin_code_builds_no_key_into_argv() -> None:
+    for path in [*(ROOT / "src/swarm_infra/nodeside").glob("*.py"), *(ROOT / "plugins").rglob("*.py")]:
+        assert not READS_INTO_ARGV.search(path.read_text()), path
