@@ -120,9 +120,11 @@ def assert_nothing_left(before: dict[str, object]) -> None:
 
 
 # What the node itself writes whatever Ansible does: logins (wtmp, lastlog, journal), SSH's
-# and Ansible's own scratch space. Everything else under a node's overlay upper directory
-# is what a run changed.
-UPPER_NOISE = ("var/log/", "root/.ansible/", "var/lib/systemd/", "tmp/", "var/tmp/")
+# and Ansible's own scratch space, and apt's binary caches (pkgcache.bin, srcpkgcache.bin),
+# which libapt rebuilds whenever anything reads the package database, as the apt module
+# does in check mode too. Everything else under a node's overlay upper directory is what a
+# run changed.
+UPPER_NOISE = ("var/log/", "root/.ansible/", "var/lib/systemd/", "tmp/", "var/tmp/", "var/cache/apt/")
 
 
 def upper_snapshot(node: str) -> dict[str, tuple]:
@@ -132,8 +134,8 @@ def upper_snapshot(node: str) -> dict[str, tuple]:
     out = {}
     for path in upper.rglob("*"):
         rel = str(path.relative_to(upper)) + ("/" if path.is_dir() and not path.is_symlink() else "")
-        if rel.startswith(UPPER_NOISE):
-            continue
+        if rel.startswith(UPPER_NOISE) or any(noise.startswith(rel) for noise in UPPER_NOISE):
+            continue  # a noisy path, or a directory on the way to one (copied up with it)
         st = path.lstat()
         digest = (
             hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() and not path.is_symlink() else ""
@@ -162,3 +164,8 @@ def edit(path: Path, old: str, new: str) -> None:
     text = path.read_text()
     assert old in text, f"{old!r} not in {path}"
     path.write_text(text.replace(old, new))
+
+
+def changed_paths(before: dict[str, tuple], after: dict[str, tuple]) -> list[str]:
+    """Paths added, removed or changed between two :func:`upper_snapshot` results."""
+    return sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))

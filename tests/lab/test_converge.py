@@ -21,6 +21,7 @@ from swarm_infra.resolve import desired_state, load_fleet
 from tests.labkit import (
     FILES,
     LAB_STATE,
+    changed_paths,
     converge_summary,
     fleet_copy,
     on_node,
@@ -51,7 +52,8 @@ def test_check_diff_on_a_fresh_fleet_reports_changes_and_applies_none(lab) -> No
     assert "check mode: nothing was changed" in proc.stdout
     # Nothing under any node's root changed, in any layer (the overlay's upper directory holds
     # every change a node made to its image).
-    assert {node: upper_snapshot(node) for node in MESH} == before
+    changed = {node: changed_paths(before[node], upper_snapshot(node)) for node in MESH}
+    assert changed == {node: [] for node in MESH}, changed
     for node in MESH:
         left = on_node(node, f"ls {WRITTEN} {FILES['wireguard_key']}", check=False)
         assert left.stdout == "", (node, left.stdout)
