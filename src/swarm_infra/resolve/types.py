@@ -111,9 +111,7 @@ class GpuSharingState(TypedDict):
     mig_strategy: Literal["none", "single", "mixed"]  # device plugin flags.migStrategy
     mig_config: str | None  # nvidia.com/mig.config: "all-disabled", the profile's name, None: not declared
     time_slicing_replicas: int | None  # None: no time-slicing
-    units_per_gpu: (
-        int | None
-    )  # nvidia.com/gpu advertised per physical GPU; None: mixed MIG (nvidia.com/mig-*)
+    units_per_gpu: int | None  # nvidia.com/gpu per physical GPU; None: mixed MIG (nvidia.com/mig-*)
 
 
 class GpuState(TypedDict):
@@ -228,9 +226,7 @@ class FlavorState(TypedDict):
     node_labels: dict[str, str]
     node_taints: list[TaintState]  # the GPU taint, when the Cluster taints GPU nodes
     gpus: int  # GPUs of this model on gpu-worker nodes
-    units_per_gpu: (
-        int | None
-    )  # nvidia.com/gpu per GPU on those nodes; None: not one number (no quota allowed)
+    units_per_gpu: int | None  # nvidia.com/gpu per GPU there; None: not one number (no quota allowed)
     cpus: int  # CPUs of those nodes
     memory_gib: int  # memory of those nodes
 
