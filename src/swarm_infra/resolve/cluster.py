@@ -34,6 +34,7 @@ from .types import (
     ResourceAmountState,
     TaintState,
     TenantState,
+    TolerationState,
 )
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -60,6 +61,11 @@ def settings_state(a: Analysis) -> ClusterSettingsState:
         ),
         "gpu_taint": dict(GPU_TAINT) if c.gpu_taint else None,  # type: ignore[typeddict-item]
     }
+
+
+def toleration(taint: TaintState) -> TolerationState:
+    """The toleration of ``taint`` (any value)."""
+    return {"key": taint["key"], "operator": "Exists", "effect": taint["effect"]}
 
 
 def _share(total: int, part: int, whole: int) -> int:
@@ -209,7 +215,7 @@ def cluster_state(a: Analysis, peers: Mapping[str, list[PeerState]] | None = Non
             "gpu_model": m,
             "product_name": catalog[m]["product_name"],
             "node_labels": {FLAVOR_LABEL: f},
-            "node_taints": [dict(settings["gpu_taint"])] if settings["gpu_taint"] else [],  # type: ignore[list-item]
+            "tolerations": [toleration(settings["gpu_taint"])] if settings["gpu_taint"] else [],
             "gpus": capacity.get(f, 0),
             "units_per_gpu": units.pop() if len(units) == 1 else (1 if not units else None),
             "cpus": sum(n.cpus for n, _ in members),

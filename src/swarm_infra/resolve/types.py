@@ -219,12 +219,21 @@ class TaintState(TypedDict):
     effect: str  # NoSchedule | PreferNoSchedule | NoExecute
 
 
+class TolerationState(TypedDict):
+    key: str
+    operator: Literal["Exists"]
+    effect: str
+
+
 class FlavorState(TypedDict):
     name: str  # Kueue ResourceFlavor name, e.g. "h100-sxm5-80gb"
     gpu_model: str
     product_name: str
     node_labels: dict[str, str]
-    node_taints: list[TaintState]  # the GPU taint, when the Cluster taints GPU nodes
+    # Tolerations Kueue adds to the pods it admits to the flavor: of the GPU taint, when the
+    # Cluster taints GPU nodes. (No nodeTaints: those would make every workload state the
+    # toleration itself before Kueue admits it.)
+    tolerations: list[TolerationState]
     gpus: int  # GPUs of this model on gpu-worker nodes
     units_per_gpu: int | None  # nvidia.com/gpu per GPU there; None: not one number (no quota allowed)
     cpus: int  # CPUs of those nodes
