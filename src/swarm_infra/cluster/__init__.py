@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from ..resolve.types import DesiredState
 from . import admission, core, kuberay, kueue
-from .meta import K8sObject, sort_key
+from .meta import K8sObject, no_gc, sort_key
 from .scope import ScopeError, scope
 
 __all__ = ["ClusterObjects", "K8sObject", "ScopeError", "build"]
@@ -46,7 +46,11 @@ def build(state: DesiredState, sites: Iterable[str] | None = None) -> ClusterObj
     Raises :class:`ScopeError` when the sites cannot form a cluster of their own, and
     ValueError when the mesh topology is too large for a ConfigMap.
     """
-    state = scope(state, sites)
+    with no_gc():
+        return _build(scope(state, sites))
+
+
+def _build(state: DesiredState) -> ClusterObjects:
     c = state["cluster"]
     nodes = list(state["nodes"].values())
     main = [

@@ -112,4 +112,5 @@ def ray_cluster(cluster: RayClusterState, state: ClusterState) -> K8sObject:
 
 
 def ray_clusters(state: ClusterState) -> list[K8sObject]:
+    """A RayCluster per ClusterState.ray_clusters entry."""
     return [ray_cluster(c, state) for c in state["ray_clusters"]]

@@ -104,6 +104,7 @@ def cluster_queue(q: ClusterQueueState, tenants: list[str], labels: dict[str, st
 
 
 def cluster_queues(cluster: ClusterState) -> list[K8sObject]:
+    """A ClusterQueue per queue, open to the namespaces of the tenants that use it."""
     labels = cluster["settings"]["labels"]
     users: dict[str, list[str]] = {}
     for t in cluster["tenants"]:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 K8sObject = dict[str, Any]  # a plain Kubernetes object: apiVersion, kind, metadata, ...
@@ -76,3 +79,16 @@ def memory(mib: int) -> str:
 def weight(value: float) -> int | str:
     """A fair-sharing weight as Kueue's int-or-string quantity: ``2``, ``"0.5"``."""
     return int(value) if float(value).is_integer() else repr(float(value))
+
+
+@contextmanager
+def no_gc() -> Iterator[None]:
+    """Cyclic GC off while many small objects are made that all stay alive (the objects, a
+    YAML representer's nodes): it would rescan them repeatedly for nothing."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from .meta import K8sObject, sort_key
+from .meta import K8sObject, no_gc, sort_key
 
 # Apply order. Every kind the builder makes is listed (a test checks it).
 KIND_ORDER = (
@@ -54,7 +54,13 @@ def file_name(kind: str) -> str:
 
 
 def dump(objects: Iterable[K8sObject], dumper: type = _Dumper) -> str:
-    """A ``---``-separated YAML stream, keys sorted."""
+    """A ``---``-separated YAML stream, keys sorted (``yaml.safe_dump_all`` with libyaml's
+    emitter and no line folding)."""
+    with no_gc():
+        return _dump_all(objects, dumper)
+
+
+def _dump_all(objects: Iterable[K8sObject], dumper: type) -> str:
     return yaml.dump_all(
         objects, Dumper=dumper, sort_keys=True, explicit_start=True, default_flow_style=False, width=WIDTH
     )

@@ -38,28 +38,28 @@ def sharing(a: Analysis) -> Iterator[Finding]:
     alloc = a.fleet.allocation
     if alloc is None:
         return
-    by_flavor = flavor_nodes(a, node_sharing(a))
+    # What each flavor's nodes advertise per GPU: {units: first node}, computed once.
+    units: dict[str, dict[int | None, str]] = {}
+    for f, members in flavor_nodes(a, node_sharing(a)).items():
+        for node, u in members:
+            units.setdefault(f, {}).setdefault(u, node.name)
     reported: set[str] = set()
     for qi, q in enumerate(alloc.queues):
         for xi, quota in enumerate(q.quotas):
             f = quota.flavor
-            if f in reported or f not in by_flavor:
-                continue
-            units: dict[int | None, str] = {}
-            for node, u in by_flavor[f]:
-                units.setdefault(u, node.name)
-            if len(units) == 1 and None not in units:
+            seen = units.get(f, {1: ""})
+            if f in reported or (len(seen) == 1 and None not in seen):
                 continue
             reported.add(f)
-            seen = ", ".join(
+            listed = ", ".join(
                 f"{node}: {'nvidia.com/mig-* (mixed MIG layout)' if u is None else f'{u} per GPU'}"
-                for u, node in units.items()
+                for u, node in seen.items()
             )
             yield Finding(
                 alloc.source,
                 ("spec", "queues", qi, "quotas", xi, "flavor"),
                 "gpu.sharing-inconsistent",
-                f"nodes of flavor {f!r} advertise nvidia.com/gpu differently ({seen}); one quota "
+                f"nodes of flavor {f!r} advertise nvidia.com/gpu differently ({listed}); one quota "
                 "cannot count them: give them GpuProfiles with the same sharing and MIG layout",
             )
 
