@@ -127,7 +127,7 @@ def main() -> None:
         f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; median of {args.runs} runs"
     )
     header = (
-        f"{'fleet':<26} {'objects':>7} {'MiB':>5} | {'validate':>8} {'resolve':>7} | {'build':>6} "
+        f"{'fleet':<34} {'objects':>7} {'MiB':>5} | {'validate':>8} {'resolve':>7} | {'build':>6} "
         f"{'yaml':>6} {'write':>6} {'render':>6} | {'total':>6}"
     )
     print(header)
@@ -139,7 +139,7 @@ def main() -> None:
             r = median([child(["--render-one", str(fleet)]) for _ in range(args.runs)])
             name = f"{args.nodes} nodes, {args.tenants} tenants" + (" +cluster" if cluster else "")
             print(
-                f"{name:<26} {int(r['objects']):>7} {r['mib']:>5.1f} | {r['validate_s']:>7.2f}s "
+                f"{name:<34} {int(r['objects']):>7} {r['mib']:>5.1f} | {r['validate_s']:>7.2f}s "
                 f"{r['resolve_s']:>6.2f}s | {r['build_s']:>5.2f}s {r['yaml_s']:>5.2f}s {r['write_s']:>5.2f}s "
                 f"{r['render_s']:>5.2f}s | {r['total_s']:>5.2f}s"
             )
