@@ -5,7 +5,10 @@
 Writes one file per site (200 nodes each, hub-and-spoke mesh with a relay hub, mixed
 GPU models, NAT'd spokes), shared profiles, priorities and an Allocation with
 ``--tenants`` queues whose quotas fit the generated capacity. Derived mesh addresses
-that collide are pinned, as an operator would. The result validates clean.
+that collide are pinned, as an operator would. ``--cluster`` adds the cluster layer's
+inputs: a Cluster document, Storage with NVMe scratch (a local PersistentVolume per node)
+and a claim per tenant, caps on every tenant and a Ray cluster on every 10th. The result
+validates clean.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ MESH = ipaddress.IPv4Network("10.128.0.0/9")
 HEAD = "apiVersion: swarm.io/v1alpha1\n"
 
 
-def generate(out: Path, nodes: int, tenants: int) -> None:
+def generate(out: Path, nodes: int, tenants: int, cluster: bool = False) -> None:
     if out.exists():
         shutil.rmtree(out)
     (out / "nodes").mkdir(parents=True)
@@ -97,6 +100,29 @@ def generate(out: Path, nodes: int, tenants: int) -> None:
         )
         queues.append(f"    - {{name: q{t:03d}, cohort: c{t % 10}, quotas: [{quotas}]}}\n")
         tenant_docs.append(f"    - {{name: tenant-{t:03d}, queue: q{t:03d}, priorities: [normal, low]}}\n")
+    if cluster:  # the cluster layer's inputs too: caps on every tenant, a Ray cluster on every 10th
+        tenant_docs = [
+            doc[:-2]
+            + ", caps: {gpus: 64, cpu: 2048, memory_gib: 16384, pods: 500, storage_gib: 10240}"
+            + (
+                f", ray: {{version: 2.41.0, priority: normal, head: {{cpus: 4, memory_gib: 16}}, workers: "
+                f"[{{flavor: {FLAVORS[MODELS[t % len(MODELS)]]}, min_replicas: 1, max_replicas: 1}}]}}"
+                if t % 10 == 0
+                else ""
+            )
+            + "}\n"
+            for t, doc in enumerate(tenant_docs)
+        ]
+        volumes = "".join(
+            f"    - {{name: data, tenant: tenant-{t:03d}, class: shared, size_gib: 1024, purpose: dataset}}\n"
+            for t in range(tenants)
+        )
+        (out / "cluster.yaml").write_text(
+            f"---\n{HEAD}kind: Cluster\nmetadata: {{name: bench}}\nspec: {{labels: {{env: bench}}}}\n"
+            f"---\n{HEAD}kind: Storage\nmetadata: {{name: bench}}\n"
+            "spec:\n  scratch: {mount_path: /scratch}\n"
+            "  classes: [{name: shared, provisioner: nfs.csi.k8s.io, default: true}]\n  volumes:\n" + volumes
+        )
     (out / "allocation.yaml").write_text(
         f"---\n{HEAD}kind: Allocation\nmetadata: {{name: bench}}\nspec:\n  queues:\n"
         + "".join(queues)
@@ -112,8 +138,11 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--tenants", type=int, default=200)
+    parser.add_argument(
+        "--cluster", action="store_true", help="add the cluster layer's inputs (storage, caps, Ray clusters)"
+    )
     args = parser.parse_args()
-    generate(args.out, args.nodes, args.tenants)
+    generate(args.out, args.nodes, args.tenants, args.cluster)
 
 
 if __name__ == "__main__":

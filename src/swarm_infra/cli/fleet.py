@@ -92,7 +92,8 @@ def render_node(state: NodeState) -> str:
 
 
 def render_cluster(cluster: ClusterState) -> str:
-    """ClusterState as readable text: capacity per flavor, queues, tenants, priorities, storage."""
+    """ClusterState as readable text: capacity per flavor, queues, tenants, Ray clusters,
+    priorities, storage."""
     lines = ["cluster", "  flavor                    GPUs  nominal  unallocated"]
     for name, cap in cluster["capacity"].items():
         lines.append(f"  {name:<24} {cap['gpus']:>5}  {cap['nominal_quota']:>7}  {cap['unallocated']:>11}")
@@ -110,6 +111,17 @@ def render_cluster(cluster: ClusterState) -> str:
         lines.append(
             f"  tenant {t['name']} ns={t['namespace']} -> {t['cluster_queue']} "
             f"priorities={','.join(t['priorities'])}"
+        )
+    for r in cluster["ray_clusters"]:
+        head = r["head"]
+        workers = "; ".join(
+            f"{w['name']} x{w['min_replicas']}..{w['max_replicas']} "
+            f"({w['gpus']} GPUs, {w['cpus']} CPUs, {w['memory_gib']} GiB)"
+            for w in r["workers"]
+        )
+        lines.append(
+            f"  ray {r['namespace']}/{r['name']} {r['ray_version']} priority={r['priority'] or '-'} "
+            f"head {head['cpus']} CPUs {head['memory_gib']} GiB; {workers}"
         )
     for p in cluster["priorities"]:
         lines.append(

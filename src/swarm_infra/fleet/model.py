@@ -22,7 +22,7 @@ DEFAULT_KEEPALIVE_S = 25  # wg(8): "a sensible interval ... is 25"
 # Defaults of nested policy objects, by what they belong to (as stated in schemas/).
 HUGEPAGES_DEFAULTS = {"size_kib": 2048}
 MIG_DEFAULTS = {"profiles": ()}
-SCRATCH_DEFAULTS = {"filesystem": "xfs", "raid0": True}
+SCRATCH_DEFAULTS = {"filesystem": "xfs", "raid0": True, "storage_class": "swarm-scratch"}
 STORAGE_CLASS_DEFAULTS = {
     "parameters": {},
     "reclaim_policy": "Delete",
@@ -30,6 +30,10 @@ STORAGE_CLASS_DEFAULTS = {
     "default": False,
 }
 VOLUME_DEFAULTS = {"purpose": "other", "access_modes": ("ReadWriteMany",)}
+# Cluster layer (schemas/cluster.schema.json; allocation.schema.json tenants[].ray).
+DEFAULT_FLEET_NAME = "swarm"  # swarm.io/fleet when no Cluster document names the fleet
+RAY_HEAD_DEFAULTS = {"cpus": 4, "memory_gib": 16}
+RAY_OBJECT_STORE_PERCENT = 30  # Ray's own default share of memory for the object store
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
@@ -191,11 +195,47 @@ class Queue:
 
 
 @dataclass(frozen=True, slots=True)
+class RayWorkers:
+    """One worker group of a tenant's RayCluster (sizes None: derived from the flavor's nodes)."""
+
+    flavor: str
+    min_replicas: int
+    max_replicas: int
+    gpus: int | None
+    cpus: int | None
+    memory_gib: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class RayRequest:
+    """A Ray cluster as a policy asks for it (``tenants[].ray``); decided by ``resolve.ray``."""
+
+    version: str
+    image: str | None  # None: rayproject/ray:<version>-gpu
+    priority: str | None  # None: the global default Priority
+    object_store_percent: int
+    head_cpus: int
+    head_memory_gib: int
+    workers: tuple[RayWorkers, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Tenant:
     name: str
     namespace: str
     queue: str
     priorities: tuple[str, ...] | None  # None: all
+    caps: Mapping[str, Any] | None = None  # as declared (schema: tenants[].caps); None: no caps
+    ray: RayRequest | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Cohort:
+    """A Kueue Cohort that needs an object (a parent or a weight)."""
+
+    name: str
+    parent: str | None
+    fair_sharing_weight: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +244,7 @@ class Allocation:
     source: Source
     queues: tuple[Queue, ...]
     tenants: tuple[Tenant, ...]
+    cohorts: tuple[Cohort, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +267,18 @@ class Storage:
     volumes: tuple[Mapping[str, Any], ...]
 
 
+@dataclass(frozen=True, slots=True)
+class ClusterSettings:
+    """How the fleet appears in Kubernetes (kind Cluster); defaults when no document declares it."""
+
+    name: str  # the fleet's name: label swarm.io/fleet
+    source: Source | None
+    system_namespace: str = "swarm-system"
+    gpu_namespace: str = "gpu-operator"
+    labels: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    gpu_taint: bool = True
+
+
 @dataclass(frozen=True)
 class Fleet:
     """Everything declared, by kind and name, in name order. Singletons may be None."""
@@ -240,9 +293,33 @@ class Fleet:
     allocation: Allocation | None
     storage: Storage | None
     rollout: Rollout | None = None
+    cluster: ClusterSettings = field(default_factory=lambda: ClusterSettings(DEFAULT_FLEET_NAME, None))
     # Names of documents that failed schema validation, by kind: references to them are
     # not reported again as unresolved.
     invalid_names: Mapping[str, frozenset[str]] = field(default_factory=lambda: _EMPTY)
+
+
+def _ray_request(r: Mapping[str, Any]) -> RayRequest:
+    head = {**RAY_HEAD_DEFAULTS, **r.get("head", {})}
+    return RayRequest(
+        version=r["version"],
+        image=r.get("image"),
+        priority=r.get("priority"),
+        object_store_percent=r.get("object_store_percent", RAY_OBJECT_STORE_PERCENT),
+        head_cpus=head["cpus"],
+        head_memory_gib=head["memory_gib"],
+        workers=tuple(
+            RayWorkers(
+                w["flavor"],
+                w.get("min_replicas", 0),
+                w["max_replicas"],
+                w.get("gpus"),
+                w.get("cpus"),
+                w.get("memory_gib"),
+            )
+            for w in r["workers"]
+        ),
+    )
 
 
 def _build(
@@ -371,10 +448,16 @@ def _build(
                 t.get("namespace", t["name"]),
                 t["queue"],
                 tuple(t["priorities"]) if "priorities" in t else None,
+                _frozen(t["caps"]) if "caps" in t else None,
+                _ray_request(t["ray"]) if "ray" in t else None,
             )
             for t in spec.get("tenants", ())
         )
-        return Allocation(name, src, queues, tenants)
+        cohorts = tuple(
+            Cohort(c["name"], c.get("parent"), c.get("fair_sharing_weight", 1))
+            for c in spec.get("cohorts", ())
+        )
+        return Allocation(name, src, queues, tenants, cohorts)
     if kind == "Storage":
         return Storage(
             name,
@@ -385,10 +468,13 @@ def _build(
         )
     if kind == "Rollout":
         return Rollout(name, src, **spec)  # the schema admits only the dataclass's fields
+    if kind == "Cluster":
+        # The schema admits only the dataclass's fields.
+        return ClusterSettings(name, src, **{**spec, "labels": _frozen(spec.get("labels"))})
     raise ValueError(f"unknown kind {kind}")  # unreachable: schemas admit only known kinds
 
 
-SINGLETONS = ("Mesh", "Allocation", "Storage", "Rollout")
+SINGLETONS = ("Mesh", "Allocation", "Storage", "Rollout", "Cluster")
 _FIELD = {
     "Site": "sites",
     "Node": "nodes",
@@ -403,7 +489,7 @@ def build_fleet(valid: list[RawDocument], invalid: list[RawDocument]) -> tuple[F
     """Build the model from schema-valid documents.
 
     Returns the fleet and findings for what only the whole set can show: duplicate names
-    (``name.duplicate``), more than one Mesh/Allocation/Storage (``kind.singleton``) and
+    (``name.duplicate``), more than one Mesh/Allocation/Storage/Rollout/Cluster (``kind.singleton``) and
     networks that are malformed (``network.invalid``). The first of duplicates is kept.
     """
     findings: list[Finding] = []
@@ -452,6 +538,7 @@ def build_fleet(valid: list[RawDocument], invalid: list[RawDocument]) -> tuple[F
         allocation=first("Allocation"),
         storage=first("Storage"),
         rollout=first("Rollout"),
+        cluster=first("Cluster") or ClusterSettings(DEFAULT_FLEET_NAME, None),
         invalid_names=MappingProxyType({k: frozenset(v) for k, v in invalid_names.items()}),
     )
     return fleet, findings

@@ -4,7 +4,8 @@
 live beside the decisions they test, in ``checks/``); ``desired_state`` makes them:
 profile choice by precedence (``assign``), GPU settings and limits (``gpu``, ``catalog``),
 host tuning (``host``), mesh addressing and topology (``mesh``), the on-node layout
-(``layout``), NodeState (``node``), ClusterState (``cluster``) and Rollout (``rollout``).
+(``layout``), NodeState (``node``), GPU flavors as the cluster sees them (``flavors``), Ray
+clusters (``ray``), ClusterState (``cluster``) and Rollout (``rollout``).
 Shapes: :mod:`swarm_infra.resolve.types`.
 """
 

@@ -1,34 +1,235 @@
-"""ClusterState: flavors, ClusterQueues, cohorts, tenants, priorities, storage, capacity."""
+"""ClusterState: what the fleet's Kubernetes cluster should hold, decided once.
+
+Flavors with their nodes' capacity and device units, ClusterQueues with every covered
+resource, cohorts, tenants with caps, priorities, storage, GPU sharing configs, Ray
+clusters and the mesh topology. ``swarm_infra.cluster`` turns it into Kubernetes objects
+without deciding anything further.
+"""
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
+from typing import Any
 
+from . import ray
 from .analysis import Analysis
 from .capacity import gpu_capacity
 from .catalog import gpu_catalog
+from .flavors import flavor_nodes, flavor_shapes, node_sharing
 from .node import FLAVOR_LABEL
-from .types import ClusterQueueState, ClusterState, ClusterStorageState, QuotaState, TenantState
+from .types import (
+    CapsState,
+    ClusterQueueState,
+    ClusterSettingsState,
+    ClusterState,
+    ClusterStorageState,
+    ComputeState,
+    FlavorState,
+    GpuSharingClusterState,
+    MeshTopologyState,
+    PeerState,
+    QuotaState,
+    RayClusterState,
+    ResourceAmountState,
+    TaintState,
+    TenantState,
+    TolerationState,
+)
 
 GPU_RESOURCE = "nvidia.com/gpu"
+# Labels on every object the cluster layer makes (Kubernetes recommended labels).
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+PART_OF_LABEL = "app.kubernetes.io/part-of"
+FLEET_LABEL = "swarm.io/fleet"
+MANAGER = "swarm"
+# The taint GPU nodes get: the key NVIDIA's GPU Operator and the major clouds use.
+GPU_TAINT: TaintState = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
 
 
-def cluster_state(a: Analysis) -> ClusterState:
-    """The cluster's desired state for a checked fleet.
+def settings_state(a: Analysis) -> ClusterSettingsState:
+    """The Cluster document's settings; the project's labels win over the document's own."""
+    c = a.fleet.cluster
+    return {
+        "fleet": c.name,
+        "system_namespace": c.system_namespace,
+        "gpu_namespace": c.gpu_namespace,
+        "labels": dict(
+            sorted(
+                {**c.labels, MANAGED_BY_LABEL: MANAGER, PART_OF_LABEL: MANAGER, FLEET_LABEL: c.name}.items()
+            )
+        ),
+        "gpu_taint": dict(GPU_TAINT) if c.gpu_taint else None,  # type: ignore[typeddict-item]
+    }
 
-    Quotas are in GPUs of resource ``nvidia.com/gpu``; ``capacity`` gives per flavor the
-    fleet's GPUs (on gpu-worker nodes), the sum of nominal quotas and what is unallocated.
-    Lists are in name order, priorities highest value first.
+
+def toleration(taint: TaintState) -> TolerationState:
+    """The toleration of ``taint`` (any value)."""
+    return {"key": taint["key"], "operator": "Exists", "effect": taint["effect"]}
+
+
+def _share(total: int, part: int, whole: int) -> int:
+    """``total * part / whole`` rounded down; 0 when ``whole`` is 0."""
+    return total * part // whole if whole else 0
+
+
+def quota_resources(
+    nominal: int, borrowing: int | None, lending: int | None, flavor: FlavorState
+) -> list[ResourceAmountState]:
+    """Every covered resource of a quota of ``nominal`` GPUs (and limits) on ``flavor``.
+
+    nvidia.com/gpu: GPUs times the flavor's device units per GPU. cpu (millicores) and
+    memory (MiB): the same share of the flavor's gpu-worker nodes as the GPUs are of theirs,
+    rounded down, so the quotas of a flavor never add up to more than its nodes have.
+    """
+    units = flavor["units_per_gpu"] or 0
+    gpus = flavor["gpus"]
+
+    def amounts(name: Any, scale: Any) -> ResourceAmountState:
+        return {
+            "name": name,
+            "nominal_quota": scale(nominal),
+            "borrowing_limit": None if borrowing is None else scale(borrowing),
+            "lending_limit": None if lending is None else scale(lending),
+        }
+
+    return [
+        amounts(GPU_RESOURCE, lambda n: n * units),
+        amounts("cpu", lambda n: _share(flavor["cpus"] * 1000, n, gpus)),
+        amounts("memory", lambda n: _share(flavor["memory_gib"] * 1024, n, gpus)),
+    ]
+
+
+def _compute(c: Mapping[str, Any] | None) -> ComputeState | None:
+    if c is None:
+        return None
+    out: ComputeState = {}
+    if "cpu" in c:
+        out["cpu_millicores"] = round(c["cpu"] * 1000)
+    if "memory_gib" in c:
+        out["memory_mib"] = round(c["memory_gib"] * 1024)
+    return out
+
+
+def caps_state(caps: Mapping[str, Any] | None) -> CapsState | None:
+    """A tenant's ``caps`` in base units (millicores, MiB), or None without caps."""
+    if caps is None:
+        return None
+    container = caps.get("container")
+    return {
+        "gpus": caps.get("gpus"),
+        "cpu_millicores": round(caps["cpu"] * 1000) if "cpu" in caps else None,
+        "memory_mib": caps["memory_gib"] * 1024 if "memory_gib" in caps else None,
+        "pods": caps.get("pods"),
+        "storage_gib": caps.get("storage_gib"),
+        "persistent_volume_claims": caps.get("persistent_volume_claims"),
+        "container": None
+        if container is None
+        else {
+            "default_request": _compute(container.get("default_request")),
+            "default_limit": _compute(container.get("default_limit")),
+            "max": _compute(container.get("max")),
+        },
+    }
+
+
+def gpu_sharing_state(a: Analysis, sharing: Mapping[str, Mapping[str, Any]]) -> GpuSharingClusterState:
+    """The device plugin configs and MIG layouts the fleet's GPU nodes select."""
+    configs: dict[str, Any] = {
+        "default": {
+            "name": "default",
+            "mig_strategy": "none",
+            "time_slicing_replicas": None,
+            "time_slicing_resources": [],
+        }
+    }
+    migs: dict[str, Any] = {}
+    for s in sharing.values():
+        name = s["device_plugin_config"]
+        profile = a.fleet.gpu_profiles.get(name)
+        layout = list(profile.spec.get("mig", {}).get("profiles", ())) if profile else []
+        if name not in configs:
+            replicas = s["time_slicing_replicas"]
+            if s["mig_strategy"] == "mixed":
+                resources = [f"nvidia.com/mig-{p}" for p in sorted(set(layout))]
+            else:
+                resources = [GPU_RESOURCE]
+            configs[name] = {
+                "name": name,
+                "mig_strategy": s["mig_strategy"],
+                "time_slicing_replicas": replicas,
+                "time_slicing_resources": resources if replicas else [],
+            }
+        mig = s["mig_config"]
+        if mig is not None and mig not in migs:
+            enabled = mig != "all-disabled"
+            devices: dict[str, int] = defaultdict(int)
+            for p in layout if enabled else ():
+                devices[p] += 1
+            migs[mig] = {"name": mig, "enabled": enabled, "devices": dict(sorted(devices.items()))}
+    return {
+        "device_plugin_configs": [
+            configs["default"],
+            *(configs[k] for k in sorted(configs) if k != "default"),
+        ],
+        "mig_configs": [migs[k] for k in sorted(migs)],
+    }
+
+
+def mesh_topology(a: Analysis, peers: Mapping[str, list[PeerState]]) -> MeshTopologyState | None:
+    """Addresses, hubs, relays and WireGuard peerings (undirected) of the mesh, or None."""
+    mesh = a.fleet.mesh
+    if mesh is None or a.topology is None:
+        return None
+    edges = {tuple(sorted((node, p["name"]))) for node, plist in peers.items() for p in plist}
+    return {
+        "cidr": str(mesh.cidr),
+        "interface": mesh.interface,
+        "addresses": {n: str(a.addresses[n]) for n in sorted(a.addresses)},
+        "hubs": dict(sorted(a.topology.hub.items())),
+        "relays": sorted(a.topology.relays),
+        "edges": [list(e) for e in sorted(edges)],
+    }
+
+
+def cluster_state(a: Analysis, peers: Mapping[str, list[PeerState]] | None = None) -> ClusterState:
+    """The cluster's desired state for a checked fleet (shapes in :mod:`.types`).
+
+    Quotas are declared in GPUs of resource ``nvidia.com/gpu``; each quota also carries
+    every covered resource in Kueue's units (:func:`quota_resources`). ``capacity`` gives per
+    flavor the fleet's GPUs (on gpu-worker nodes), the sum of nominal quotas and what is
+    unallocated. ``peers`` (from :func:`swarm_infra.resolve.mesh.peers`) gives the mesh
+    topology's edges. Lists are in name order, priorities highest value first.
     """
     fleet, catalog = a.fleet, gpu_catalog()
+    settings = settings_state(a)
     capacity = gpu_capacity(fleet)
-    flavors = a.flavors()
+    sharing = node_sharing(a)
+    by_flavor = flavor_nodes(a, sharing)
+    flavor_states: dict[str, FlavorState] = {}
+    for f, m in a.flavors().items():
+        members = by_flavor.get(f, [])
+        units = {u for _, u in members}
+        flavor_states[f] = {
+            "name": f,
+            "gpu_model": m,
+            "product_name": catalog[m]["product_name"],
+            "node_labels": {FLAVOR_LABEL: f},
+            "tolerations": [toleration(settings["gpu_taint"])] if settings["gpu_taint"] else [],
+            "gpus": capacity.get(f, 0),
+            "units_per_gpu": units.pop() if len(units) == 1 else (1 if not units else None),
+            "cpus": sum(n.cpus for n, _ in members),
+            "memory_gib": sum(n.memory_gib for n, _ in members),
+        }
     nominal: dict[str, int] = defaultdict(int)
     queues: list[ClusterQueueState] = []
     tenants: list[TenantState] = []
     cohorts: set[str] = set()
-    if fleet.allocation is not None:
-        for q in sorted(fleet.allocation.queues, key=lambda q: q.name):
+    ray_clusters: list[RayClusterState] = []
+    default_priority = next((p.name for p in fleet.priorities.values() if p.global_default), None)
+    alloc = fleet.allocation
+    if alloc is not None:
+        for q in sorted(alloc.queues, key=lambda q: q.name):
             if q.cohort:
                 cohorts.add(q.cohort)
             quotas: list[QuotaState] = []
@@ -41,6 +242,12 @@ def cluster_state(a: Analysis) -> ClusterState:
                         "nominal_quota": quota.nominal_quota,
                         "borrowing_limit": quota.borrowing_limit,
                         "lending_limit": quota.lending_limit,
+                        "resources": quota_resources(
+                            quota.nominal_quota,
+                            quota.borrowing_limit,
+                            quota.lending_limit,
+                            flavor_states[quota.flavor],
+                        ),
                     }
                 )
             queues.append(
@@ -56,7 +263,8 @@ def cluster_state(a: Analysis) -> ClusterState:
                     "quotas": quotas,
                 }
             )
-        for t in sorted(fleet.allocation.tenants, key=lambda t: t.name):
+        shapes = flavor_shapes(a, sharing) if any(t.ray for t in alloc.tenants) else {}
+        for t in sorted(alloc.tenants, key=lambda t: t.name):
             tenants.append(
                 {
                     "name": t.name,
@@ -66,8 +274,22 @@ def cluster_state(a: Analysis) -> ClusterState:
                     "priorities": sorted(t.priorities)
                     if t.priorities is not None
                     else sorted(fleet.priorities),
+                    "caps": caps_state(t.caps),
+                    "ray_cluster": t.name if t.ray else None,
                 }
             )
+            if t.ray:
+                ray_clusters.append(
+                    ray.ray_cluster(
+                        t.name,
+                        t.namespace,
+                        t.ray,
+                        shapes,
+                        priority=t.ray.priority or default_priority,
+                        local_queue=t.name,
+                        tenant=t.name,
+                    )
+                )
     namespaces = {t["name"]: t["namespace"] for t in tenants}
     storage: ClusterStorageState | None = None
     if fleet.storage is not None:
@@ -105,17 +327,13 @@ def cluster_state(a: Analysis) -> ClusterState:
             ),
         }
     return {
-        "flavors": [
-            {
-                "name": f,
-                "gpu_model": m,
-                "product_name": catalog[m]["product_name"],
-                "node_labels": {FLAVOR_LABEL: f},
-                "gpus": capacity.get(f, 0),
-            }
-            for f, m in flavors.items()
-        ],
+        "settings": settings,
+        "flavors": list(flavor_states.values()),
         "cohorts": sorted(cohorts),
+        "cohort_objects": [
+            {"name": c.name, "parent": c.parent, "fair_sharing_weight": c.fair_sharing_weight}
+            for c in sorted(alloc.cohorts if alloc else (), key=lambda c: c.name)
+        ],
         "cluster_queues": queues,
         "tenants": tenants,
         "priorities": [
@@ -135,6 +353,9 @@ def cluster_state(a: Analysis) -> ClusterState:
                 "nominal_quota": nominal.get(f, 0),
                 "unallocated": capacity.get(f, 0) - nominal.get(f, 0),
             }
-            for f in flavors
+            for f in flavor_states
         },
+        "gpu_sharing": gpu_sharing_state(a, sharing),
+        "ray_clusters": sorted(ray_clusters, key=lambda r: (r["namespace"], r["name"])),
+        "mesh": mesh_topology(a, peers or {}),
     }

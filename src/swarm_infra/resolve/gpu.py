@@ -136,3 +136,41 @@ def model_limits(model: str) -> dict[str, Any]:
         "mig_profiles": list(entry["mig"]["profiles"]) if entry["mig"] else [],
         "mig_compute_slices": entry["mig"]["compute_slices"] if entry["mig"] else 0,
     }
+
+
+def sharing_state(profile: str | None, spec: Mapping[str, Any]) -> dict[str, Any]:
+    """How the NVIDIA device plugin advertises GPUs under GpuProfile ``profile`` (``spec``).
+
+    Returns a :class:`~swarm_infra.resolve.types.GpuSharingState`:
+
+    - MIG: a layout of one repeated profile uses the device plugin's ``single`` strategy
+      (each MIG instance is one ``nvidia.com/gpu``); a mixed layout uses ``mixed``
+      (``nvidia.com/mig-<profile>`` resources, no ``nvidia.com/gpu``: ``units_per_gpu``
+      None); MIG disabled or not declared: ``none``. ``mig_config`` is the GPU Operator's
+      ``nvidia.com/mig.config`` label: the profile's name when MIG is enabled,
+      ``all-disabled`` when disabled, None when the profile says nothing about MIG.
+    - Time-slicing (``sharing.time_slicing_replicas``) multiplies what is advertised.
+    - ``device_plugin_config`` is the profile's name when the profile shares GPUs or uses
+      MIG, else ``default`` (no sharing, strategy none). A node without a profile: default.
+    """
+    mig = spec.get("mig")
+    replicas = spec.get("sharing", {}).get("time_slicing_replicas")
+    strategy, units, mig_config = "none", 1, None
+    if mig is not None:
+        mig_config = profile if mig["enabled"] else "all-disabled"
+        if mig["enabled"]:
+            layout = list(mig["profiles"])
+            if len(set(layout)) <= 1:
+                strategy, units = "single", len(layout)
+            else:
+                strategy, units = "mixed", None
+    if replicas and units is not None:
+        units *= replicas
+    custom = profile is not None and (strategy != "none" or replicas is not None)
+    return {
+        "device_plugin_config": profile if custom else "default",
+        "mig_strategy": strategy,
+        "mig_config": mig_config,
+        "time_slicing_replicas": replicas,
+        "units_per_gpu": units,
+    }

@@ -43,6 +43,13 @@ class NodeResolver:
         self.a, self.peers, self.forwarders = a, peers, forwarders
         self._gpu: dict[tuple[str, str], GpuSettings] = {}
         self._host: dict[str, dict[str, Any]] = {}
+        self._sharing: dict[str | None, dict[str, Any]] = {}
+
+    def _gpu_sharing(self, profile: str | None) -> dict[str, Any]:
+        if profile not in self._sharing:
+            spec = self.a.fleet.gpu_profiles[profile].spec if profile else {}
+            self._sharing[profile] = gpu.sharing_state(profile, spec)
+        return self._sharing[profile]
 
     def _gpu_settings(self, profile: str | None, model: str) -> GpuSettings:
         key = (profile or "", model)
@@ -107,6 +114,7 @@ class NodeResolver:
                 "driver": driver_state(driver) if driver else None,
                 "devices": devices,
                 "limits": {m: gpu.model_limits(m) for m in sorted(set(node.gpu_models))},
+                "sharing": self._gpu_sharing(profile),  # type: ignore[typeddict-item]
             }
         choice = choices.get("host_profile")
         if choice:

@@ -29,4 +29,4 @@ def desired_state(a: Analysis) -> DesiredState:
         peers, forwarders = mesh.peers(a.fleet, a.topology, a.addresses)  # type: ignore[assignment]
     resolver = NodeResolver(a, peers, forwarders)
     nodes = {name: resolver.node_state(node) for name, node in a.fleet.nodes.items()}
-    return {"nodes": nodes, "cluster": cluster_state(a), "rollout": rollout_state(a)}
+    return {"nodes": nodes, "cluster": cluster_state(a, peers), "rollout": rollout_state(a)}

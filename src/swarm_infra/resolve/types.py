@@ -104,6 +104,16 @@ class GpuLimits(TypedDict):
     mig_profiles: list[str]
 
 
+class GpuSharingState(TypedDict):
+    """How the NVIDIA device plugin advertises the node's GPUs (:func:`resolve.gpu.sharing_state`)."""
+
+    device_plugin_config: str  # key of the device plugin's config the node selects: profile name or "default"
+    mig_strategy: Literal["none", "single", "mixed"]  # device plugin flags.migStrategy
+    mig_config: str | None  # nvidia.com/mig.config: "all-disabled", the profile's name, None: not declared
+    time_slicing_replicas: int | None  # None: no time-slicing
+    units_per_gpu: int | None  # nvidia.com/gpu per physical GPU; None: mixed MIG (nvidia.com/mig-*)
+
+
 class GpuState(TypedDict):
     backend: Literal["nvml", "simulated"]
     profile: str | None  # GpuProfile name; None: settings left as they are
@@ -111,6 +121,7 @@ class GpuState(TypedDict):
     driver: DriverState | None
     devices: list[GpuDevice]
     limits: dict[str, GpuLimits]  # by model
+    sharing: GpuSharingState
 
 
 class SysfsItem(TypedDict):
@@ -207,12 +218,41 @@ class NodeState(TypedDict):
 # -------------------------------------------------------------------------- cluster
 
 
+class TaintState(TypedDict):
+    key: str
+    value: str
+    effect: str  # NoSchedule | PreferNoSchedule | NoExecute
+
+
+class TolerationState(TypedDict):
+    key: str
+    operator: Literal["Exists"]
+    effect: str
+
+
 class FlavorState(TypedDict):
     name: str  # Kueue ResourceFlavor name, e.g. "h100-sxm5-80gb"
     gpu_model: str
     product_name: str
     node_labels: dict[str, str]
+    # Tolerations Kueue adds to the pods it admits to the flavor: of the GPU taint, when the
+    # Cluster taints GPU nodes. (No nodeTaints: those would make every workload state the
+    # toleration itself before Kueue admits it.)
+    tolerations: list[TolerationState]
     gpus: int  # GPUs of this model on gpu-worker nodes
+    units_per_gpu: int | None  # nvidia.com/gpu per GPU there; None: not one number (no quota allowed)
+    cpus: int  # CPUs of those nodes
+    memory_gib: int  # memory of those nodes
+
+
+class ResourceAmountState(TypedDict):
+    """One covered resource of a quota, in Kueue's terms and in base units: nvidia.com/gpu in
+    devices as the device plugin advertises them, cpu in millicores, memory in MiB."""
+
+    name: Literal["nvidia.com/gpu", "cpu", "memory"]
+    nominal_quota: int
+    borrowing_limit: int | None  # None: unlimited within the cohort
+    lending_limit: int | None  # None: all of nominalQuota may be lent
 
 
 class QuotaState(TypedDict):
@@ -221,6 +261,9 @@ class QuotaState(TypedDict):
     nominal_quota: int  # GPUs
     borrowing_limit: int | None  # GPUs; None: unlimited within the cohort
     lending_limit: int | None  # GPUs; None: all of nominalQuota may be lent
+    # Every covered resource (nvidia.com/gpu, cpu, memory), the GPUs converted to device units
+    # and CPU/memory the flavor nodes' share per GPU (:func:`resolve.cluster.quota_resources`).
+    resources: list[ResourceAmountState]
 
 
 class PreemptionState(TypedDict):
@@ -237,12 +280,116 @@ class ClusterQueueState(TypedDict):
     quotas: list[QuotaState]
 
 
+class ComputeState(TypedDict, total=False):
+    cpu_millicores: int
+    memory_mib: int
+
+
+class ContainerCapsState(TypedDict):
+    default_request: ComputeState | None
+    default_limit: ComputeState | None
+    max: ComputeState | None
+
+
+class CapsState(TypedDict):
+    """A tenant namespace's hard caps; None: not capped. ResourceQuota and LimitRange."""
+
+    gpus: int | None  # requests.nvidia.com/gpu, device units
+    cpu_millicores: int | None  # requests.cpu
+    memory_mib: int | None  # requests.memory
+    pods: int | None
+    storage_gib: int | None  # requests.storage
+    persistent_volume_claims: int | None
+    container: ContainerCapsState | None  # LimitRange of type Container
+
+
 class TenantState(TypedDict):
     name: str
     namespace: str
     local_queue: str
     cluster_queue: str
     priorities: list[str]  # Priority names the tenant may use
+    caps: CapsState | None
+    ray_cluster: str | None  # name of the tenant's RayCluster (in ClusterState.ray_clusters)
+
+
+class CohortState(TypedDict):
+    """A Cohort that needs a Kueue object (declared in the Allocation's cohorts)."""
+
+    name: str
+    parent: str | None
+    fair_sharing_weight: float
+
+
+class RayGroupState(TypedDict):
+    """One group of Ray pods, all the same size (:mod:`swarm_infra.resolve.ray`)."""
+
+    name: str  # "head" or the worker group's name (its flavor)
+    flavor: str | None  # GPU flavor; None: the head
+    node_labels: dict[str, str]  # where the pods must run ({} for the head)
+    gpus: int  # nvidia.com/gpu per pod, device units
+    cpus: int  # per pod
+    memory_gib: int  # per pod
+    object_store_bytes: int  # ray start --object-store-memory (and /dev/shm size)
+    replicas: int  # pods at first (head: 1)
+    min_replicas: int
+    max_replicas: int
+
+
+class RayClusterState(TypedDict):
+    """A Ray cluster: head and worker groups (KubeRay RayCluster; bare-node Ray reuses the decision)."""
+
+    name: str
+    tenant: str | None
+    namespace: str
+    local_queue: str | None  # Kueue LocalQueue that admits it; None: not queued
+    priority: str | None  # Priority name (PriorityClass and WorkloadPriorityClass)
+    ray_version: str
+    image: str
+    autoscaling: bool  # some group has min_replicas < max_replicas
+    head: RayGroupState
+    workers: list[RayGroupState]
+
+
+class MigConfigState(TypedDict):
+    """A MIG layout for the GPU Operator's MIG manager (mig-parted config named ``name``)."""
+
+    name: str  # the GpuProfile's name, or "all-disabled"
+    enabled: bool
+    devices: dict[str, int]  # MIG profile -> instances per GPU
+
+
+class DevicePluginConfigState(TypedDict):
+    """One named NVIDIA device plugin config (nodes select it with nvidia.com/device-plugin.config)."""
+
+    name: str
+    mig_strategy: str  # none | single | mixed
+    time_slicing_replicas: int | None
+    time_slicing_resources: list[str]  # what is time-sliced: nvidia.com/gpu, or each nvidia.com/mig-<profile>
+
+
+class GpuSharingClusterState(TypedDict):
+    device_plugin_configs: list[DevicePluginConfigState]  # "default" first, then by name
+    mig_configs: list[MigConfigState]  # by name; [] when no profile declares MIG
+
+
+class MeshTopologyState(TypedDict):
+    """The mesh as in-cluster tools read it (ConfigMap in the system namespace)."""
+
+    cidr: str
+    interface: str
+    addresses: dict[str, str]  # node -> mesh address (no prefix)
+    hubs: dict[str, str]  # hub-and-spoke site -> hub node
+    relays: list[str]  # relays in use, by name
+    edges: list[list[str]]  # WireGuard peerings [a, b], a < b, sorted
+
+
+class ClusterSettingsState(TypedDict):
+    fleet: str  # label swarm.io/fleet
+    system_namespace: str
+    gpu_namespace: str
+    labels: dict[str, str]  # on every object (managed-by, part-of, fleet and the Cluster's labels)
+    gpu_taint: TaintState | None  # on nodes with GPUs; None: GPU nodes are not tainted
 
 
 class PriorityState(TypedDict):
@@ -281,6 +428,7 @@ class ScratchPolicy(TypedDict):
     mount_path: str
     filesystem: str
     raid0: bool
+    storage_class: str  # StorageClass of the local PersistentVolumes (kubernetes.io/no-provisioner)
 
 
 class ClusterStorageState(TypedDict):
@@ -296,13 +444,18 @@ class CapacityState(TypedDict):
 
 
 class ClusterState(TypedDict):
+    settings: ClusterSettingsState
     flavors: list[FlavorState]
-    cohorts: list[str]
+    cohorts: list[str]  # every cohort a queue names
+    cohort_objects: list[CohortState]  # the cohorts that need a Kueue Cohort object
     cluster_queues: list[ClusterQueueState]
     tenants: list[TenantState]
     priorities: list[PriorityState]  # highest value first
     storage: ClusterStorageState | None
     capacity: dict[str, CapacityState]  # by flavor
+    gpu_sharing: GpuSharingClusterState
+    ray_clusters: list[RayClusterState]  # by (namespace, name)
+    mesh: MeshTopologyState | None  # None: the fleet has no Mesh
 
 
 # -------------------------------------------------------------------------- whole

@@ -4,6 +4,6 @@ Every check is a function ``(analysis) -> Iterator[Finding]`` over the built mod
 rule identifiers are listed in README.md (Validation rules).
 """
 
-from . import allocation, network, profiles, references
+from . import allocation, cluster, network, profiles, references
 
-ALL = (*references.CHECKS, *network.CHECKS, *allocation.CHECKS, *profiles.CHECKS)
+ALL = (*references.CHECKS, *network.CHECKS, *allocation.CHECKS, *profiles.CHECKS, *cluster.CHECKS)

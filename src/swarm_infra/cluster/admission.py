@@ -1,0 +1,125 @@
+"""Allowed priorities per tenant, enforced by the API server: a ValidatingAdmissionPolicy
+(admissionregistration.k8s.io/v1, CEL) and its binding.
+
+Kueue does not restrict which WorkloadPriorityClass a namespace may use, and Kubernetes
+does not restrict PriorityClasses per namespace. So each tenant namespace carries one
+label ``priority.swarm.io/<priority>: allowed`` per priority the tenant may use, and one
+policy, bound to every namespace labelled ``swarm.io/tenant``, refuses:
+
+- a Pod whose ``spec.priorityClassName`` is not allowed in its namespace. A Pod naming no
+  class gets the global default (the API server's Priority admission plugin fills it in
+  before validation; the expression assumes the same), so a tenant that may not use the
+  default must name one of its own;
+- any object (Job, RayCluster, RayJob, JobSet, ...) whose ``kueue.x-k8s.io/priority-class``
+  label names a WorkloadPriorityClass that is not allowed.
+
+Tenants cannot widen their own list: namespace labels are cluster-scoped data that a
+namespace admin (ClusterRole ``admin``) cannot change. The expressions use core CEL only
+(no Kubernetes extension libraries), so a CEL library evaluates them exactly as written
+(``tests/unit/test_cluster_admission.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..resolve.types import ClusterState
+from .meta import KUEUE_PRIORITY_LABEL, PRIORITY_LABEL_PREFIX, TENANT_LABEL, K8sObject, k8s_object
+
+POLICY_NAME = "swarm-allowed-priorities"
+ALLOWED = "allowed"  # value of the priority.swarm.io/<name> namespace labels
+
+
+def _quote(text: str) -> str:
+    """A CEL string literal (names are DNS labels: no quote or backslash can occur)."""
+    assert "'" not in text and "\\" not in text
+    return f"'{text}'"
+
+
+def variables(default_priority: str | None) -> list[dict[str, str]]:
+    """The policy's CEL variables: the Pod's effective PriorityClass and the Kueue label."""
+    default = _quote(default_priority or "")
+    return [
+        {
+            "name": "podClass",
+            "expression": (
+                "request.kind.group == '' && request.kind.kind == 'Pod' ? "
+                "(has(object.spec.priorityClassName) && object.spec.priorityClassName != '' ? "
+                f"object.spec.priorityClassName : {default}) : ''"
+            ),
+        },
+        {
+            "name": "kueueClass",
+            "expression": (
+                f"has(object.metadata.labels) && {_quote(KUEUE_PRIORITY_LABEL)} in object.metadata.labels ? "
+                f"object.metadata.labels[{_quote(KUEUE_PRIORITY_LABEL)}] : ''"
+            ),
+        },
+    ]
+
+
+def _allowed(var: str) -> str:
+    return (
+        f"variables.{var} == '' || (has(namespaceObject.metadata.labels) && "
+        f"({_quote(PRIORITY_LABEL_PREFIX)} + variables.{var}) in namespaceObject.metadata.labels)"
+    )
+
+
+def validations() -> list[dict[str, str]]:
+    """One validation per priority system (Kubernetes PriorityClass, Kueue WorkloadPriorityClass)."""
+    where = "' is not allowed in namespace ' + namespaceObject.metadata.name"
+    return [
+        {
+            "expression": _allowed("podClass"),
+            "messageExpression": f"'PriorityClass ' + variables.podClass + {where}",
+            "reason": "Forbidden",
+        },
+        {
+            "expression": _allowed("kueueClass"),
+            "messageExpression": f"'WorkloadPriorityClass ' + variables.kueueClass + {where}",
+            "reason": "Forbidden",
+        },
+    ]
+
+
+def admission_objects(cluster: ClusterState) -> list[K8sObject]:
+    """The ValidatingAdmissionPolicy and its binding (none without tenants)."""
+    if not cluster["tenants"]:
+        return []
+    labels = cluster["settings"]["labels"]
+    default = next((p["name"] for p in cluster["priorities"] if p["global_default"]), None)
+    tenant_namespaces: dict[str, Any] = {"matchExpressions": [{"key": TENANT_LABEL, "operator": "Exists"}]}
+    policy = k8s_object(
+        "ValidatingAdmissionPolicy",
+        POLICY_NAME,
+        labels,
+        spec={
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "namespaceSelector": tenant_namespaces,
+                # Every kind: a Kueue priority label on any workload kind is checked, and a
+                # kind added to Kueue later is covered without a change here.
+                "resourceRules": [
+                    {
+                        "apiGroups": ["*"],
+                        "apiVersions": ["*"],
+                        "operations": ["CREATE", "UPDATE"],
+                        "resources": ["*"],
+                    }
+                ],
+            },
+            "variables": variables(default),
+            "validations": validations(),
+        },
+    )
+    binding = k8s_object(
+        "ValidatingAdmissionPolicyBinding",
+        POLICY_NAME,
+        labels,
+        spec={
+            "policyName": POLICY_NAME,
+            "validationActions": ["Deny"],
+            "matchResources": {"namespaceSelector": tenant_namespaces},
+        },
+    )
+    return [policy, binding]

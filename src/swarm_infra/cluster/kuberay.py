@@ -1,0 +1,116 @@
+"""KubeRay RayClusters (ray.io/v1), one per tenant that asks for one, from the Ray decision
+(:mod:`swarm_infra.resolve.ray`).
+
+Each cluster is queued through the tenant's LocalQueue (label ``kueue.x-k8s.io/queue-name``)
+at the cluster's priority (label ``kueue.x-k8s.io/priority-class`` and the pods'
+``priorityClassName``). Worker groups select their flavor's nodes and tolerate the GPU
+taint themselves, so they land right with or without Kueue. Every pod's requests equal its
+limits; ``/dev/shm`` is a memory-backed volume as large as the object store.
+
+Kueue refuses ``enableInTreeAutoscaling`` on a queued RayCluster unless it is an elastic job
+(feature gate ``ElasticJobsViaWorkloadSlices``, annotation ``kueue.x-k8s.io/elastic-job``
+and the scheduling gate of the same name on every pod template; Kueue's webhook checks
+the gates). A cluster whose groups may grow (``min_replicas < max_replicas``) is rendered
+that way, and the stack enables the feature gate when it installs Kueue.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..resolve.types import ClusterState, RayClusterState, RayGroupState, TolerationState
+from .meta import KUEUE_PRIORITY_LABEL, KUEUE_QUEUE_LABEL, TENANT_LABEL, K8sObject, k8s_object, memory
+
+ELASTIC_JOB = "kueue.x-k8s.io/elastic-job"  # annotation (value "true") and scheduling gate
+SHM_VOLUME = "dshm"
+
+
+def _pod_template(
+    group: RayGroupState,
+    cluster: RayClusterState,
+    container: str,
+    tolerations: list[TolerationState],
+    labels: dict[str, str],
+    start_params: dict[str, str],
+) -> dict[str, Any]:
+    amounts = {"cpu": str(group["cpus"]), "memory": memory(group["memory_gib"] * 1024)}
+    if group["gpus"]:
+        amounts["nvidia.com/gpu"] = str(group["gpus"])
+    spec: dict[str, Any] = {
+        "containers": [
+            {
+                "name": container,
+                "image": cluster["image"],
+                "resources": {"requests": dict(amounts), "limits": dict(amounts)},
+                "volumeMounts": [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}],
+            }
+        ],
+        "volumes": [
+            {
+                "name": SHM_VOLUME,
+                "emptyDir": {"medium": "Memory", "sizeLimit": str(group["object_store_bytes"])},
+            }
+        ],
+    }
+    if cluster["priority"]:
+        spec["priorityClassName"] = cluster["priority"]
+    if group["node_labels"]:
+        spec["nodeSelector"] = dict(group["node_labels"])
+    if group["gpus"] and tolerations:
+        spec["tolerations"] = [dict(t) for t in tolerations]
+    if cluster["autoscaling"]:
+        spec["schedulingGates"] = [{"name": ELASTIC_JOB}]
+    return {
+        "rayStartParams": dict(start_params, **{"object-store-memory": str(group["object_store_bytes"])}),
+        "template": {"metadata": {"labels": dict(labels)}, "spec": spec},
+    }
+
+
+def ray_cluster(cluster: RayClusterState, state: ClusterState) -> K8sObject:
+    """The RayCluster for ``cluster`` (head group, one worker group per flavor)."""
+    settings = state["settings"]
+    tolerations: list[TolerationState] = []
+    if settings["gpu_taint"] is not None:
+        taint = settings["gpu_taint"]
+        tolerations = [{"key": taint["key"], "operator": "Exists", "effect": taint["effect"]}]
+    labels = dict(settings["labels"])
+    if cluster["tenant"]:
+        labels[TENANT_LABEL] = cluster["tenant"]
+    pod_labels = dict(labels)
+    if cluster["local_queue"]:
+        labels[KUEUE_QUEUE_LABEL] = cluster["local_queue"]
+    if cluster["priority"]:
+        labels[KUEUE_PRIORITY_LABEL] = cluster["priority"]
+    head = _pod_template(
+        cluster["head"], cluster, "ray-head", tolerations, pod_labels, {"dashboard-host": "0.0.0.0"}
+    )
+    workers = []
+    for g in cluster["workers"]:
+        w = _pod_template(g, cluster, "ray-worker", tolerations, pod_labels, {})
+        workers.append(
+            {
+                "groupName": g["name"],
+                "replicas": g["replicas"],
+                "minReplicas": g["min_replicas"],
+                "maxReplicas": g["max_replicas"],
+                **w,
+            }
+        )
+    spec: dict[str, Any] = {"rayVersion": cluster["ray_version"]}
+    if cluster["autoscaling"]:
+        spec["enableInTreeAutoscaling"] = True
+    spec["headGroupSpec"] = head
+    spec["workerGroupSpecs"] = workers
+    return k8s_object(
+        "RayCluster",
+        cluster["name"],
+        labels,
+        cluster["namespace"],
+        annotations={ELASTIC_JOB: "true"} if cluster["autoscaling"] else None,
+        spec=spec,
+    )
+
+
+def ray_clusters(state: ClusterState) -> list[K8sObject]:
+    """A RayCluster per ClusterState.ray_clusters entry."""
+    return [ray_cluster(c, state) for c in state["ray_clusters"]]

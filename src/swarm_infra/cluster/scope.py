@@ -1,0 +1,78 @@
+"""One stack, one regional cluster: the desired state cut down to some sites.
+
+A fleet may run one Kubernetes cluster per region; a stack then names its sites. What
+stays: the nodes of those sites (labels, taints, local scratch volumes), the GPU flavors
+whose gpu-worker nodes are all there, the quotas of those flavors (a ClusterQueue left
+without quota is left out) and the Ray clusters whose worker flavors are all there.
+Tenants, priorities, the admission policy, storage classes, claims and the mesh topology
+are the same in every cluster.
+
+A flavor whose nodes are split between the chosen sites and others cannot keep its quota
+(a quota counts GPUs in one cluster): :class:`ScopeError`, before any object is made.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+
+from ..resolve.node import FLAVOR_LABEL
+from ..resolve.types import DesiredState
+
+
+class ScopeError(ValueError):
+    """The sites asked for cannot form a cluster of their own (see the module doc)."""
+
+
+def scope(state: DesiredState, sites: Iterable[str] | None) -> DesiredState:
+    """``state`` for the cluster of ``sites`` (None: the whole fleet, ``state`` itself)."""
+    if sites is None:
+        return state
+    wanted = set(sites)
+    known = {n["site"] for n in state["nodes"].values()}
+    unknown = sorted(wanted - known)
+    if unknown:
+        raise ScopeError(f"no node is in site(s) {', '.join(unknown)} (sites: {', '.join(sorted(known))})")
+    inside: dict[str, set[bool]] = {}
+    for n in state["nodes"].values():
+        flavor = n["labels"].get(FLAVOR_LABEL)
+        if flavor and "gpu-worker" in n["roles"]:
+            inside.setdefault(flavor, set()).add(n["site"] in wanted)
+    cluster = copy.deepcopy(state["cluster"])
+    quota = {
+        f: sum(
+            q["nominal_quota"] for cq in cluster["cluster_queues"] for q in cq["quotas"] if q["flavor"] == f
+        )
+        for f in inside
+    }
+    split = sorted(f for f, where in inside.items() if where == {True, False} and quota.get(f))
+    if split:
+        raise ScopeError(
+            f"flavor(s) {', '.join(split)} have gpu-worker nodes inside and outside sites "
+            f"{', '.join(sorted(wanted))}; their quotas cannot be split between clusters"
+        )
+    kept = {f["name"] for f in cluster["flavors"] if True in inside.get(f["name"], {True})}
+    cluster["flavors"] = [f for f in cluster["flavors"] if f["name"] in kept]
+    cluster["capacity"] = {f: c for f, c in cluster["capacity"].items() if f in kept}
+    queues = []
+    for q in cluster["cluster_queues"]:
+        q["quotas"] = [x for x in q["quotas"] if x["flavor"] in kept]
+        if q["quotas"]:
+            queues.append(q)
+    cluster["cluster_queues"] = queues
+    rays = []
+    for r in cluster["ray_clusters"]:
+        flavors = {w["flavor"] for w in r["workers"]}
+        if flavors <= kept:
+            rays.append(r)
+        elif flavors & kept:
+            raise ScopeError(
+                f"Ray cluster {r['namespace']}/{r['name']} has workers inside and outside sites "
+                f"{', '.join(sorted(wanted))}"
+            )
+    cluster["ray_clusters"] = rays
+    return {
+        "nodes": {k: n for k, n in state["nodes"].items() if n["site"] in wanted},
+        "cluster": cluster,
+        "rollout": state["rollout"],
+    }

@@ -1,0 +1,345 @@
+"""What would make the cluster layer's objects invalid, or make Kubernetes, Kueue or KubeRay
+refuse them halfway through ``pulumi up``: caught here, by ``swarm validate``, instead.
+
+Rules (README, Validation):
+
+- ``gpu.sharing-inconsistent``: a flavor with quota whose gpu-worker nodes do not all
+  advertise the same ``nvidia.com/gpu`` per GPU (different time-slicing or MIG layouts, or a
+  mixed MIG layout that advertises ``nvidia.com/mig-*`` instead): one quota cannot count them;
+- ``allocation.cohort-cycle``: Cohort parents that loop (Kueue cohorts form a tree);
+- ``allocation.limit-range-invalid``: ``default_request <= default_limit <= max`` broken
+  (the API server rejects such a LimitRange);
+- ``allocation.caps-too-small``: the tenant's own volumes or Ray cluster do not fit its caps
+  (the ResourceQuota or LimitRange would refuse them);
+- ``ray.priority-not-allowed``: the Ray cluster's priority is not one the tenant may use
+  (the admission policy would refuse it);
+- ``ray.flavor-not-in-queue``: a worker flavor without quota in the tenant's ClusterQueue
+  (Kueue would never admit the workers);
+- ``ray.replicas-invalid``: ``min_replicas`` above ``max_replicas``;
+- ``ray.pod-too-large``: a Ray pod larger than every node that could run it;
+- ``name.duplicate`` / ``reference.unresolved`` for names these objects share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from ...fleet.diagnostics import Finding
+from ...fleet.model import Tenant
+from .. import ray
+from ..analysis import Analysis
+from ..cluster import caps_state
+from ..flavors import flavor_nodes, flavor_shapes, node_sharing
+
+
+def sharing(a: Analysis) -> Iterator[Finding]:
+    """``gpu.sharing-inconsistent``, once per flavor, at the first quota that names it."""
+    alloc = a.fleet.allocation
+    if alloc is None:
+        return
+    # What each flavor's nodes advertise per GPU: {units: first node}, computed once.
+    units: dict[str, dict[int | None, str]] = {}
+    for f, members in flavor_nodes(a, node_sharing(a)).items():
+        for node, u in members:
+            units.setdefault(f, {}).setdefault(u, node.name)
+    reported: set[str] = set()
+    for qi, q in enumerate(alloc.queues):
+        for xi, quota in enumerate(q.quotas):
+            f = quota.flavor
+            seen = units.get(f, {1: ""})
+            if f in reported or (len(seen) == 1 and None not in seen):
+                continue
+            reported.add(f)
+            listed = ", ".join(
+                f"{node}: {'nvidia.com/mig-* (mixed MIG layout)' if u is None else f'{u} per GPU'}"
+                for u, node in seen.items()
+            )
+            yield Finding(
+                alloc.source,
+                ("spec", "queues", qi, "quotas", xi, "flavor"),
+                "gpu.sharing-inconsistent",
+                f"nodes of flavor {f!r} advertise nvidia.com/gpu differently ({listed}); one quota "
+                "cannot count them: give them GpuProfiles with the same sharing and MIG layout",
+            )
+
+
+def cohorts(a: Analysis) -> Iterator[Finding]:
+    """Cohort names unique; ``allocation.cohort-cycle`` where following parents comes back
+    (once per loop, at the declaration that closes it)."""
+    alloc = a.fleet.allocation
+    if alloc is None:
+        return
+    parent: dict[str, str | None] = {}
+    for ci, c in enumerate(alloc.cohorts):
+        if c.name in parent:
+            yield Finding(
+                alloc.source,
+                ("spec", "cohorts", ci, "name"),
+                "name.duplicate",
+                f"cohort {c.name!r} is declared twice",
+            )
+            continue
+        parent[c.name] = c.parent
+    index = {c.name: ci for ci, c in reversed(list(enumerate(alloc.cohorts)))}
+    reported: set[frozenset[str]] = set()
+    for c in alloc.cohorts:
+        seen, cur = [c.name], c.parent
+        while cur is not None and cur in parent and cur not in seen:
+            seen.append(cur)
+            cur = parent[cur]
+        if cur != c.name or frozenset(seen) in reported:
+            continue
+        reported.add(frozenset(seen))
+        last = max(seen, key=index.__getitem__)  # the declaration that closes the loop
+        loop = seen[seen.index(last) :] + seen[: seen.index(last)]
+        yield Finding(
+            alloc.source,
+            ("spec", "cohorts", index[last], "parent"),
+            "allocation.cohort-cycle",
+            f"cohort parents loop: {' -> '.join([*loop, last])} (Kueue cohorts form a tree)",
+        )
+
+
+def namespaces(a: Analysis) -> Iterator[Finding]:
+    """A namespace belongs to one tenant (one LocalQueue, one set of allowed priorities, one
+    set of caps) and to no project component; the scratch StorageClass is not a declared one."""
+    cluster = a.fleet.cluster
+    reserved = {
+        cluster.system_namespace: "the cluster's system namespace",
+        cluster.gpu_namespace: "the GPU namespace",
+    }
+    alloc = a.fleet.allocation
+    owner: dict[str, str] = {}
+    for ti, t in enumerate(alloc.tenants if alloc else ()):
+        other = reserved.get(t.namespace) or (
+            f"tenant {owner[t.namespace]!r}'s namespace" if t.namespace in owner else None
+        )
+        if other:
+            yield Finding(
+                alloc.source,  # type: ignore[union-attr]
+                ("spec", "tenants", ti, "namespace" if t.namespace != t.name else "name"),
+                "name.duplicate",
+                f"namespace {t.namespace!r} is already {other}; each tenant needs its own",
+            )
+        owner.setdefault(t.namespace, t.name)
+    st = a.fleet.storage
+    scratch = st.scratch if st is not None else None
+    if (
+        st is not None
+        and scratch is not None
+        and any(c["name"] == scratch["storage_class"] for c in st.classes)
+    ):
+        yield Finding(
+            st.source,
+            ("spec", "scratch", "storage_class"),
+            "name.duplicate",
+            f"storage class {scratch['storage_class']!r} is also in spec.classes; the scratch "
+            "class is made by the cluster layer (kubernetes.io/no-provisioner)",
+        )
+
+
+def _over(a: Mapping[str, int] | None, b: Mapping[str, int] | None) -> list[str]:
+    """Keys where ``a`` is above ``b`` (both present)."""
+    if not a or not b:
+        return []
+    return [k for k in ("cpu_millicores", "memory_mib") if k in a and k in b and a[k] > b[k]]  # type: ignore[literal-required]
+
+
+def limit_ranges(a: Analysis) -> Iterator[Finding]:
+    """``allocation.limit-range-invalid``: default_request <= default_limit <= max, per resource."""
+    alloc = a.fleet.allocation
+    for ti, t in enumerate(alloc.tenants if alloc else ()):
+        caps = caps_state(t.caps)
+        if caps is None or caps["container"] is None:
+            continue
+        c = caps["container"]
+        for low, high in (
+            ("default_request", "default_limit"),
+            ("default_limit", "max"),
+            ("default_request", "max"),
+        ):
+            bad = _over(c[low], c[high])  # type: ignore[literal-required]
+            if bad:
+                yield Finding(
+                    alloc.source,  # type: ignore[union-attr]
+                    ("spec", "tenants", ti, "caps", "container", low),
+                    "allocation.limit-range-invalid",
+                    f"{low} is above {high} for {', '.join(k.split('_')[0] for k in bad)}; "
+                    "Kubernetes rejects the LimitRange",
+                )
+                break
+
+
+def _ray_pods(a: Analysis, t: Tenant, shapes: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The tenant's resolved Ray cluster, or None when its flavors cannot be sized."""
+    assert t.ray is not None
+    if any(not any(s.gpus for s in shapes.get(w.flavor, ())) for w in t.ray.workers):
+        return None
+    return dict(ray.ray_cluster(t.name, t.namespace, t.ray, shapes, priority=None, local_queue=None))
+
+
+def ray_clusters(a: Analysis) -> Iterator[Finding]:
+    """The tenant's Ray cluster: references, priority, queue, replicas, sizes and caps."""
+    alloc = a.fleet.allocation
+    if alloc is None or not any(t.ray for t in alloc.tenants):
+        return
+    flavors = a.flavors()
+    shapes = flavor_shapes(a, node_sharing(a))
+    queues = {q.name: {x.flavor for x in q.quotas} for q in alloc.queues}
+    default = next((p.name for p in a.fleet.priorities.values() if p.global_default), None)
+    biggest = max(((n.cpus, n.memory_gib) for n in a.fleet.nodes.values()), default=(0, 0))
+    for ti, t in enumerate(alloc.tenants):
+        r = t.ray
+        if r is None:
+            continue
+        at = ("spec", "tenants", ti, "ray")
+        allowed = set(t.priorities) if t.priorities is not None else set(a.fleet.priorities)
+        prio = r.priority or default
+        if r.priority is not None and not a.known("Priority", r.priority):
+            yield Finding(
+                alloc.source, (*at, "priority"), "reference.unresolved", f"no Priority named {prio!r}"
+            )
+        elif prio is not None and prio not in allowed:
+            yield Finding(
+                alloc.source,
+                (*at, "priority") if r.priority else at,
+                "ray.priority-not-allowed",
+                f"priority {prio!r}{'' if r.priority else ' (the global default)'} is not one of tenant "
+                f"{t.name!r}'s ({', '.join(sorted(allowed)) or 'none'}); the admission policy "
+                "would refuse it",
+            )
+        if r.head_cpus > biggest[0] or r.head_memory_gib > biggest[1]:
+            yield Finding(
+                alloc.source,
+                (*at, "head"),
+                "ray.pod-too-large",
+                f"the head ({r.head_cpus} CPUs, {r.head_memory_gib} GiB) is larger than every node "
+                f"(largest: {biggest[0]} CPUs, {biggest[1]} GiB)",
+            )
+        seen: set[str] = set()
+        for wi, w in enumerate(r.workers):
+            wat = (*at, "workers", wi)
+            if w.flavor in seen:
+                yield Finding(
+                    alloc.source,
+                    (*wat, "flavor"),
+                    "name.duplicate",
+                    f"flavor {w.flavor!r} has two worker groups",
+                )
+            seen.add(w.flavor)
+            if w.flavor not in flavors:
+                yield Finding(
+                    alloc.source,
+                    (*wat, "flavor"),
+                    "reference.unresolved",
+                    f"no GPU flavor {w.flavor!r} in this fleet (flavors: {', '.join(flavors) or 'none'})",
+                )
+                continue
+            if w.flavor not in queues.get(t.queue, {w.flavor}):
+                yield Finding(
+                    alloc.source,
+                    (*wat, "flavor"),
+                    "ray.flavor-not-in-queue",
+                    f"queue {t.queue!r} has no quota for flavor {w.flavor!r}: Kueue would never "
+                    "admit these workers",
+                )
+            if w.min_replicas > w.max_replicas:
+                yield Finding(
+                    alloc.source,
+                    (*wat, "min_replicas"),
+                    "ray.replicas-invalid",
+                    f"min_replicas {w.min_replicas} is above max_replicas {w.max_replicas}",
+                )
+            nodes = [s for s in shapes.get(w.flavor, ()) if s.gpus]
+            fits = [
+                s
+                for s in nodes
+                if (w.gpus or 1) <= s.gpus and (w.cpus or 1) <= s.cpus and (w.memory_gib or 1) <= s.memory_gib
+            ]
+            if not fits:
+                yield Finding(
+                    alloc.source,
+                    wat,
+                    "ray.pod-too-large",
+                    f"no gpu-worker node of flavor {w.flavor!r} can hold a worker"
+                    + (
+                        f" of {w.gpus or 'all'} GPUs, {w.cpus or 'default'} CPUs, "
+                        f"{w.memory_gib or 'default'} GiB"
+                        if nodes
+                        else ": none advertises nvidia.com/gpu"
+                    ),
+                )
+        yield from _ray_caps(a, ti, t, shapes)
+
+
+def _ray_caps(a: Analysis, ti: int, t: Tenant, shapes: Mapping[str, Any]) -> Iterator[Finding]:
+    """``allocation.caps-too-small`` for the Ray cluster: each pod within the LimitRange's max,
+    the head and the minimum workers within the ResourceQuota."""
+    caps = caps_state(t.caps)
+    if caps is None:
+        return
+    cluster = _ray_pods(a, t, shapes)
+    if cluster is None:
+        return
+    alloc = a.fleet.allocation
+    groups = [cluster["head"], *cluster["workers"]]
+    limit = (caps["container"] or {}).get("max")
+    for g in groups:
+        pod = {"cpu_millicores": g["cpus"] * 1000, "memory_mib": g["memory_gib"] * 1024}
+        bad = _over(pod, limit)
+        if bad:
+            yield Finding(
+                alloc.source,  # type: ignore[union-attr]
+                ("spec", "tenants", ti, "caps", "container", "max"),
+                "allocation.caps-too-small",
+                f"Ray group {g['name']!r} ({g['cpus']} CPUs, {g['memory_gib']} GiB per pod) is above the "
+                "container max; the LimitRange would refuse its pods",
+            )
+            return
+    need = {
+        "gpus": sum(g["gpus"] * g["replicas"] for g in groups),
+        "cpu_millicores": sum(g["cpus"] * 1000 * g["replicas"] for g in groups),
+        "memory_mib": sum(g["memory_gib"] * 1024 * g["replicas"] for g in groups),
+        "pods": sum(g["replicas"] for g in groups),
+    }
+    for key, value in need.items():
+        cap = caps[key]  # type: ignore[literal-required]
+        if cap is not None and value > cap:
+            field = {"cpu_millicores": "cpu", "memory_mib": "memory_gib"}.get(key, key)
+            yield Finding(
+                alloc.source,  # type: ignore[union-attr]
+                ("spec", "tenants", ti, "caps", field),
+                "allocation.caps-too-small",
+                f"the Ray cluster at min_replicas needs {value} {key.replace('_', ' ')}, above the cap of "
+                f"{cap}; the ResourceQuota would refuse its pods",
+            )
+            return
+
+
+def volume_caps(a: Analysis) -> Iterator[Finding]:
+    """``allocation.caps-too-small`` for the tenant's declared volumes (count and GiB)."""
+    alloc, st = a.fleet.allocation, a.fleet.storage
+    if alloc is None or st is None:
+        return
+    for ti, t in enumerate(alloc.tenants):
+        if t.caps is None:
+            continue
+        mine = [v for v in st.volumes if v["tenant"] == t.name]
+        total = sum(v["size_gib"] for v in mine)
+        for key, value, what in (
+            ("storage_gib", total, f"{total} GiB"),
+            ("persistent_volume_claims", len(mine), f"{len(mine)} claims"),
+        ):
+            cap = t.caps.get(key)
+            if cap is not None and value > cap:
+                yield Finding(
+                    alloc.source,
+                    ("spec", "tenants", ti, "caps", key),
+                    "allocation.caps-too-small",
+                    f"tenant {t.name!r}'s volumes in the Storage policy need {what}, above the cap of {cap}; "
+                    "the ResourceQuota would refuse them",
+                )
+
+
+CHECKS = (sharing, cohorts, namespaces, limit_ranges, ray_clusters, volume_caps)
