@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from ..resolve.node import SITE_LABEL
+from ..resolve.labels import SITE_LABEL
 from ..resolve.types import CapsState, ClusterState, NodeState
 from .admission import ALLOWED
 from .meta import PRIORITY_LABEL_PREFIX, TENANT_LABEL, K8sObject, cpu, k8s_object, memory

@@ -16,6 +16,7 @@ that way, and the stack enables the feature gate when it installs Kueue.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from ..resolve.types import ClusterState, RayClusterState, RayGroupState, TolerationState
@@ -60,8 +61,14 @@ def _pod_template(
         spec["tolerations"] = [dict(t) for t in tolerations]
     if cluster["autoscaling"]:
         spec["schedulingGates"] = [{"name": ELASTIC_JOB}]
+    params = dict(start_params, **{"object-store-memory": str(group["object_store_bytes"])})
+    # The same accelerator resources and node labels bare-node Ray declares (resolve/ray.py).
+    if group["resources"]:
+        params["resources"] = json.dumps(group["resources"], sort_keys=True)
+    if group["labels"]:
+        params["labels"] = ",".join(f"{k}={v}" for k, v in sorted(group["labels"].items()))
     return {
-        "rayStartParams": dict(start_params, **{"object-store-memory": str(group["object_store_bytes"])}),
+        "rayStartParams": params,
         "template": {"metadata": {"labels": dict(labels)}, "spec": spec},
     }
 

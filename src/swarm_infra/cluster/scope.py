@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable
 
-from ..resolve.node import FLAVOR_LABEL
+from ..resolve.labels import FLAVOR_LABEL
 from ..resolve.types import DesiredState
 
 

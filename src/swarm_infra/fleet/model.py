@@ -279,6 +279,44 @@ class ClusterSettings:
     gpu_taint: bool = True
 
 
+# Ray's ports, fixed so that a firewall can keep every one off the underlay (ray start flags).
+RAY_PORTS = {
+    "gcs": 6379,
+    "node_manager": 6380,
+    "object_manager": 6381,
+    "runtime_env_agent": 6382,
+    "dashboard_agent_grpc": 6383,
+    "dashboard_agent_http": 6384,
+    "metrics_export": 6385,
+    "client_server": 10001,
+    "min_worker": 10002,
+    "max_worker": 10100,
+}
+RAY_OBJECT_STORE_PERCENT = 30  # Ray's own default share of memory
+RAY_DASHBOARD_PORT = 8265
+# What workers run on when no selector is given.
+RAY_DEFAULT_WORKERS = {"roles": ["gpu-worker"]}
+
+
+@dataclass(frozen=True, slots=True)
+class RayCluster:
+    """One Ray cluster on the fleet's own nodes over the mesh (kind RayCluster); defaults applied."""
+
+    name: str
+    source: Source
+    ray_version: str
+    head: Selector
+    workers: Selector
+    object_store_percent: int | None  # exactly one of these two is set
+    object_store_memory_mib: int | None
+    dashboard_enabled: bool
+    dashboard_port: int
+    ports: Mapping[str, int]
+    package_index: str
+    packages: tuple[str, ...]
+    declared_keys: frozenset[str] = frozenset()  # spec keys the document gave (the rest defaulted)
+
+
 @dataclass(frozen=True)
 class Fleet:
     """Everything declared, by kind and name, in name order. Singletons may be None."""
@@ -293,6 +331,7 @@ class Fleet:
     allocation: Allocation | None
     storage: Storage | None
     rollout: Rollout | None = None
+    ray: RayCluster | None = None
     cluster: ClusterSettings = field(default_factory=lambda: ClusterSettings(DEFAULT_FLEET_NAME, None))
     # Names of documents that failed schema validation, by kind: references to them are
     # not reported again as unresolved.
@@ -320,6 +359,15 @@ def _ray_request(r: Mapping[str, Any]) -> RayRequest:
             for w in r["workers"]
         ),
     )
+
+
+def _selector(sel: Mapping[str, Any]) -> Selector:
+    """A selector document (common.schema.json#/$defs/selector) as a Selector."""
+
+    def opt(key: str) -> frozenset[str] | None:
+        return frozenset(sel[key]) if key in sel else None
+
+    return Selector(opt("nodes"), opt("sites"), opt("roles"), opt("gpu_models"), _frozen(sel.get("labels")))
 
 
 def _build(
@@ -387,16 +435,33 @@ def _build(
             spec.get("cpu_governor"),
         )
     if kind == "Assignment":
-        sel = spec["selector"]
-
-        def opt(key: str) -> frozenset[str] | None:
-            return frozenset(sel[key]) if key in sel else None
-
-        selector = Selector(
-            opt("nodes"), opt("sites"), opt("roles"), opt("gpu_models"), _frozen(sel.get("labels"))
-        )
         return Assignment(
-            name, src, selector, spec.get("gpu_profile"), spec.get("host_profile"), spec.get("precedence", 0)
+            name,
+            src,
+            _selector(spec["selector"]),
+            spec.get("gpu_profile"),
+            spec.get("host_profile"),
+            spec.get("precedence", 0),
+        )
+    if kind == "RayCluster":
+        store = spec.get("object_store_memory_mib")
+        dashboard = spec.get("dashboard", {})
+        return RayCluster(
+            name=name,
+            source=src,
+            ray_version=spec["ray_version"],
+            head=_selector(spec["head"]["selector"]),
+            workers=_selector(spec.get("workers", {}).get("selector", RAY_DEFAULT_WORKERS)),
+            object_store_percent=None
+            if store
+            else spec.get("object_store_percent", RAY_OBJECT_STORE_PERCENT),
+            object_store_memory_mib=store,
+            dashboard_enabled=dashboard.get("enabled", True),
+            dashboard_port=dashboard.get("port", RAY_DASHBOARD_PORT),
+            ports=MappingProxyType({**RAY_PORTS, **spec.get("ports", {})}),
+            package_index=spec["package_index"]["url"],
+            packages=tuple(spec.get("packages", ())),
+            declared_keys=frozenset(spec),
         )
     if kind == "Mesh":
         cidr = net(("spec", "cidr"), spec["cidr"])
@@ -474,7 +539,7 @@ def _build(
     raise ValueError(f"unknown kind {kind}")  # unreachable: schemas admit only known kinds
 
 
-SINGLETONS = ("Mesh", "Allocation", "Storage", "Rollout", "Cluster")
+SINGLETONS = ("Mesh", "Allocation", "Storage", "Rollout", "Cluster", "RayCluster")
 _FIELD = {
     "Site": "sites",
     "Node": "nodes",
@@ -538,6 +603,7 @@ def build_fleet(valid: list[RawDocument], invalid: list[RawDocument]) -> tuple[F
         allocation=first("Allocation"),
         storage=first("Storage"),
         rollout=first("Rollout"),
+        ray=first("RayCluster"),
         cluster=first("Cluster") or ClusterSettings(DEFAULT_FLEET_NAME, None),
         invalid_names=MappingProxyType({k: frozenset(v) for k, v in invalid_names.items()}),
     )

@@ -33,6 +33,7 @@ KINDS: dict[str, str] = {
     "Allocation": "allocation.schema.json",
     "Storage": "storage.schema.json",
     "Rollout": "rollout.schema.json",
+    "RayCluster": "raycluster.schema.json",
     "Cluster": "cluster.schema.json",
 }
 SHARED = ("common.schema.json",)

@@ -17,7 +17,7 @@ from .analysis import Analysis
 from .capacity import gpu_capacity
 from .catalog import gpu_catalog
 from .flavors import flavor_nodes, flavor_shapes, node_sharing
-from .node import FLAVOR_LABEL
+from .labels import FLAVOR_LABEL
 from .types import (
     CapsState,
     ClusterQueueState,

@@ -42,6 +42,8 @@ def node_layout(interface: str = "wg0") -> LayoutState:
       ``lib_dir``, ``gpu_code``: the node-side GPU code;
       ``etc_dir``, ``gpu_settings``: the desired GPU settings the re-apply unit reads;
       ``gpu_unit``: the boot-time re-apply unit;
+      ``ray_venv``, ``ray_head_unit``, ``ray_worker_unit``: Ray in its own virtualenv and its
+      units; ``ray_firewall_rules``, ``ray_firewall_unit``: Ray's ports kept off the underlay;
       ``wireguard_dir``, ``wireguard_key`` (the private key, never read back),
       ``wireguard_conf`` (no private key in it), ``wireguard_peers`` (public keys of peers);
       ``wireguard_dropin``: selects wireguard-go where the kernel has no WireGuard module;
@@ -51,7 +53,8 @@ def node_layout(interface: str = "wg0") -> LayoutState:
       ``reboot_required``: Debian's pending-reboot marker;
       ``mdadm_conf``, ``storage_record``: the scratch array for boot, and what scratch the
       project made (so that removing the declaration unmounts it).
-    ``units``: ``gpu_apply``, ``wireguard`` (wg-quick@IFACE), ``persistenced``.
+    ``units``: ``gpu_apply``, ``wireguard`` (wg-quick@IFACE), ``persistenced``, ``ray_head``,
+    ``ray_worker``, ``ray_firewall``.
     """
     wg_unit = f"wg-quick@{interface}"
     return {
@@ -67,6 +70,11 @@ def node_layout(interface: str = "wg0") -> LayoutState:
             "etc_dir": _dir(ETC_DIR),
             "gpu_settings": _file(f"{ETC_DIR}/gpu-settings.json"),
             "gpu_unit": _file(f"{UNIT_DIR}/swarm-gpu-apply.service"),
+            "ray_venv": _dir(f"{LIB_DIR}/ray-venv"),
+            "ray_head_unit": _file(f"{UNIT_DIR}/ray-head.service"),
+            "ray_worker_unit": _file(f"{UNIT_DIR}/ray-worker.service"),
+            "ray_firewall_rules": _file(f"{ETC_DIR}/ray-firewall.nft"),
+            "ray_firewall_unit": _file(f"{UNIT_DIR}/swarm-ray-firewall.service"),
             "wireguard_dir": _dir(WIREGUARD_DIR, "0700"),
             "wireguard_key": _file(f"{WIREGUARD_DIR}/{interface}.key", "0600"),
             "wireguard_conf": _file(f"{WIREGUARD_DIR}/{interface}.conf", "0600"),
@@ -86,5 +94,8 @@ def node_layout(interface: str = "wg0") -> LayoutState:
             "gpu_apply": "swarm-gpu-apply.service",
             "wireguard": wg_unit,
             "persistenced": "nvidia-persistenced.service",
+            "ray_head": "ray-head.service",
+            "ray_worker": "ray-worker.service",
+            "ray_firewall": "swarm-ray-firewall.service",
         },
     }

@@ -8,16 +8,17 @@ from ..fleet.model import Node
 from . import gpu, host
 from .analysis import Analysis
 from .catalog import gpu_catalog
+from .labels import FLAVOR_LABEL, SITE_LABEL
 from .layout import node_layout
+from .ray import bare_node_ray
+from .ray import members as ray_members
 from .types import DriverState, GpuDevice, GpuSettings, HostState, NodeState, PeerState
 
-FLAVOR_LABEL = "swarm.io/gpu-flavor"
 FORWARDING_SYSCTLS = {"net.ipv4.ip_forward": "1"}
 # Scratch: the md array's name (mdadm(8) /dev/md/NAME) and the filesystem label, which fits
 # both xfs (12 characters at most) and ext4 (16): fstab mounts it by label.
 SCRATCH_ARRAY = "/dev/md/swarm-scratch"
 SCRATCH_LABEL = "swarmscratch"
-SITE_LABEL = "swarm.io/site"
 
 
 def driver_state(driver: dict[str, Any]) -> DriverState:
@@ -41,6 +42,11 @@ class NodeResolver:
 
     def __init__(self, a: Analysis, peers: dict[str, list[PeerState]], forwarders: set[str]) -> None:
         self.a, self.peers, self.forwarders = a, peers, forwarders
+        # The fleet's own Ray cluster: its head and workers (validated: one head).
+        self.ray_roles: dict[str, str] = {}
+        if a.fleet.ray is not None and a.fleet.mesh is not None:
+            heads, workers = ray_members(a.fleet.ray, a.fleet)
+            self.ray_roles = {heads[0]: "head", **dict.fromkeys(workers, "worker")}
         self._gpu: dict[tuple[str, str], GpuSettings] = {}
         self._host: dict[str, dict[str, Any]] = {}
         self._sharing: dict[str | None, dict[str, Any]] = {}
@@ -94,6 +100,7 @@ class NodeResolver:
             "host": None,
             "mesh": None,
             "storage": None,
+            "ray": None,
             "layout": node_layout(fleet.mesh.interface if fleet.mesh else "wg0"),
         }
         choice = choices.get("gpu_profile")
@@ -136,6 +143,18 @@ class NodeResolver:
                 "sysctls": FORWARDING_SYSCTLS if node.name in self.forwarders else {},
                 "peers": self.peers.get(node.name, []),
             }
+        role = self.ray_roles.get(node.name)
+        if role and fleet.ray is not None and fleet.mesh is not None:
+            head = next(n for n, r in self.ray_roles.items() if r == "head")
+            state["ray"] = bare_node_ray(
+                fleet.ray,
+                node,
+                role,
+                str(a.addresses[node.name]),
+                str(a.addresses[head]),
+                fleet.sites[node.site].region,
+                fleet.mesh.interface,
+            )
         scratch = fleet.storage.scratch if fleet.storage is not None else None
         if scratch is not None and node.nvme:
             devices = [d for d, _ in node.nvme]

@@ -1,10 +1,12 @@
 """The Ray decision: which nodes a Ray cluster's groups run on and how big each pod is.
 
-One function, :func:`ray_cluster`, decides a Ray cluster from a request (the policy's
+:func:`ray_cluster` decides a KubeRay cluster from a request (the policy's
 :class:`~swarm_infra.fleet.model.RayRequest`) and the shapes of the nodes of each GPU
-flavor. KubeRay's RayCluster (``swarm_infra.cluster.kuberay``) is built from its result;
-bare-node Ray (a later issue) is meant to call the same function, so that both agree on
-group sizes and object store memory.
+flavor; KubeRay's RayCluster (``swarm_infra.cluster.kuberay``) is built from its result.
+:func:`bare_node_ray` decides each node's part in the fleet's own Ray cluster (kind
+RayCluster: ``ray start`` on the nodes, over the mesh). Both take the object store from
+:func:`object_store_bytes`, the accelerator resources from :func:`accelerator_resources`
+and the node labels from :func:`ray_node_labels`, so both Rays place work alike.
 
 Rules:
 
@@ -25,9 +27,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ..fleet.model import RayRequest
-from .node import FLAVOR_LABEL
-from .types import RayClusterState, RayGroupState
+from ..fleet.model import Fleet, Node, RayCluster, RayRequest
+from .labels import FLAVOR_LABEL, REGION_LABEL, SITE_LABEL
+from .types import RayClusterState, RayFirewallState, RayGroupState, RayNodeState
 
 RESERVE_PERCENT = 10  # of a node's CPUs and memory, left to the kubelet and system daemons
 GIB = 1 << 30
@@ -102,6 +104,8 @@ def ray_cluster(
         "cpus": request.head_cpus,
         "memory_gib": request.head_memory_gib,
         "object_store_bytes": object_store_bytes(request.head_memory_gib, pct),
+        "resources": {},
+        "labels": {},
         "replicas": 1,
         "min_replicas": 1,
         "max_replicas": 1,
@@ -118,6 +122,8 @@ def ray_cluster(
                 "cpus": cpus,
                 "memory_gib": memory_gib,
                 "object_store_bytes": object_store_bytes(memory_gib, pct),
+                "resources": accelerator_resources(flavor_models(w.flavor)),
+                "labels": ray_node_labels(None, None, w.flavor),
                 "replicas": w.min_replicas,
                 "min_replicas": w.min_replicas,
                 "max_replicas": w.max_replicas,
@@ -134,4 +140,109 @@ def ray_cluster(
         "autoscaling": any(g["min_replicas"] < g["max_replicas"] for g in workers),
         "head": head,
         "workers": workers,
+    }
+
+
+# ------------------------------------------------------------------ shared by both Rays
+
+# What every node installs: Ray with its dashboard and job API (default), Tune and Data.
+RAY_EXTRAS = "default,tune,data"
+
+
+def accelerator_resources(models: Sequence[str]) -> dict[str, int]:
+    """Ray custom resources naming a node's GPU models, ``{"accelerator_type:A100": 1, ...}``
+    (Ray's own convention, ray.util.accelerators; names from the GPU catalog): tasks that
+    ask for ``accelerator_type:H100`` land only where H100s are."""
+    from .catalog import gpu_catalog
+
+    catalog = gpu_catalog()
+    return {
+        f"accelerator_type:{t}": 1 for m in sorted(set(models)) for t in catalog[m]["ray_accelerator_types"]
+    }
+
+
+def flavor_models(flavor: str) -> list[str]:
+    """The catalog models whose Kueue flavor is ``flavor``."""
+    from .catalog import gpu_catalog
+
+    return sorted(m for m, entry in gpu_catalog().items() if entry["flavor"] == flavor)
+
+
+def ray_node_labels(site: str | None, region: str | None, flavor: str | None) -> dict[str, str]:
+    """Ray node labels (``ray start --labels``): the node's site, region and GPU flavor, for
+    label selectors; keys in the project's prefix (Ray reserves ``ray.io/``)."""
+    labels = {SITE_LABEL: site, REGION_LABEL: region, FLAVOR_LABEL: flavor}
+    return {k: v for k, v in sorted(labels.items()) if v}
+
+
+def ray_requirements(version: str, packages: Sequence[str]) -> list[str]:
+    """What pip installs: the pinned Ray with its extras, then the policy's packages."""
+    return [f"ray[{RAY_EXTRAS}]=={version}", *packages]
+
+
+# ------------------------------------------------------------------ Ray on bare nodes
+
+
+def members(ray: RayCluster, fleet: Fleet) -> tuple[list[str], list[str]]:
+    """(head candidates, workers) of the bare-node Ray cluster, by node name in name order;
+    the head is never also a worker. Valid fleets have exactly one head candidate."""
+    nodes = fleet.nodes.values()
+    heads = [n.name for n in nodes if ray.head.matches(n)]
+    workers = [n.name for n in nodes if ray.workers.matches(n) and n.name not in heads]
+    return heads, workers
+
+
+def firewall_rule(ray: RayCluster, interface: str) -> RayFirewallState:
+    """Ray binds every interface even with --node-ip-address (measured with Ray 2.60): every
+    port it listens on is dropped on every interface but loopback and the mesh's."""
+    ports = dict(ray.ports)
+    low, high = ports.pop("min_worker"), ports.pop("max_worker")
+    if ray.dashboard_enabled:
+        ports["dashboard"] = ray.dashboard_port
+    return {
+        "allowed_interfaces": ["lo", interface],
+        "tcp_ports": sorted(set(ports.values())),
+        "tcp_ranges": [[low, high]],
+    }
+
+
+def bare_node_ray(
+    ray: RayCluster, node: Node, role: str, node_ip: str, head_ip: str, region: str, interface: str
+) -> RayNodeState:
+    """NodeState.ray of ``node`` in the bare-node Ray cluster ``ray`` (``role``: head or
+    worker; ``node_ip``/``head_ip``: mesh addresses, which Ray advertises and joins on).
+
+    GPUs are declared to Ray as logical GPUs (``--num-gpus``), simulated ones too (the
+    state says so); the object store is the policy's size, else its percent of the node's
+    declared memory (:func:`object_store_bytes`, as for KubeRay pods).
+    """
+    from .catalog import gpu_catalog
+
+    flavor = gpu_catalog()[node.gpus[0].model]["flavor"] if node.gpus else None
+    store = (
+        ray.object_store_memory_mib * (1 << 20)
+        if ray.object_store_memory_mib is not None
+        else object_store_bytes(node.memory_gib, ray.object_store_percent or 0)
+    )
+    ports = dict(sorted(ray.ports.items()))
+    return {
+        "cluster": ray.name,
+        "role": role,  # type: ignore[typeddict-item]
+        "version": ray.ray_version,
+        "requirements": ray_requirements(ray.ray_version, ray.packages),
+        "package_index": ray.package_index,
+        "node_ip": node_ip,
+        "head_ip": head_ip,
+        "gcs_address": f"{head_ip}:{ports['gcs']}",
+        "num_cpus": node.cpus,
+        "num_gpus": sum(s.count for s in node.gpus),
+        "simulated_gpus": bool(node.gpus) and node.gpu_backend == "simulated",
+        "resources": accelerator_resources(node.gpu_models),
+        "labels": ray_node_labels(node.site, region, flavor),
+        "object_store_bytes": store,
+        "ports": ports,
+        "dashboard": {"host": head_ip, "port": ray.dashboard_port}
+        if role == "head" and ray.dashboard_enabled
+        else None,
+        "firewall": firewall_rule(ray, interface),
     }

@@ -199,6 +199,41 @@ class LayoutState(TypedDict):
     units: dict[str, str]  # role -> systemd unit name
 
 
+class RayFirewallState(TypedDict):
+    """Ray's ports kept off every interface but these (nftables on the node)."""
+
+    allowed_interfaces: list[str]  # loopback and the mesh interface
+    tcp_ports: list[int]
+    tcp_ranges: list[list[int]]  # [first, last] port ranges (worker processes)
+
+
+class RayDashboardState(TypedDict):
+    host: str  # the head's mesh address
+    port: int
+
+
+class RayNodeState(TypedDict):
+    """The node's part in the fleet's own Ray cluster (kind RayCluster), over the mesh."""
+
+    cluster: str
+    role: Literal["head", "worker"]
+    version: str  # the pinned Ray release
+    requirements: list[str]  # pip requirements: Ray with its extras first, then the policy's packages
+    package_index: str  # pip --index-url
+    node_ip: str  # the node's mesh address: ray start --node-ip-address
+    head_ip: str  # the head's mesh address
+    gcs_address: str  # "head_ip:port": workers join with ray start --address
+    num_cpus: int
+    num_gpus: int  # logical GPUs declared to Ray (ray start --num-gpus)
+    simulated_gpus: bool  # the node's GPUs are simulated: Ray's GPUs are logical only
+    resources: dict[str, int]  # custom resources: accelerator_type:<name> of the node's GPU models
+    labels: dict[str, str]  # ray start --labels: swarm.io/site, swarm.io/region, swarm.io/gpu-flavor
+    object_store_bytes: int  # ray start --object-store-memory
+    ports: dict[str, int]  # gcs, node_manager, object_manager, ..., min_worker, max_worker
+    dashboard: RayDashboardState | None  # the head's dashboard and job API; None elsewhere
+    firewall: RayFirewallState
+
+
 class NodeState(TypedDict):
     name: str
     site: str
@@ -212,6 +247,7 @@ class NodeState(TypedDict):
     host: HostState | None  # None: no HostProfile assigned
     mesh: MeshState | None  # None: the fleet has no Mesh
     storage: StorageState | None  # None: no scratch declared or no NVMe
+    ray: RayNodeState | None  # None: not in the fleet's Ray cluster
     layout: LayoutState
 
 
@@ -331,6 +367,8 @@ class RayGroupState(TypedDict):
     cpus: int  # per pod
     memory_gib: int  # per pod
     object_store_bytes: int  # ray start --object-store-memory (and /dev/shm size)
+    resources: dict[str, int]  # Ray custom resources: accelerator_type:<name> of the flavor's model
+    labels: dict[str, str]  # Ray node labels (ray start --labels): the GPU flavor
     replicas: int  # pods at first (head: 1)
     min_replicas: int
     max_replicas: int

@@ -4,6 +4,13 @@ Every check is a function ``(analysis) -> Iterator[Finding]`` over the built mod
 rule identifiers are listed in README.md (Validation rules).
 """
 
-from . import allocation, cluster, network, profiles, references
+from . import allocation, cluster, network, profiles, ray, references
 
-ALL = (*references.CHECKS, *network.CHECKS, *allocation.CHECKS, *profiles.CHECKS, *cluster.CHECKS)
+ALL = (
+    *references.CHECKS,
+    *network.CHECKS,
+    *allocation.CHECKS,
+    *profiles.CHECKS,
+    *cluster.CHECKS,
+    *ray.CHECKS,
+)
