@@ -3,7 +3,8 @@
 :func:`locate_all` composes (parses to a node graph with marks) each file that has
 findings, once, and walks each finding's path down the graph. When a path goes past
 what the document holds (a *missing* required key), the deepest existing node is used,
-which is where the user has to add it.
+which is where the user has to add it. Files are read and composed with the loader's
+limits (:mod:`swarm_infra.fleet.loader`), as when they were first parsed.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Iterable
 import yaml
 
 from .diagnostics import Diagnostic, Finding, PathPart, json_path
-from .loader import _Loader
+from .loader import FleetLoader, read
 
 
 def _node_mark(node: yaml.Node, path: tuple[PathPart, ...]) -> tuple[int, int]:
@@ -39,11 +40,19 @@ def _node_mark(node: yaml.Node, path: tuple[PathPart, ...]) -> tuple[int, int]:
 
 
 def _compose(file: str) -> list[yaml.Node | None]:
-    with open(file, encoding="utf-8") as fh:
-        try:
-            return list(yaml.compose_all(fh, Loader=_Loader))
-        except yaml.YAMLError:
-            return []
+    data, _ = read(file)
+    if data is None:
+        return []
+    loader = FleetLoader(data)
+    docs: list[yaml.Node | None] = []
+    try:
+        while loader.check_node():
+            docs.append(loader.get_node())
+    except yaml.YAMLError:
+        return docs
+    finally:
+        loader.dispose()
+    return docs
 
 
 def locate_all(findings: Iterable[Finding]) -> list[Diagnostic]:
