@@ -243,6 +243,15 @@ class Fleet:
     # Names of documents that failed schema validation, by kind: references to them are
     # not reported again as unresolved.
     invalid_names: Mapping[str, frozenset[str]] = field(default_factory=lambda: _EMPTY)
+    # Kinds of documents that failed (UNKNOWN_KIND for one whose kind is not known).
+    invalid_kinds: frozenset[str] = frozenset()
+
+    def complete(self, kind: str) -> bool:
+        """Every document of ``kind`` is in the model: none failed its schema, and none
+        failed without a known kind. Checks over the whole set of a kind (a selector that
+        matches no node, capacity, a flavor no node has) are left out when it is not:
+        their finding would repeat another, not add one."""
+        return kind not in self.invalid_kinds and UNKNOWN_KIND not in self.invalid_kinds
 
 
 def _build(
@@ -389,6 +398,7 @@ def _build(
 
 
 SINGLETONS = ("Mesh", "Allocation", "Storage", "Rollout")
+UNKNOWN_KIND = "?"
 _FIELD = {
     "Site": "sites",
     "Node": "nodes",
@@ -397,6 +407,9 @@ _FIELD = {
     "Assignment": "assignments",
     "Priority": "priorities",
 }
+
+
+_KNOWN_KINDS = frozenset((*SINGLETONS, "Site", "Node", "GpuProfile", "HostProfile", "Assignment", "Priority"))
 
 
 def build_fleet(valid: list[RawDocument], invalid: list[RawDocument]) -> tuple[Fleet, list[Finding]]:
@@ -438,10 +451,19 @@ def build_fleet(valid: list[RawDocument], invalid: list[RawDocument]) -> tuple[F
         if obj is not None:
             seen[name] = obj
     invalid_names: dict[str, set[str]] = {}
+    invalid_kinds: set[str] = set()
     for doc in invalid:
         data = doc.data
-        if isinstance(data, dict) and isinstance(data.get("metadata"), dict):
-            invalid_names.setdefault(str(data.get("kind")), set()).add(str(data["metadata"].get("name")))
+        kind = data.get("kind") if isinstance(data, dict) else None
+        kind = kind if isinstance(kind, str) and kind in _KNOWN_KINDS else UNKNOWN_KIND
+        invalid_kinds.add(kind)
+        name = (
+            data["metadata"].get("name")
+            if isinstance(data, dict) and isinstance(data.get("metadata"), dict)
+            else None
+        )
+        if kind != UNKNOWN_KIND and isinstance(name, str):
+            invalid_names.setdefault(kind, set()).add(name)
 
     def first(kind: str) -> Any:
         return next(iter(by_kind[kind].values()), None)
@@ -453,5 +475,6 @@ def build_fleet(valid: list[RawDocument], invalid: list[RawDocument]) -> tuple[F
         storage=first("Storage"),
         rollout=first("Rollout"),
         invalid_names=MappingProxyType({k: frozenset(v) for k, v in invalid_names.items()}),
+        invalid_kinds=frozenset(invalid_kinds),
     )
     return fleet, findings

@@ -16,12 +16,13 @@ from typing import Any
 import yaml
 
 # A sysctl name in dot form is a path under /proc/sys: a known top-level directory, then
-# components that are valid file names (no '/', not '.' or '..').
+# components that are valid file names (no '/', not '.' or '..'). Match with fullmatch:
+# '$' would also match before a trailing newline, and "vm.swappiness\n" would pass.
 SYSCTL_KEY = re.compile(
-    r"^(abi|crypto|debug|dev|fs|kernel|net|sunrpc|user|vm)(\.[A-Za-z0-9_][A-Za-z0-9_\-]*)+$"
+    r"(abi|crypto|debug|dev|fs|kernel|net|sunrpc|user|vm)(\.[A-Za-z0-9_][A-Za-z0-9_\-]*)+"
 )
 # MIG profile name: <compute slices>g.<memory>gb, optionally +me (media extensions).
-MIG_PROFILE = re.compile(r"^(?P<slices>[1-7])g\.(?P<gb>[0-9]+)gb(\+me)?$")
+MIG_PROFILE = re.compile(r"(?P<slices>[1-7])g\.(?P<gb>[0-9]+)gb(\+me)?")
 
 
 def _data(name: str) -> Any:
@@ -43,7 +44,8 @@ def gpu_catalog() -> dict[str, dict[str, Any]]:
 
 @cache
 def sysctl_catalog() -> dict[str, dict[str, Any]]:
-    """Known sysctls by dotted name: ``type`` (int | ints | str), ``count``, ``min``, ``max``, ``enum``."""
+    """Known sysctls by dotted name: ``type`` (int | ints | str), ``count``, ``min``, ``max``
+    (every integer entry has both: the kernel's own bounds, or its C type's), ``enum``."""
     return _data("sysctls.yaml")
 
 
@@ -90,7 +92,7 @@ def mig_fit_problem(model: str, profiles: list[str]) -> str | None:
     unknown = [p for p in profiles if p not in mig["profiles"]]
     if unknown:
         return f"{', '.join(unknown)} not a MIG profile of {model} (has: {', '.join(mig['profiles'])})"
-    parsed = [MIG_PROFILE.match(p) for p in profiles]
+    parsed = [MIG_PROFILE.fullmatch(p) for p in profiles]
     slices = sum(int(m["slices"]) for m in parsed if m)
     if slices > mig["compute_slices"]:
         return f"profiles use {slices} compute slices; {model} has {mig['compute_slices']}"

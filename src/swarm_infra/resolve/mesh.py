@@ -138,6 +138,7 @@ def plan_topology(fleet: Fleet) -> tuple[Topology, list[Finding]]:
                 )
             )
     hubs: dict[str, str] = {}
+    complete = fleet.complete("Node")  # else a missing hub or relay may be a node that failed
     for site, members in sorted(by_site.items()):
         conf = mesh.site(site)
         if conf.topology != "hub-and-spoke":
@@ -146,6 +147,8 @@ def plan_topology(fleet: Fleet) -> tuple[Topology, list[Finding]]:
         if conf.hub is not None:
             hub = next((n for n in members if n.name == conf.hub), None)
             if hub is None:
+                if not complete:
+                    continue
                 findings.append(
                     Finding(
                         mesh.source,
@@ -158,6 +161,8 @@ def plan_topology(fleet: Fleet) -> tuple[Topology, list[Finding]]:
         else:
             relays = [n for n in members if "relay" in n.roles]
             if len(relays) != 1:
+                if not complete:
+                    continue
                 findings.append(
                     Finding(
                         mesh.source,
@@ -190,7 +195,7 @@ def plan_topology(fleet: Fleet) -> tuple[Topology, list[Finding]]:
     topo = Topology(hubs, spokes, relays)
     if not relays:
         natted_sites = sorted({n.site for n in fleet.nodes.values() if n.nat and not topo.is_spoke(n)})
-        if len(natted_sites) > 1:
+        if len(natted_sites) > 1 and complete:
             findings.append(
                 Finding(
                     mesh.source,

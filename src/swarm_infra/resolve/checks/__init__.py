@@ -4,6 +4,13 @@ Every check is a function ``(analysis) -> Iterator[Finding]`` over the built mod
 rule identifiers are listed in README.md (Validation rules).
 """
 
-from . import allocation, network, profiles, references
+from . import allocation, network, nodes, profiles, references, storage
 
-ALL = (*references.CHECKS, *network.CHECKS, *allocation.CHECKS, *profiles.CHECKS)
+ALL = (
+    *references.CHECKS,
+    *nodes.CHECKS,
+    *network.CHECKS,
+    *allocation.CHECKS,
+    *profiles.CHECKS,
+    *storage.CHECKS,
+)
