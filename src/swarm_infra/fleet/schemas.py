@@ -129,7 +129,10 @@ def _message(kind: str, error: Any) -> str:
     if name == "Type":
         return f"expected {_expected_types(params.get('types', []))}, got {_what(instance)}"
     if name == "Pattern":
-        return f"{excerpt(instance)} does not match the pattern {params.get('pattern')}"
+        where = _subschema(kind, list(error.schema_path)[:-1])
+        about = where.get("description", "") if isinstance(where, dict) else ""
+        about = f" ({about.split('. ')[0].rstrip('.')})" if about else ""
+        return f"{excerpt(instance)} does not match the pattern {params.get('pattern')}{about}"
     if name in ("Minimum", "Maximum", "ExclusiveMinimum", "ExclusiveMaximum"):
         relation = {
             "Minimum": "at least",
