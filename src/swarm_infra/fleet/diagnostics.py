@@ -76,10 +76,12 @@ def json_path(parts: Sequence[PathPart]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Source:
-    """Where a document came from: file path and 0-based index among its ``---`` documents."""
+    """Where a document came from: file path, 0-based index among its ``---`` documents,
+    and the 1-based line it starts on (0 when not known)."""
 
     file: str
     index: int
+    line: int = 0
 
 
 @dataclass(frozen=True, slots=True)

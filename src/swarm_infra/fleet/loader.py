@@ -9,6 +9,7 @@ composes), so a hostile file is refused *before* its value is built, at the line
 * ``yaml.depth``: collections nested deeper than :data:`MAX_DEPTH` (libyaml's composer
   recurses in C: 100,000 levels overflow its stack);
 * ``yaml.nodes``: more than :data:`MAX_NODES` nodes in one file;
+* ``yaml.documents``: more than :data:`MAX_DOCUMENTS` documents (``---``) in one file;
 * ``yaml.alias-budget``: aliases that stand for more than :data:`MAX_ALIAS_NODES` nodes in
   all (an alias bomb is a few lines that expand to billions of nodes);
 * ``yaml.alias-cycle``: an alias inside the node it names (a value that contains itself);
@@ -29,6 +30,7 @@ import errno
 import gc
 import math
 import os
+import re
 import stat
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -52,12 +54,17 @@ PARALLEL_MIN_BYTES = 2 * 1024 * 1024
 
 MAX_FILE_BYTES = 16 * 2**20  # a 10,000-node fleet is 3.7 MiB in all
 MAX_DEPTH = 64  # fleet documents nest about 8 levels
-MAX_NODES = 500_000  # per file: ~9,000 fleet nodes in one file; ~300 MiB of node graph at most
+MAX_NODES = 250_000  # per file: ~4,500 fleet nodes (one site is ~200); ~100 MiB of node graph at most
 MAX_ALIAS_NODES = 100_000  # per file: nodes that aliases stand for, counted at every use
+MAX_DOCUMENTS = 20_000  # per file: four times the documents of a file at MAX_NODES
 
 _STR = "tag:yaml.org,2002:str"
+_INT = "tag:yaml.org,2002:int"
 _FLOAT = "tag:yaml.org,2002:float"
 _MERGE = "tag:yaml.org,2002:merge"
+# A plain decimal integer that int() reads exactly as YAML 1.1 does: no sign, '_', base
+# prefix or leading zero (YAML 1.1 reads 010 as octal); the rest go through PyYAML.
+_DECIMAL = re.compile(r"[1-9][0-9]{0,17}|0").fullmatch
 _PLAIN_TAGS: dict[str, str] = {}  # plain scalar text -> resolved tag (see FleetLoader.resolve)
 _PLAIN_TAGS_MAX = 100_000
 _SPECIAL_KEYS = (_MERGE, "tag:yaml.org,2002:value")  # keys PyYAML's flatten_mapping rewrites
@@ -160,10 +167,16 @@ class FleetLoader(_Base):  # type: ignore[misc, valid-type]
         if not isinstance(node, SequenceNode):
             return super().construct_sequence(node, deep)
         construct = self.construct_object
-        return [
-            child.value if child.tag == _STR and type(child) is ScalarNode else construct(child, deep=deep)
-            for child in node.value
-        ]
+        out = []
+        for child in node.value:
+            tag = child.tag
+            if tag == _STR and type(child) is ScalarNode:
+                out.append(child.value)
+            elif tag == _INT and type(child) is ScalarNode and _DECIMAL(child.value):
+                out.append(int(child.value))
+            else:
+                out.append(construct(child, deep=deep))
+        return out
 
     def construct_mapping(self, node: Node, deep: bool = False) -> dict[Any, Any]:
         """A mapping's value; a key given twice is recorded (and the later value kept, as
@@ -189,8 +202,11 @@ class FleetLoader(_Base):  # type: ignore[misc, valid-type]
                         "found a key that is a collection; keys must be strings",
                         key_node.start_mark,
                     ) from None
-            if value_node.tag == _STR and type(value_node) is ScalarNode:
+            tag = value_node.tag
+            if tag == _STR and type(value_node) is ScalarNode:
                 mapping[key] = value_node.value
+            elif tag == _INT and type(value_node) is ScalarNode and _DECIMAL(value_node.value):
+                mapping[key] = int(value_node.value)
             else:
                 mapping[key] = construct(value_node, deep=deep)
         if len(mapping) != len(pairs):
@@ -389,6 +405,13 @@ def parse(name: str, data: bytes) -> tuple[list[RawDocument], list[Diagnostic]]:
     try:
         index = 0
         while loader.check_node():
+            if index == MAX_DOCUMENTS:
+                mark = loader.get_node().start_mark
+                raise LimitExceeded(
+                    "yaml.documents",
+                    f"the file holds more than {MAX_DOCUMENTS:,} documents; split it (one file per site)",
+                    mark,
+                )
             node = loader.get_node()
             if aliases:
                 check_aliases(node)
@@ -413,7 +436,8 @@ def parse(name: str, data: bytes) -> tuple[list[RawDocument], list[Diagnostic]]:
                         )
                     )
             if value is not None:
-                docs.append(RawDocument(Source(name, index), value, loader.odd_numbers, bool(dupes)))
+                source = Source(name, index, node.start_mark.line + 1)
+                docs.append(RawDocument(source, value, loader.odd_numbers, bool(dupes)))
             index += 1
     except LimitExceeded as exc:
         if exc.rule == "yaml.depth" and not exc.path:
@@ -421,6 +445,8 @@ def parse(name: str, data: bytes) -> tuple[list[RawDocument], list[Diagnostic]]:
         return [], [_diagnostic(name, data, exc)]
     except yaml.YAMLError as exc:
         return [], [_diagnostic(name, data, exc)]
+    except RecursionError:  # a safety net: the limits keep every walk shallow
+        return [], [Diagnostic(name, 0, 0, "$", "yaml.depth", "values nest too deeply to be read")]
     finally:
         loader.dispose()
     return docs, diags

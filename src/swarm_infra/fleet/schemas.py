@@ -38,6 +38,9 @@ KINDS: dict[str, str] = {
 }
 SHARED = ("common.schema.json",)
 MAX_ERRORS_PER_DOCUMENT = 100  # schema findings listed for one document; the rest are counted
+# One value, one finding: when a value breaks several keywords (too long *and* the wrong
+# characters), the one that says most about what the field is comes first.
+_RANK = {k: i for i, k in enumerate(("type", "const", "enum", "format", "pattern", "propertyNames", "anyOf"))}
 
 
 def schema_dir() -> Path:
@@ -126,6 +129,9 @@ def _message(kind: str, error: Any) -> str:
     except Exception:  # a kind without parameters
         params = {}
     limit = params.get("limit")
+    if name == "PropertyNames" and params.get("error") is not None:
+        inner = params["error"]
+        return f"key {excerpt(inner.instance)}: {_message(kind, inner)}"
     if name == "Type":
         return f"expected {_expected_types(params.get('types', []))}, got {_what(instance)}"
     if name == "Pattern":
@@ -279,13 +285,17 @@ def check_document(doc: RawDocument) -> Iterator[Finding]:
         yield Finding(doc.source, path, "schema.type", message)
         return
     findings = list(floats)
+    best: dict[tuple[PathPart, ...], tuple[int, Any, str]] = {}
     for error in errors:
-        if tuple(error.instance_path) in covered:
+        path = tuple(error.instance_path)
+        if path in covered:
             continue  # the float finding says what is wrong there
         keyword = next((p for p in reversed(error.schema_path) if isinstance(p, str)), "schema")
-        findings.append(
-            Finding(doc.source, tuple(error.instance_path), f"schema.{keyword}", _message(kind, error))
-        )
+        rank = _RANK.get(keyword, len(_RANK))
+        if path not in best or rank < best[path][0]:
+            best[path] = (rank, error, keyword)
+    for path, (_, error, keyword) in best.items():
+        findings.append(Finding(doc.source, path, f"schema.{keyword}", _message(kind, error)))
     if len(findings) > MAX_ERRORS_PER_DOCUMENT:
         last = findings[MAX_ERRORS_PER_DOCUMENT - 1]
         findings[MAX_ERRORS_PER_DOCUMENT - 1] = Finding(
