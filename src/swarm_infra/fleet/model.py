@@ -243,8 +243,10 @@ class Fleet:
     # Names of documents that failed schema validation, by kind: references to them are
     # not reported again as unresolved.
     invalid_names: Mapping[str, frozenset[str]] = field(default_factory=lambda: _EMPTY)
-    # Kinds of documents that failed (UNKNOWN_KIND for one whose kind is not known).
+    # Kinds of documents that failed (UNKNOWN_KIND for one whose kind is not known, or a
+    # file that could not be read at all), and those of which a failed one had no name.
     invalid_kinds: frozenset[str] = frozenset()
+    unnamed_kinds: frozenset[str] = frozenset()
 
     def complete(self, kind: str) -> bool:
         """Every document of ``kind`` is in the model: none failed its schema, and none
@@ -252,6 +254,15 @@ class Fleet:
         matches no node, capacity, a flavor no node has) are left out when it is not:
         their finding would repeat another, not add one."""
         return kind not in self.invalid_kinds and UNKNOWN_KIND not in self.invalid_kinds
+
+    def may_declare(self, kind: str, name: str) -> bool:
+        """``name`` may be declared as ``kind`` by a document that failed: one of that name,
+        or one whose name (or kind, or whole file) could not be read."""
+        return (
+            name in self.invalid_names.get(kind, ())
+            or kind in self.unnamed_kinds
+            or UNKNOWN_KIND in self.unnamed_kinds
+        )
 
 
 def _build(
@@ -412,8 +423,11 @@ _FIELD = {
 _KNOWN_KINDS = frozenset((*SINGLETONS, "Site", "Node", "GpuProfile", "HostProfile", "Assignment", "Priority"))
 
 
-def build_fleet(valid: list[RawDocument], invalid: list[RawDocument]) -> tuple[Fleet, list[Finding]]:
-    """Build the model from schema-valid documents.
+def build_fleet(
+    valid: list[RawDocument], invalid: list[RawDocument], unread: bool = False
+) -> tuple[Fleet, list[Finding]]:
+    """Build the model from schema-valid documents. ``unread``: a fleet file could not be
+    read (or parsed) at all, so any kind may miss documents.
 
     Returns the fleet and findings for what only the whole set can show: duplicate names
     (``name.duplicate``), more than one Mesh/Allocation/Storage (``kind.singleton``) and
@@ -451,7 +465,8 @@ def build_fleet(valid: list[RawDocument], invalid: list[RawDocument]) -> tuple[F
         if obj is not None:
             seen[name] = obj
     invalid_names: dict[str, set[str]] = {}
-    invalid_kinds: set[str] = set()
+    invalid_kinds: set[str] = {UNKNOWN_KIND} if unread else set()
+    unnamed_kinds: set[str] = {UNKNOWN_KIND} if unread else set()
     for doc in invalid:
         data = doc.data
         kind = data.get("kind") if isinstance(data, dict) else None
@@ -464,6 +479,8 @@ def build_fleet(valid: list[RawDocument], invalid: list[RawDocument]) -> tuple[F
         )
         if kind != UNKNOWN_KIND and isinstance(name, str):
             invalid_names.setdefault(kind, set()).add(name)
+        else:
+            unnamed_kinds.add(kind)
 
     def first(kind: str) -> Any:
         return next(iter(by_kind[kind].values()), None)
@@ -476,5 +493,6 @@ def build_fleet(valid: list[RawDocument], invalid: list[RawDocument]) -> tuple[F
         rollout=first("Rollout"),
         invalid_names=MappingProxyType({k: frozenset(v) for k, v in invalid_names.items()}),
         invalid_kinds=frozenset(invalid_kinds),
+        unnamed_kinds=frozenset(unnamed_kinds),
     )
     return fleet, findings

@@ -131,7 +131,7 @@ def plan_topology(fleet: Fleet) -> tuple[Topology, list[Finding]]:
     for node in fleet.nodes.values():
         by_site[node.site].append(node)
     for site in mesh.sites:
-        if site not in fleet.sites and site not in fleet.invalid_names.get("Site", ()):
+        if site not in fleet.sites and not fleet.may_declare("Site", site):
             findings.append(
                 Finding(
                     mesh.source, ("spec", "sites", site), "reference.unresolved", f"no Site named {site!r}"

@@ -56,7 +56,9 @@ def validate(paths: Iterable[str | os.PathLike[str]]) -> Validation:
         doc_findings = list(check_document(doc))
         (invalid if doc_findings or doc.loader_errors else valid).append(doc)
         findings.extend(doc_findings)
-    fleet, built = build_fleet(valid, invalid)
+    # A file that could not be read or parsed hides documents of any kind.
+    unread = any(d.rule != "yaml.duplicate-key" and d.severity == "error" for d in syntax)
+    fleet, built = build_fleet(valid, invalid, unread)
     findings.extend(built)
     choices, assigned = assign_profiles(fleet)
     findings.extend(assigned)

@@ -146,7 +146,7 @@ def mesh_network(a: Analysis) -> Iterator[Finding]:
     site underlay, and no node is both behind NAT and given an endpoint."""
     mesh, nodes = a.fleet.mesh, a.fleet.nodes
     if mesh is None:
-        if nodes and "Mesh" not in a.fleet.invalid_names:
+        if nodes and a.fleet.complete("Mesh"):
             first = next(iter(nodes.values()))
             yield Finding(
                 first.source, (), "kind.missing", "the fleet declares nodes but no Mesh (one is required)"
