@@ -6,6 +6,7 @@ thin: the hosts, groups and variables come from ``swarm_infra.engines``.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import ClassVar
 
@@ -60,12 +61,13 @@ class InventoryModule(BaseInventoryPlugin):
     _results: ClassVar[dict[tuple[str, ...], list | str]] = {}
 
     def verify_file(self, path: str) -> bool:
-        """A ``*.swarm.yml`` config, or any file inside ``.../inventory/NAME/`` (at any depth:
-        the fleet is the whole directory, whatever each file holds)."""
+        """A ``*.swarm.yml`` config, or any entry inside ``.../inventory/NAME/`` (at any
+        depth: the fleet is the whole directory, whatever each file holds; a link that
+        names nothing is taken too, so that the validator, not Ansible, reports it)."""
         from swarm_infra.fleet.sources import CONFIG_SUFFIXES, fleet_root
 
         p = Path(path)
-        return p.name.endswith(CONFIG_SUFFIXES) or (p.is_file() and fleet_root(p) is not None)
+        return p.name.endswith(CONFIG_SUFFIXES) or (os.path.lexists(p) and fleet_root(p) is not None)
 
     def parse(self, inventory, loader, path, cache=True):
         super().parse(inventory, loader, path, cache)

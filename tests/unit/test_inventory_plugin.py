@@ -141,13 +141,32 @@ def break_fleet(inv: Path, case: str) -> tuple[Path, str]:
     if case == "kind-list":
         nodes.write_text(text.replace("kind: Node", "kind: [Node]", 1))
         return nodes, "schema.kind"
+    if case == "dangling-symlink":
+        link = inv / "aa-gone.yaml"  # first in the directory: Ansible offers it first
+        link.symlink_to(inv / "nowhere.yaml")
+        return link, "file.dangling-symlink"
+    if case == "symlink-loop":
+        link = inv / "aa-loop.yaml"
+        link.symlink_to(link)
+        return link, "file.symlink-loop"
     if case == "nul-byte":
         nodes.write_bytes(text.replace("tier: control", "tier: con\x00trol", 1).encode())
         return nodes, "yaml.syntax"
     raise AssertionError(case)
 
 
-@pytest.mark.parametrize("case", ["node-named-all", "float-count", "alias-bomb", "kind-list", "nul-byte"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "node-named-all",
+        "float-count",
+        "alias-bomb",
+        "kind-list",
+        "nul-byte",
+        "dangling-symlink",
+        "symlink-loop",
+    ],
+)
 def test_invalid_fleet_fails_with_the_validators_report(repo: Path, case: str) -> None:
     inv = copy_fleet(repo)
     bad, rule = break_fleet(inv, case)

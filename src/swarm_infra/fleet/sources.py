@@ -10,6 +10,7 @@ itself.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -56,8 +57,10 @@ def named_fleet_paths(base: Path, name: str) -> list[Path]:
 
 
 def fleet_root(source: str | Path) -> Path | None:
-    """The ``inventory/NAME`` directory that ``source`` is (or is inside), or None."""
-    p = Path(source).resolve()
+    """The ``inventory/NAME`` directory that ``source`` is (or is inside), or None. The
+    path is made absolute, not resolved: a dangling or looping link inside the fleet is
+    still inside it (and the validator reports it)."""
+    p = Path(os.path.abspath(source))
     for candidate in (p, *p.parents):
         if candidate.parent.name == "inventory" and candidate.parent != candidate:
             return candidate
@@ -70,7 +73,7 @@ def fleet_paths(source: str | Path) -> list[str]:
     Raises ``ValueError`` for a ``*.swarm.yml`` config that is not a mapping with a list of
     strings as ``fleet_paths``, and ``OSError`` when it cannot be read.
     """
-    p = Path(source).resolve()
+    p = Path(os.path.abspath(source))
     if p.name.endswith(CONFIG_SUFFIXES):
         from .loader import parse, read
 
@@ -84,7 +87,7 @@ def fleet_paths(source: str | Path) -> list[str]:
         listed = config.get("fleet_paths") if isinstance(config, dict) else None
         if not isinstance(listed, list) or not all(isinstance(f, str) for f in listed):
             raise ValueError(f"{p}: fleet_paths must be a list of file or directory names")
-        return [str((p.parent / f).resolve()) for f in listed]
+        return [os.path.abspath(p.parent / f) for f in listed]
     root = fleet_root(p)
     if root is None:
         return []
