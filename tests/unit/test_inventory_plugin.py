@@ -11,6 +11,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from ..jinja_fleet import jinja_fleet, payload
 from .conftest import ROOT
 
 BIN = Path(sys.executable).parent
+HOME = Path(tempfile.mkdtemp(prefix="swarm-test-ansible-home-"))  # no user configuration, no lab
 DATA = ROOT / "tests" / "data"
 
 
@@ -34,10 +36,10 @@ def ansible(
     """An Ansible CLI of this venv, with no lab connection file and no user configuration."""
     base = {
         "PATH": f"{BIN}:/usr/sbin:/usr/bin:/sbin:/bin",
-        "HOME": str(cwd),
+        "HOME": str(HOME),
         "ANSIBLE_FORCE_COLOR": "0",
-        "SWARM_LAB_DIR": str(cwd / "no-lab"),
-        "ANSIBLE_LOCAL_TEMP": str(cwd / ".ansible-tmp"),
+        "SWARM_LAB_DIR": str(HOME / "no-lab"),
+        "ANSIBLE_LOCAL_TEMP": str(HOME / "tmp"),
         "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
     }
     env = {**base, **(env or {})}
