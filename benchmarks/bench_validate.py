@@ -205,6 +205,7 @@ def hostile_cases() -> dict[str, Callable[[Path], None]]:
     from swarm_infra.fleet.loader import MAX_DOCUMENTS, MAX_FILE_BYTES, MAX_NODES
 
     site = "apiVersion: swarm.io/v1alpha1\nkind: Site\nmetadata: {name: s9}\nspec:\n  region: r9\n"
+    underlay = "\n  underlay: {cidr: 10.9.0.0/24}\n"
     node = (
         "---\napiVersion: swarm.io/v1alpha1\nkind: Node\nmetadata: {{name: n{i}}}\nspec: {{site: nowhere, "
         "address: 10.1.0.50, roles: [cpu-worker], hardware: {{cpus: 4, memory_gib: 16}}}}\n"
@@ -216,7 +217,7 @@ def hostile_cases() -> dict[str, Callable[[Path], None]]:
         "flow list, 50 MB": lambda p: _chunks(p, "a: [", "0, ", 50_000_000, "]\n"),
         "any file of 64 MiB": lambda p: _chunks(p, "# ", "x", 64 * MiB, "\n"),
         "flow list just under the cap": lambda p: _chunks(p, "a: [", "0, ", MAX_FILE_BYTES - 16, "]\n"),
-        "one 15 MiB string": lambda p: _chunks(p, site + "  provider: ", "a", 15 * MiB, "\n"),
+        "one 15 MiB string": lambda p: _chunks(p, site + "  provider: ", "a", 15 * MiB, underlay),
         "alias bomb (9 levels x 9)": lambda p: p.write_text("a: &a [x, x, x, x, x, x, x, x, x]\n" + levels),
         "nesting, 100,000 levels": lambda p: _deep(p, 100_000),
         "nesting, 14 MiB of '['": lambda p: _deep(p, 14 * MiB),
@@ -261,7 +262,7 @@ def measure(args: list[str]) -> dict:
 def hostile_table() -> None:
     print("\nhostile files: swarm validate FILE in a fresh process (targets: <= 5 s, <= 512 MiB)")
     header = (
-        f"{'file':<34} {'MiB':>6} {'exit':>4} {'rule':<28} {'wall':>6} {'CPU':>6} {'peakMiB':>7} {'out':>6}"
+        f"{'file':<34} {'MiB':>6} {'exit':>4} {'rule':<34} {'wall':>6} {'CPU':>6} {'peakMiB':>7} {'out':>6}"
     )
     print(header)
     print("-" * len(header))
@@ -276,7 +277,7 @@ def hostile_table() -> None:
             worst = {k: max(worst[k], r[k]) for k in worst}
             rule = ",".join(r["rules"]) + (" TRACEBACK" if r["traceback"] else "")
             print(
-                f"{name:<34} {size:>6.1f} {r['exit']:>4} {rule:<28} {r['wall_s']:>5.2f}s {r['cpu_s']:>5.2f}s "
+                f"{name:<34} {size:>6.1f} {r['exit']:>4} {rule:<34} {r['wall_s']:>5.2f}s {r['cpu_s']:>5.2f}s "
                 f"{r['peak_mib']:>7.0f} {r['output_bytes']:>5}B"
             )
     print(f"worst: {worst['wall_s']:.2f} s wall, {worst['peak_mib']:.0f} MiB peak")
