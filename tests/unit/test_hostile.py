@@ -405,3 +405,20 @@ def test_a_closed_pipe_keeps_the_exit_code(args: list[str], expected: int) -> No
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == expected
     assert "Traceback" not in err and "Exception ignored" not in err
+
+
+def test_echoed_values_and_paths_are_cut_short() -> None:
+    from swarm_infra.fleet.diagnostics import Diagnostic, Report, excerpt, json_path
+
+    key = "k" * 100_000
+    path = json_path(("metadata", "annotations", key))
+    assert path.startswith("$.metadata.annotations['kkk") and "100000 characters" in path and len(path) < 120
+    assert len(excerpt("v" * 10**6)) < 120 and "1000000 characters" in excerpt("v" * 10**6)
+    assert excerpt(list(range(10**5))) == "<list of 100000 items>"
+    report = Report([Diagnostic("f.yaml", 1, 1, "$." + "x" * 10**5, "r", "m\n" * 10**5)])
+    [line, summary] = report.text().splitlines()
+    assert len(line) < 1000 and summary == "1 error(s), 0 warning(s)"
+    import json
+
+    [error] = json.loads(report.json())["errors"]
+    assert len(error["path"]) < 400 and len(error["message"]) < 500

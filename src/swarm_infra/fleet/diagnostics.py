@@ -61,12 +61,15 @@ def json_path(parts: Sequence[PathPart]) -> str:
     """Render a path as JSONPath: ``("spec", "gpus", 0, "model")`` → ``$.spec.gpus[0].model``.
 
     Keys that are not plain identifiers (sysctl names, labels) are bracket-quoted:
-    ``$.spec.sysctls['net.core.rmem_max']``.
+    ``$.spec.sysctls['net.core.rmem_max']``; a key longer than 64 characters is cut short
+    (see :func:`excerpt`), so no input can make a path long.
     """
     out = ["$"]
     for part in parts:
         if isinstance(part, int):
             out.append(f"[{part}]")
+        elif len(part) > 64:
+            out.append("[" + excerpt(part, 64) + "]")
         elif part.replace("_", "a").replace("-", "a").isalnum():
             out.append(f".{part}")
         else:
@@ -177,13 +180,18 @@ class Report:
                 "ok": self.ok,
                 "error_count": len(self.errors),
                 "warning_count": len(self.warnings),
-                "errors": [asdict(d) for d in shown if d.severity == "error"],
-                "warnings": [asdict(d) for d in shown if d.severity == "warning"],
+                "errors": [_clipped(d) for d in shown if d.severity == "error"],
+                "warnings": [_clipped(d) for d in shown if d.severity == "warning"],
                 "omitted": omitted,
             },
             indent=2,
             sort_keys=True,
         )
+
+
+def _clipped(d: Diagnostic) -> dict[str, object]:
+    """A diagnostic as a JSON object, its path and message cut as in the text form."""
+    return {**asdict(d), "path": _clip(d.path, PATH_CHARS), "message": _clip(d.message, MESSAGE_CHARS)}
 
 
 class FleetInvalid(Exception):
