@@ -287,6 +287,9 @@ def only_error(out: str) -> re.Match[str]:
         ("symlink-to-itself", "file.symlink-loop"),
         ("directory-link-to-parent", "file.symlink-loop"),
         ("fifo", "file.not-regular"),
+        ("symlink-to-a-fifo", "file.not-regular"),
+        ("symlink-out-of-the-fleet", "file.outside-fleet"),
+        ("directory-link-out-of-the-fleet", "file.outside-fleet"),
         ("directory-named-yaml", None),
     ],
 )
@@ -307,6 +310,20 @@ def test_unreadable_fleet_entries_are_errors_naming_the_path(
     elif case == "fifo":
         bad = d / "pipe.yaml"
         os.mkfifo(bad)
+    elif case == "symlink-to-a-fifo":
+        os.mkfifo(d / "pipe")
+        bad = d / "pipe.yaml"
+        bad.symlink_to(d / "pipe")
+    elif case == "symlink-out-of-the-fleet":
+        secret = tmp_path / "secret.txt"  # not in the fleet directory: it must not be read
+        secret.write_text("root:$y$not-for-your-eyes:19000:0:99999:7:::\n")
+        bad = d / "hosts.yaml"
+        bad.symlink_to(secret)
+    elif case == "directory-link-out-of-the-fleet":
+        (tmp_path / "elsewhere").mkdir()
+        (tmp_path / "elsewhere" / "x.yaml").write_text("root:$y$not-for-your-eyes\n")
+        bad = d / "more"
+        bad.symlink_to(tmp_path / "elsewhere")
     else:  # a directory named like a file is walked, not read
         bad = d / "more.yaml"
         bad.mkdir()
@@ -318,6 +335,7 @@ def test_unreadable_fleet_entries_are_errors_naming_the_path(
     assert code == 2
     m = only_error(out)
     assert (m["file"], int(m["line"]), m["rule"]) == (str(bad), 0, rule)
+    assert "not-for-your-eyes" not in out
 
 
 def test_unreadable_file_is_an_error(tmp_path: Path) -> None:

@@ -19,8 +19,8 @@ composes), so a hostile file is refused *before* its value is built, at the line
 
 Files are found by :func:`find_files`; what cannot be read is an error naming the path
 (``file.dangling-symlink``, ``file.symlink-loop``, ``file.not-regular``,
-``file.unreadable``), never skipped. Parsing runs in a process pool when the fleet is large
-(the parse is CPU-bound and the GIL would serialise threads).
+``file.unreadable``, ``file.outside-fleet``), never skipped. Parsing runs in a process
+pool when the fleet is large (the parse is CPU-bound and the GIL would serialise threads).
 """
 
 from __future__ import annotations
@@ -534,16 +534,20 @@ def find_files(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[Path], lis
     """Expand files and directories (recursively) into a sorted list of YAML files, and
     diagnostics for what is there but cannot be read.
 
-    A directory contributes its ``*.yaml``/``*.yml`` files, following symbolic links. A
-    link that names nothing (``file.dangling-symlink``) or loops (``file.symlink-loop``,
-    also a directory link back to one of its parents), and a ``.yaml`` that is not a regular
-    file (``file.not-regular``), are diagnostics, as is a path given that does not exist
-    (``file.missing``). Links whose name has another suffix (``README.md``) are not
-    looked at.
+    A directory contributes its ``*.yaml``/``*.yml`` files, following symbolic links that
+    stay inside the directories given. A link that leads out of them
+    (``file.outside-fleet``: a fleet in a pull request must not make CI read
+    ``/etc/shadow`` and echo it), names nothing (``file.dangling-symlink``) or loops
+    (``file.symlink-loop``, also a directory link back to one of its parents), and a
+    ``.yaml`` that is not a regular file (``file.not-regular``), are diagnostics, as is a
+    path given that does not exist (``file.missing``). Entries whose name has another
+    suffix (``README.md``) are not looked at.
     """
     found: set[Path] = set()
     problems: list[Diagnostic] = []
-    for p in map(Path, paths):
+    paths = [Path(p) for p in paths]
+    roots = [os.path.realpath(p) for p in paths if p.is_dir()]
+    for p in paths:
         try:
             st = p.stat()
         except OSError as exc:
@@ -555,13 +559,13 @@ def find_files(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[Path], lis
                 problems.append(_os_problem(str(p), exc))
             continue
         if stat.S_ISDIR(st.st_mode):
-            _walk(p, found, problems)
+            _walk(p, found, problems, roots)
         else:
             found.add(p)  # named explicitly: read it whatever its suffix (read() checks it)
     return sorted(found), problems
 
 
-def _walk(root: Path, found: set[Path], problems: list[Diagnostic]) -> None:
+def _walk(root: Path, found: set[Path], problems: list[Diagnostic], roots: Sequence[str]) -> None:
     stack: list[tuple[Path, frozenset[tuple[int, int]]]] = [(root, frozenset())]
     while stack:
         directory, ancestors = stack.pop()
@@ -589,27 +593,40 @@ def _walk(root: Path, found: set[Path], problems: list[Diagnostic]) -> None:
         for entry in entries:
             path = Path(entry.path)
             wanted = path.suffix in YAML_SUFFIXES
+            if not (wanted or not path.suffix or entry.is_dir()):
+                continue  # README.md, notes.txt: not fleet files
             try:
+                if entry.is_symlink():
+                    target = os.path.realpath(path)
+                    if os.path.exists(target) and not _within(target, roots):
+                        problems.append(_outside(str(path), target))
+                        continue
                 if entry.is_dir():
                     stack.append((path, inside))
                 elif wanted and entry.is_file():
                     found.add(path)
-                elif entry.is_symlink() and (wanted or not path.suffix):
-                    os.stat(path)  # raises: the link names nothing, or loops
-                elif wanted:
-                    problems.append(
-                        Diagnostic(
-                            str(path),
-                            0,
-                            0,
-                            "$",
-                            "file.not-regular",
-                            "not a regular file (a FIFO, socket or device?)",
-                        )
-                    )
+                else:
+                    os.stat(path)  # raises for a link that names nothing, or loops
+                    if wanted:
+                        problems.append(_not_regular(str(path)))
             except OSError as exc:
-                if wanted or not path.suffix:
-                    problems.append(_os_problem(str(path), exc))
+                problems.append(_os_problem(str(path), exc))
+
+
+def _within(target: str, roots: Sequence[str]) -> bool:
+    return any(target == r or target.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
+
+
+def _outside(path: str, target: str) -> Diagnostic:
+    return Diagnostic(
+        path,
+        0,
+        0,
+        "$",
+        "file.outside-fleet",
+        f"symbolic link to {excerpt(target)}, outside the directories given; a fleet reads "
+        "only its own files (name a file elsewhere as a path to read it)",
+    )
 
 
 def load_documents(files: Sequence[Path]) -> tuple[list[RawDocument], list[Diagnostic]]:
