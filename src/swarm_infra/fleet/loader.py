@@ -231,13 +231,41 @@ class FleetLoader(_Base):  # type: ignore[misc, valid-type]
                 seen[key] = key_node
 
     def construct_yaml_float(self, node: Node) -> float:
-        value = super().construct_yaml_float(node)
+        value = _explicit(super().construct_yaml_float, node, "a float")
         if not math.isfinite(value) or value.is_integer():
             self.odd_numbers = True
         return value
 
+    # PyYAML's scalar constructors raise ValueError, KeyError, IndexError or AttributeError
+    # for a value an explicit tag (!!int x, !!bool x, !!timestamp 2020-13-45) cannot hold.
+    def construct_yaml_int(self, node: Node) -> int:
+        return _explicit(super().construct_yaml_int, node, "an integer")
 
-FleetLoader.add_constructor(_FLOAT, FleetLoader.construct_yaml_float)
+    def construct_yaml_bool(self, node: Node) -> bool:
+        return _explicit(super().construct_yaml_bool, node, "a boolean")
+
+    def construct_yaml_timestamp(self, node: Node) -> Any:
+        return _explicit(super().construct_yaml_timestamp, node, "a timestamp")
+
+
+def _explicit(construct: Any, node: Node, what: str) -> Any:
+    """``construct(node)``, with a failure to read the text as ``what`` a ConstructorError
+    at the node (a diagnostic, not a traceback)."""
+    try:
+        return construct(node)
+    except (ValueError, KeyError, IndexError, AttributeError, TypeError, OverflowError):
+        raise yaml.constructor.ConstructorError(
+            None, None, f"{excerpt(node.value)} is not {what} ({node.tag})", node.start_mark
+        ) from None
+
+
+for _tag, _method in (
+    (_FLOAT, FleetLoader.construct_yaml_float),
+    ("tag:yaml.org,2002:int", FleetLoader.construct_yaml_int),
+    ("tag:yaml.org,2002:bool", FleetLoader.construct_yaml_bool),
+    ("tag:yaml.org,2002:timestamp", FleetLoader.construct_yaml_timestamp),
+):
+    FleetLoader.add_constructor(_tag, _method)
 
 
 class _TracingLoader(FleetLoader):
@@ -447,6 +475,9 @@ def parse(name: str, data: bytes) -> tuple[list[RawDocument], list[Diagnostic]]:
         return [], [_diagnostic(name, data, exc)]
     except RecursionError:  # a safety net: the limits keep every walk shallow
         return [], [Diagnostic(name, 0, 0, "$", "yaml.depth", "values nest too deeply to be read")]
+    except Exception as exc:  # a safety net: PyYAML failing in a way not foreseen above
+        problem = f"cannot read the file: {type(exc).__name__}: {excerpt(str(exc))}"
+        return [], [Diagnostic(name, 0, 0, "$", "yaml.syntax", problem)]
     finally:
         loader.dispose()
     return docs, diags
