@@ -44,7 +44,10 @@ class LookupModule(LookupBase):
         from swarm_infra.resolve import load_fleet, rollout_state
 
         sources = (variables or {}).get("ansible_inventory_sources") or []
-        paths = next((p for p in (fleet_paths(s) for s in sources) if p), None)
+        try:
+            paths = next((p for p in (fleet_paths(s) for s in sources) if p), None)
+        except (OSError, ValueError) as exc:
+            raise AnsibleLookupError(f"swarm_rollout: {exc}") from None
         if not paths:
             # Not a swarm inventory (a static host list, ansible-lint's syntax check): the
             # Rollout defaults, said out loud.

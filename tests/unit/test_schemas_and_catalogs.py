@@ -38,7 +38,13 @@ def test_every_field_is_described(filename: str) -> None:
 
 
 def test_python_jsonschema_agrees_with_the_fast_validator_on_the_corpus(root) -> None:
-    """The hot path uses jsonschema-rs; the reference implementation must agree with it."""
+    """The hot path uses jsonschema-rs; the reference implementation must agree with it.
+
+    Not on tests/data/hostile: there the two differ by design. python-jsonschema's
+    patterns use Python's '$', which also matches before a trailing newline, and JSON
+    Schema counts 2.0 an integer (the validator refuses both, see check_document); some of
+    those files would also expand to gigabytes under plain yaml.safe_load.
+    """
     import yaml
     from referencing import Registry, Resource
 
@@ -49,7 +55,11 @@ def test_python_jsonschema_agrees_with_the_fast_validator_on_the_corpus(root) ->
     registry = Registry().with_resources(
         (BASE_URI + f, Resource.from_contents(load_schema(f))) for f in SHARED
     )
-    files = sorted((root / "tests" / "data").rglob("*.yaml")) + sorted((root / "inventory").rglob("*.yaml"))
+    files = [
+        f
+        for d in ("tests/data/base", "tests/data/invalid", "inventory", "policies")
+        for f in sorted((root / d).rglob("*.yaml"))
+    ]
     compared = 0
     for f in files:
         try:

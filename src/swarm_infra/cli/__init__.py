@@ -8,9 +8,10 @@ Exit codes: 0 success (warnings allowed), 2 invalid input (nothing was applied),
 from __future__ import annotations
 
 import argparse
+import sys
 
 from . import converge, fleet, lab, render, verify
-from .common import EXIT_OK
+from .common import EXIT_FAILURE, silence
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,5 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except BrokenPipeError:  # `swarm plan | head`
-        return EXIT_OK
+    except BrokenPipeError:
+        # Output the command did not expect to lose (its results go through common.emit,
+        # which keeps their exit code when the reader leaves early): never a success.
+        silence(sys.stdout)
+        return EXIT_FAILURE

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 from pathlib import Path
+from typing import TextIO
 
-from ..fleet.diagnostics import FleetInvalid
-from ..fleet.sources import convention_paths
+from ..fleet.diagnostics import Diagnostic, FleetInvalid, Report
+from ..fleet.sources import UnknownFleet, named_fleet_paths
 from ..fleet.sources import fleet_paths as inventory_fleet_paths
 from ..resolve import desired_state, load_fleet
 from ..resolve.types import DesiredState
@@ -16,8 +19,32 @@ EXIT_OK, EXIT_FAILURE, EXIT_INVALID = 0, 1, 2
 
 FLEET_HELP = (
     "PATHS are YAML files or directories (searched recursively). Without PATHS, --fleet NAME "
-    "reads inventory/NAME, policies/NAME and policies/shared under the current directory."
+    "reads inventory/NAME, policies/NAME and policies/shared under the current directory; "
+    "NAME is a directory name in inventory/, never a path."
 )
+
+
+def emit(text: str, stream: TextIO | None = None) -> None:
+    """Write ``text`` and a newline to ``stream`` (stdout) and flush it.
+
+    A reader that leaves early (``swarm validate | head``) ends the output, not the
+    command: the exit code still says what the command found. The rest of the output is
+    sent nowhere, so that Python's flush at exit does not fail either.
+    """
+    stream = stream or sys.stdout
+    try:
+        stream.write(text + "\n")
+        stream.flush()
+    except BrokenPipeError:
+        silence(stream)
+
+
+def silence(stream: TextIO) -> None:
+    """Point ``stream``'s file descriptor at /dev/null (after its reader has gone)."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
 
 
 def fleet_args(p: argparse.ArgumentParser) -> None:
@@ -28,12 +55,18 @@ def fleet_args(p: argparse.ArgumentParser) -> None:
 
 
 def fleet_paths(args: argparse.Namespace) -> list[str]:
-    """The paths to read: PATHS if given, else the --fleet convention (existing dirs only)."""
+    """The paths to read: PATHS if given, else the --fleet convention (existing dirs only).
+
+    Raises :class:`FleetInvalid` with one ``fleet.unknown`` diagnostic when --fleet is not
+    the name of a directory in ``inventory/`` (the message lists those there are).
+    """
     if args.paths:
         return args.paths
-    candidates = convention_paths(Path(), args.fleet)
-    found = [str(p) for p in candidates if p.is_dir()]
-    return found or [str(candidates[0])]
+    try:
+        return [str(p) for p in named_fleet_paths(Path(), args.fleet)]
+    except UnknownFleet as exc:
+        where = str(Path("inventory") / args.fleet) if "/" not in args.fleet else args.fleet
+        raise FleetInvalid(Report([Diagnostic(where, 0, 0, "$", "fleet.unknown", str(exc))])) from None
 
 
 def simulated_nodes(state: DesiredState) -> list[str]:
@@ -47,8 +80,18 @@ def fleet_inventory(args: argparse.Namespace, command: str) -> tuple[Path, Desir
     if not (root / "ansible.cfg").is_file() or not (root / "playbooks").is_dir():
         print(f"swarm {command}: run it from the repository root (ansible.cfg, playbooks/)", file=sys.stderr)
         return EXIT_INVALID
+    if not args.inventory:
+        try:
+            named_fleet_paths(root, args.fleet)
+        except UnknownFleet as exc:
+            print(f"swarm {command}: {exc}", file=sys.stderr)
+            return EXIT_INVALID
     inventory = Path(args.inventory or f"inventory/{args.fleet}")
-    paths = inventory_fleet_paths(inventory) if inventory.exists() else []
+    try:
+        paths = inventory_fleet_paths(inventory) if inventory.exists() else []
+    except (OSError, ValueError) as exc:
+        print(f"swarm {command}: {exc}", file=sys.stderr)
+        return EXIT_INVALID
     if not paths:
         print(
             f"swarm {command}: {inventory} is not a fleet inventory (inventory/NAME, or a *.swarm.yml)",

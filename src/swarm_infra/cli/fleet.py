@@ -10,13 +10,15 @@ from typing import Any
 from ..fleet.diagnostics import FleetInvalid
 from ..resolve import desired_state, load_fleet, validate
 from ..resolve.types import ClusterState, GpuSettings, NodeState
-from .common import EXIT_INVALID, EXIT_OK, FLEET_HELP, fleet_args, fleet_paths, simulated_nodes
+from .common import EXIT_INVALID, EXIT_OK, FLEET_HELP, emit, fleet_args, fleet_paths, simulated_nodes
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    result = validate(fleet_paths(args))
-    report = result.report
-    print(report.json() if args.format == "json" else report.text())
+    try:
+        report = validate(fleet_paths(args)).report
+    except FleetInvalid as exc:  # an unknown --fleet
+        report = exc.report
+    emit(report.json() if args.format == "json" else report.text())
     return EXIT_OK if report.ok else EXIT_INVALID
 
 
@@ -158,8 +160,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             return EXIT_INVALID
         state = {"nodes": {n: state["nodes"][n] for n in args.node}}
     if args.format == "json":
-        json.dump(state, sys.stdout, indent=2, sort_keys=True)
-        print()
+        emit(json.dumps(state, indent=2, sort_keys=True))
         return EXIT_OK
     blocks = [render_node(s) for s in state["nodes"].values()]
     if "cluster" in state:
@@ -168,7 +169,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if simulated:
         n = len(simulated)
         blocks.append(f"note: {n} node(s) use the SIMULATED NVML backend (no real GPU is touched)")
-    print("\n\n".join(blocks))
+    emit("\n\n".join(blocks))
     return EXIT_OK
 
 

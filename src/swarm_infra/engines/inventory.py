@@ -10,8 +10,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from ..fleet.diagnostics import FleetInvalid, excerpt
+from ..fleet.sources import fleet_paths
+from ..resolve import desired_state, load_fleet
 from ..resolve.types import DesiredState, NodeState
 
 _UNSAFE = re.compile(r"[^a-z0-9_]")
@@ -87,3 +91,37 @@ def ansible_connection_vars(conn: Connection) -> dict[str, Any]:
             f"-o UserKnownHostsFile={conn.known_hosts_file} -o StrictHostKeyChecking=yes"
         )
     return out
+
+
+class InventorySourceError(Exception):
+    """An inventory source that gives no hosts: not a fleet, an invalid fleet (the message
+    holds the validator's report, one ``file:line:col`` line per problem), or a failure to
+    resolve it. The message is what the engine shows; no traceback is due."""
+
+
+def fleet_state(source: str | Path) -> tuple[list[str], DesiredState]:
+    """The fleet paths an inventory source stands for, and their desired state.
+
+    Raises :class:`InventorySourceError`: the source is not a fleet (``inventory/NAME`` or a
+    ``*.swarm.yml``), the fleet is invalid (nothing downstream may run), or resolving it
+    failed (a bug: the validator should have refused the fleet).
+    """
+    try:
+        paths = fleet_paths(source)
+    except (OSError, ValueError) as exc:
+        raise InventorySourceError(f"swarm: {source}: {exc}") from None
+    if not paths:
+        raise InventorySourceError(
+            f"swarm: {source} is not a fleet: a path inside inventory/NAME, or a *.swarm.yml config"
+        )
+    try:
+        return paths, desired_state(load_fleet(paths))
+    except FleetInvalid as exc:
+        raise InventorySourceError(
+            f"swarm: the fleet ({', '.join(paths)}) is invalid; nothing was run:\n{exc.report.text()}"
+        ) from None
+    except Exception as exc:  # a resolver bug must still not show the engine a traceback
+        raise InventorySourceError(
+            f"swarm: internal error while resolving the fleet ({', '.join(paths)}): "
+            f"{type(exc).__name__}: {excerpt(str(exc), 300)} (a validator gap: please report it)"
+        ) from None

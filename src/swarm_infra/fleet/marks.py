@@ -3,17 +3,32 @@
 :func:`locate_all` composes (parses to a node graph with marks) each file that has
 findings, once, and walks each finding's path down the graph. When a path goes past
 what the document holds (a *missing* required key), the deepest existing node is used,
-which is where the user has to add it.
+which is where the user has to add it. Files are read and composed with the loader's
+limits (:mod:`swarm_infra.fleet.loader`), as when they were first parsed.
+
+A report prints at most :data:`~swarm_infra.fleet.diagnostics.SHOWN_PER_FILE` diagnostics
+of a file, so only the findings of a file's first documents that fill that many are
+located, and the file is composed only that far; the others keep their document's first
+line (they are counted, not printed). A hostile file with an error in each of thousands
+of documents is composed once more only up to its first few.
 """
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterable
 
 import yaml
 
-from .diagnostics import Diagnostic, Finding, PathPart, json_path
-from .loader import _Loader
+from .diagnostics import SHOWN_PER_FILE, Diagnostic, Finding, PathPart, json_path
+from .loader import FleetLoader, read
+
+
+class _MarksLoader(FleetLoader):
+    """Composes for positions only: tags are not needed, so none is resolved."""
+
+    def resolve(self, kind: type, value: object, implicit: tuple[bool, bool]) -> str:
+        return ""
 
 
 def _node_mark(node: yaml.Node, path: tuple[PathPart, ...]) -> tuple[int, int]:
@@ -38,24 +53,49 @@ def _node_mark(node: yaml.Node, path: tuple[PathPart, ...]) -> tuple[int, int]:
     return mark.line + 1, mark.column + 1
 
 
-def _compose(file: str) -> list[yaml.Node | None]:
-    with open(file, encoding="utf-8") as fh:
-        try:
-            return list(yaml.compose_all(fh, Loader=_Loader))
-        except yaml.YAMLError:
-            return []
+def _compose(file: str, last: int) -> list[yaml.Node | None]:
+    """The node graphs of documents 0..``last`` of ``file`` (fewer if it has fewer)."""
+    data, _ = read(file)
+    if data is None:
+        return []
+    loader = _MarksLoader(data)
+    docs: list[yaml.Node | None] = []
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # the graph is hundreds of thousands of objects that all survive
+    try:
+        while len(docs) <= last and loader.check_node():
+            docs.append(loader.get_node())
+    except yaml.YAMLError:
+        return docs
+    finally:
+        loader.dispose()
+        if gc_was_enabled:
+            gc.enable()
+    return docs
+
+
+def _last_located(findings: list[Finding]) -> int:
+    """The last document index whose findings are located: the one that brings the count
+    of a file's findings, in document order, to SHOWN_PER_FILE."""
+    indices = sorted(f.source.index for f in findings)
+    return indices[min(len(indices), SHOWN_PER_FILE) - 1]
 
 
 def locate_all(findings: Iterable[Finding]) -> list[Diagnostic]:
-    """Turn findings into diagnostics with 1-based line/column; each file is read once."""
-    findings = list(findings)
-    graphs: dict[str, list[yaml.Node | None]] = {}
-    out: list[Diagnostic] = []
+    """Turn findings into diagnostics with 1-based line/column; each file is read once,
+    and only as far as its located findings need (see the module doc)."""
+    by_file: dict[str, list[Finding]] = {}
     for f in findings:
-        if f.source.file not in graphs:
-            graphs[f.source.file] = _compose(f.source.file)
-        docs = graphs[f.source.file]
-        node = docs[f.source.index] if f.source.index < len(docs) else None
-        line, col = _node_mark(node, f.path) if node is not None else (0, 0)
-        out.append(Diagnostic(f.source.file, line, col, json_path(f.path), f.rule, f.message, f.severity))
+        by_file.setdefault(f.source.file, []).append(f)
+    out: list[Diagnostic] = []
+    for file, found in by_file.items():
+        last = _last_located(found)
+        docs = _compose(file, last)
+        for f in found:
+            node = docs[f.source.index] if f.source.index <= last and f.source.index < len(docs) else None
+            if node is not None:
+                line, col = _node_mark(node, f.path)
+            else:
+                line, col = f.source.line, 1 if f.source.line else 0
+            out.append(Diagnostic(file, line, col, json_path(f.path), f.rule, f.message, f.severity))
     return out

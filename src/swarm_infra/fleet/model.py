@@ -336,6 +336,26 @@ class Fleet:
     # Names of documents that failed schema validation, by kind: references to them are
     # not reported again as unresolved.
     invalid_names: Mapping[str, frozenset[str]] = field(default_factory=lambda: _EMPTY)
+    # Kinds of documents that failed (UNKNOWN_KIND for one whose kind is not known, or a
+    # file that could not be read at all), and those of which a failed one had no name.
+    invalid_kinds: frozenset[str] = frozenset()
+    unnamed_kinds: frozenset[str] = frozenset()
+
+    def complete(self, kind: str) -> bool:
+        """Every document of ``kind`` is in the model: none failed its schema, and none
+        failed without a known kind. Checks over the whole set of a kind (a selector that
+        matches no node, capacity, a flavor no node has) are left out when it is not:
+        their finding would repeat another, not add one."""
+        return kind not in self.invalid_kinds and UNKNOWN_KIND not in self.invalid_kinds
+
+    def may_declare(self, kind: str, name: str) -> bool:
+        """``name`` may be declared as ``kind`` by a document that failed: one of that name,
+        or one whose name (or kind, or whole file) could not be read."""
+        return (
+            name in self.invalid_names.get(kind, ())
+            or kind in self.unnamed_kinds
+            or UNKNOWN_KIND in self.unnamed_kinds
+        )
 
 
 def _ray_request(r: Mapping[str, Any]) -> RayRequest:
@@ -540,6 +560,7 @@ def _build(
 
 
 SINGLETONS = ("Mesh", "Allocation", "Storage", "Rollout", "Cluster", "RayCluster")
+UNKNOWN_KIND = "?"
 _FIELD = {
     "Site": "sites",
     "Node": "nodes",
@@ -550,8 +571,14 @@ _FIELD = {
 }
 
 
-def build_fleet(valid: list[RawDocument], invalid: list[RawDocument]) -> tuple[Fleet, list[Finding]]:
-    """Build the model from schema-valid documents.
+_KNOWN_KINDS = frozenset((*SINGLETONS, "Site", "Node", "GpuProfile", "HostProfile", "Assignment", "Priority"))
+
+
+def build_fleet(
+    valid: list[RawDocument], invalid: list[RawDocument], unread: bool = False
+) -> tuple[Fleet, list[Finding]]:
+    """Build the model from schema-valid documents. ``unread``: a fleet file could not be
+    read (or parsed) at all, so any kind may miss documents.
 
     Returns the fleet and findings for what only the whole set can show: duplicate names
     (``name.duplicate``), more than one Mesh/Allocation/Storage/Rollout/Cluster (``kind.singleton``) and
@@ -589,10 +616,22 @@ def build_fleet(valid: list[RawDocument], invalid: list[RawDocument]) -> tuple[F
         if obj is not None:
             seen[name] = obj
     invalid_names: dict[str, set[str]] = {}
+    invalid_kinds: set[str] = {UNKNOWN_KIND} if unread else set()
+    unnamed_kinds: set[str] = {UNKNOWN_KIND} if unread else set()
     for doc in invalid:
         data = doc.data
-        if isinstance(data, dict) and isinstance(data.get("metadata"), dict):
-            invalid_names.setdefault(str(data.get("kind")), set()).add(str(data["metadata"].get("name")))
+        kind = data.get("kind") if isinstance(data, dict) else None
+        kind = kind if isinstance(kind, str) and kind in _KNOWN_KINDS else UNKNOWN_KIND
+        invalid_kinds.add(kind)
+        name = (
+            data["metadata"].get("name")
+            if isinstance(data, dict) and isinstance(data.get("metadata"), dict)
+            else None
+        )
+        if kind != UNKNOWN_KIND and isinstance(name, str):
+            invalid_names.setdefault(kind, set()).add(name)
+        else:
+            unnamed_kinds.add(kind)
 
     def first(kind: str) -> Any:
         return next(iter(by_kind[kind].values()), None)
@@ -606,5 +645,7 @@ def build_fleet(valid: list[RawDocument], invalid: list[RawDocument]) -> tuple[F
         ray=first("RayCluster"),
         cluster=first("Cluster") or ClusterSettings(DEFAULT_FLEET_NAME, None),
         invalid_names=MappingProxyType({k: frozenset(v) for k, v in invalid_names.items()}),
+        invalid_kinds=frozenset(invalid_kinds),
+        unnamed_kinds=frozenset(unnamed_kinds),
     )
     return fleet, findings

@@ -1,18 +1,28 @@
-"""Which fleet files an Ansible inventory source stands for (shared by the Ansible plugins).
+"""Which fleet files a fleet name or an Ansible inventory source stands for.
 
-``inventory/NAME`` (the directory, or a file in it) stands for ``inventory/NAME``,
-``policies/NAME`` and ``policies/shared`` beside it (those that exist); a ``*.swarm.yml``
-config lists ``fleet_paths`` relative to itself.
+A fleet *name* is a plain directory name in ``inventory/``: ``--fleet NAME`` reads
+``inventory/NAME``, ``policies/NAME`` and ``policies/shared`` (those that exist), and
+nothing else; an explicit path argument is the way to read files anywhere else.
+An Ansible inventory source inside ``inventory/NAME`` (the directory, or any file below
+it) stands for the same three; a ``*.swarm.yml`` config lists ``fleet_paths`` relative to
+itself.
 """
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 CONFIG_SUFFIXES = (".swarm.yml", ".swarm.yaml")
+# A directory name, never a path: no '/', no leading '.', so never '..'.
+FLEET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+
+
+class UnknownFleet(ValueError):
+    """A fleet name that is not a plain name, or names no directory in ``inventory/``;
+    the message lists the fleets there are."""
 
 
 def convention_paths(base: Path, name: str) -> list[Path]:
@@ -20,13 +30,65 @@ def convention_paths(base: Path, name: str) -> list[Path]:
     return [base / "inventory" / name, base / "policies" / name, base / "policies" / "shared"]
 
 
-def fleet_paths(source: str | Path) -> list[str]:
-    """Absolute fleet paths for an inventory source; [] when it is not a swarm fleet source."""
-    p = Path(source).resolve()
-    if p.name.endswith(CONFIG_SUFFIXES):
-        config: Any = yaml.safe_load(p.read_text()) or {}
-        return [str((p.parent / f).resolve()) for f in config.get("fleet_paths") or []]
-    inv_dir = p if p.is_dir() else p.parent
-    if inv_dir.parent.name != "inventory":
+def fleet_names(base: Path) -> list[str]:
+    """The fleets under ``base``: directories of ``base/inventory`` with a plain name, sorted."""
+    inventory = base / "inventory"
+    if not inventory.is_dir():
         return []
-    return [str(c) for c in convention_paths(inv_dir.parent.parent, inv_dir.name) if c.is_dir()]
+    return sorted(p.name for p in inventory.iterdir() if FLEET_NAME.fullmatch(p.name) and p.is_dir())
+
+
+def named_fleet_paths(base: Path, name: str) -> list[Path]:
+    """The existing convention paths of fleet ``name`` under ``base``.
+
+    Raises :class:`UnknownFleet` when ``name`` is not a plain directory name (``..``,
+    ``a/b``, an absolute path) or ``base/inventory/NAME`` is not a directory.
+    """
+    known = fleet_names(base)
+    listing = f"fleets in {base / 'inventory'}: {', '.join(known) or 'none'}"
+    if not FLEET_NAME.fullmatch(name):
+        raise UnknownFleet(
+            f"{name!r} is not a fleet name (a directory name in inventory/, such as "
+            f"{known[0] if known else 'lab'}); give files or directories elsewhere as PATHS ({listing})"
+        )
+    if not (base / "inventory" / name).is_dir():
+        raise UnknownFleet(f"no fleet named {name!r} ({listing})")
+    return [p for p in convention_paths(base, name) if p.is_dir()]
+
+
+def fleet_root(source: str | Path) -> Path | None:
+    """The ``inventory/NAME`` directory that ``source`` is (or is inside), or None. The
+    path is made absolute, not resolved: a dangling or looping link inside the fleet is
+    still inside it (and the validator reports it)."""
+    p = Path(os.path.abspath(source))
+    for candidate in (p, *p.parents):
+        if candidate.parent.name == "inventory" and candidate.parent != candidate:
+            return candidate
+    return None
+
+
+def fleet_paths(source: str | Path) -> list[str]:
+    """Absolute fleet paths for an inventory source; [] when it is not a swarm fleet source.
+
+    Raises ``ValueError`` for a ``*.swarm.yml`` config that is not a mapping with a list of
+    strings as ``fleet_paths``, and ``OSError`` when it cannot be read.
+    """
+    p = Path(os.path.abspath(source))
+    if p.name.endswith(CONFIG_SUFFIXES):
+        from .loader import parse, read
+
+        data, problem = read(str(p))
+        if data is None:
+            raise ValueError(problem.text() if problem else f"cannot read {p}")
+        docs, diags = parse(str(p), data)
+        if diags:
+            raise ValueError("\n".join(d.text() for d in diags))
+        config: Any = docs[0].data if docs else {}
+        listed = config.get("fleet_paths") if isinstance(config, dict) else None
+        if not isinstance(listed, list) or not all(isinstance(f, str) for f in listed):
+            raise ValueError(f"{p}: fleet_paths must be a list of file or directory names")
+        return [os.path.abspath(p.parent / f) for f in listed]
+    root = fleet_root(p)
+    if root is None:
+        return []
+    return [str(c) for c in convention_paths(root.parent.parent, root.name) if c.is_dir()]

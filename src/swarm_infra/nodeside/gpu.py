@@ -410,17 +410,13 @@ class SimulatedBackend:
 
     def read(self, index: int) -> dict:
         lim, v, p = self.limits[self.models[index]], self.vol[str(index)], self.per[str(index)]
-        clocks = lim["clocks"]
-        step = clocks["graphics_step_mhz"]
-        graphics = list(range(clocks["graphics_max_mhz"], clocks["graphics_min_mhz"] - 1, -step))
         has_mig = bool(lim["mig_profiles"])
         return {
             "name": f"{lim['product_name']} (simulated)",
             "persistence_mode": v["persistence_mode"],
             "power_limit_w": v["power_limit_w"],
-            "power_limits_w": [lim["power"]["min_w"], lim["power"]["max_w"]],
+            **catalog_constraints(lim),
             "application_clocks": dict(v["application_clocks"]) if lim["application_clocks"] else None,
-            "supported_clocks": {str(m): graphics for m in clocks["memory_mhz"]},
             "compute_mode": v["compute_mode"],
             "ecc": p["ecc"] if lim["ecc"] else None,
             "ecc_pending": p["ecc_pending"] if lim["ecc"] else None,
@@ -467,38 +463,82 @@ class SimulatedBackend:
         self._save()
 
 
+# ------------------------------------------------------------------------ constraints
+
+
+def graphics_clocks(clocks: dict) -> list:
+    """The graphics clocks (MHz) a model offers by its catalog limits, highest first: from
+    ``graphics_max_mhz`` down to ``graphics_min_mhz`` in ``graphics_step_mhz`` steps. This
+    is the supported-clock list the simulated backend reports (NVML reports a GPU's own)."""
+    step = clocks["graphics_step_mhz"]
+    return list(range(clocks["graphics_max_mhz"], clocks["graphics_min_mhz"] - 1, -step))
+
+
+def catalog_constraints(limits: dict) -> dict:
+    """What a GPU of these catalog limits (NodeState.gpu.limits[model]) accepts, in the shape
+    a backend's ``read`` reports it: ``power_limits_w`` [min, max] and ``supported_clocks``
+    {memory MHz (text): [graphics MHz, ...]}."""
+    graphics = graphics_clocks(limits["clocks"])
+    return {
+        "power_limits_w": [limits["power"]["min_w"], limits["power"]["max_w"]],
+        "supported_clocks": {str(m): graphics for m in limits["clocks"]["memory_mhz"]},
+    }
+
+
+def _nearest(value: int, offered: list) -> str:
+    near = sorted(offered, key=lambda c: (abs(c - value), c))[:2]
+    return " or ".join(str(c) for c in sorted(near))
+
+
+def setting_problem(key: str, value: object, constraints: dict) -> tuple:
+    """Why a GPU with these ``constraints`` (a backend's ``read``, or
+    :func:`catalog_constraints`) refuses ``value`` for ``key``: ``(field, message)``, where
+    ``field`` is the part of the setting at fault (``memory_mhz``, ``graphics_mhz``,
+    ``min_mhz``, ``max_mhz``, or None for the whole), or ``(None, None)`` when it accepts
+    it. The one rule for power limits and clocks: the node applies it before NVML does,
+    and the validator applies it to the catalog's limits."""
+    if key == "power_limit_w":
+        lo, hi = constraints["power_limits_w"]
+        if not lo <= int(value) <= hi:
+            return None, f"power limit {value} W is outside the constraints {lo}-{hi} W"
+    elif key == "application_clocks":
+        supported = constraints["supported_clocks"]
+        mem, gfx = str(value["memory_mhz"]), value["graphics_mhz"]
+        if mem not in supported:
+            return "memory_mhz", (
+                f"memory clock {mem} MHz is not in the supported list ({', '.join(supported) or 'none'} MHz)"
+            )
+        offered = supported[mem]
+        if gfx not in offered:
+            within = f"{min(offered)}-{max(offered)} MHz" if offered else "none"
+            return "graphics_mhz", (
+                f"graphics clock {gfx} MHz is not in the supported list at memory clock {mem} MHz "
+                f"({within}{'; nearest: ' + _nearest(gfx, offered) if offered else ''})"
+            )
+    elif key == "locked_clocks":
+        supported = constraints["supported_clocks"]
+        offered = sorted({c for cs in supported.values() for c in cs})
+        lo_mhz, hi_mhz = value["min_mhz"], value["max_mhz"]
+        if offered:
+            for field in ("min_mhz", "max_mhz"):
+                if not offered[0] <= value[field] <= offered[-1]:
+                    return field, f"locked clock {value[field]} MHz is outside {offered[0]}-{offered[-1]} MHz"
+        if lo_mhz > hi_mhz:
+            return "min_mhz", f"locked clocks: min_mhz {lo_mhz} is above max_mhz {hi_mhz}"
+    return None, None
+
+
 # ------------------------------------------------------------------------- diff / apply
 
 
 def check(index: int, key: str, value: object, current: dict) -> None:
     """Raise GpuError(INVALID_ARGUMENT) when ``value`` is outside what this GPU supports
     (power limit constraints, supported clock lists, offered MIG profiles), as NVML would
-    refuse it."""
-    if key == "power_limit_w":
-        lo, hi = current["power_limits_w"]
-        if not lo <= int(value) <= hi:
-            raise GpuError(
-                "INVALID_ARGUMENT", f"GPU {index}: power limit {value} W outside the constraints {lo}-{hi} W"
-            )
-    elif key in ("application_clocks", "locked_clocks"):
-        supported = current["supported_clocks"]
-        if key == "application_clocks":
-            mem, gfx = str(value["memory_mhz"]), value["graphics_mhz"]
-            if mem not in supported or gfx not in supported[mem]:
-                raise GpuError(
-                    "INVALID_ARGUMENT",
-                    f"GPU {index}: application clocks {value['memory_mhz']}/{gfx} MHz are not in the "
-                    f"supported list (memory: {', '.join(supported) or 'none'})",
-                )
-        else:
-            all_gfx = sorted({c for cs in supported.values() for c in cs})
-            if all_gfx and not (all_gfx[0] <= value["min_mhz"] <= value["max_mhz"] <= all_gfx[-1]):
-                raise GpuError(
-                    "INVALID_ARGUMENT",
-                    f"GPU {index}: locked clocks {value['min_mhz']}-{value['max_mhz']} MHz outside "
-                    f"{all_gfx[0]}-{all_gfx[-1]} MHz",
-                )
-    elif key == "mig" and value["enabled"] and current["mig_offered"]:
+    refuse it; the rule for power and clocks is :func:`setting_problem`."""
+    _, problem = setting_problem(key, value, current)
+    if problem:
+        raise GpuError("INVALID_ARGUMENT", f"GPU {index}: {problem}")
+    if key == "mig" and value["enabled"] and current["mig_offered"]:
         unknown = [p for p in value["profiles"] if p not in current["mig_offered"]]
         if unknown:
             raise GpuError(

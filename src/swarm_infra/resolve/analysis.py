@@ -29,7 +29,7 @@ class Analysis:
             "Priority": self.fleet.priorities,
             "Assignment": self.fleet.assignments,
         }[kind]
-        return name in table or name in self.fleet.invalid_names.get(kind, ())
+        return name in table or self.fleet.may_declare(kind, name)
 
     def flavors(self) -> dict[str, str]:
         """GPU flavor name → catalog model, for the models present in the fleet."""

@@ -35,7 +35,7 @@ def assign_profiles(fleet: Fleet) -> tuple[dict[str, dict[str, Choice]], list[Fi
     matched: dict[str, list[str]] = {}
     for a in fleet.assignments.values():
         matched[a.name] = [n.name for n in fleet.nodes.values() if a.selector.matches(n)]
-        if not matched[a.name]:
+        if not matched[a.name] and fleet.complete("Node"):
             findings.append(
                 Finding(
                     a.source, ("spec", "selector"), "assignment.matches-nothing", "selector matches no node"

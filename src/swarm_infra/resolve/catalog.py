@@ -17,9 +17,10 @@ import yaml
 from ..nodeside import gpu as nodeside_gpu
 
 # A sysctl name in dot form is a path under /proc/sys: a known top-level directory, then
-# components that are valid file names (no '/', not '.' or '..').
+# components that are valid file names (no '/', not '.' or '..'). Match with fullmatch:
+# '$' would also match before a trailing newline, and "vm.swappiness\n" would pass.
 SYSCTL_KEY = re.compile(
-    r"^(abi|crypto|debug|dev|fs|kernel|net|sunrpc|user|vm)(\.[A-Za-z0-9_][A-Za-z0-9_\-]*)+$"
+    r"(abi|crypto|debug|dev|fs|kernel|net|sunrpc|user|vm)(\.[A-Za-z0-9_][A-Za-z0-9_\-]*)+"
 )
 
 
@@ -42,7 +43,8 @@ def gpu_catalog() -> dict[str, dict[str, Any]]:
 
 @cache
 def sysctl_catalog() -> dict[str, dict[str, Any]]:
-    """Known sysctls by dotted name: ``type`` (int | ints | str), ``count``, ``min``, ``max``, ``enum``."""
+    """Known sysctls by dotted name: ``type`` (int | ints | str), ``count``, ``min``, ``max``
+    (every integer entry has both: the kernel's own bounds, or its C type's), ``enum``."""
     return _data("sysctls.yaml")
 
 

@@ -10,9 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from ..nodeside import gpu as nodeside_gpu
 from .catalog import gpu_catalog, mig_fit_problem
-
-CLOCK_STEP_MHZ = 15  # graphics clocks are offered in 15 MHz steps (nvidia-smi -q -d SUPPORTED_CLOCKS)
 
 
 def power_limit_w(spec: Mapping[str, Any], model: str) -> int | None:
@@ -30,14 +29,18 @@ def power_limit_w(spec: Mapping[str, Any], model: str) -> int | None:
 def problems(spec: Mapping[str, Any], model: str) -> Iterator[tuple[tuple[str, ...], str, str]]:
     """Why ``spec`` (a GpuProfile spec) does not fit ``model``: ``(path in spec, rule, message)``.
 
-    Rules: ``gpu.power-limit-range`` (outside the catalog's min..max W),
+    Rules: ``gpu.power-limit-range`` (outside the model's min..max W),
     ``gpu.power-limit-conflict`` (both W and percent given),
-    ``gpu.clocks-unsupported`` (memory clock not offered, graphics clock out of range,
-    application clocks on a model without them, locked min above max),
-    ``gpu.ecc-unsupported``, ``gpu.mig-unsupported``.
+    ``gpu.clocks-unsupported`` (a memory clock not offered, a graphics clock not in the
+    supported list, application clocks on a model without them, locked clocks outside the
+    range or min above max), ``gpu.ecc-unsupported``, ``gpu.mig-unsupported``.
+
+    Power limits and clocks are judged by the node-side code's own rule
+    (:func:`swarm_infra.nodeside.gpu.setting_problem`) over :func:`model_limits`, the limits
+    the node receives in NodeState: what validates is what the node accepts.
     """
-    entry = gpu_catalog()[model]
-    power, clocks = entry["power"], entry["clocks"]
+    limits = model_limits(model)
+    constraints = nodeside_gpu.catalog_constraints(limits)
     if "power_limit_w" in spec and "power_limit_percent" in spec:
         yield (
             ("power_limit_percent",),
@@ -45,53 +48,29 @@ def problems(spec: Mapping[str, Any], model: str) -> Iterator[tuple[tuple[str, .
             "power_limit_w and power_limit_percent are exclusive; give one",
         )
     watts = power_limit_w(spec, model)
-    if watts is not None and not power["min_w"] <= watts <= power["max_w"]:
-        key = "power_limit_w" if "power_limit_w" in spec else "power_limit_percent"
-        yield (
-            (key,),
-            "gpu.power-limit-range",
-            f"{watts} W is outside {model}'s power management limit range "
-            f"{power['min_w']}..{power['max_w']} W",
-        )
-    lo, hi = clocks["graphics_min_mhz"], clocks["graphics_max_mhz"]
+    if watts is not None:
+        _, problem = nodeside_gpu.setting_problem("power_limit_w", watts, constraints)
+        if problem:
+            key = "power_limit_w" if "power_limit_w" in spec else "power_limit_percent"
+            yield ((key,), "gpu.power-limit-range", f"{model}: {problem}")
     app = spec.get("application_clocks")
     if app:
-        if not entry["application_clocks"]:
+        if not limits["application_clocks"]:
             yield (
                 ("application_clocks",),
                 "gpu.clocks-unsupported",
                 f"{model} does not support application clocks; use locked_clocks",
             )
         else:
-            if app["memory_mhz"] not in clocks["memory_mhz"]:
-                yield (
-                    ("application_clocks", "memory_mhz"),
-                    "gpu.clocks-unsupported",
-                    f"{app['memory_mhz']} MHz is not a supported memory clock of {model} "
-                    f"(supported: {', '.join(map(str, clocks['memory_mhz']))} MHz)",
-                )
-            if not lo <= app["graphics_mhz"] <= hi:
-                yield (
-                    ("application_clocks", "graphics_mhz"),
-                    "gpu.clocks-unsupported",
-                    f"{app['graphics_mhz']} MHz is outside {model}'s graphics clock range {lo}..{hi} MHz",
-                )
+            field, problem = nodeside_gpu.setting_problem("application_clocks", dict(app), constraints)
+            if problem:
+                yield (("application_clocks", field), "gpu.clocks-unsupported", f"{model}: {problem}")
     locked = spec.get("locked_clocks")
     if locked:
-        for key in ("min_mhz", "max_mhz"):
-            if not lo <= locked[key] <= hi:
-                yield (
-                    ("locked_clocks", key),
-                    "gpu.clocks-unsupported",
-                    f"{locked[key]} MHz is outside {model}'s graphics clock range {lo}..{hi} MHz",
-                )
-        if locked["min_mhz"] > locked["max_mhz"]:
-            yield (
-                ("locked_clocks", "min_mhz"),
-                "gpu.clocks-unsupported",
-                f"min_mhz {locked['min_mhz']} is above max_mhz {locked['max_mhz']}",
-            )
-    if spec.get("ecc") and not entry["ecc"]:
+        field, problem = nodeside_gpu.setting_problem("locked_clocks", dict(locked), constraints)
+        if problem:
+            yield (("locked_clocks", field), "gpu.clocks-unsupported", f"{model}: {problem}")
+    if spec.get("ecc") and not limits["ecc"]:
         yield (("ecc",), "gpu.ecc-unsupported", f"{model} has no ECC memory")
     mig = spec.get("mig")
     if mig and mig.get("enabled"):
@@ -124,13 +103,14 @@ def settings_for(spec: Mapping[str, Any], model: str) -> dict[str, Any]:
 
 
 def model_limits(model: str) -> dict[str, Any]:
-    """The catalog limits the node-side code (and the simulated backend) enforces for ``model``."""
+    """The catalog limits the node-side code (and the simulated backend) enforces for
+    ``model`` (NodeState.gpu.limits[model]); the validator judges profiles by the same."""
     entry = gpu_catalog()[model]
     return {
         "product_name": entry["product_name"],
         "memory_mib": entry["memory_mib"],
         "power": dict(entry["power"]),
-        "clocks": {**entry["clocks"], "graphics_step_mhz": CLOCK_STEP_MHZ},
+        "clocks": dict(entry["clocks"]),
         "application_clocks": entry["application_clocks"],
         "ecc": entry["ecc"],
         "mig_profiles": list(entry["mig"]["profiles"]) if entry["mig"] else [],

@@ -131,13 +131,14 @@ def plan_topology(fleet: Fleet) -> tuple[Topology, list[Finding]]:
     for node in fleet.nodes.values():
         by_site[node.site].append(node)
     for site in mesh.sites:
-        if site not in fleet.sites and site not in fleet.invalid_names.get("Site", ()):
+        if site not in fleet.sites and not fleet.may_declare("Site", site):
             findings.append(
                 Finding(
                     mesh.source, ("spec", "sites", site), "reference.unresolved", f"no Site named {site!r}"
                 )
             )
     hubs: dict[str, str] = {}
+    complete = fleet.complete("Node")  # else a missing hub or relay may be a node that failed
     for site, members in sorted(by_site.items()):
         conf = mesh.site(site)
         if conf.topology != "hub-and-spoke":
@@ -146,6 +147,8 @@ def plan_topology(fleet: Fleet) -> tuple[Topology, list[Finding]]:
         if conf.hub is not None:
             hub = next((n for n in members if n.name == conf.hub), None)
             if hub is None:
+                if not complete:
+                    continue
                 findings.append(
                     Finding(
                         mesh.source,
@@ -158,6 +161,8 @@ def plan_topology(fleet: Fleet) -> tuple[Topology, list[Finding]]:
         else:
             relays = [n for n in members if "relay" in n.roles]
             if len(relays) != 1:
+                if not complete:
+                    continue
                 findings.append(
                     Finding(
                         mesh.source,
@@ -190,7 +195,7 @@ def plan_topology(fleet: Fleet) -> tuple[Topology, list[Finding]]:
     topo = Topology(hubs, spokes, relays)
     if not relays:
         natted_sites = sorted({n.site for n in fleet.nodes.values() if n.nat and not topo.is_spoke(n)})
-        if len(natted_sites) > 1:
+        if len(natted_sites) > 1 and complete:
             findings.append(
                 Finding(
                     mesh.source,

@@ -34,30 +34,31 @@ def validate(paths: Iterable[str | os.PathLike[str]]) -> Validation:
     """Validate the fleet declared in ``paths`` (YAML files or directories, recursively).
 
     Never raises for bad content: every problem is a diagnostic in the report. A path
-    that does not exist is a ``file.missing`` diagnostic. Documents that fail their schema
-    are left out of the semantic checks (their names still count as declared, so one
-    mistake is not reported twice).
+    that does not exist is a ``file.missing`` diagnostic, a file that cannot be read a
+    ``file.*`` one (see :func:`swarm_infra.fleet.loader.find_files`). Documents that fail
+    their schema (or hold a duplicate key) are left out of the semantic checks (their names
+    still count as declared, so one mistake is not reported twice).
     """
     paths = list(paths)
-    try:
-        files = find_files(paths)
-    except FileNotFoundError as exc:
-        return Validation(
-            Report([Diagnostic(str(exc).split(": ", 1)[-1], 0, 0, "$", "file.missing", str(exc))]), None
-        )
+    files, unreadable = find_files(paths)
     if not files:
+        if unreadable:
+            return Validation(Report(unreadable), None)
         where = str(paths[0]) if paths else "."
         return Validation(
             Report([Diagnostic(where, 0, 0, "$", "file.none", "no .yaml or .yml files found")]), None
         )
     docs, syntax = load_documents(files)
+    syntax = unreadable + syntax
     findings: list[Finding] = []
     valid, invalid = [], []
     for doc in docs:
         doc_findings = list(check_document(doc))
-        (invalid if doc_findings else valid).append(doc)
+        (invalid if doc_findings or doc.loader_errors else valid).append(doc)
         findings.extend(doc_findings)
-    fleet, built = build_fleet(valid, invalid)
+    # A file that could not be read or parsed hides documents of any kind.
+    unread = any(d.rule != "yaml.duplicate-key" and d.severity == "error" for d in syntax)
+    fleet, built = build_fleet(valid, invalid, unread)
     findings.extend(built)
     choices, assigned = assign_profiles(fleet)
     findings.extend(assigned)

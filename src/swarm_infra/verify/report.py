@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 from .checks import LAYERS
 
-_ID = re.compile(r"\[(?P<node>[^/\]]+)/(?P<layer>[^/\]]+)/(?P<key>.+)\]$")
+_ID = re.compile(r"\[(?P<node>[^/\]]+)/(?P<layer>[^/\]]+)/(?P<key>.+)\]\Z")
 
 
 @dataclass

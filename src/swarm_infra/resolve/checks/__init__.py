@@ -4,13 +4,15 @@ Every check is a function ``(analysis) -> Iterator[Finding]`` over the built mod
 rule identifiers are listed in README.md (Validation rules).
 """
 
-from . import allocation, cluster, network, profiles, ray, references
+from . import allocation, cluster, network, nodes, profiles, ray, references, storage
 
 ALL = (
     *references.CHECKS,
+    *nodes.CHECKS,
     *network.CHECKS,
     *allocation.CHECKS,
     *profiles.CHECKS,
+    *storage.CHECKS,
     *cluster.CHECKS,
     *ray.CHECKS,
 )

@@ -61,7 +61,7 @@ def queues(a: Analysis) -> Iterator[Finding]:
             before = total[quota.flavor]
             total[quota.flavor] += quota.nominal_quota
             cap = capacity.get(quota.flavor, 0)
-            if before <= cap < total[quota.flavor]:
+            if before <= cap < total[quota.flavor] and a.fleet.complete("Node"):
                 yield Finding(
                     alloc.source,
                     (*path, "nominal_quota"),

@@ -189,6 +189,9 @@ def ray_clusters(a: Analysis) -> Iterator[Finding]:
     queues = {q.name: {x.flavor for x in q.quotas} for q in alloc.queues}
     default = next((p.name for p in a.fleet.priorities.values() if p.global_default), None)
     biggest = max(((n.cpus, n.memory_gib) for n in a.fleet.nodes.values()), default=(0, 0))
+    # Flavors and sizes depend on every node: with a Node document left out (its own error
+    # reported), a missing flavor or a pod that fits nowhere would repeat that error.
+    nodes_known = a.fleet.complete("Node")
     for ti, t in enumerate(alloc.tenants):
         r = t.ray
         if r is None:
@@ -209,7 +212,7 @@ def ray_clusters(a: Analysis) -> Iterator[Finding]:
                 f"{t.name!r}'s ({', '.join(sorted(allowed)) or 'none'}); the admission policy "
                 "would refuse it",
             )
-        if r.head_cpus > biggest[0] or r.head_memory_gib > biggest[1]:
+        if nodes_known and (r.head_cpus > biggest[0] or r.head_memory_gib > biggest[1]):
             yield Finding(
                 alloc.source,
                 (*at, "head"),
@@ -229,6 +232,8 @@ def ray_clusters(a: Analysis) -> Iterator[Finding]:
                 )
             seen.add(w.flavor)
             if w.flavor not in flavors:
+                if not nodes_known:
+                    continue
                 yield Finding(
                     alloc.source,
                     (*wat, "flavor"),
@@ -257,7 +262,7 @@ def ray_clusters(a: Analysis) -> Iterator[Finding]:
                 for s in nodes
                 if (w.gpus or 1) <= s.gpus and (w.cpus or 1) <= s.cpus and (w.memory_gib or 1) <= s.memory_gib
             ]
-            if not fits:
+            if not fits and nodes_known:
                 yield Finding(
                     alloc.source,
                     wat,
@@ -270,7 +275,8 @@ def ray_clusters(a: Analysis) -> Iterator[Finding]:
                         else ": none advertises nvidia.com/gpu"
                     ),
                 )
-        yield from _ray_caps(a, ti, t, shapes)
+        if nodes_known:
+            yield from _ray_caps(a, ti, t, shapes)
 
 
 def _ray_caps(a: Analysis, ti: int, t: Tenant, shapes: Mapping[str, Any]) -> Iterator[Finding]:

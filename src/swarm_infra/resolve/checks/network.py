@@ -1,19 +1,98 @@
-"""Underlay and mesh networks: addresses inside their networks, no overlaps, room for all."""
+"""Underlay and mesh networks: addresses inside their networks, no overlaps, room for all,
+endpoints that can exist."""
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterator
 
-from ...fleet.diagnostics import Finding
+from ...fleet.diagnostics import Finding, excerpt
 from ..analysis import Analysis
+
+# Address blocks no site network or mesh can use (RFC 6890 special-purpose registry): they
+# are not routed as unicast host addresses.
+UNUSABLE = (
+    (ipaddress.IPv4Network("0.0.0.0/8"), "'this network' (0.0.0.0/8), which is not routed"),
+    (ipaddress.IPv4Network("127.0.0.0/8"), "loopback (127.0.0.0/8)"),
+    (ipaddress.IPv4Network("169.254.0.0/16"), "link-local (169.254.0.0/16), which is not routed"),
+    (ipaddress.IPv4Network("224.0.0.0/4"), "multicast (224.0.0.0/4)"),
+    (ipaddress.IPv4Network("240.0.0.0/4"), "reserved (240.0.0.0/4, with the broadcast address)"),
+)
+
+
+def unusable(net: ipaddress.IPv4Network) -> str | None:
+    """Why no host of ``net`` can be a unicast address, or None."""
+    return next((why for block, why in UNUSABLE if net.overlaps(block)), None)
+
+
+def split_endpoint(text: str) -> tuple[str, int | None]:
+    """``host[:port]`` as (host, port or None). Raises ``ValueError`` for a port that is not
+    a number."""
+    host, sep, port = text.rpartition(":")
+    return (host, int(port)) if sep else (text, None)
+
+
+def endpoint_problem(text: str) -> str | None:
+    """Why an endpoint (``host`` or ``host:port``) cannot be reached, or None: a port
+    outside 1..65535, a dotted-quad host that is not an IPv4 address or not a unicast one,
+    a host name with an empty or over-long label (RFC 1035: 63 per label, 253 in all)."""
+    try:
+        host, port = split_endpoint(text)
+    except ValueError:
+        return "the port is not a number"
+    if port is not None and not 1 <= port <= 65535:
+        return f"port {port} is outside 1..65535"
+    if host.replace(".", "").isdigit():
+        try:
+            ip = ipaddress.IPv4Address(host)
+        except ValueError:
+            return f"{excerpt(host)} is not an IPv4 address"
+        why = unusable(ipaddress.IPv4Network(ip))
+        return f"{ip} is {why}" if why else None
+    labels = host.split(".")
+    if len(host) > 253 or any(not 1 <= len(label) <= 63 for label in labels):
+        return f"{excerpt(host)} is not a host name (labels of 1 to 63 characters, 253 in all)"
+    if any(label.startswith("-") or label.endswith("-") for label in labels):
+        return f"{excerpt(host)} is not a host name (a label starts or ends with '-')"
+    return None
 
 
 def underlay(a: Analysis) -> Iterator[Finding]:
-    """``network.address-outside-site``: a node's address is not in its site's underlay CIDR;
-    ``network.address-duplicate``: two nodes of a site share an address (or a node takes the
-    site's gateway address); ``network.gateway-outside-site``: the gateway is not a host
-    address of the underlay."""
+    """``network.cidr-unusable``: a site underlay in a block that is not unicast (loopback,
+    multicast, ``0.0.0.0/8``, ...); ``network.underlay-overlap``: two sites' underlays
+    overlap (or are the same); ``network.address-outside-site``: a node's address is not in
+    its site's underlay CIDR; ``network.address-not-host``: it is the underlay's network or
+    broadcast address; ``network.address-duplicate``: two nodes of a site share an address
+    (or a node takes the site's gateway address); ``network.gateway-outside-site``: the
+    gateway is not a host address of the underlay."""
     seen: dict[tuple[str, str], str] = {}
+    for site in a.fleet.sites.values():
+        why = unusable(site.underlay)
+        if why:
+            yield Finding(
+                site.source,
+                ("spec", "underlay", "cidr"),
+                "network.cidr-unusable",
+                f"underlay {site.underlay} overlaps {why}",
+            )
+    # CIDR blocks nest or are disjoint: in address order, a block overlaps an earlier one
+    # exactly when it starts before the furthest end seen so far.
+    ordered = sorted(
+        a.fleet.sites.values(), key=lambda s: (s.underlay.network_address, -s.underlay.prefixlen)
+    )
+    furthest = None
+    for site in ordered:
+        if furthest is not None and site.underlay.network_address <= furthest.underlay.broadcast_address:
+            same = "is the same network as" if site.underlay == furthest.underlay else "overlaps"
+            yield Finding(
+                site.source,
+                ("spec", "underlay", "cidr"),
+                "network.underlay-overlap",
+                f"underlay {site.underlay} {same} site {furthest.name!r}'s {furthest.underlay}; "
+                "sites route to each other by underlay, so each needs its own network",
+            )
+        if furthest is None or site.underlay.broadcast_address > furthest.underlay.broadcast_address:
+            furthest = site
     for site in a.fleet.sites.values():
         gw = site.gateway
         if gw is None:
@@ -38,6 +117,18 @@ def underlay(a: Analysis) -> Iterator[Finding]:
                 "network.address-outside-site",
                 f"{node.address} is not in site {site.name!r} underlay {site.underlay}",
             )
+        elif site.underlay.prefixlen <= 30 and node.address in (
+            site.underlay.network_address,
+            site.underlay.broadcast_address,
+        ):
+            which = "network" if node.address == site.underlay.network_address else "broadcast"
+            yield Finding(
+                node.source,
+                ("spec", "address"),
+                "network.address-not-host",
+                f"{node.address} is the {which} address of site {site.name!r} underlay "
+                f"{site.underlay}, not a host address",
+            )
         key = (node.site, str(node.address))
         if key in seen:
             yield Finding(
@@ -55,12 +146,17 @@ def mesh_network(a: Analysis) -> Iterator[Finding]:
     site underlay, and no node is both behind NAT and given an endpoint."""
     mesh, nodes = a.fleet.mesh, a.fleet.nodes
     if mesh is None:
-        if nodes and "Mesh" not in a.fleet.invalid_names:
+        if nodes and a.fleet.complete("Mesh"):
             first = next(iter(nodes.values()))
             yield Finding(
                 first.source, (), "kind.missing", "the fleet declares nodes but no Mesh (one is required)"
             )
         return
+    why = unusable(mesh.cidr)
+    if why:
+        yield Finding(
+            mesh.source, ("spec", "cidr"), "mesh.cidr-unusable", f"mesh CIDR {mesh.cidr} overlaps {why}"
+        )
     usable = max(mesh.cidr.num_addresses - 2, 0)
     if len(nodes) > usable:
         yield Finding(
@@ -79,16 +175,51 @@ def mesh_network(a: Analysis) -> Iterator[Finding]:
             )
 
 
-def nat_endpoint(a: Analysis) -> Iterator[Finding]:
-    """``mesh.endpoint-conflict``: ``nat: true`` and an endpoint contradict each other."""
+def endpoints(a: Analysis) -> Iterator[Finding]:
+    """``mesh.endpoint-conflict``: ``nat: true`` and an endpoint contradict each other;
+    ``mesh.endpoint-invalid``: an endpoint that cannot exist (see :func:`endpoint_problem`);
+    ``mesh.endpoint-duplicate``: two nodes reached at the same host and port (the port
+    defaults to the node's listen port), one of them by a declared endpoint."""
+    default_port = a.fleet.mesh.listen_port if a.fleet.mesh else 51820
+    owner: dict[tuple[str, int], tuple[str, bool]] = {}
     for node in a.fleet.nodes.values():
+        path = ("spec", "mesh", "endpoint")
         if node.nat and node.endpoint is not None:
             yield Finding(
                 node.source,
-                ("spec", "mesh", "endpoint"),
+                path,
                 "mesh.endpoint-conflict",
                 "a node behind NAT (nat: true) has no endpoint other sites can reach; remove one of the two",
             )
+            continue
+        if node.endpoint is not None:
+            problem = endpoint_problem(node.endpoint)
+            if problem:
+                yield Finding(
+                    node.source,
+                    path,
+                    "mesh.endpoint-invalid",
+                    f"endpoint {excerpt(node.endpoint)}: {problem}",
+                )
+                continue
+        public = node.public_endpoint
+        if public is None:
+            continue
+        host, port = split_endpoint(public)
+        key = (host.lower(), port or node.listen_port or default_port)
+        declared = node.endpoint is not None
+        if key in owner:
+            other, other_declared = owner[key]
+            if declared or other_declared:
+                yield Finding(
+                    node.source,
+                    path if declared else ("spec", "address"),
+                    "mesh.endpoint-duplicate",
+                    f"{key[0]}:{key[1]} is already node {other!r}'s endpoint; each node needs its own "
+                    "host or port (a different listen_port behind port forwarding)",
+                )
+            continue
+        owner[key] = (node.name, declared)
 
 
-CHECKS = (underlay, mesh_network, nat_endpoint)
+CHECKS = (underlay, mesh_network, endpoints)

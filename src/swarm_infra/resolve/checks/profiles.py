@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ...fleet.diagnostics import Finding
+from ...fleet.diagnostics import Finding, excerpt
 from .. import gpu, host
 from ..analysis import Analysis
 from ..catalog import SYSCTL_KEY, gpu_catalog, sysctl_catalog, sysctl_value_problem
@@ -19,7 +19,7 @@ def gpu_profiles(a: Analysis) -> Iterator[Finding]:
     for node in a.fleet.nodes.values():
         choice = a.choices.get(node.name, {}).get("gpu_profile")
         if choice is None:
-            if node.gpus and "gpu-worker" in node.roles:
+            if node.gpus and "gpu-worker" in node.roles and a.fleet.complete("Assignment"):
                 yield Finding(
                     node.source,
                     ("spec", "hardware", "gpus"),
@@ -59,12 +59,12 @@ def host_profiles(a: Analysis) -> Iterator[Finding]:
     for hp in a.fleet.host_profiles.values():
         for key, value in hp.sysctls.items():
             path = ("spec", "sysctls", key)
-            if not SYSCTL_KEY.match(key):
+            if not SYSCTL_KEY.fullmatch(key):
                 yield Finding(
                     hp.source,
                     path,
                     "sysctl.key-invalid",
-                    f"{key!r} is not a sysctl name: expected dot-separated /proc/sys "
+                    f"{excerpt(key)} is not a sysctl name: expected dot-separated /proc/sys "
                     "path components under abi, crypto, debug, dev, fs, kernel, net, "
                     "sunrpc, user or vm",
                 )

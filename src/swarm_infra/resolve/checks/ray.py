@@ -27,6 +27,16 @@ def ray_cluster(a: Analysis) -> Iterator[Finding]:
     ray = a.fleet.ray
     if ray is None:
         return
+    yield from _ports(ray)
+    if ray.object_store_memory_mib is not None and "object_store_percent" in ray.declared_keys:
+        yield Finding(
+            ray.source,
+            ("spec", "object_store_percent"),
+            "ray.object-store-conflict",
+            "give object_store_percent or object_store_memory_mib, not both",
+        )
+    if not a.fleet.complete("Node"):
+        return  # which nodes match is not known: a Node document failed (its error is reported)
     heads, workers = members(ray, a.fleet)
     if len(heads) != 1:
         yield Finding(
@@ -54,13 +64,6 @@ def ray_cluster(a: Analysis) -> Iterator[Finding]:
                 f"the head {head.name} is behind NAT and workers in other sites ({', '.join(away[:5])}) "
                 "would reach it only through relays; choose a node with a public endpoint",
             )
-    if ray.object_store_memory_mib is not None and "object_store_percent" in ray.declared_keys:
-        yield Finding(
-            ray.source,
-            ("spec", "object_store_percent"),
-            "ray.object-store-conflict",
-            "give object_store_percent or object_store_memory_mib, not both",
-        )
     if ray.object_store_memory_mib is not None:
         for name in [*heads, *workers]:
             cap = a.fleet.nodes[name].memory_gib * 1024 * OBJECT_STORE_MAX_PERCENT // 100
@@ -73,7 +76,6 @@ def ray_cluster(a: Analysis) -> Iterator[Finding]:
                     f"{a.fleet.nodes[name].memory_gib} GiB ({cap} MiB), Ray's cap",
                 )
                 break
-    yield from _ports(ray)
 
 
 def _ports(ray: RayCluster) -> Iterator[Finding]:

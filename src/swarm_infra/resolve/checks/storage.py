@@ -1,0 +1,70 @@
+"""Storage: where node-local scratch may be mounted."""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Iterator
+
+from ...fleet.diagnostics import Finding, excerpt
+from ..analysis import Analysis
+
+# Mounting scratch on (or inside) these would hide or replace the system's own files.
+SYSTEM_DIRS = (
+    "/bin",
+    "/boot",
+    "/dev",
+    "/etc",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/proc",
+    "/root",
+    "/run",
+    "/sbin",
+    "/sys",
+    "/usr",
+    "/var",
+    "/tmp",
+    "/home",
+    "/opt",
+    "/srv",
+    "/mnt",
+    "/media",
+)
+# Inside these a mount is fine (/var/lib/scratch, /mnt/scratch), but not in the pseudo
+# filesystems and the system's own trees.
+NO_MOUNTS_INSIDE = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc",
+                    "/run", "/sbin", "/sys", "/usr")  # fmt: skip
+
+
+def scratch_mount(a: Analysis) -> Iterator[Finding]:
+    """``storage.mount-path-invalid``: the scratch mount path is ``/``, is not in normal form
+    (``.``, ``..``, ``//`` or a trailing ``/``), is a system directory itself, or lies
+    inside one that must never be mounted over (``/etc``, ``/usr``, ``/proc``, ...)."""
+    st = a.fleet.storage
+    if st is None or st.scratch is None:
+        return
+    path = st.scratch["mount_path"]
+    normal = posixpath.normpath(path)
+    problem = None
+    if path != normal or path.startswith("//"):
+        problem = f"is not in normal form (it means {excerpt(normal)}); write it so"
+    elif path == "/":
+        problem = "is the root filesystem"
+    elif path in SYSTEM_DIRS:
+        problem = "is a system directory; mount scratch on a directory of its own (/scratch)"
+    else:
+        inside = next((d for d in NO_MOUNTS_INSIDE if path.startswith(d + "/")), None)
+        if inside:
+            problem = f"is inside {inside}, which must not be mounted over"
+    if problem:
+        yield Finding(
+            st.source,
+            ("spec", "scratch", "mount_path"),
+            "storage.mount-path-invalid",
+            f"mount path {excerpt(path)} {problem}",
+        )
+
+
+CHECKS = (scratch_mount,)
