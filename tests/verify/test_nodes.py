@@ -28,7 +28,7 @@ def test_declared_state(check: Check, node_host, node_cache, swarm_state, reques
     blocked = [r for r in check.requires if outcomes.get(r) is False]
     if blocked:
         pytest.skip(f"blocked: {', '.join(blocked)} drifted")
-    host = node_host(check.node)
+    host = node_host(check.args.get("on", check.node))  # some checks read from another node
     cache = node_cache.setdefault(check.node, {})
     node = swarm_state["nodes"][check.node]
     if check.kind in ("peer", "handshake"):

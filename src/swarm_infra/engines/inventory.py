@@ -28,14 +28,17 @@ def group_name(prefix: str, name: str) -> str:
 
 
 def node_groups(node: NodeState) -> list[str]:
-    """The groups of a node: ``site_<site>``, ``role_<role>`` per role, and for GPU nodes
-    ``gpu``, ``gpu_<model>`` per model and ``simulated_gpu`` for the simulated backend."""
+    """The groups of a node: ``site_<site>``, ``role_<role>`` per role, for GPU nodes
+    ``gpu``, ``gpu_<model>`` per model and ``simulated_gpu`` for the simulated backend, and
+    ``ray_head`` or ``ray_worker`` in the fleet's own Ray cluster."""
     groups = [group_name("site", node["site"])] + [group_name("role", r) for r in node["roles"]]
     if node["gpu"]:
         groups.append("gpu")
         groups += [group_name("gpu", g["model"]) for g in node["hardware"]["gpus"]]
         if node["gpu"]["backend"] == "simulated":
             groups.append("simulated_gpu")
+    if node.get("ray"):
+        groups.append(f"ray_{node['ray']['role']}")
     return groups
 
 

@@ -14,9 +14,11 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from ..resolve.analysis import Analysis
-from . import network, node
+from ..resolve.ray import ray_requirements
+from . import mirror, network, node
 from .image import ensure_image
 from .plan import PREFIX, LabNode, LabSite, LabSpec, lab_spec
 from .state import (
@@ -81,6 +83,7 @@ def up(analysis: Analysis, nodes: int | None = None, log: Log = print) -> dict[s
         state.save()
 
         outcome = _reconcile(spec, state, image, pubkey, log)
+        _ensure_index(analysis, state, log)
         state.save()
     took = time.monotonic() - started
     counts = {k: sum(1 for v in outcome.values() if v == k) for k in sorted(set(outcome.values()))}
@@ -90,6 +93,29 @@ def up(analysis: Analysis, nodes: int | None = None, log: Log = print) -> dict[s
         + f"); connections: {connection_file()}"
     )
     return outcome
+
+
+def _ensure_index(analysis: Analysis, state: LabState, log: Log) -> None:
+    """Serve the fleet's Ray packages from this host when its RayCluster names the lab's
+    package index (lab/mirror.py); stop a served index the fleet no longer names."""
+    ray = analysis.fleet.ray
+    old = state.host.get("index") or {}
+    if ray is None or not mirror.serves(ray.package_index):
+        mirror.stop_index(old.get("pid"), old.get("port", 0))
+        state.host.pop("index", None)
+        return
+    port = urlparse(ray.package_index).port or 80
+    wheels = mirror.ensure_wheelhouse(
+        cache_dir() / "wheelhouse", ray_requirements(ray.ray_version, ray.packages), log
+    )
+    mirror.ensure_service_address()
+    if old.get("wheels") == str(wheels) and mirror.index_is_running(old.get("pid"), port):
+        return
+    mirror.stop_index(old.get("pid"), old.get("port", 0))
+    cgroup = node.cgroup2_root() / "swarm-lab" / "services"
+    pid = mirror.start_index(wheels, port, cgroup, state_dir() / "index.log")
+    state.host["index"] = {"pid": pid, "port": port, "wheels": str(wheels)}
+    log(f"index  {ray.package_index} serves {wheels.name} (pypiserver, pid {pid})")
 
 
 def _reconcile(spec: LabSpec, state: LabState, image: Path, pubkey: str, log: Log) -> dict[str, str]:
@@ -198,6 +224,8 @@ def down(log: Log = print) -> list[str]:
             results = list(pool.map(lambda n: node.stop(n, state.nodes[n.name].get("pid")), lab_nodes))
         for n, how in zip(lab_nodes, results, strict=True):
             log(f"node   {n.name}: {how}")
+        index = state.host.get("index") or {}
+        mirror.stop_index(index.get("pid"), index.get("port", 0))
         _kill_strays()
         for n in lab_nodes:
             network.remove_namespace(n.netns)

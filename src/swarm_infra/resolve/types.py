@@ -232,6 +232,7 @@ class RayNodeState(TypedDict):
     ports: dict[str, int]  # gcs, node_manager, object_manager, ..., min_worker, max_worker
     dashboard: RayDashboardState | None  # the head's dashboard and job API; None elsewhere
     firewall: RayFirewallState
+    start_args: list[str]  # `ray start ...` arguments after `ray`: the units' ExecStart, for both engines
 
 
 class NodeState(TypedDict):

@@ -26,7 +26,7 @@ from ..nodeside.facts import sysctl_fields
 from ..resolve.host import sysctl_text
 from ..resolve.types import DesiredState, ManagedPath, NodeState
 
-LAYERS = ("host", "drivers", "gpu", "storage", "mesh")
+LAYERS = ("host", "drivers", "gpu", "storage", "mesh", "ray")
 # WireGuard re-keys every 2 minutes while traffic flows (REKEY_AFTER_TIME, 120 s): a
 # handshake older than 3 minutes means the peer is not talking.
 HANDSHAKE_MAX_AGE_S = 180
@@ -105,6 +105,15 @@ def matches(check: Check, actual: Any) -> bool:
             and actual["spec"] == check.desired["spec"]
             and set(check.desired["options"]) <= set(actual["options"])
         )
+    if check.kind == "ray_member":  # alive, with at least the declared resources and labels
+        if not isinstance(actual, dict):
+            return False
+        want = check.desired
+        return (
+            actual["state"] == want["state"]
+            and all(actual["resources"].get(k) == v for k, v in want["resources"].items())
+            and all(actual["labels"].get(k) == v for k, v in want["labels"].items())
+        )
     if check.kind == "space":  # the filesystem spans the devices (less its own overhead) and has room
         return (
             isinstance(actual, dict)
@@ -117,6 +126,46 @@ def matches(check: Check, actual: Any) -> bool:
 def _absent(name: str, layer: str, path: ManagedPath) -> Check:
     """The project's file at ``path`` must not exist: nothing declared needs it."""
     return Check(name, layer, f"absent {path['path']}", "absent", "absent", {"path": path["path"]})
+
+
+def _ray_checks(name: str, node: NodeState, state: DesiredState) -> tuple[list[Check], list[Check]]:
+    """Ray: the units; every port a Ray process listens on kept off the underlay; one port
+    closed from another node's underlay yet open over the mesh; and, read from the head,
+    the node alive in the cluster with its resources and labels. Outside the Ray cluster:
+    none of the layer's units."""
+    files, units = node["layout"]["files"], node["layout"]["units"]
+    r = node["ray"]
+    if not r:
+        return [_absent(name, "ray", files[f]) for f in ("ray_head_unit", "ray_worker_unit")], []
+    unit = units[f"ray_{r['role']}"]
+    service = Check(name, "ray", f"service {unit}", "service", "enabled, running", {"unit": unit})
+    firewall = Check(name, "ray", f"service {units['ray_firewall']}", "service", "enabled, running",
+                     {"unit": units["ray_firewall"]})  # fmt: skip
+    local = [
+        firewall,
+        service,
+        Check(name, "ray", "ports off the underlay", "ray_exposed", [],
+              {"firewall": r["firewall"], "node_ip": r["node_ip"]}, (service.id, firewall.id)),
+    ]  # fmt: skip
+    head = next(n for n, s in state["nodes"].items() if s["ray"] and s["ray"]["role"] == "head")
+    head_unit = units["ray_head"]
+    resources = {"GPU": float(r["num_gpus"]), **{k: float(v) for k, v in r["resources"].items()}}
+    remote = [
+        Check(name, "ray", "alive in the cluster", "ray_member",
+              {"state": "ALIVE", "resources": resources, "labels": r["labels"]},
+              {"on": head, "node_ip": r["node_ip"], "dashboard": state["nodes"][head]["ray"]["dashboard"],
+               "venv": files["ray_venv"]["path"]},
+              (service.id, f"{head}/ray/service {head_unit}")),
+    ]  # fmt: skip
+    # From another node of the cluster: the underlay address answers nothing on Ray's port,
+    # the mesh address does.
+    other = next((n for n, s in sorted(state["nodes"].items()) if n != name and s["ray"]), None)
+    if other:
+        port = r["ports"]["node_manager"]
+        for path, address, want in (("underlay", node["address"], "closed"), ("mesh", r["node_ip"], "open")):
+            remote.append(Check(name, "ray", f"port {port} from {other} over the {path}", "tcp_port", want,
+                                {"on": other, "address": address, "port": port}, (service.id,)))  # fmt: skip
+    return local, remote
 
 
 def _storage_checks(name: str, node: NodeState) -> list[Check]:
@@ -257,6 +306,9 @@ def checks_for(state: DesiredState, nodes: list[str] | None = None) -> list[Chec
                         continue
                     local.append(Check(name, "gpu", f"gpu{dev['index']} {key}", "gpu", value, args))
         local += _storage_checks(name, node)
+        ray_local, ray_remote = _ray_checks(name, node, state)
+        local += ray_local
+        remote += ray_remote
         if node["mesh"]:
             mine, theirs = _mesh_checks(name, node, state)
             local += mine

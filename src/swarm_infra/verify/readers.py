@@ -126,6 +126,64 @@ def array(host: Host, check: Check, cache: Cache) -> list[str] | str:
     return sorted(members)
 
 
+def ray_exposed(host: Host, check: Check, cache: Cache) -> list[str]:
+    """Listening TCP sockets of Ray's processes that answer beyond loopback and the node's
+    mesh address without the firewall dropping their port: ["addr:port (process)"]."""
+    fw = check.args["firewall"]
+    guarded = set(fw["tcp_ports"])
+    out = host.check_output("ss -ltnpH")
+    exposed = []
+    for line in out.splitlines():
+        fields = line.split()
+        if len(fields) < 6 or ("ray" not in line and "gcs_server" not in line and "raylet" not in line):
+            continue
+        addr, _, port_text = fields[3].rpartition(":")
+        port = int(port_text)
+        local_only = addr.strip("[]") in ("127.0.0.1", "::1", check.args["node_ip"])
+        dropped = port in guarded or any(lo <= port <= hi for lo, hi in fw["tcp_ranges"])
+        if not (local_only or dropped):
+            process = fields[5].split('"')[1] if '"' in fields[5] else fields[5]
+            exposed.append(f"{addr}:{port} ({process})")
+    return sorted(exposed)
+
+
+def tcp_port(host: Host, check: Check, cache: Cache) -> str:
+    """Whether a TCP connection from this node to address:port opens within 3 s."""
+    a = check.args
+    probe = host.run(f"timeout 3 bash -c '</dev/tcp/{a['address']}/{int(a['port'])}'")
+    return "open" if probe.rc == 0 else "closed"
+
+
+def ray_member(host: Host, check: Check, cache: Cache) -> dict[str, Any] | str:
+    """The node as the head's state API lists it (run on the head): state, total resources
+    and labels; "absent" when the head does not list it."""
+    dashboard = check.args["dashboard"]
+    if not dashboard:
+        return "unreadable: the head runs no dashboard (state API)"
+    nodes = _cached(cache, "ray_nodes", lambda: _ray_nodes(host, check.args["venv"], dashboard))
+    if isinstance(nodes, str):
+        return nodes
+    alive = [n for n in nodes if n.get("node_ip") == check.args["node_ip"] and n.get("state") == "ALIVE"]
+    entry = alive[0] if alive else next((n for n in nodes if n.get("node_ip") == check.args["node_ip"]), None)
+    if entry is None:
+        return "absent"
+    return {
+        "state": entry.get("state"),
+        "resources": entry.get("resources_total") or {},
+        "labels": entry.get("labels") or {},
+    }
+
+
+def _ray_nodes(host: Host, venv: str, dashboard: dict[str, Any]) -> list[dict[str, Any]] | str:
+    address = f"http://{dashboard['host']}:{dashboard['port']}"
+    out = host.run(
+        f"{shlex.quote(venv)}/bin/ray list nodes --detail --format json --limit 10000 --address {address}"
+    )
+    if out.rc != 0:
+        return f"unreadable: {(out.stderr.strip() or 'ray list nodes failed').splitlines()[-1]}"
+    return json.loads(out.stdout)
+
+
 def file(host: Host, check: Check, cache: Cache) -> str:
     out = host.run(f"stat -c '%U:%G %04a' {shlex.quote(check.args['path'])}")
     return out.stdout.strip() if out.rc == 0 else "absent"

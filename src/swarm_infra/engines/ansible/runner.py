@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-LAYERS = ("site", "host", "drivers", "gpu", "storage", "mesh")
+LAYERS = ("site", "host", "drivers", "gpu", "storage", "mesh", "ray")
 
 
 def path_with_ansible() -> str:

@@ -1,0 +1,139 @@
+"""The lab's package index: a wheelhouse on the host, served to the nodes over HTTP.
+
+Nodes install Ray (and the packages its jobs need) from the Python package index their
+RayCluster policy names, as a provider with a private mirror would; they never reach the
+internet for it. In the lab that index is this host: the wheels are downloaded once, with
+pip, for the nodes' Python and platform into ``$SWARM_LAB_CACHE/wheelhouse/<key>`` (kept
+across labs, like the image), and pypiserver serves them on the lab's service address,
+``SERVICE_ADDRESS`` on a host interface of its own, which every node reaches through its
+site router. A RayCluster whose ``package_index.url`` is on that address gets it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import ipaddress
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from urllib.parse import urlparse
+
+from .plan import PREFIX
+from .system import LabError, run
+
+# TEST-NET-1 (RFC 5737): never routed, so it names nothing but this host in the lab.
+SERVICE_ADDRESS = ipaddress.IPv4Address("192.0.2.1")
+SERVICE_LINK = f"{PREFIX}-svc"
+# The nodes' Python: Debian 12's python3 in the lab image.
+NODE_PYTHON = "3.11"
+NODE_PLATFORMS = (
+    "manylinux_2_28_x86_64",
+    "manylinux_2_27_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+)
+READY_TIMEOUT_S = 60
+
+
+def serves(url: str) -> bool:
+    """The index at ``url`` is the lab's own (its host is the service address)."""
+    return urlparse(url).hostname == str(SERVICE_ADDRESS)
+
+
+def wheelhouse_key(requirements: Sequence[str]) -> str:
+    recipe = json.dumps([sorted(requirements), NODE_PYTHON, NODE_PLATFORMS])
+    return hashlib.sha256(recipe.encode()).hexdigest()[:12]
+
+
+def ensure_wheelhouse(cache: Path, requirements: Sequence[str], log: Callable[[str], None] = print) -> Path:
+    """The directory of wheels for ``requirements`` and their dependencies, downloaded once
+    (binary wheels for the nodes' Python and platform); concurrent callers wait on a lock
+    and a half-filled directory is never used. Raises LabError when pip fails."""
+    final = cache / wheelhouse_key(requirements)
+    if (final / ".complete").exists():
+        log(f"index  wheelhouse {final.name}: cached ({sum(1 for _ in final.glob('*.whl'))} wheels)")
+        return final
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (final / ".complete").exists():
+            return final
+        building = cache / f".building-{final.name}"
+        shutil.rmtree(building, ignore_errors=True)
+        log(f"index  wheelhouse {final.name}: downloading {', '.join(requirements)} (once)")
+        started = time.monotonic()
+        platforms = [arg for p in NODE_PLATFORMS for arg in ("--platform", p)]
+        proc = run(
+            [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:",
+             "--python-version", NODE_PYTHON, "--implementation", "cp", *platforms,
+             "--dest", str(building), *requirements],
+            check=False,
+            timeout=1800,
+        )  # fmt: skip
+        if proc.returncode != 0:
+            tail = "\n".join(proc.stderr.strip().splitlines()[-10:])
+            raise LabError(f"pip download for the lab's package index failed:\n{tail}")
+        (building / ".complete").write_text(json.dumps(sorted(requirements)) + "\n")
+        building.rename(final)
+        log(f"index  wheelhouse {final.name}: {sum(1 for _ in final.glob('*.whl'))} wheels in "
+            f"{time.monotonic() - started:.0f} s")  # fmt: skip
+    return final
+
+
+def ensure_service_address() -> None:
+    """The host interface holding SERVICE_ADDRESS (a dummy link named in the lab's prefix,
+    so ``down`` sweeps it with the rest)."""
+    if run(["ip", "link", "show", "dev", SERVICE_LINK], check=False).returncode != 0:
+        run(["ip", "link", "add", SERVICE_LINK, "type", "dummy"])
+    run(["ip", "addr", "replace", f"{SERVICE_ADDRESS}/32", "dev", SERVICE_LINK])
+    run(["ip", "link", "set", SERVICE_LINK, "up"])
+
+
+def index_is_running(pid: int | None, port: int) -> bool:
+    if not pid:
+        return False
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"pypiserver" in argv and str(port).encode() in argv
+
+
+def start_index(directory: Path, port: int, cgroup: Path, log_file: Path) -> int:
+    """Serve ``directory`` with pypiserver on SERVICE_ADDRESS:``port`` (no uploads, no auth:
+    read-only); returns its PID once it answers. The process runs in the lab's cgroup, so
+    ``down`` ends it whatever happens."""
+    with open(log_file, "a") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pypiserver", "run", "--host", str(SERVICE_ADDRESS), "--port", str(port),
+             "--authenticate", ".", "--passwords", ".", "--disable-fallback", str(directory)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )  # fmt: skip
+    cgroup.mkdir(parents=True, exist_ok=True)
+    (cgroup / "cgroup.procs").write_text(f"{proc.pid}\n")
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while True:
+        try:
+            with socket.create_connection((str(SERVICE_ADDRESS), port), timeout=1):
+                return proc.pid
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise LabError(f"the lab's package index did not start; see {log_file}") from None
+            time.sleep(0.1)  # the server is binding its socket; nothing to wait on but a connect
+
+
+def stop_index(pid: int | None, port: int) -> None:
+    if index_is_running(pid, port):
+        assert pid is not None
+        os.kill(pid, signal.SIGTERM)
