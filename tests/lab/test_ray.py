@@ -1,0 +1,175 @@
+"""Ray over the WireGuard mesh on the real lab (root; CI runs it): every node joins one Ray
+cluster on its mesh address; a real job shows placement by GPU model, a Tune search
+across nodes, data crossing the mesh (never the underlay), and a worker lost mid-job.
+
+Runs after convergence (LAB_ORDER): the lab fleet declares the RayCluster, so the site
+converge already started Ray. Jobs are submitted from the head, over its mesh address: the
+controller (this host) is not in the mesh.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from swarm_infra.lab.state import read_connections, ssh_command
+from tests.labkit import FILES, LAB_STATE, ROOT, converge_summary, on_node, swarm
+
+pytestmark = [pytest.mark.root, pytest.mark.lab]
+LAB_ORDER = 35
+RAY = {name: node["ray"] for name, node in LAB_STATE["nodes"].items()}
+HEAD = next(n for n, r in RAY.items() if r["role"] == "head")
+DASHBOARD = f"http://{RAY[HEAD]['dashboard']['host']}:{RAY[HEAD]['dashboard']['port']}"
+VENV = FILES["ray_venv"]
+JOB_DIR = "/root/ray-jobs"
+MIB = 64
+# Which node holds which GPU model (the lab fleet: H100s on lab-gpu-1, A100s on lab-gpu-2).
+BY_MODEL = {
+    accel: sorted(n for n, r in RAY.items() if r and f"accelerator_type:{accel}" in r["resources"])
+    for accel in ("H100", "A100")
+}
+# Counted on each worker's input: Ray's ports over the underlay (must stay 0) and over wg0.
+PROBE = """
+table inet ray_probe {{
+  chain input {{
+    type filter hook input priority -10; policy accept;
+    iifname "eth0" tcp dport {{ {ports}, {low}-{high} }} counter
+    iifname "{iface}" tcp dport {{ {ports}, {low}-{high} }} counter
+  }}
+}}
+"""
+
+
+def ray_nodes() -> list[dict]:
+    out = on_node(
+        HEAD, f"{VENV}/bin/ray list nodes --detail --format json --limit 1000 --address {DASHBOARD}"
+    )
+    return json.loads(out.stdout)
+
+
+def alive() -> dict[str, dict]:
+    by_ip = {r["node_ip"]: n for n, r in RAY.items() if r}
+    return {by_ip[n["node_ip"]]: n for n in ray_nodes() if n["state"] == "ALIVE" and n["node_ip"] in by_ip}
+
+
+def verify(tmp_path: Path, *args: str) -> tuple[int, list[dict]]:
+    junit = tmp_path / "verify.xml"
+    proc = swarm("verify", "--junit-xml", str(junit), *args, check=False)
+    drift = [
+        json.loads(p.get("value"))
+        for p in ET.parse(junit).getroot().iter("property")
+        if p.get("name") == "drift"
+    ]
+    return proc.returncode, drift
+
+
+def ray_pid(node: str) -> str:
+    unit = LAB_STATE["nodes"][node]["layout"]["units"]["ray_" + RAY[node]["role"]]
+    return on_node(node, f"systemctl show -p MainPID --value {unit}").stdout.strip()
+
+
+def counters(node: str) -> list[int]:
+    """Packets counted by the probe's rules: [underlay, mesh]."""
+    text = on_node(node, "nft list table inet ray_probe").stdout
+    return [int(p) for p in re.findall(r"counter packets (\d+)", text)]
+
+
+def test_every_node_joins_on_its_mesh_address_with_its_resources_and_labels(lab) -> None:
+    proc = swarm("converge", check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    assert "SIMULATED GPUs: Ray is told of" in proc.stdout
+    members = alive()
+    assert set(members) == {n for n, r in RAY.items() if r}
+    for name, node in members.items():
+        want = RAY[name]
+        assert node["node_ip"] == want["node_ip"]
+        assert node["resources_total"].get("GPU", 0) == want["num_gpus"]
+        for key, value in want["resources"].items():
+            assert node["resources_total"][key] == value
+        for key, value in want["labels"].items():
+            assert node["labels"][key] == value
+    # A second converge restarts nothing: each Ray node keeps its raylet.
+    pids = {n: ray_pid(n) for n in members}
+    again = converge_summary(swarm("converge").stdout)
+    assert {h: v["changed"] for h, v in again.items()} == dict.fromkeys(again, 0)
+    assert {n: ray_pid(n) for n in members} == pids
+
+
+def test_rays_ports_answer_over_the_mesh_only(lab, tmp_path: Path) -> None:
+    worker = BY_MODEL["A100"][0]
+    port = RAY[worker]["ports"]["node_manager"]
+    underlay = LAB_STATE["nodes"][worker]["address"]
+    probe = "timeout 3 bash -c '</dev/tcp/{}/{}' && echo open || echo closed"
+    assert on_node(HEAD, probe.format(underlay, port)).stdout.strip() == "closed"
+    assert on_node(HEAD, probe.format(RAY[worker]["node_ip"], port)).stdout.strip() == "open"
+    # Ray listens on every interface; the firewall is what keeps the underlay out.
+    listening = on_node(worker, "ss -ltnH").stdout
+    assert f"0.0.0.0:{port}" in listening or f"*:{port}" in listening
+    rc, drift = verify(tmp_path)
+    assert rc == 0 and drift == []
+
+
+def test_a_job_places_by_gpu_model_tunes_across_nodes_moves_data_over_the_mesh_and_survives_a_lost_worker(
+    lab, tmp_path: Path
+) -> None:
+    lost = BY_MODEL["H100"][0]
+    consumer = BY_MODEL["A100"][0]
+    iface = LAB_STATE["nodes"][consumer]["mesh"]["interface"]
+    ports = RAY[consumer]["firewall"]["tcp_ports"]
+    low, high = RAY[consumer]["firewall"]["tcp_ranges"][0]
+    for node in (lost, consumer):
+        rules = PROBE.format(ports=", ".join(map(str, ports)), low=low, high=high, iface=iface)
+        on_node(node, f"nft -f - <<'EOF'\n{rules}\nEOF")
+    wg_rx = int(on_node(consumer, f"cat /sys/class/net/{iface}/statistics/rx_bytes").stdout)
+    job = (ROOT / "jobs" / "mesh_proof.py").read_text()
+    on_node(HEAD, f"mkdir -p {JOB_DIR} && cat > {JOB_DIR}/mesh_proof.py <<'EOF'\n{job}\nEOF")
+
+    conn = read_connections()[HEAD]
+    submit = (
+        f"{VENV}/bin/ray job submit --address {DASHBOARD} --working-dir {JOB_DIR} "
+        f"-- python mesh_proof.py --mib {MIB}"
+    )
+    proc = subprocess.Popen(
+        ssh_command(conn, [submit]), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    stopped, lines = False, []
+    assert proc.stdout is not None
+    for line in proc.stdout:  # the job's log, as it runs: stop the H100 node once it runs a trial
+        lines.append(line)
+        if not stopped and "TRIAL-RUNNING" in line and lost in line:
+            assert "powered off" in swarm("lab", "stop", lost).stdout
+            stopped = True
+    assert proc.wait(timeout=900) == 0, "".join(lines[-60:])
+    assert stopped, "no trial ran on " + lost + "".join(lines[-60:])
+    result = json.loads(next(ln for ln in reversed(lines) if ln.startswith("RESULT ")).split(" ", 1)[1])
+
+    assert result["placement"] == {"A100": BY_MODEL["A100"], "H100": BY_MODEL["H100"]}
+    data = result["data"]
+    assert data["consumer"] == consumer and data["bytes"] == MIB << 20 and data["checksum_ok"]
+    grown = int(on_node(consumer, f"cat /sys/class/net/{iface}/statistics/rx_bytes").stdout) - wg_rx
+    assert grown >= MIB << 20, grown  # the array crossed the mesh
+    underlay, mesh = counters(consumer)
+    assert underlay == 0 and mesh > 0, (underlay, mesh)  # Ray's traffic never touched the underlay
+    tuned = result["tune"]
+    assert tuned["errors"] == 0 and tuned["trials"] == 12
+    assert len(tuned["hosts"]) >= 2  # trials ran on several nodes at once
+    assert tuned["moved"] >= 1  # trials lost with the stopped node ran again elsewhere
+
+    # Ray and swarm verify both see the node down.
+    assert lost not in alive()
+    rc, drift = verify(tmp_path, "--limit", lost)
+    assert rc == 1
+
+    # Started again, the node rejoins (its worker unit is enabled) and verify passes.
+    swarm("lab", "up", "--fleet", "lab")
+    proc = swarm("converge", check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    assert lost in alive()
+    rc, drift = verify(tmp_path)
+    assert rc == 0 and drift == [], drift
+    on_node(consumer, "nft delete table inet ray_probe")
