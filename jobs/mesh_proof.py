@@ -68,11 +68,13 @@ def train(config: dict) -> None:
         )
 
 
-def tuning(trials: int, epochs: int) -> dict:
+def tuning(trials: int, epochs: int, workers_only: bool) -> dict:
     alphas = list(np.logspace(-5, -1, trials))
     started = time.monotonic()
+    # workers_only: a sliver of a (logical) GPU keeps trials off the head, which has none.
+    resources = {"cpu": 1, "gpu": 0.01} if workers_only else {"cpu": 1}
     tuner = tune.Tuner(
-        tune.with_resources(train, {"cpu": 1}),
+        tune.with_resources(train, resources),
         param_space={"alpha": tune.grid_search(alphas), "epochs": epochs},
         tune_config=tune.TuneConfig(metric="accuracy", mode="max"),
         run_config=tune.RunConfig(
@@ -126,6 +128,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=150)
     parser.add_argument("--mib", type=int, default=64)
     parser.add_argument("--only", choices=("placement", "tune", "data"), help="run one stage")
+    parser.add_argument("--workers-only", action="store_true", help="run trials on GPU nodes only")
     args = parser.parse_args()
     ray.init()
     nodes = sorted(n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"])
@@ -136,7 +139,7 @@ def main() -> None:
     if args.only in (None, "data"):
         result["data"] = data(args.mib)
     if args.only in (None, "tune"):
-        result["tune"] = tuning(args.trials, args.epochs)
+        result["tune"] = tuning(args.trials, args.epochs, args.workers_only)
     print(f"RESULT {json.dumps(result, sort_keys=True)}", flush=True)
 
 
