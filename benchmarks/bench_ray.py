@@ -127,7 +127,7 @@ def main() -> int:
                 tuned = result["tune"]
                 rates[n] = tuned["trials_per_s"]
                 print(
-                    f"{n} worker node(s): {rates[n]:.3f} trials/s ({tuned['seconds']:.1f} s, {tuned['hosts']})"
+                    f"{n} worker(s): {rates[n]:.3f} trials/s ({tuned['seconds']:.1f} s, {tuned['hosts']})"
                 )
             print(f"{'workers':>8} {'trials/s':>9} {'efficiency':>11}")
             for n in (1, 2, 3):
