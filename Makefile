@@ -1,6 +1,7 @@
 # `make demo`: the main job on this machine (Debian 12, as root), from a clean clone.
 # Installs what it needs, starts the 3-node lab, validates the fleet, converges every node
-# with Ansible, verifies them with testinfra and prints the summary. The lab stays up.
+# with Ansible (Ray over the mesh included), verifies them with testinfra and prints the
+# summary. The lab stays up.
 SWARM := .venv/bin/swarm
 
 .PHONY: demo install test down
@@ -16,6 +17,7 @@ demo: install
 	@echo "  $(SWARM) lab ssh lab-gpu-1 -- wg show"
 	@echo "  $(SWARM) plan --fleet lab --node lab-gpu-1"
 	@echo "  $(SWARM) converge --check --diff      # nothing to change"
+	@echo "  README, 'Ray over the mesh': submit jobs/mesh_proof.py to the lab's Ray cluster over wg0"
 	@echo "Tear it down: $(SWARM) lab down   (or: make down)"
 
 install:
