@@ -126,9 +126,8 @@ def main() -> int:
                 )
                 tuned = result["tune"]
                 rates[n] = tuned["trials_per_s"]
-                print(
-                    f"{n} worker(s): {rates[n]:.3f} trials/s ({tuned['seconds']:.1f} s, {tuned['hosts']})"
-                )
+                seconds, hosts = tuned["seconds"], tuned["hosts"]
+                print(f"{n} worker(s): {rates[n]:.3f} trials/s ({seconds:.1f} s, {hosts})")
             print(f"{'workers':>8} {'trials/s':>9} {'efficiency':>11}")
             for n in (1, 2, 3):
                 print(f"{n:>8} {rates[n]:>9.3f} {rates[n] / (n * rates[1]):>11.2f}")
