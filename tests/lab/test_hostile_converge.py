@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from ..jinja_fleet import jinja_fleet
-from .conftest import LAB_STATE, converge_summary, on_node, playbook, swarm
+from tests.jinja_fleet import jinja_fleet
+from tests.labkit import LAB_STATE, converge_summary, on_node, playbook, swarm
 
 pytestmark = [pytest.mark.root, pytest.mark.lab]
+LAB_ORDER = 28  # after convergence: the copy converges nodes that are already converged
 NODES = set(LAB_STATE["nodes"])
 
 
