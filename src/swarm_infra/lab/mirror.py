@@ -89,11 +89,17 @@ def ensure_wheelhouse(cache: Path, requirements: Sequence[str], log: Callable[[s
 
 
 def ensure_service_address() -> None:
-    """The host interface holding SERVICE_ADDRESS (a dummy link named in the lab's prefix,
-    so ``down`` sweeps it with the rest)."""
+    """The host interface holding SERVICE_ADDRESS, named in the lab's prefix so that
+    ``down`` sweeps it with the rest.
+
+    A veth pair with both ends on the host, not a dummy link: this machine's kernel has no
+    ``dummy`` module ("Unknown device type"), and veth is what the lab is built of anyway.
+    An address on any interface that is up is local to the host, so the nodes reach it
+    through their site routers' default route."""
     if run(["ip", "link", "show", "dev", SERVICE_LINK], check=False).returncode != 0:
-        run(["ip", "link", "add", SERVICE_LINK, "type", "dummy"])
+        run(["ip", "link", "add", SERVICE_LINK, "type", "veth", "peer", "name", f"{SERVICE_LINK}-p"])
     run(["ip", "addr", "replace", f"{SERVICE_ADDRESS}/32", "dev", SERVICE_LINK])
+    run(["ip", "link", "set", f"{SERVICE_LINK}-p", "up"])
     run(["ip", "link", "set", SERVICE_LINK, "up"])
 
 
