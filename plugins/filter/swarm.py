@@ -1,20 +1,91 @@
 """Ansible filters ``swarm_*``: decisions the library makes, for roles to apply.
 
 Filters run on the controller, like the inventory plugin, so they call the swarm_infra
-library directly; roles never restate its rules in Jinja.
+library directly; roles never restate its rules in Jinja. The pyinfra deploys call the same
+functions, so both engines write the same bytes. Text a filter returns is marked unsafe
+(``wrap_var``): it holds fleet strings, which Ansible must never template.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 DOCUMENTATION = r"""
-name: swarm_scratch_problems
-short_description: Why devices must not become scratch storage
+name: swarm_file
+short_description: The text of a file the project writes on a node
 description:
-  - Takes the registered results of C(blkid -p -o export DEVICE) looped over the scratch
-    devices (each result's C(item) is the device) and NodeState.storage.scratch; returns one
-    message per device that holds something swarm did not make (empty when all are blank or
-    hold swarm's own scratch filesystem or array member).
+  - C(swarm | swarm_file(NAME)) is the whole text of the managed file NAME (a key of
+    NodeState.layout.files whose text depends on NodeState alone, e.g. C(gpu_unit),
+    C(ray_firewall_rules), C(ray_unit), C(driver_preferences)), from
+    C(swarm_infra.resolve.files).
+  - C(swarm | swarm_tunables_spec(LAYER)) is what the C(swarm_tunables) module converges
+    for the C(host) or C(mesh) layer.
+  - C(swarm_wireguard_peer_keys), C(swarm_wireguard_conf), C(swarm_wireguard_peers) and
+    C(swarm_wireguard_running_differs) give the mesh files and decisions that also depend on
+    the peers' public keys, read from the nodes at run time.
+  - C(LAYER | swarm_packages) lists the Debian packages a layer installs.
+  - C(swarm_scratch_problems) takes the registered results of C(blkid -p -o export DEVICE)
+    looped over the scratch devices and NodeState.storage.scratch; it returns one message
+    per device that holds something swarm did not make.
 """
+
+
+def _unsafe(text: str) -> Any:
+    from ansible.utils.unsafe_proxy import wrap_var
+
+    return wrap_var(text)
+
+
+def swarm_file(node: dict, name: str) -> Any:
+    from swarm_infra.resolve.files import static_file
+
+    return _unsafe(static_file(node, str(name)))  # unsafe wrappers are str/dict/list
+
+
+def swarm_tunables_spec(node: dict, layer: str) -> dict:
+    from ansible.utils.unsafe_proxy import wrap_var
+
+    from swarm_infra.resolve.files import tunables_spec
+
+    return wrap_var(tunables_spec(node, str(layer)))
+
+
+def swarm_wireguard_peer_keys(node: dict, recorded: dict | None, hostvars: Any) -> dict[str, str]:
+    """Keys of the declared peers: those published in this run (``wireguard_public_key`` of
+    each peer host in ``hostvars``) over those ``recorded`` on the node."""
+    from swarm_infra.resolve.files import wireguard_peer_keys
+
+    fresh = {}
+    for peer in node["mesh"]["peers"]:
+        name = str(peer["name"])
+        if name in hostvars:
+            fresh[name] = str(hostvars[name].get("wireguard_public_key", "") or "")
+    return _unsafe(wireguard_peer_keys(node, dict(recorded or {}), fresh))
+
+
+def swarm_wireguard_conf(node: dict, peer_keys: dict) -> Any:
+    from swarm_infra.resolve.files import wireguard_conf
+
+    return _unsafe(wireguard_conf(node, dict(peer_keys)))
+
+
+def swarm_wireguard_peers(node: dict, peer_keys: dict) -> Any:
+    from swarm_infra.resolve.files import wireguard_peers
+
+    return _unsafe(wireguard_peers(node, dict(peer_keys)))
+
+
+def swarm_wireguard_running_differs(node: dict, peer_keys: dict, allowed_ips_output: str) -> bool:
+    from swarm_infra.resolve.files import wireguard_running_differs
+
+    return wireguard_running_differs(node, dict(peer_keys), str(allowed_ips_output))
+
+
+def swarm_packages(layer: str) -> Any:
+    """The Debian packages of a node layer (``filesystems``: the package per filesystem)."""
+    from swarm_infra.resolve.packages import FILESYSTEM_PACKAGES, packages
+
+    return dict(FILESYSTEM_PACKAGES) if layer == "filesystems" else packages(str(layer))
 
 
 def swarm_scratch_problems(results: list, scratch: dict) -> list[str]:
@@ -29,4 +100,13 @@ def swarm_scratch_problems(results: list, scratch: dict) -> list[str]:
 
 class FilterModule:
     def filters(self) -> dict:
-        return {"swarm_scratch_problems": swarm_scratch_problems}
+        return {
+            "swarm_file": swarm_file,
+            "swarm_tunables_spec": swarm_tunables_spec,
+            "swarm_wireguard_peer_keys": swarm_wireguard_peer_keys,
+            "swarm_wireguard_conf": swarm_wireguard_conf,
+            "swarm_wireguard_peers": swarm_wireguard_peers,
+            "swarm_wireguard_running_differs": swarm_wireguard_running_differs,
+            "swarm_scratch_problems": swarm_scratch_problems,
+            "swarm_packages": swarm_packages,
+        }

@@ -16,9 +16,9 @@ that way, and the stack enables the feature gate when it installs Kueue.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from ..resolve.ray import labels_param, resources_param
 from ..resolve.types import ClusterState, RayClusterState, RayGroupState, TolerationState
 from .meta import KUEUE_PRIORITY_LABEL, KUEUE_QUEUE_LABEL, TENANT_LABEL, K8sObject, k8s_object, memory
 
@@ -64,9 +64,9 @@ def _pod_template(
     params = dict(start_params, **{"object-store-memory": str(group["object_store_bytes"])})
     # The same accelerator resources and node labels bare-node Ray declares (resolve/ray.py).
     if group["resources"]:
-        params["resources"] = json.dumps(group["resources"], sort_keys=True)
+        params["resources"] = resources_param(group["resources"])
     if group["labels"]:
-        params["labels"] = ",".join(f"{k}={v}" for k, v in sorted(group["labels"].items()))
+        params["labels"] = labels_param(group["labels"])
     return {
         "rayStartParams": params,
         "template": {"metadata": {"labels": dict(labels)}, "spec": spec},

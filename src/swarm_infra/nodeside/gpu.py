@@ -644,6 +644,24 @@ def backend_for(spec: dict, root: str = "/", readonly: bool = False) -> object:
     return NvmlBackend(readonly=readonly, root=root)
 
 
+def run_spec(spec: dict, apply: bool = False) -> dict:
+    """:func:`converge` on the backend a settings document asks for (NodeState.gpu), as JSON
+    data: ``{"changes", "reboot_required", "pending_reset" {gpu index as text: [modes]},
+    "simulated"}``; with ``apply`` false the backend is read-only and nothing is written.
+    A GpuError becomes ``{"error": message, "code": NVML-style code, "simulated"}``. Used
+    by the pyinfra engine, which sends this file and the document to the node on stdin."""
+    try:
+        result = converge(backend_for(spec, readonly=not apply), spec["devices"], check_mode=not apply)
+    except GpuError as exc:
+        return {"error": str(exc), "code": exc.code, "simulated": spec["backend"] == "simulated"}
+    return {
+        "changes": result["changes"],
+        "reboot_required": result["reboot_required"],
+        "pending_reset": {str(k): v for k, v in result["pending_reset"].items()},
+        "simulated": result["simulated"],
+    }
+
+
 def main(argv: list[str]) -> int:
     """CLI: ``apply|diff|read SETTINGS.json`` (``-``: stdin). Exit 0, 1 on GpuError, 2 usage."""
     if len(argv) != 3 or argv[1] not in ("apply", "diff", "read"):

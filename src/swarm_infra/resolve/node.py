@@ -21,18 +21,43 @@ SCRATCH_ARRAY = "/dev/md/swarm-scratch"
 SCRATCH_LABEL = "swarmscratch"
 
 
+# NVIDIA's apt repositories for Debian 12: the CUDA repository carries the driver packages
+# (https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/), the
+# libnvidia-container repository the container toolkit
+# (https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/install-guide.html).
+DRIVER_APT_SOURCES = (
+    ("nvidia-cuda", "https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/3bf863cc.pub",
+     "https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/ /"),
+    ("nvidia-container-toolkit", "https://nvidia.github.io/libnvidia-container/gpgkey",
+     "https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH) /"),
+)  # fmt: skip
+# The driver's own packages, installed at the pinned version and held; and packages outside
+# the pin (their own version line): the NVIDIA container toolkit.
+DRIVER_PACKAGES = ("nvidia-driver", "nvidia-persistenced")
+DRIVER_EXTRA_PACKAGES = ("nvidia-container-toolkit",)
+
+
 def driver_state(driver: dict[str, Any]) -> DriverState:
     """A GpuProfile's ``driver`` ({branch, version?, allow_reboot?}) as NodeState: with
     ``apt_version``, the Debian version glob that pins it (``570.86.15-*`` for a version,
-    ``570.*`` for a whole branch; apt_preferences(5) and ``apt-get install name=glob``).
+    ``570.*`` for a whole branch; apt_preferences(5) and ``apt-get install name=glob``),
+    the packages to install, pin and hold, and NVIDIA's apt sources (each a one-line
+    ``deb`` entry signed by the key fetched into the layout's ``apt_keyrings_dir``).
     Debian packages of NVIDIA's driver carry a revision (``570.86.15-1``), so the pin is a
     glob, and verification matches installed versions against the same glob."""
     version = driver.get("version")
+    keyrings = node_layout()["files"]["apt_keyrings_dir"]["path"]
     return {
         "branch": driver["branch"],
         "version": version,
         "allow_reboot": driver.get("allow_reboot", False),
         "apt_version": f"{version}-*" if version else f"{driver['branch']}.*",
+        "packages": list(DRIVER_PACKAGES),
+        "extra_packages": list(DRIVER_EXTRA_PACKAGES),
+        "apt_sources": [
+            {"name": name, "key_url": key, "repo": f"deb [signed-by={keyrings}/{name}.asc] {url}"}
+            for name, key, url in DRIVER_APT_SOURCES
+        ],
     }
 
 

@@ -24,6 +24,7 @@ Rules:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -175,6 +176,17 @@ def ray_node_labels(site: str | None, region: str | None, flavor: str | None) ->
     return {k: v for k, v in sorted(labels.items()) if v}
 
 
+def resources_param(resources: Mapping[str, int]) -> str:
+    """``ray start --resources`` (and KubeRay's rayStartParams ``resources``): JSON, sorted."""
+    return json.dumps(dict(resources), sort_keys=True)
+
+
+def labels_param(labels: Mapping[str, str]) -> str:
+    """``ray start --labels`` (and rayStartParams ``labels``): ``k1=v1,k2=v2``, sorted (the
+    format Ray 2.60 parses first; JSON is deprecated there)."""
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+
+
 def ray_requirements(version: str, packages: Sequence[str]) -> list[str]:
     """What pip installs: the pinned Ray with its extras, then the policy's packages."""
     return [f"ray[{RAY_EXTRAS}]=={version}", *packages]
@@ -206,6 +218,50 @@ def firewall_rule(ray: RayCluster, interface: str) -> RayFirewallState:
     }
 
 
+# ray start flag of each fixed port (RayCluster ports, Ray 2.60's `ray start --help`).
+_PORT_FLAGS = {
+    "node_manager": "--node-manager-port",
+    "object_manager": "--object-manager-port",
+    "runtime_env_agent": "--runtime-env-agent-port",
+    "dashboard_agent_grpc": "--dashboard-agent-grpc-port",
+    "dashboard_agent_http": "--dashboard-agent-listen-port",
+    "metrics_export": "--metrics-export-port",
+    "min_worker": "--min-worker-port",
+    "max_worker": "--max-worker-port",
+}
+
+
+def start_args(state: RayNodeState) -> list[str]:
+    """The ``ray start`` arguments (after ``ray``) of a bare node's unit, for both engines:
+    in the foreground (``--block``, systemd supervises it), on the node's mesh address, with
+    every port fixed (so the firewall covers them), the node's CPUs, logical GPUs, accelerator
+    resources, labels and object store; the head also serves GCS, the Ray client and the
+    dashboard on its mesh address, workers join the head's GCS."""
+    ports = state["ports"]
+    args = ["start", "--block", "--disable-usage-stats", f"--node-ip-address={state['node_ip']}"]
+    if state["role"] == "head":
+        args += ["--head", f"--port={ports['gcs']}", f"--ray-client-server-port={ports['client_server']}"]
+        dashboard = state["dashboard"]
+        if dashboard:
+            args += [
+                "--include-dashboard=true",
+                f"--dashboard-host={dashboard['host']}",
+                f"--dashboard-port={dashboard['port']}",
+            ]
+        else:
+            args.append("--include-dashboard=false")
+    else:
+        args.append(f"--address={state['gcs_address']}")
+    args += [f"{flag}={ports[name]}" for name, flag in _PORT_FLAGS.items()]
+    args += [f"--num-cpus={state['num_cpus']}", f"--num-gpus={state['num_gpus']}"]
+    if state["resources"]:
+        args.append(f"--resources={resources_param(state['resources'])}")
+    if state["labels"]:
+        args.append(f"--labels={labels_param(state['labels'])}")
+    args.append(f"--object-store-memory={state['object_store_bytes']}")
+    return args
+
+
 def bare_node_ray(
     ray: RayCluster, node: Node, role: str, node_ip: str, head_ip: str, region: str, interface: str
 ) -> RayNodeState:
@@ -225,7 +281,7 @@ def bare_node_ray(
         else object_store_bytes(node.memory_gib, ray.object_store_percent or 0)
     )
     ports = dict(sorted(ray.ports.items()))
-    return {
+    state: RayNodeState = {
         "cluster": ray.name,
         "role": role,  # type: ignore[typeddict-item]
         "version": ray.ray_version,
@@ -245,4 +301,7 @@ def bare_node_ray(
         if role == "head" and ray.dashboard_enabled
         else None,
         "firewall": firewall_rule(ray, interface),
+        "start_args": [],
     }
+    state["start_args"] = start_args(state)
+    return state

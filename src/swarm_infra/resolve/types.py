@@ -72,11 +72,20 @@ class GpuDevice(TypedDict):
     settings: GpuSettings
 
 
+class AptSource(TypedDict):
+    name: str  # the sources.list.d file name, and the key's name in the keyrings directory
+    key_url: str  # the repository's signing key, fetched to <apt_keyrings_dir>/<name>.asc
+    repo: str  # one-line sources.list(5) entry, signed-by that key
+
+
 class DriverState(TypedDict):
     branch: str  # e.g. "570"
     version: str | None  # e.g. "570.86.15"; None: the newest of the branch
     allow_reboot: bool
     apt_version: str  # the Debian version glob that pins it: "570.86.15-*" or "570.*"
+    packages: list[str]  # installed at apt_version and held
+    extra_packages: list[str]  # installed at their newest version (the container toolkit)
+    apt_sources: list[AptSource]  # NVIDIA's repositories
 
 
 class PowerLimits(TypedDict):

@@ -11,8 +11,9 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Collection
-from dataclasses import dataclass, field
 from typing import Any, TextIO
+
+from ..report import HostTally, result_line, summary_table
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # ansible-runner event name -> the tally it counts toward.
@@ -22,26 +23,6 @@ _RESULT = {
     "runner_on_unreachable": "unreachable",
     "runner_on_skipped": "skipped",
 }
-
-
-@dataclass
-class HostTally:
-    """Per-host task counts, as in Ansible's PLAY RECAP."""
-
-    ok: int = 0
-    changed: int = 0
-    failed: int = 0
-    unreachable: int = 0
-    skipped: int = 0
-    messages: list[str] = field(default_factory=list)
-
-    @property
-    def status(self) -> str:
-        if self.unreachable:
-            return "UNREACHABLE"
-        if self.failed:
-            return "FAILED"
-        return "changed" if self.changed else "ok"
 
 
 class Progress:
@@ -118,24 +99,11 @@ class Progress:
             text = "\n    ".join(map(str, note)) if isinstance(note, list) else str(note)
         if changed or note or outcome in ("failed", "unreachable") or self.verbose:
             label = "changed" if changed else "note" if note else outcome
-            elapsed = time.monotonic() - self.started
-            self._print(f"[{elapsed:6.1f}s] {host:<20} {label:<11} {text}")
+            self._print(result_line(time.monotonic() - self.started, host, label, text))
         diff = self.diffs.pop(host, [])
         if diff and changed:
             self._print("\n".join("    " + ln for ln in diff))
 
     def summary(self, simulated: Collection[str]) -> str:
         """The per-host table printed at the end (host, status, ok/changed/failed/...)."""
-        lines = [
-            "",
-            f"{'host':<20} {'status':<12} {'ok':>4} {'changed':>8} {'failed':>7} "
-            f"{'unreachable':>12} {'skipped':>8}",
-        ]
-        for host in sorted(self.hosts):
-            t = self.hosts[host]
-            note = "  (SIMULATED GPU)" if host in simulated else ""
-            lines.append(
-                f"{host:<20} {t.status:<12} {t.ok:>4} {t.changed:>8} {t.failed:>7} "
-                f"{t.unreachable:>12} {t.skipped:>8}{note}"
-            )
-        return "\n".join(lines)
+        return summary_table(self.hosts, simulated)

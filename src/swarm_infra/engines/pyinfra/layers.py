@@ -1,0 +1,450 @@
+"""The node layers as pyinfra deploys: the same desired state the Ansible roles apply.
+
+One function per layer, in the order of ``playbooks/site.yml``: :func:`host_layer`,
+:func:`drivers_layer`, :func:`gpu_layer`, :func:`storage_layer`, :func:`mesh_keys` +
+:func:`mesh_layer`, :func:`ray_layer`. Each reads the current host's NodeState
+(``host.data.swarm``) and calls pyinfra operations: built-in ones where pyinfra has them
+(``files.put``, ``files.directory``, ``apt.packages``, ``systemd.service``), the project's
+(:mod:`.operations`) where it has not. Paths, modes and unit names come from
+NodeState.layout and file texts from :mod:`swarm_infra.resolve.files`, exactly as the roles
+take them, so either engine leaves a node in the same state and the other finds nothing to
+change. The entry points in ``deploys/`` call these.
+"""
+
+from __future__ import annotations
+
+from io import StringIO
+from typing import Any
+from urllib.parse import urlsplit
+
+from pyinfra import host
+from pyinfra.facts.files import File
+from pyinfra.operations import apt, files, server, systemd
+
+from ...nodeside.facts import scratch_device_problem
+from ...resolve.files import static_file, tunables_spec
+from ...resolve.packages import FILESYSTEM_PACKAGES, packages
+from . import facts as F
+from . import operations as ops
+
+APT_CACHE_TIME_S = 3600  # apt's lists older than this are refreshed before installing (as the roles)
+
+
+def _node() -> dict[str, Any]:
+    return host.data.swarm
+
+
+def put(node: dict[str, Any], name: str, text: str, what: str, **kwargs: Any) -> Any:
+    """``files.put`` of ``text`` to the layout's file ``name``, with its owner and mode."""
+    f = node["layout"]["files"][name]
+    return files.put(
+        name=what,
+        src=StringIO(text),
+        dest=f["path"],
+        user=f["owner"],
+        group=f["group"],
+        mode=f["mode"],
+        **kwargs,
+    )
+
+
+def directory(node: dict[str, Any], name: str, what: str) -> Any:
+    f = node["layout"]["files"][name]
+    return files.directory(name=what, path=f["path"], user=f["owner"], group=f["group"], mode=f["mode"])
+
+
+def absent(node: dict[str, Any], name: str, what: str) -> Any:
+    f = node["layout"]["files"][name]
+    if f["type"] == "directory":
+        return files.directory(name=what, path=f["path"], present=False)
+    return files.file(name=what, path=f["path"], present=False)
+
+
+def any_changed(*op_metas: Any):
+    """An ``_if`` callable: true when any of the operations changed something."""
+    return lambda: any(o.did_change() for o in op_metas)
+
+
+# ------------------------------------------------------------------------------- host
+
+
+def host_layer() -> None:
+    """Sysctls, hugepages, THP and the CPU governor of the node's HostProfile, or none."""
+    ops.tunables(
+        name="Converge sysctls, hugepages, THP and the CPU governor to the declared set",
+        spec=tunables_spec(_node(), "host"),
+    )
+
+
+# ---------------------------------------------------------------------------- drivers
+
+
+def drivers_layer(require_device: bool = True) -> None:
+    """The NVIDIA driver at the declared version, pinned and held; nouveau blacklisted;
+    nvidia-persistenced; the container toolkit; a reboot only when allowed (else marked and
+    reported). Simulated GPUs, and nodes without an NVIDIA PCI device, are reported and
+    skipped."""
+    node = _node()
+    gpu = node["gpu"]
+    if not gpu or not gpu["driver"]:
+        return
+    driver, layout = gpu["driver"], node["layout"]
+    if gpu["backend"] == "simulated":
+        ops.record_note(
+            "SIMULATED NVML backend: no NVIDIA driver is installed on this node "
+            f"(would pin {driver['apt_version']})"
+        )
+        return
+    if require_device and not host.get_fact(F.NvidiaPciDevice):
+        ops.record_note(
+            f"no NVIDIA PCI device found: driver {driver['apt_version']} not installed "
+            "(declared GPUs missing?)"
+        )
+        return
+    blacklist = put(node, "nouveau_blacklist", static_file(node, "nouveau_blacklist"), "Blacklist nouveau")
+    server.shell(
+        name="Rebuild the initramfs",
+        commands=["test ! -x /usr/sbin/update-initramfs || update-initramfs -u"],
+        _if=blacklist.did_change,
+    )
+    keyrings = layout["files"]["apt_keyrings_dir"]["path"]
+    sources = []
+    for src in driver["apt_sources"]:
+        files.download(
+            name=f"Fetch the {src['name']} apt signing key",
+            src=src["key_url"],
+            dest=f"{keyrings}/{src['name']}.asc",
+            user="root",
+            group="root",
+            mode="0644",
+        )
+        sources.append(
+            apt.repo(name=f"Add the {src['name']} apt source", src=src["repo"], filename=src["name"])
+        )
+    pin = put(node, "driver_preferences", static_file(node, "driver_preferences"), "Pin the driver packages")
+    apt.update(name="Refresh the apt cache after a source or pin change", _if=any_changed(pin, *sources))
+    install = ops.apt_pinned(
+        name="Install the driver at the declared version",
+        packages=driver["packages"],
+        version=driver["apt_version"],
+    )
+    apt.packages(
+        name="Install the NVIDIA container toolkit", packages=driver["extra_packages"], no_recommends=True
+    )
+    ops.dpkg_hold(name="Hold the driver packages", packages=driver["packages"])
+    systemd.service(
+        name="Run nvidia-persistenced (NVIDIA calls nvidia-smi -pm legacy)",
+        service=layout["units"]["persistenced"],
+        running=True,
+        enabled=True,
+    )
+    if driver["allow_reboot"]:
+        server.reboot(name="Reboot into the new driver (the GPU profile allows it)", _if=install.did_change)
+    else:
+        put(
+            node,
+            "reboot_required",
+            static_file(node, "reboot_required"),
+            "Mark the reboot as pending (the GPU profile does not allow one)",
+            _if=install.did_change,
+        )
+        ops.note_if(
+            name="Report the pending reboot",
+            text=f"reboot required: NVIDIA driver changed to {driver['apt_version']}; "
+            "allow_reboot is false in the GPU profile",
+            _if=install.did_change,
+        )
+
+
+# -------------------------------------------------------------------------------- gpu
+
+
+def gpu_layer() -> None:
+    """The node-side GPU code, the persisted settings and the boot-time re-apply unit, then
+    the settings themselves; a node without GPUs loses all of it."""
+    node = _node()
+    gpu, layout = node["gpu"], node["layout"]
+    unit = layout["units"]["gpu_apply"]
+    if not gpu:
+        if host.get_fact(File, path=layout["files"]["gpu_unit"]["path"]):
+            systemd.service(name="Disable the re-apply unit", service=unit, running=None, enabled=False)
+        for name in ("gpu_unit", "gpu_settings", "gpu_code"):
+            absent(node, name, "Remove the GPU code, settings and unit")
+        return
+    if gpu["backend"] == "simulated":
+        ops.record_note("SIMULATED NVML backend: GPU state is kept in files on the node; no GPU is touched")
+    directory(node, "lib_dir", "Create the directory for the GPU code")
+    directory(node, "etc_dir", "Create the directory for the GPU settings")
+    f = layout["files"]["gpu_code"]
+    files.put(
+        name="Install the node-side GPU code",
+        src=ops.nodeside_path("gpu"),
+        dest=f["path"],
+        user=f["owner"],
+        group=f["group"],
+        mode=f["mode"],
+    )
+    put(node, "gpu_settings", static_file(node, "gpu_settings"), "Persist the desired GPU settings")
+    unit_file = put(node, "gpu_unit", static_file(node, "gpu_unit"), "Install the boot-time re-apply unit")
+    systemd.daemon_reload(name="Reload systemd (the re-apply unit changed)", _if=unit_file.did_change)
+    systemd.service(name="Enable the re-apply unit", service=unit, running=None, enabled=True)
+    ops.gpu_settings(name="Converge GPU settings", gpu=gpu)
+
+
+# ---------------------------------------------------------------------------- storage
+
+
+def storage_layer() -> None:
+    """Local NVMe scratch: RAID 0 over several devices (mdadm, persisted), the declared
+    filesystem with its label, mounted by label with the declared options (``discard``
+    where the device supports it), in fstab. Never formats a device holding anything the
+    project did not make. Scratch no longer declared is unmounted and leaves fstab (its
+    data stays)."""
+    node = _node()
+    storage, layout = node["storage"], node["layout"]
+    record = ops.storage_record_read(layout["files"]["storage_record"]["path"])
+    previous = record.get("mount_path")
+    if previous and (not storage or previous != storage["scratch"]["mount_path"]):
+        ops.unmount(name="Unmount scratch that is no longer declared here", path=previous)
+    if not storage:
+        absent(node, "storage_record", "Forget it")
+        return
+    scratch = storage["scratch"]
+    apt.packages(
+        name="Install the filesystem tools (and mdadm for RAID 0)",
+        packages=[FILESYSTEM_PACKAGES[scratch["filesystem"]]]
+        + (packages("storage_raid") if scratch["raid0"] else []),
+        update=True,
+        cache_time=APT_CACHE_TIME_S,
+        no_recommends=True,
+    )
+    problems = [
+        p
+        for p in (
+            scratch_device_problem(d, host.get_fact(F.BlockDeviceProbe, device=d), dict(scratch))
+            for d in scratch["devices"]
+        )
+        if p
+    ]
+    ops.refuse(name="Refuse devices holding anything swarm did not make", problems=problems)
+    if scratch["raid0"]:
+        ops.md_raid0(name="Assemble the RAID 0 array", array=scratch["array"], devices=scratch["devices"])
+        ops.mdadm_conf(
+            name="Persist the array for boot",
+            array=scratch["array"],
+            path=layout["files"]["mdadm_conf"]["path"],
+        )
+    ops.filesystem(
+        name="Make the filesystem (only on a blank target; an existing one is kept)",
+        device=scratch["target"],
+        fstype=scratch["filesystem"],
+        label=scratch["label"],
+    )
+    discard = host.get_fact(F.DiscardMaxBytes, device=scratch["target"]) > 0
+    ops.mount(
+        name="Mount it by label, persisted in fstab",
+        source=f"LABEL={scratch['label']}",
+        path=scratch["mount_path"],
+        fstype=scratch["filesystem"],
+        options=list(scratch["mount_options"]) + (["discard"] if discard else []),
+    )
+    put(
+        node,
+        "storage_record",
+        static_file(node, "storage_record"),
+        "Record the scratch the project made (so that removing its declaration unmounts it)",
+    )
+
+
+# ------------------------------------------------------------------------------- mesh
+
+
+def mesh_keys() -> None:
+    """WireGuard tools, and the node's private key made on the node (0600, never read back);
+    its public key is kept for the peers' configuration. Runs on every node before
+    :func:`mesh_layer` (pyinfra runs each operation on all hosts before the next)."""
+    node = _node()
+    if not node["mesh"]:
+        return
+    files_ = node["layout"]["files"]
+    userspace = not host.get_fact(F.KernelModule, module="wireguard")
+    apt.packages(
+        name="Install WireGuard tools (and wireguard-go without the kernel module)",
+        packages=packages("wireguard") + (packages("wireguard_userspace") if userspace else []),
+        update=True,
+        cache_time=APT_CACHE_TIME_S,
+        no_recommends=True,
+    )
+    directory(node, "wireguard_dir", "Create the WireGuard directory")
+    ops.wireguard_key(
+        name="Generate the private key on the node (0600, never read back)",
+        path=files_["wireguard_key"]["path"],
+    )
+    key = files_["wireguard_key"]
+    files.file(
+        name="Keep the private key readable by root only",
+        path=key["path"],
+        user=key["owner"],
+        group=key["group"],
+        mode=key["mode"],
+    )
+
+
+def mesh_layer() -> None:
+    """The peers' public keys recorded for limited runs, forwarding on relays and hubs (and
+    off elsewhere), wg-quick with wireguard-go where the kernel has no module, the
+    configuration applied with ``wg syncconf`` (tunnels stay up), runtime drift of peers and
+    MTU repaired in place, and an interface restart only when its address changed."""
+    node = _node()
+    mesh = node["mesh"]
+    if not mesh:
+        return
+    layout = node["layout"]
+    files_, unit = layout["files"], layout["units"]["wireguard"]
+    peers = layout["files"]["wireguard_peers"]
+    ops.wireguard_file(
+        name="Record the peer public keys (not secret) for runs limited to other hosts",
+        node=node,
+        which="peers",
+        path=peers["path"],
+    )
+    ops.tunables(
+        name="Forward between peers on relays and hubs, and stop where a node no longer is one",
+        spec=tunables_spec(node, "mesh"),
+    )
+    dropin = None
+    if not host.get_fact(F.KernelModule, module="wireguard"):
+        directory(node, "wireguard_dropin_dir", "Create the wg-quick drop-in directory")
+        dropin = put(
+            node,
+            "wireguard_dropin",
+            static_file(node, "wireguard_dropin"),
+            "Select the userspace implementation",
+        )
+    conf = ops.wireguard_file(
+        name="Write the wg-quick configuration",
+        node=node,
+        which="conf",
+        path=files_["wireguard_conf"]["path"],
+    )
+    if dropin is not None:
+        systemd.daemon_reload(name="Reload systemd (the wg-quick drop-in changed)", _if=dropin.did_change)
+    systemd.service(name="Enable and start the interface", service=unit, running=True, enabled=True)
+    ops.wireguard_sync(
+        name="Sync WireGuard peers",
+        node=node,
+        when_config_changed=conf,
+        key_path=files_["wireguard_key"]["path"],
+        unit=unit,
+    )
+    ops.wireguard_mtu(name="Set the declared MTU on the running interface (no tunnel drops)", mesh=mesh)
+    ops.wireguard_address(
+        name="Restart the interface when its address differs (peers address this node by it)",
+        mesh=mesh,
+        unit=unit,
+    )
+
+
+# -------------------------------------------------------------------------------- ray
+
+
+def ray_layer() -> None:
+    """The fleet's own Ray cluster over the mesh: nftables keeping Ray's ports off every
+    interface but loopback and wg0, the pinned Ray in its virtualenv from the declared
+    package index, and the head or worker unit (restarted only when Ray or its unit
+    changed). A node outside the cluster keeps none of the layer's units or files."""
+    node = _node()
+    ray, layout = node["ray"], node["layout"]
+    files_, units = layout["files"], layout["units"]
+    own = units[f"ray_{ray['role']}"] if ray else None
+    for role in ("ray_head", "ray_worker", "ray_firewall"):
+        path = files_[f"{role}_unit"]["path"]
+        if host.get_fact(File, path=path) and (not ray or (units[role] != own and role != "ray_firewall")):
+            systemd.service(
+                name=f"Stop and disable {units[role]} (not this node's)",
+                service=units[role],
+                running=False,
+                enabled=False,
+            )
+    if not ray:
+        for name in (
+            "ray_head_unit",
+            "ray_worker_unit",
+            "ray_firewall_unit",
+            "ray_firewall_rules",
+            "ray_venv",
+        ):
+            absent(node, name, "Remove what the Ray layer made on a node outside the Ray cluster")
+        return
+    other = "worker" if ray["role"] == "head" else "head"
+    absent(node, f"ray_{other}_unit", "Remove the other role's unit file")
+    if ray["simulated_gpus"]:
+        ops.record_note(f"SIMULATED GPUs: Ray is told of {ray['num_gpus']} logical GPU(s); no GPU is used")
+    apt.packages(
+        name="Install the venv module and nftables",
+        packages=packages("ray"),
+        update=True,
+        cache_time=APT_CACHE_TIME_S,
+        no_recommends=True,
+    )
+    directory(node, "etc_dir", "Create the directory for the firewall rules")
+    rules = put(
+        node,
+        "ray_firewall_rules",
+        static_file(node, "ray_firewall_rules"),
+        "Keep Ray's ports off every interface but loopback and the mesh",
+    )
+    fw_unit = put(
+        node, "ray_firewall_unit", static_file(node, "ray_firewall_unit"), "Install the firewall unit"
+    )
+    systemd.daemon_reload(name="Reload systemd (the firewall unit changed)", _if=fw_unit.did_change)
+    systemd.service(
+        name="Enable and start the firewall (before Ray)",
+        service=units["ray_firewall"],
+        running=True,
+        enabled=True,
+    )
+    systemd.service(
+        name="Reload the Ray firewall", service=units["ray_firewall"], restarted=True, _if=rules.did_change
+    )
+    index = ray["package_index"]
+    install = ops.pip_requirements(
+        name="Install the pinned Ray in its virtualenv from the declared package index",
+        venv=files_["ray_venv"]["path"],
+        requirements=ray["requirements"],
+        index_url=index,
+        trusted_host=urlsplit(index).hostname or "",
+    )
+    unit_file = put(node, f"ray_{ray['role']}_unit", static_file(node, "ray_unit"), "Install the Ray unit")
+    systemd.daemon_reload(name="Reload systemd (the Ray unit changed)", _if=unit_file.did_change)
+    systemd.service(name="Enable and start Ray", service=own, running=True, enabled=True)
+    systemd.service(name="Restart Ray", service=own, restarted=True, _if=any_changed(install, unit_file))
+
+
+# ------------------------------------------------------------------------------- site
+
+LAYERS = {
+    "host": (host_layer,),
+    "drivers": (drivers_layer,),
+    "gpu": (gpu_layer,),
+    "storage": (storage_layer,),
+    "mesh": (mesh_keys, mesh_layer),
+    "ray": (ray_layer,),
+}
+
+
+def site() -> None:
+    """Every layer, in the order of ``playbooks/site.yml``."""
+    for steps in LAYERS.values():
+        for step in steps:
+            step()
+
+
+def layer(name: str) -> None:
+    """One layer by name (``host``, ``drivers``, ``gpu``, ``storage``, ``mesh``, ``ray``), or
+    ``site`` for all. Raises KeyError for another name."""
+    if name == "site":
+        site()
+        return
+    for step in LAYERS[name]:
+        step()

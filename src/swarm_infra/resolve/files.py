@@ -1,0 +1,349 @@
+"""The text of every file the project writes on a node, decided once for both engines.
+
+The Ansible roles write these strings (``swarm_file`` filter, ``plugins/filter/swarm.py``)
+and the pyinfra deploys upload them (``swarm_infra.engines.pyinfra``), so a node converged
+by either engine holds the same bytes and the other engine finds nothing to change. Each
+function is pure: it takes NodeState (or a slice of it) and, where a file depends on what
+only the nodes know (WireGuard public keys), that knowledge; it returns the file's whole
+text, ending with a newline. Paths and modes are :mod:`.layout`'s.
+
+Errors: a NodeState missing the slice a file needs raises ``KeyError``/``TypeError``; the
+engines only ask for a layer's files where NodeState declares that layer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .types import GpuState, NodeState
+
+# How long a Ray worker waits for the head's GCS port at start, before systemd retries (s).
+RAY_HEAD_WAIT_S = 120
+# Package-name globs (apt_preferences(5)) of everything that belongs to one NVIDIA driver
+# version and must move with it: NVIDIA's Debian packages split the driver into these.
+DRIVER_PINNED_PACKAGES = (
+    "nvidia-* libnvidia-ml* libnvidia-cfg* libnvidia-gl* libnvidia-egl* libnvidia-encode* "
+    "libnvidia-ptx* libnvidia-rtcore* libnvidia-nvvm* libnvidia-fbc* libnvidia-allocator* "
+    "libnvidia-pkcs11* libcuda* cuda-drivers* firmware-nvidia-gsp xserver-xorg-video-nvidia "
+    "libglx-nvidia* libegl-nvidia* libgles-nvidia* libgl1-nvidia*"
+)
+
+
+def _header(what: str) -> str:
+    return f"# Managed by swarm ({what}). Changes here are overwritten.\n"
+
+
+def _json(data: Any) -> str:
+    return json.dumps(data, indent=4, sort_keys=True) + "\n"
+
+
+# ---------------------------------------------------------------------------- tunables
+
+
+def tunables_spec(node: NodeState, layer: str) -> dict[str, Any]:
+    """What the node-side tunables code converges for ``layer`` (:mod:`swarm_infra.nodeside.
+    tunables` SPEC): ``"host"``, the HostProfile's sysctls and sysfs values (none when the
+    node has no profile: its files go and the recorded values come back); ``"mesh"``, the
+    forwarding sysctls of relays and hubs. Each layer has its own sysctl.d file and record,
+    so removing one never touches the other's keys.
+
+    Raises ValueError for another ``layer``."""
+    files = node["layout"]["files"]
+    if layer == "host":
+        host = node["host"]
+        return {
+            "sysctls": dict(host["sysctl_text"]) if host else {},
+            "sysfs": [dict(i) for i in host["sysfs"]] if host else [],
+            "sysctl_conf": files["sysctl_conf"]["path"],
+            "tmpfiles_conf": files["tmpfiles_conf"]["path"],
+            "record": files["host_tunables_record"]["path"],
+            "label": f"HostProfile {host['profile'] if host else '(none)'}",
+        }
+    if layer == "mesh":
+        mesh = node["mesh"]
+        return {
+            "sysctls": dict(mesh["sysctls"]) if mesh else {},
+            "sysfs": [],
+            "sysctl_conf": files["mesh_sysctl_conf"]["path"],
+            "tmpfiles_conf": None,
+            "record": files["mesh_tunables_record"]["path"],
+            "label": "mesh forwarding",
+        }
+    raise ValueError(f"no tunables for layer {layer!r}")
+
+
+# ---------------------------------------------------------------------------- drivers
+
+
+def driver_preferences(node: NodeState) -> str:
+    """apt_preferences(5) file pinning the NVIDIA driver packages to NodeState's
+    ``gpu.driver.apt_version`` at priority 1001 (wins over newer and installed versions)."""
+    driver = node["gpu"]["driver"]
+    return (
+        _header("NVIDIA driver pin")
+        + "# The NVIDIA driver moves only when the GPU profile says so (apt_preferences(5)):\n"
+        "# priority 1001 selects this version even when a newer one is published, or an older one\n"
+        "# is installed.\n"
+        f"Package: {DRIVER_PINNED_PACKAGES}\n"
+        f"Pin: version {driver['apt_version']}\n"
+        "Pin-Priority: 1001\n"
+    )
+
+
+def nouveau_blacklist(node: NodeState) -> str:
+    """modprobe.d(5) file keeping nouveau off the GPUs (NVIDIA driver installation guide)."""
+    return (
+        _header("NVIDIA driver") + "# nouveau must not bind the GPU before the NVIDIA driver does.\n"
+        "blacklist nouveau\n"
+        "options nouveau modeset=0\n"
+    )
+
+
+def reboot_required(node: NodeState) -> str:
+    """Debian's pending-reboot marker (layout ``reboot_required``), naming the new driver."""
+    version = node["gpu"]["driver"]["apt_version"]
+    return f"*** System restart required: NVIDIA driver {version} (swarm) ***\n"
+
+
+# -------------------------------------------------------------------------------- gpu
+
+
+def gpu_settings(node: NodeState) -> str:
+    """The desired GPU settings the boot-time unit re-applies: NodeState.gpu as JSON."""
+    gpu: GpuState = node["gpu"]
+    return _json(gpu)
+
+
+def gpu_unit(node: NodeState) -> str:
+    """systemd unit re-applying the GPU settings at boot (power limits and clocks reset
+    when a GPU resets or the node reboots)."""
+    layout, gpu = node["layout"], node["gpu"]
+    files = layout["files"]
+    return (
+        _header("GPU layer")
+        + "# Power limits and clocks reset when a GPU resets or the node reboots: set them again.\n"
+        "[Unit]\n"
+        f"Description=Apply Swarm GPU settings ({gpu['backend']})\n"
+        f"After={layout['units']['persistenced']}\n"
+        f"ConditionPathExists={files['gpu_settings']['path']}\n"
+        "\n"
+        "[Service]\n"
+        "Type=oneshot\n"
+        "RemainAfterExit=yes\n"
+        f"ExecStart=/usr/bin/python3 {files['gpu_code']['path']} apply {files['gpu_settings']['path']}\n"
+        "\n"
+        "[Install]\n"
+        "WantedBy=multi-user.target\n"
+    )
+
+
+# ------------------------------------------------------------------------------- mesh
+
+
+def wireguard_peer_keys(
+    node: NodeState, recorded: Mapping[str, str], fresh: Mapping[str, str]
+) -> dict[str, str]:
+    """The public key of every declared peer that is known: those read from the peers in
+    this run (``fresh``, by node name) over those recorded on the node before (``recorded``,
+    the peers file), keeping declared peers only, so that a run limited to some hosts keeps
+    the others' keys and a removed peer's key leaves the file."""
+    declared = {p["name"] for p in node["mesh"]["peers"]}
+    keys = {**recorded, **{k: v for k, v in fresh.items() if v}}
+    return {name: str(keys[name]) for name in sorted(declared & set(keys))}
+
+
+def wireguard_peers(node: NodeState, peer_keys: Mapping[str, str]) -> str:
+    """The peers file: public keys (not secret) by node name, for runs limited to other hosts."""
+    return _json(dict(peer_keys))
+
+
+def wireguard_conf(node: NodeState, peer_keys: Mapping[str, str]) -> str:
+    """wg-quick(8) configuration of the node's mesh interface, without the private key: it
+    is generated on the node and set from its own file by ``PostUp``. A declared peer whose
+    public key is not known yet is a comment until that peer is converged."""
+    mesh, files = node["mesh"], node["layout"]["files"]
+    lines = [
+        _header("mesh").rstrip("\n"),
+        f"# Mesh interface of {node['name']}, from the resolved topology. The private key is",
+        "# generated on this node and set from its own file, so it never appears here.",
+        "[Interface]",
+        f"Address = {mesh['address']}",
+        f"ListenPort = {mesh['listen_port']}",
+        f"MTU = {mesh['mtu']}",
+        f"PostUp = wg set %i private-key {files['wireguard_key']['path']}",
+    ]
+    for peer in mesh["peers"]:
+        lines.append("")
+        key = peer_keys.get(peer["name"])
+        if not key:
+            lines.append(f"# {peer['name']}: public key not known yet (converge {peer['name']} first)")
+            continue
+        lines += ["[Peer]", f"# {peer['name']}", f"PublicKey = {key}"]
+        lines.append(f"AllowedIPs = {', '.join(peer['allowed_ips'])}")
+        if peer["endpoint"]:
+            lines.append(f"Endpoint = {peer['endpoint']}")
+        if peer["persistent_keepalive_s"]:
+            lines.append(f"PersistentKeepalive = {peer['persistent_keepalive_s']}")
+    return "\n".join(lines) + "\n"
+
+
+def wireguard_dropin(node: NodeState) -> str:
+    """wg-quick@ drop-in selecting wireguard-go, where the kernel has no WireGuard module."""
+    return (
+        _header("mesh")
+        + "# No WireGuard kernel module here: wg-quick starts wireguard-go (userspace, /dev/net/tun).\n"
+        "[Service]\n"
+        "Environment=WG_QUICK_USERSPACE_IMPLEMENTATION=wireguard-go\n"
+        "Environment=WG_I_PREFER_BUGGY_USERSPACE_TO_POLISHED_KMOD=1\n"
+    )
+
+
+def wireguard_running_differs(node: NodeState, peer_keys: Mapping[str, str], allowed_ips_output: str) -> bool:
+    """Whether the running interface's peers differ from the configuration: ``wg show IFACE
+    allowed-ips`` output (one line per peer: public key, then its CIDRs or ``(none)``)
+    against the declared peers whose keys are known. A difference (``wg set`` at runtime, a
+    drifted node) is repaired with ``wg syncconf``, which keeps tunnels up."""
+    running = {}
+    for line in allowed_ips_output.splitlines():
+        fields = line.split()
+        if fields:
+            running[fields[0]] = sorted(f for f in fields[1:] if f != "(none)")
+    declared = {
+        peer_keys[p["name"]]: sorted(p["allowed_ips"])
+        for p in node["mesh"]["peers"]
+        if p["name"] in peer_keys
+    }
+    return running != declared
+
+
+# -------------------------------------------------------------------------------- ray
+
+
+def ray_firewall_rules(node: NodeState) -> str:
+    """nftables rules keeping Ray's ports off every interface but loopback and the mesh
+    (Ray binds every interface even with --node-ip-address). The first two lines make a
+    reload replace the table whole."""
+    ray, units = node["ray"], node["layout"]["units"]
+    fw = ray["firewall"]
+    lines = [
+        _header("Ray layer").rstrip("\n"),
+        "# Ray binds every interface even with --node-ip-address: its ports answer only on",
+        f"# {' and '.join(fw['allowed_interfaces'])}. Loaded by {units['ray_firewall']}.",
+        "# The first two lines make a reload replace the table whole (create it if absent, drop it).",
+        "table inet swarm_ray",
+        "delete table inet swarm_ray",
+        "table inet swarm_ray {",
+        "  chain input {",
+        "    type filter hook input priority filter; policy accept;",
+        f"    iifname {{ {', '.join(json.dumps(i) for i in fw['allowed_interfaces'])} }} accept",
+        f"    tcp dport {{ {', '.join(str(p) for p in fw['tcp_ports'])} }} drop",
+    ]
+    lines += [f"    tcp dport {first}-{last} drop" for first, last in fw["tcp_ranges"]]
+    lines += ["  }", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def ray_firewall_unit(node: NodeState) -> str:
+    """systemd unit loading the Ray firewall before Ray starts."""
+    units, files = node["layout"]["units"], node["layout"]["files"]
+    return (
+        _header("Ray layer") + "[Unit]\n"
+        "Description=Keep Ray's ports off every interface but the mesh (swarm)\n"
+        f"Before={units['ray_head']} {units['ray_worker']}\n"
+        "\n"
+        "[Service]\n"
+        "Type=oneshot\n"
+        "RemainAfterExit=yes\n"
+        f"ExecStart=/usr/sbin/nft -f {files['ray_firewall_rules']['path']}\n"
+        "ExecStop=/usr/sbin/nft delete table inet swarm_ray\n"
+        "\n"
+        "[Install]\n"
+        "WantedBy=multi-user.target\n"
+    )
+
+
+def _systemd_quote(arg: str) -> str:
+    # systemd.service(5) command lines: single quotes group a word; "%" is a specifier.
+    return "'" + arg.replace("\\", "\\\\").replace("'", "\\'").replace("%", "%%") + "'"
+
+
+def ray_unit(node: NodeState) -> str:
+    """systemd unit running ``ray start --block`` with NodeState.ray.start_args, after the
+    mesh and the firewall; a worker first waits for the head's GCS over the mesh."""
+    ray, layout = node["ray"], node["layout"]
+    units, files = layout["units"], layout["files"]
+    venv = files["ray_venv"]["path"]
+    role = ray["role"]
+    lines = [
+        _header("Ray layer").rstrip("\n"),
+        f"# Ray {role} of cluster {ray['cluster']} on {ray['node_ip']} (the mesh address).",
+        "[Unit]",
+        f"Description=Ray {role} ({ray['cluster']}, Ray {ray['version']}) over the mesh",
+        f"After=network-online.target {units['wireguard']}.service {units['ray_firewall']}",
+        f"Requires={units['wireguard']}.service {units['ray_firewall']}",
+        "",
+        "[Service]",
+        "Type=simple",
+        "Environment=RAY_USAGE_STATS_ENABLED=0",
+    ]
+    if role == "worker":
+        head, port = ray["head_ip"], ray["ports"]["gcs"]
+        probe = (
+            f"for attempt in $$(seq {RAY_HEAD_WAIT_S}); do (exec 3<>/dev/tcp/{head}/{port}) 2>/dev/null "
+            f'&& exit 0; sleep 1; done; echo "Ray head {ray["gcs_address"]} unreachable" >&2; exit 1'
+        )
+        # No single quote in the probe: systemd takes the quoted text as one argument.
+        lines += [
+            "# Start once the head's GCS answers over the mesh.",
+            f"ExecStartPre=/bin/bash -c '{probe}'",
+        ]
+    args = " ".join(_systemd_quote(a) for a in ray["start_args"])
+    lines += [
+        "# The arguments are NodeState.ray.start_args, each quoted whole for systemd.",
+        f"ExecStart={venv}/bin/ray {args}",
+        f"ExecStop={venv}/bin/ray stop",
+        f"TimeoutStartSec={RAY_HEAD_WAIT_S + 60}",
+        "TimeoutStopSec=60",
+        "KillMode=mixed",
+        "Restart=on-failure",
+        "RestartSec=5",
+        "",
+        "[Install]",
+        "WantedBy=multi-user.target",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------- storage
+
+
+def storage_record(node: NodeState) -> str:
+    """What scratch the project made on the node (so that removing the declaration
+    unmounts it): mount path, target device and label, as JSON."""
+    scratch = node["storage"]["scratch"]
+    return _json({k: scratch[k] for k in ("mount_path", "target", "label")})
+
+
+# Files whose text depends on NodeState alone, by their layout name: what the engines and
+# verification can compare byte for byte.
+STATIC: dict[str, Callable[[NodeState], str]] = {
+    "driver_preferences": driver_preferences,
+    "nouveau_blacklist": nouveau_blacklist,
+    "reboot_required": reboot_required,
+    "gpu_settings": gpu_settings,
+    "gpu_unit": gpu_unit,
+    "wireguard_dropin": wireguard_dropin,
+    "ray_firewall_rules": ray_firewall_rules,
+    "ray_firewall_unit": ray_firewall_unit,
+    "ray_unit": ray_unit,
+    "storage_record": storage_record,
+}
+
+
+def static_file(node: NodeState, name: str) -> str:
+    """The text of the file ``name`` (a key of :data:`STATIC`) for ``node``.
+
+    Raises KeyError for a name that is not a static file."""
+    return STATIC[name](node)

@@ -1,0 +1,115 @@
+"""The text of the files the project writes on nodes (resolve/files.py): one decision that
+both engines write, derived from NodeState."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+
+from swarm_infra.resolve import desired_state, load_fleet
+from swarm_infra.resolve.files import (
+    STATIC,
+    static_file,
+    wireguard_conf,
+    wireguard_peer_keys,
+    wireguard_peers,
+    wireguard_running_differs,
+)
+
+from .conftest import fleet_dirs
+
+STATE = desired_state(load_fleet([str(p) for p in fleet_dirs("lab")]))
+NODES = STATE["nodes"]
+
+
+def keys_for(node: dict) -> dict[str, str]:
+    return {p["name"]: f"KEY-{p['name']}=" for p in node["mesh"]["peers"]}
+
+
+@pytest.mark.parametrize("name", sorted(NODES))
+def test_wg_conf_has_every_declared_peer_with_its_allowed_ips_and_no_private_key(name: str) -> None:
+    node = NODES[name]
+    keys = keys_for(node)
+    text = wireguard_conf(node, keys)
+    assert f"Address = {node['mesh']['address']}\n" in text
+    assert f"ListenPort = {node['mesh']['listen_port']}\n" in text
+    assert f"MTU = {node['mesh']['mtu']}\n" in text
+    assert "PrivateKey" not in text
+    assert f"private-key {node['layout']['files']['wireguard_key']['path']}\n" in text
+    blocks = text.split("[Peer]\n")[1:]
+    assert len(blocks) == len(node["mesh"]["peers"])
+    for peer, block in zip(node["mesh"]["peers"], blocks, strict=True):
+        assert f"PublicKey = {keys[peer['name']]}\n" in block
+        assert f"AllowedIPs = {', '.join(peer['allowed_ips'])}\n" in block
+        assert ("Endpoint = " in block) == bool(peer["endpoint"])
+
+
+def test_a_peer_without_a_known_key_is_a_comment_until_it_is_converged() -> None:
+    node = NODES["lab-gpu-1"]
+    keys = keys_for(node)
+    missing = node["mesh"]["peers"][0]["name"]
+    del keys[missing]
+    text = wireguard_conf(node, keys)
+    assert text.count("[Peer]") == len(node["mesh"]["peers"]) - 1
+    assert f"# {missing}: public key not known yet" in text
+
+
+def test_peer_keys_prefer_this_runs_keys_and_drop_peers_no_longer_declared() -> None:
+    node = NODES["lab-gpu-1"]
+    peers = [p["name"] for p in node["mesh"]["peers"]]
+    recorded = {peers[0]: "OLD=", "gone-node": "GONE="}
+    fresh = {peers[0]: "NEW=", peers[-1]: "", "not-a-peer": "X="}
+    keys = wireguard_peer_keys(node, recorded, fresh)
+    assert keys == {peers[0]: "NEW="}  # fresh wins, empty fresh ignored, undeclared dropped
+    assert json.loads(wireguard_peers(node, keys)) == keys
+
+
+def test_running_peers_are_compared_as_sets_of_allowed_ips() -> None:
+    node = NODES["lab-gpu-1"]
+    keys = keys_for(node)
+    lines = [f"{keys[p['name']]}\t{' '.join(reversed(p['allowed_ips']))}" for p in node["mesh"]["peers"]]
+    assert not wireguard_running_differs(node, keys, "\n".join(lines))
+    assert wireguard_running_differs(node, keys, "\n".join(lines[1:]))  # a peer removed at runtime
+    first = node["mesh"]["peers"][0]
+    changed = [f"{keys[first['name']]}\t(none)", *lines[1:]]
+    assert wireguard_running_differs(node, keys, "\n".join(changed))
+
+
+def test_ray_unit_runs_the_start_args_each_quoted_whole() -> None:
+    for node in NODES.values():
+        if not node["ray"]:
+            continue
+        text = static_file(node, "ray_unit")
+        exec_start = next(ln for ln in text.splitlines() if ln.startswith("ExecStart="))
+        venv = node["layout"]["files"]["ray_venv"]["path"]
+        assert shlex.split(exec_start.removeprefix("ExecStart=")) == [
+            f"{venv}/bin/ray",
+            *node["ray"]["start_args"],
+        ]
+        assert ("ExecStartPre=" in text) == (node["ray"]["role"] == "worker")
+
+
+def test_ray_firewall_drops_every_ray_port_outside_the_allowed_interfaces() -> None:
+    node = next(n for n in NODES.values() if n["ray"])
+    fw = node["ray"]["firewall"]
+    text = static_file(node, "ray_firewall_rules")
+    assert "iifname { " + ", ".join(f'"{i}"' for i in fw["allowed_interfaces"]) + " } accept" in text
+    assert "tcp dport { " + ", ".join(map(str, fw["tcp_ports"])) + " } drop" in text
+    for first, last in fw["tcp_ranges"]:
+        assert f"tcp dport {first}-{last} drop" in text
+
+
+def test_gpu_settings_are_the_nodes_gpu_slice() -> None:
+    node = NODES["lab-gpu-1"]
+    assert json.loads(static_file(node, "gpu_settings")) == node["gpu"]
+
+
+@pytest.mark.parametrize("name", sorted(STATIC))
+def test_every_static_file_is_text_ending_with_a_newline_and_stable(name: str) -> None:
+    node = NODES["lab-gpu-1"]
+    if name == "ray_unit" and not node["ray"]:
+        node = next(n for n in NODES.values() if n["ray"])
+    text = static_file(node, name)
+    assert text.endswith("\n") and text == static_file(node, name)
