@@ -1,4 +1,6 @@
-"""``swarm converge``: validate, then run a layer playbook with live progress and a summary."""
+"""``swarm converge``: validate, then converge a layer with Ansible (a playbook through
+ansible-runner) or pyinfra (the deploys through its Python API), with the same live
+progress lines, summary table, check/diff modes and exit codes."""
 
 from __future__ import annotations
 
@@ -8,7 +10,8 @@ from pathlib import Path
 
 from ..engines.ansible.progress import Progress
 from ..engines.ansible.runner import LAYERS, run_playbook
-from .common import EXIT_FAILURE, EXIT_OK, fleet_inventory, inventory_args, simulated_nodes
+from ..resolve.types import DesiredState
+from .common import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, fleet_inventory, inventory_args, simulated_nodes
 
 
 def cmd_converge(args: argparse.Namespace) -> int:
@@ -18,14 +21,17 @@ def cmd_converge(args: argparse.Namespace) -> int:
     inventory, state = found
     simulated = simulated_nodes(state)
     mode = " ".join(m for m, on in (("check", args.check), ("diff", args.diff)) if on)
+    what = f"playbooks/{args.layer}.yml" if args.engine == "ansible" else f"pyinfra deploys ({args.layer})"
     print(
-        f"converge: playbooks/{args.layer}.yml on {inventory} ({len(state['nodes'])} nodes"
+        f"converge: {what} on {inventory} ({len(state['nodes'])} nodes"
         + (f", limit {args.limit}" if args.limit else "")
         + (f", {mode}" if mode else "")
         + ")"
     )
     if simulated:
         print(f"note: {len(simulated)} node(s) use the SIMULATED NVML backend (no real GPU is touched)")
+    if args.engine == "pyinfra":
+        return _converge_pyinfra(args, state, simulated)
     progress = Progress(sys.stdout, verbose=args.verbose, show_diff=args.diff)
     rc, tail = run_playbook(
         Path.cwd(),
@@ -52,23 +58,56 @@ def cmd_converge(args: argparse.Namespace) -> int:
     return EXIT_FAILURE
 
 
+def _converge_pyinfra(args: argparse.Namespace, state: DesiredState, simulated: list[str]) -> int:
+    from ..engines.inventory import inventory_hosts
+    from ..engines.pyinfra.runner import Reporter, run, select
+    from ..lab.state import read_connections
+
+    hosts = select(inventory_hosts(state, read_connections()), args.limit)
+    if not hosts:
+        print(f"swarm converge: --limit {args.limit} matches no host", file=sys.stderr)
+        return EXIT_INVALID
+    reporter = Reporter(sys.stdout, verbose=args.verbose, show_diff=args.diff)
+    rc = run(args.layer, hosts, state["rollout"], reporter, check=args.check, diff=args.diff)
+    print(reporter.summary(simulated))
+    if args.check:
+        print("check mode: nothing was changed; 'changed' counts what a real run would change")
+    if rc:
+        bad = sorted(h for h, t in reporter.hosts.items() if t.failed or t.unreachable)
+        print(f"swarm converge: failed or unreachable: {', '.join(bad)}", file=sys.stderr)
+        return EXIT_FAILURE
+    return EXIT_OK
+
+
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "converge",
-        help="bring nodes to their declared state (ansible-playbook through ansible-runner)",
-        description="Validate the fleet, then run playbooks/LAYER.yml against the swarm "
-        "inventory, in the rolling batches of the fleet's Rollout policy. Prints each "
-        "changed, failed or unreachable task result as it happens (a live status line on "
-        "a terminal) and a per-host summary. Run from the repository root.",
-        epilog="Examples: swarm converge --check --diff | swarm converge --layer mesh --limit "
-        "site_lab_a | swarm converge --fleet example -i inventory/example. Exit codes: 0 "
-        "every host ok, 1 a host failed or was unreachable (the others were converged), "
-        "2 invalid fleet or arguments (nothing run).",
+        help="bring nodes to their declared state (Ansible or pyinfra)",
+        description="Validate the fleet, then converge LAYER on the fleet's nodes, in the "
+        "rolling batches of the fleet's Rollout policy: with Ansible (playbooks/LAYER.yml "
+        "through ansible-runner, the default) or with pyinfra (the deploys in deploys/, "
+        "through pyinfra's Python API). Both engines apply the same desired state and leave "
+        "nodes in the same state. Prints each changed, failed or unreachable result as it "
+        "happens and a per-host summary. Run from the repository root.",
+        epilog="Examples: swarm converge --check --diff | swarm converge --engine pyinfra | "
+        "swarm converge --layer mesh --limit site_lab_a | swarm converge --fleet example -i "
+        "inventory/example. Exit codes: 0 every host ok, 1 a host failed or was unreachable "
+        "(the others were converged), 2 invalid fleet or arguments (nothing run).",
     )
     inventory_args(p)
-    p.add_argument("--layer", choices=LAYERS, default="site", help="playbook (default: site)")
+    p.add_argument(
+        "--layer", choices=LAYERS, default="site", help="node layer, or site for all (default: site)"
+    )
+    p.add_argument(
+        "--engine",
+        choices=("ansible", "pyinfra"),
+        default="ansible",
+        help="ansible (ansible-playbook) or pyinfra (its Python API); the same result (default: ansible)",
+    )
     p.add_argument("--check", action="store_true", help="report what would change, change nothing")
     p.add_argument("--diff", action="store_true", help="show file and setting differences")
-    p.add_argument("--limit", metavar="PATTERN", help="Ansible host pattern: hosts or groups (site_X, gpu)")
+    p.add_argument(
+        "--limit", metavar="PATTERN", help="hosts or groups (site_X, gpu), comma-separated; globs allowed"
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="print every task result")
     p.set_defaults(func=cmd_converge)

@@ -60,9 +60,10 @@ def absent(node: dict[str, Any], name: str, what: str) -> Any:
     return files.file(name=what, path=f["path"], present=False)
 
 
-def any_changed(*op_metas: Any):
-    """An ``_if`` callable: true when any of the operations changed something."""
-    return lambda: any(o.did_change() for o in op_metas)
+def any_changed(*op_metas: Any) -> Any:
+    """An ``_if`` callable: true when any of the operations changed something (or, in a
+    check run, would)."""
+    return lambda: any(ops.changed(o) for o in op_metas)
 
 
 # ------------------------------------------------------------------------------- host
@@ -105,7 +106,7 @@ def drivers_layer(require_device: bool = True) -> None:
     server.shell(
         name="Rebuild the initramfs",
         commands=["test ! -x /usr/sbin/update-initramfs || update-initramfs -u"],
-        _if=blacklist.did_change,
+        _if=any_changed(blacklist),
     )
     keyrings = layout["files"]["apt_keyrings_dir"]["path"]
     sources = []
@@ -139,20 +140,20 @@ def drivers_layer(require_device: bool = True) -> None:
         enabled=True,
     )
     if driver["allow_reboot"]:
-        server.reboot(name="Reboot into the new driver (the GPU profile allows it)", _if=install.did_change)
+        server.reboot(name="Reboot into the new driver (the GPU profile allows it)", _if=any_changed(install))
     else:
         put(
             node,
             "reboot_required",
             static_file(node, "reboot_required"),
             "Mark the reboot as pending (the GPU profile does not allow one)",
-            _if=install.did_change,
+            _if=any_changed(install),
         )
         ops.note_if(
             name="Report the pending reboot",
             text=f"reboot required: NVIDIA driver changed to {driver['apt_version']}; "
             "allow_reboot is false in the GPU profile",
-            _if=install.did_change,
+            _if=any_changed(install),
         )
 
 
@@ -186,7 +187,7 @@ def gpu_layer() -> None:
     )
     put(node, "gpu_settings", static_file(node, "gpu_settings"), "Persist the desired GPU settings")
     unit_file = put(node, "gpu_unit", static_file(node, "gpu_unit"), "Install the boot-time re-apply unit")
-    systemd.daemon_reload(name="Reload systemd (the re-apply unit changed)", _if=unit_file.did_change)
+    systemd.daemon_reload(name="Reload systemd (the re-apply unit changed)", _if=any_changed(unit_file))
     systemd.service(name="Enable the re-apply unit", service=unit, running=None, enabled=True)
     ops.gpu_settings(name="Converge GPU settings", gpu=gpu)
 
@@ -328,7 +329,7 @@ def mesh_layer() -> None:
         path=files_["wireguard_conf"]["path"],
     )
     if dropin is not None:
-        systemd.daemon_reload(name="Reload systemd (the wg-quick drop-in changed)", _if=dropin.did_change)
+        systemd.daemon_reload(name="Reload systemd (the wg-quick drop-in changed)", _if=any_changed(dropin))
     systemd.service(name="Enable and start the interface", service=unit, running=True, enabled=True)
     ops.wireguard_sync(
         name="Sync WireGuard peers",
@@ -397,7 +398,7 @@ def ray_layer() -> None:
     fw_unit = put(
         node, "ray_firewall_unit", static_file(node, "ray_firewall_unit"), "Install the firewall unit"
     )
-    systemd.daemon_reload(name="Reload systemd (the firewall unit changed)", _if=fw_unit.did_change)
+    systemd.daemon_reload(name="Reload systemd (the firewall unit changed)", _if=any_changed(fw_unit))
     systemd.service(
         name="Enable and start the firewall (before Ray)",
         service=units["ray_firewall"],
@@ -405,7 +406,7 @@ def ray_layer() -> None:
         enabled=True,
     )
     systemd.service(
-        name="Reload the Ray firewall", service=units["ray_firewall"], restarted=True, _if=rules.did_change
+        name="Reload the Ray firewall", service=units["ray_firewall"], restarted=True, _if=any_changed(rules)
     )
     index = ray["package_index"]
     install = ops.pip_requirements(
@@ -416,7 +417,7 @@ def ray_layer() -> None:
         trusted_host=urlsplit(index).hostname or "",
     )
     unit_file = put(node, f"ray_{ray['role']}_unit", static_file(node, "ray_unit"), "Install the Ray unit")
-    systemd.daemon_reload(name="Reload systemd (the Ray unit changed)", _if=unit_file.did_change)
+    systemd.daemon_reload(name="Reload systemd (the Ray unit changed)", _if=any_changed(unit_file))
     systemd.service(name="Enable and start Ray", service=own, running=True, enabled=True)
     systemd.service(name="Restart Ray", service=own, restarted=True, _if=any_changed(install, unit_file))
 

@@ -47,6 +47,12 @@ _NOTES: WeakKeyDictionary[Any, dict[str, list[str]]] = WeakKeyDictionary()
 _PUBLIC_KEYS: WeakKeyDictionary[Any, dict[str, str]] = WeakKeyDictionary()
 
 
+def changed(meta: Any) -> bool:
+    """Whether an operation changed something (once it ran) or would (while preparing a
+    check run, when nothing runs): what ``_if`` conditions and handlers-like operations ask."""
+    return meta.did_change() if meta.is_complete() else bool(meta._maybe_is_change)
+
+
 def record_note(text: str) -> None:
     """A note for the operator about the current host (printed by pyinfra and collected for
     ``swarm converge``'s progress lines)."""
@@ -229,7 +235,7 @@ def wireguard_sync(
     running = host.get_fact(WireGuardAllowedIps, interface=interface)
     if running is None:
         return  # not up: wg-quick reads the file when it starts
-    if not when_config_changed.did_change():
+    if not changed(when_config_changed):
         keys = peer_keys(
             node, host.get_fact(FileContents, path=node["layout"]["files"]["wireguard_peers"]["path"])
         )

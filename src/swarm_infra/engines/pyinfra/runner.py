@@ -1,0 +1,259 @@
+"""Converging nodes with pyinfra's Python API (``swarm converge --engine pyinfra``).
+
+The run follows the Ansible playbooks' structure, so both engines roll out in the same
+steps: each layer in the order of ``playbooks/site.yml``, in the rolling batches of the
+fleet's Rollout (:func:`swarm_infra.resolve.rollout.rollout_batches`); WireGuard keys on
+every host first, without batches; the Ray head before the Ray workers. One pyinfra
+``State`` holds the whole run (one SSH connection per host): the deploys
+(:mod:`.layers`) add every operation first, then this module runs them step by step,
+batch by batch, each operation on all of a batch's hosts at once (pyinfra's own order),
+and a host that fails runs nothing more. ``check`` runs nothing: it reports what each
+operation would change (pyinfra's change detection, as ``pyinfra --dry``).
+
+Progress goes to a :class:`Reporter`: one line per changed or failed operation and per
+note, pyinfra's file diffs with ``diff``, and the same summary table as the Ansible engine.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from ...resolve.rollout import batch_failed, rollout_batches
+from ...resolve.types import RolloutState
+from ..inventory import InventoryHost
+from ..report import HostTally, result_line, summary_table
+from . import layers as L
+from . import operations as ops
+from .inventory import api_inventory
+
+
+@dataclass(frozen=True)
+class Step:
+    """Deploy functions run on ``hosts`` (names), in rolling batches when ``batched``."""
+
+    functions: tuple[Callable[[], None], ...]
+    hosts: tuple[str, ...]
+    batched: bool
+
+
+def plan(layer: str, hosts: list[InventoryHost]) -> list[Step]:
+    """The steps of a run of ``layer`` (``site`` or one of :data:`.layers.LAYERS`) on
+    ``hosts``, mirroring the playbooks: batches per layer, keys before the mesh, the Ray
+    head alone before the workers, then the nodes outside the Ray cluster."""
+    names = tuple(h.name for h in hosts)
+    role = {h.name: (h.state.get("ray") or {}).get("role") for h in hosts}
+    layers = list(L.LAYERS) if layer == "site" else [layer]
+    steps: list[Step] = []
+    for name in layers:
+        if name == "mesh":
+            steps += [Step((L.mesh_keys,), names, False), Step((L.mesh_layer,), names, True)]
+        elif name == "ray":
+            head = tuple(n for n in names if role[n] == "head")
+            workers = tuple(n for n in names if role[n] == "worker")
+            rest = tuple(n for n in names if role[n] is None)
+            steps += [Step((L.ray_layer,), head, False), Step((L.ray_layer,), workers, True)]
+            steps += [Step((L.ray_layer,), rest, False)]
+        else:
+            steps.append(Step(L.LAYERS[name], names, True))
+    return [s for s in steps if s.hosts]
+
+
+def select(hosts: list[InventoryHost], pattern: str | None) -> list[InventoryHost]:
+    """The hosts a ``--limit`` pattern names: host or group names (shell globs allowed),
+    separated by ``,`` or ``:``, as Ansible's and pyinfra's ``--limit`` take them."""
+    if not pattern:
+        return hosts
+    terms = [t for t in pattern.replace(":", ",").split(",") if t]
+    return [h for h in hosts if any(fnmatch.fnmatchcase(n, t) for t in terms for n in (h.name, *h.groups))]
+
+
+class Reporter:
+    """Per-host tallies and live lines of a pyinfra run, in the Ansible engine's format."""
+
+    def __init__(self, out: TextIO, *, verbose: bool = False, show_diff: bool = False) -> None:
+        self.out, self.verbose, self.show_diff = out, verbose, show_diff
+        self.started = time.monotonic()
+        self.hosts: dict[str, HostTally] = {}
+        self.diffs: dict[str, list[str]] = {}
+
+    def line(self, host: str, label: str, text: str) -> None:
+        self.out.write(result_line(time.monotonic() - self.started, host, label, text) + "\n")
+        self.out.flush()
+
+    def result(self, host: str, outcome: str, text: str, changed: bool = False, message: str = "") -> None:
+        tally = self.hosts.setdefault(host, HostTally())
+        setattr(tally, outcome, getattr(tally, outcome) + 1)
+        tally.changed += changed
+        if outcome in ("failed", "unreachable"):
+            tally.messages.append(f"{text}: {message or outcome}")
+            self.line(host, outcome, f"{text}\n    {tally.messages[-1]}")
+        elif changed or self.verbose:
+            self.line(host, "changed" if changed else outcome, text)
+        diff = self.diffs.pop(host, [])
+        if diff and changed and self.show_diff:
+            self.out.write("\n".join("    " + ln for ln in diff) + "\n")
+
+    def note(self, host: str, text: str) -> None:
+        self.line(host, "note", text)
+
+    def summary(self, simulated: Iterable[str]) -> str:
+        return summary_table(self.hosts, set(simulated))
+
+
+class _DiffCapture(logging.Handler):
+    """pyinfra logs file diffs (``--diff``) while an operation is generated; they are
+    collected per host (pyinfra's context is greenlet-local) for the reporter."""
+
+    def __init__(self, reporter: Reporter) -> None:
+        super().__init__(logging.INFO)
+        self.reporter = reporter
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from pyinfra import context
+
+        text = record.getMessage()
+        host = getattr(context.host, "name", None) if context.host else None
+        if host and (text.startswith("  ") or text.startswith("@@")):
+            from click import unstyle
+
+            self.reporter.diffs.setdefault(host, []).append(unstyle(text).rstrip())
+
+
+def run(
+    layer: str,
+    hosts: list[InventoryHost],
+    rollout: RolloutState,
+    reporter: Reporter,
+    *,
+    check: bool = False,
+    diff: bool = False,
+) -> int:
+    """Converge ``hosts`` to their NodeState with the pyinfra deploys of ``layer``.
+
+    Returns 0 when every host converged (or, with ``check``, could be checked), 1 when a
+    host failed or was unreachable (the others carry on, within the Rollout's tolerance).
+    Nothing runs on a host whose connection failed; in ``check`` mode nothing runs at all.
+    """
+    import pyinfra
+    from pyinfra.api import Config, State
+    from pyinfra.api.connect import connect_all, disconnect_all
+    from pyinfra.api.deploy import add_deploy
+    from pyinfra.api.state import StateStage
+
+    pyinfra.is_cli = False
+    config = Config()
+    config.DIFF = diff
+    # Change detection (running every operation's generator once while preparing) is only
+    # wanted in check mode: it reads every fact twice.
+    state = State(api_inventory(hosts), config, check_for_changes=check)
+    capture = _DiffCapture(reporter)
+    logging.getLogger("pyinfra").addHandler(capture)
+    try:
+        state.set_stage(StateStage.Connect)
+        connect_all(state)
+        by_name = {h.name: h for h in state.inventory}
+        up = {h.name for h in state.active_hosts}
+        for name in sorted(set(by_name) - up):
+            reporter.result(name, "unreachable", "connect", message="SSH connection failed")
+        state.set_stage(StateStage.Prepare)
+        steps = []
+        for step in plan(layer, hosts):
+            members = [by_name[n] for n in step.hosts if n in up]
+            added = {h: len(h.op_hash_order) for h in members}
+            for function in step.functions:
+                if members:
+                    add_deploy(state, function, host=members)
+            steps.append((step, members, {h: list(h.op_hash_order[added[h] :]) for h in members}))
+        _report_notes(state, reporter)
+        state.set_stage(StateStage.Execute)
+        state.is_executing = not check
+        failed = {n for n in by_name if n not in up}
+        for step, members, ops_of in steps:
+            names = [h.name for h in members]
+            batches = rollout_batches(names, rollout) if step.batched else [names]
+            for batch in batches:
+                live = [h for h in members if h.name in batch and h.name not in failed]
+                bad = _run_batch(state, live, ops_of, reporter, check)
+                failed |= bad
+                if bad and batch_failed(len(bad), len(batch), rollout):
+                    reporter.line(
+                        "-", "failed", f"batch {batch} failed beyond the Rollout's tolerance: stopping"
+                    )
+                    return 1
+        _report_notes(state, reporter)
+        return 1 if failed else 0
+    finally:
+        logging.getLogger("pyinfra").removeHandler(capture)
+        if state.current_stage >= StateStage.Connect:
+            disconnect_all(state)
+
+
+_reported: set[tuple[int, str, str]] = set()
+
+
+def _report_notes(state: Any, reporter: Reporter) -> None:
+    for host, texts in sorted(ops.notes(state).items()):
+        for text in texts:
+            key = (id(state), host, text)
+            if key not in _reported:
+                _reported.add(key)
+                reporter.note(host, text)
+
+
+def _run_batch(
+    state: Any, hosts: list[Any], ops_of: dict[Any, list[str]], reporter: Reporter, check: bool
+) -> set[str]:
+    """Run (or, in check mode, evaluate) each operation of the step on ``hosts`` in pyinfra's
+    order, an operation on all of them before the next; returns the hosts that failed."""
+    import gevent
+    from pyinfra.api.operations import run_host_op
+    from pyinfra.context import ctx_host, ctx_state
+
+    order = [h for h in state.get_op_order() if any(h in ops_of[x] for x in hosts)]
+    failed: set[str] = set()
+    for op_hash in order:
+        names = ", ".join(sorted(state.get_op_meta(op_hash).names)) or op_hash
+        running = [h for h in hosts if op_hash in ops_of[h] and h.name not in failed]
+        if check:
+            for h in running:
+                data = state.get_op_data_for_host(h, op_hash)
+                ifs = data.global_arguments.get("_if")
+                ifs = ifs if isinstance(ifs, list) else [ifs] if ifs else []
+                would = bool(data.operation_meta._maybe_is_change) and all(f() for f in ifs)
+                reporter.result(h.name, "ok", names, changed=would)
+            continue
+
+        def one(h: Any, op_hash: str = op_hash) -> bool:
+            with ctx_state.use(state), ctx_host.use(h):
+                try:
+                    return run_host_op(state, h, op_hash)
+                except Exception as exc:  # an operation that raised (OperationError, a fact's failure)
+                    h.swarm_error = f"{type(exc).__name__}: {exc}"
+                    return False
+
+        greenlets = {gevent.spawn(one, h): h for h in running}
+        gevent.joinall(list(greenlets))
+        _report_notes(state, reporter)
+        for g, h in greenlets.items():
+            meta = state.get_op_data_for_host(h, op_hash).operation_meta
+            if g.value:
+                reporter.result(h.name, "ok", names, changed=meta.is_complete() and meta.did_change())
+            else:
+                failed.add(h.name)
+                reporter.result(h.name, "failed", names, message=_error(h, meta))
+    return failed
+
+
+def _error(host: Any, meta: Any) -> str:
+    err = getattr(host, "swarm_error", None)
+    if err:
+        host.swarm_error = None
+        return err
+    out = getattr(meta, "_combined_output", None)
+    lines = [ln.line for ln in out if ln.buffer_name == "stderr"] if out else []
+    return lines[-1].strip() if lines else "the operation failed"
