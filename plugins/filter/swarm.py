@@ -23,6 +23,9 @@ description:
   - C(swarm_wireguard_peer_keys), C(swarm_wireguard_conf), C(swarm_wireguard_peers) and
     C(swarm_wireguard_running_differs) give the mesh files and decisions that also depend on
     the peers' public keys, read from the nodes at run time.
+  - C(VENV | swarm_installed_distributions_argv) is the command printing what a virtualenv
+    holds (JSON), and C(REQUIREMENTS | swarm_requirements_missing(THAT_OUTPUT)) the
+    requirements it does not satisfy.
   - C(LAYER | swarm_packages) lists the Debian packages a layer installs.
   - C(swarm_scratch_problems) takes the registered results of C(blkid -p -o export DEVICE)
     looped over the scratch devices and NodeState.storage.scratch; it returns one message
@@ -31,9 +34,11 @@ description:
 
 
 def _unsafe(text: str) -> Any:
-    from ansible.utils.unsafe_proxy import wrap_var
+    # Unsafe (never templated), and native text: Ansible would otherwise turn a result that
+    # starts with "{" or "[" (a JSON file) into a dict, and copy would write that its own way.
+    from ansible.utils.unsafe_proxy import NativeJinjaUnsafeText
 
-    return wrap_var(text)
+    return NativeJinjaUnsafeText(text)
 
 
 def swarm_file(node: dict, name: str) -> Any:
@@ -60,7 +65,9 @@ def swarm_wireguard_peer_keys(node: dict, recorded: dict | None, hostvars: Any) 
         name = str(peer["name"])
         if name in hostvars:
             fresh[name] = str(hostvars[name].get("wireguard_public_key", "") or "")
-    return _unsafe(wireguard_peer_keys(node, dict(recorded or {}), fresh))
+    from ansible.utils.unsafe_proxy import wrap_var
+
+    return wrap_var(wireguard_peer_keys(node, dict(recorded or {}), fresh))
 
 
 def swarm_wireguard_conf(node: dict, peer_keys: dict) -> Any:
@@ -88,6 +95,18 @@ def swarm_packages(layer: str) -> Any:
     return dict(FILESYSTEM_PACKAGES) if layer == "filesystems" else packages(str(layer))
 
 
+def swarm_installed_distributions_argv(venv: str) -> list[str]:
+    from swarm_infra.nodeside.facts import installed_distributions_argv
+
+    return installed_distributions_argv(str(venv))
+
+
+def swarm_requirements_missing(requirements: list, installed_json: str) -> list[str]:
+    from swarm_infra.nodeside.facts import requirements_missing
+
+    return requirements_missing([str(r) for r in requirements], str(installed_json))
+
+
 def swarm_scratch_problems(results: list, scratch: dict) -> list[str]:
     from swarm_infra.nodeside.facts import blkid_export, scratch_device_problem
 
@@ -109,4 +128,6 @@ class FilterModule:
             "swarm_wireguard_running_differs": swarm_wireguard_running_differs,
             "swarm_scratch_problems": swarm_scratch_problems,
             "swarm_packages": swarm_packages,
+            "swarm_installed_distributions_argv": swarm_installed_distributions_argv,
+            "swarm_requirements_missing": swarm_requirements_missing,
         }

@@ -17,7 +17,6 @@ Example::
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from pyinfra.api import FactBase, FactProcessError, QuoteString, StringCommand
@@ -202,32 +201,21 @@ class NvidiaPciDevice(FactBase):
         return bool(output) and output[0].strip() == "yes"
 
 
-class PipFreeze(FactBase):
-    """``{normalised name: version}`` of what the virtualenv at ``venv`` holds (``pip
-    freeze``); {} when there is no such virtualenv."""
+class InstalledDistributions(FactBase):
+    """What the virtualenv ``venv`` holds, as the JSON text its Python prints
+    (:func:`swarm_infra.nodeside.facts.installed_distributions_argv`, read with
+    ``requirements_missing``); "" when there is no such virtualenv."""
 
     def command(self, venv: str) -> StringCommand:
-        pip = QuoteString(f"{venv}/bin/pip")
-        return StringCommand(
-            "test", "-x", pip, "&&", pip, "freeze", "--all", "--disable-pip-version-check", "||", "true"
-        )
+        argv = parse.installed_distributions_argv(venv)
+        return StringCommand(*(QuoteString(a) for a in argv), "2>/dev/null", "||", "true")
 
-    def process(self, output: list[str]) -> dict[str, str]:
-        out = {}
-        for line in output:
-            name, sep, version = line.partition("==")
-            if sep:
-                out[normalise(name)] = version.strip()
-        return out
+    def process(self, output: list[str]) -> str:
+        return "\n".join(output)
 
     @staticmethod
-    def default() -> dict[str, str]:
-        return {}
-
-
-def normalise(name: str) -> str:
-    """A Python package name as PEP 503 compares them (``Foo_Bar`` -> ``foo-bar``)."""
-    return re.sub(r"[-_.]+", "-", name).lower().strip()
+    def default() -> str:
+        return ""
 
 
 class DpkgSelections(FactBase):

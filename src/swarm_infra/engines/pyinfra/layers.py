@@ -27,8 +27,6 @@ from ...resolve.packages import FILESYSTEM_PACKAGES, packages
 from . import facts as F
 from . import operations as ops
 
-APT_CACHE_TIME_S = 3600  # apt's lists older than this are refreshed before installing (as the roles)
-
 
 def _node() -> dict[str, Any]:
     return host.data.swarm
@@ -129,9 +127,7 @@ def drivers_layer(require_device: bool = True) -> None:
         packages=driver["packages"],
         version=driver["apt_version"],
     )
-    apt.packages(
-        name="Install the NVIDIA container toolkit", packages=driver["extra_packages"], no_recommends=True
-    )
+    ops.apt_install(name="Install the NVIDIA container toolkit", packages=driver["extra_packages"])
     ops.dpkg_hold(name="Hold the driver packages", packages=driver["packages"])
     systemd.service(
         name="Run nvidia-persistenced (NVIDIA calls nvidia-smi -pm legacy)",
@@ -211,13 +207,10 @@ def storage_layer() -> None:
         absent(node, "storage_record", "Forget it")
         return
     scratch = storage["scratch"]
-    apt.packages(
+    ops.apt_install(
         name="Install the filesystem tools (and mdadm for RAID 0)",
         packages=[FILESYSTEM_PACKAGES[scratch["filesystem"]]]
         + (packages("storage_raid") if scratch["raid0"] else []),
-        update=True,
-        cache_time=APT_CACHE_TIME_S,
-        no_recommends=True,
     )
     problems = [
         p
@@ -269,12 +262,9 @@ def mesh_keys() -> None:
         return
     files_ = node["layout"]["files"]
     userspace = not host.get_fact(F.KernelModule, module="wireguard")
-    apt.packages(
+    ops.apt_install(
         name="Install WireGuard tools (and wireguard-go without the kernel module)",
         packages=packages("wireguard") + (packages("wireguard_userspace") if userspace else []),
-        update=True,
-        cache_time=APT_CACHE_TIME_S,
-        no_recommends=True,
     )
     directory(node, "wireguard_dir", "Create the WireGuard directory")
     ops.wireguard_key(
@@ -381,12 +371,9 @@ def ray_layer() -> None:
     absent(node, f"ray_{other}_unit", "Remove the other role's unit file")
     if ray["simulated_gpus"]:
         ops.record_note(f"SIMULATED GPUs: Ray is told of {ray['num_gpus']} logical GPU(s); no GPU is used")
-    apt.packages(
+    ops.apt_install(
         name="Install the venv module and nftables",
         packages=packages("ray"),
-        update=True,
-        cache_time=APT_CACHE_TIME_S,
-        no_recommends=True,
     )
     directory(node, "etc_dir", "Create the directory for the firewall rules")
     rules = put(

@@ -28,19 +28,19 @@ from pyinfra.api import FunctionCommand, OperationError, QuoteString, StringComm
 
 from ...nodeside import gpu as nodeside_gpu
 from ...nodeside import tunables as nodeside_tunables
+from ...nodeside.facts import requirements_missing
 from ...resolve.files import wireguard_conf, wireguard_peer_keys, wireguard_peers, wireguard_running_differs
 from .facts import (
     BOOTSTRAP,
     BlockDeviceProbe,
     DpkgSelections,
+    InstalledDistributions,
     InterfaceAddresses,
     Mounted,
     NodesideCall,
-    PipFreeze,
     WireGuardAllowedIps,
     WireGuardPublicKey,
     nodeside_payload,
-    normalise,
 )
 
 _NOTES: WeakKeyDictionary[Any, dict[str, list[str]]] = WeakKeyDictionary()
@@ -471,20 +471,14 @@ def unmount(path: str) -> Iterator[StringCommand]:
         yield StringCommand("rmdir", QuoteString(path))
 
 
-def _requirement(text: str) -> tuple[str, str | None]:
-    # "ray[default,tune]==2.60.0" -> ("ray", "2.60.0"); "scikit-learn" -> ("scikit-learn", None)
-    name, _, version = text.partition("==")
-    return normalise(name.split("[", 1)[0].strip()), (version.strip() or None)
-
-
 @operation()
 def pip_requirements(
     venv: str, requirements: list[str], index_url: str, trusted_host: str
 ) -> Iterator[StringCommand]:
     """Make the virtualenv ``venv`` (``python3 -m venv``) and install ``requirements`` in it
     from the package index ``index_url``, when a package is missing or not at its pinned
-    version (``name==version``; extras are installed with the package, as pip freeze shows
-    the package alone, like Ansible's ``pip`` module).
+    version (``name==version``; :func:`swarm_infra.nodeside.facts.requirements_missing`,
+    the Ansible role's test too).
 
     **Example:**
 
@@ -494,13 +488,37 @@ def pip_requirements(
                          requirements=["ray[default]==2.60.0"], index_url="http://mirror/simple/",
                          trusted_host="mirror")
     """
-    frozen = host.get_fact(PipFreeze, venv=venv)
-    if not frozen:
+    installed = host.get_fact(InstalledDistributions, venv=venv)
+    if not installed:
         yield StringCommand("python3", "-m", "venv", QuoteString(venv))
-    wanted = [_requirement(r) for r in requirements]
-    if any(frozen.get(name) is None or (version and frozen[name] != version) for name, version in wanted):
+    if requirements_missing(list(requirements), installed):
         yield StringCommand(
             QuoteString(f"{venv}/bin/pip"), "install", "--disable-pip-version-check",
             "--index-url", QuoteString(index_url),
             "--trusted-host", QuoteString(trusted_host), *(QuoteString(r) for r in requirements),
         )  # fmt: skip
+
+
+@operation()
+def apt_install(packages: list[str], cache_time_s: int = 3600) -> Iterator[StringCommand]:
+    """Install the ``packages`` that are not installed (without recommends), refreshing apt's
+    package lists first when they are older than ``cache_time_s`` (their update stamp, else
+    the lists directory, as Ansible's ``apt`` with ``cache_valid_time`` reads it). Nothing
+    runs when every package is installed, so a converged node reports no change.
+
+    **Example:** ``apt_install(name="WireGuard tools", packages=["wireguard-tools"])``"""
+    from pyinfra.facts.deb import DebPackages
+
+    installed = host.get_fact(DebPackages)
+    missing = [p for p in packages if p not in installed]
+    if not missing:
+        return
+    fresh = (
+        '-n "$(find /var/lib/apt/periodic/update-success-stamp /var/lib/apt/lists -maxdepth 0 '
+        f"-newermt '-{int(cache_time_s)} seconds' 2>/dev/null)\""
+    )
+    yield StringCommand("sh", "-c", QuoteString(f"[ {fresh} ] || apt-get update -q"))
+    yield StringCommand(
+        "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "-q", "--no-install-recommends",
+        *(QuoteString(p) for p in missing),
+    )  # fmt: skip

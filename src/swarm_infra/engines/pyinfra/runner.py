@@ -142,7 +142,6 @@ def run(
     import pyinfra
     from pyinfra.api import Config, State
     from pyinfra.api.connect import connect_all, disconnect_all
-    from pyinfra.api.deploy import add_deploy
     from pyinfra.api.state import StateStage
 
     pyinfra.is_cli = False
@@ -161,14 +160,7 @@ def run(
         for name in sorted(set(by_name) - up):
             reporter.result(name, "unreachable", "connect", message="SSH connection failed")
         state.set_stage(StateStage.Prepare)
-        steps = []
-        for step in plan(layer, hosts):
-            members = [by_name[n] for n in step.hosts if n in up]
-            added = {h: len(h.op_hash_order) for h in members}
-            for function in step.functions:
-                if members:
-                    add_deploy(state, function, host=members)
-            steps.append((step, members, {h: list(h.op_hash_order[added[h] :]) for h in members}))
+        steps = _prepare(state, plan(layer, hosts), by_name, up)
         _report_notes(state, reporter)
         state.set_stage(StateStage.Execute)
         state.is_executing = not check
@@ -191,6 +183,33 @@ def run(
         logging.getLogger("pyinfra").removeHandler(capture)
         if state.current_stage >= StateStage.Connect:
             disconnect_all(state)
+
+
+def _prepare(state: Any, steps: list[Step], by_name: dict[str, Any], up: set[str]) -> list[tuple]:
+    """Add every step's operations for its hosts; returns (step, hosts, {host: its op hashes}).
+
+    Operations are identified as the pyinfra CLI identifies them, by the call stack's line
+    numbers (prefixed by the step's index), not by their rank on each host as the API
+    does: hosts take different paths through a deploy (a node without GPUs skips most of
+    the GPU layer), and ranks would give different operations the same identity."""
+    import pyinfra
+    from pyinfra.context import ctx_host, ctx_state
+
+    out = []
+    was_cli, pyinfra.is_cli = pyinfra.is_cli, True
+    try:
+        for index, step in enumerate(steps):
+            members = [by_name[n] for n in step.hosts if n in up]
+            added = {h: len(h.op_hash_order) for h in members}
+            state.current_op_file_number = index
+            for h in members:
+                with ctx_state.use(state), ctx_host.use(h):
+                    for function in step.functions:
+                        function()
+            out.append((step, members, {h: list(h.op_hash_order[added[h] :]) for h in members}))
+    finally:
+        pyinfra.is_cli = was_cli
+    return out
 
 
 _reported: set[tuple[int, str, str]] = set()
