@@ -12,6 +12,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from swarm_infra.fleet.sources import fleet_paths
@@ -169,3 +170,47 @@ def edit(path: Path, old: str, new: str) -> None:
 def changed_paths(before: dict[str, tuple], after: dict[str, tuple]) -> list[str]:
     """Paths added, removed or changed between two :func:`upper_snapshot` results."""
     return sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
+
+
+# --- drift: what the e2e job and the pyinfra equivalence test inject and expect reported
+
+LIB_DIR, GPU_SETTINGS = FILES["lib_dir"], FILES["gpu_settings"]
+SET_GPU0_POWER = (
+    f"python3 -c \"import sys, json; sys.path.insert(0, '{LIB_DIR}'); "
+    f"import swarm_gpu_node as g; s = json.load(open('{GPU_SETTINGS}')); "
+    "g.backend_for(s).set(0, 'power_limit_w', {w})\""
+)
+# (node, layer, key) of each injected drift, as the drift report must name it.
+INJECTED = {
+    ("lab-gpu-1", "host", "sysctl net.ipv4.tcp_slow_start_after_idle"),
+    ("lab-gpu-1", "mesh", f"file {FILES['wireguard_key']}"),
+    ("lab-gpu-1", "mesh", "peer lab-head-1"),
+    ("lab-gpu-2", "mesh", f"service {UNITS['wireguard']}"),
+    ("lab-gpu-2", "gpu", "gpu0 power_limit_w"),
+    # Beyond the five the issue names: an MTU changed at runtime, which `wg syncconf` alone
+    # would not repair.
+    ("lab-head-1", "mesh", "wg0 mtu"),
+}
+
+
+def verify(tmp_path: Path) -> tuple[int, str, list[dict]]:
+    """Run `swarm verify`; returns (exit code, output, drift items from its JUnit XML)."""
+    junit = tmp_path / "verify.xml"
+    proc = swarm("verify", "--junit-xml", str(junit), check=False)
+    drift = [
+        json.loads(p.get("value"))
+        for p in ET.parse(junit).getroot().iter("property")
+        if p.get("name") == "drift"
+    ]
+    return proc.returncode, proc.stdout + proc.stderr, drift
+
+
+def inject_drift() -> None:
+    """Make every drift of :data:`INJECTED` on the converged lab."""
+    head_key = on_node("lab-head-1", f"wg pubkey < {FILES['wireguard_key']}").stdout.strip()
+    on_node("lab-gpu-1", "sysctl -qw net.ipv4.tcp_slow_start_after_idle=1")
+    on_node("lab-gpu-1", f"chmod 0644 {FILES['wireguard_key']}")
+    on_node("lab-gpu-1", f"wg set wg0 peer {head_key} remove")
+    on_node("lab-gpu-2", f"systemctl stop {UNITS['wireguard']}")
+    on_node("lab-gpu-2", SET_GPU0_POWER.format(w=500))
+    on_node("lab-head-1", "ip link set dev wg0 mtu 1300")

@@ -96,7 +96,7 @@ def swarm_packages(layer: str) -> Any:
 
 
 def swarm_installed_distributions_argv(venv: str) -> list[str]:
-    from swarm_infra.nodeside.facts import installed_distributions_argv
+    from swarm_infra.nodeside.snapshot import installed_distributions_argv
 
     return installed_distributions_argv(str(venv))
 

@@ -12,46 +12,27 @@ file order on the session's lab.
 from __future__ import annotations
 
 import json
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
-from tests.labkit import FILES, UNITS, converge_summary, edit, fleet_copy, on_node, swarm
+from tests.labkit import (
+    FILES,
+    INJECTED,
+    UNITS,
+    converge_summary,
+    edit,
+    fleet_copy,
+    inject_drift,
+    on_node,
+    swarm,
+    verify,
+)
 
 pytestmark = [pytest.mark.root, pytest.mark.lab]
 LAB_ORDER = 40
 NODES = {"lab-head-1", "lab-gpu-1", "lab-gpu-2"}
-LIB_DIR, GPU_SETTINGS = FILES["lib_dir"], FILES["gpu_settings"]
-SET_GPU0_POWER = (
-    f"python3 -c \"import sys, json; sys.path.insert(0, '{LIB_DIR}'); "
-    f"import swarm_gpu_node as g; s = json.load(open('{GPU_SETTINGS}')); "
-    "g.backend_for(s).set(0, 'power_limit_w', {w})\""
-)
 WG_UNIT = UNITS["wireguard"]
-# (node, layer, key) of each injected drift, as the drift report must name it.
-INJECTED = {
-    ("lab-gpu-1", "host", "sysctl net.ipv4.tcp_slow_start_after_idle"),
-    ("lab-gpu-1", "mesh", f"file {FILES['wireguard_key']}"),
-    ("lab-gpu-1", "mesh", "peer lab-head-1"),
-    ("lab-gpu-2", "mesh", f"service {WG_UNIT}"),
-    ("lab-gpu-2", "gpu", "gpu0 power_limit_w"),
-    # Beyond the five the issue names: an MTU changed at runtime, which `wg syncconf` alone
-    # would not repair.
-    ("lab-head-1", "mesh", "wg0 mtu"),
-}
-
-
-def verify(tmp_path: Path) -> tuple[int, str, list[dict]]:
-    """Run `swarm verify`; returns (exit code, output, drift items from its JUnit XML)."""
-    junit = tmp_path / "verify.xml"
-    proc = swarm("verify", "--junit-xml", str(junit), check=False)
-    drift = [
-        json.loads(p.get("value"))
-        for p in ET.parse(junit).getroot().iter("property")
-        if p.get("name") == "drift"
-    ]
-    return proc.returncode, proc.stdout + proc.stderr, drift
 
 
 def test_converge_then_verify_passes(lab, tmp_path: Path) -> None:
@@ -70,13 +51,7 @@ def test_second_converge_changes_nothing(lab) -> None:
 
 
 def test_injected_drift_is_reported_exactly(lab, tmp_path: Path) -> None:
-    head_key = on_node("lab-head-1", f"wg pubkey < {FILES['wireguard_key']}").stdout.strip()
-    on_node("lab-gpu-1", "sysctl -qw net.ipv4.tcp_slow_start_after_idle=1")
-    on_node("lab-gpu-1", f"chmod 0644 {FILES['wireguard_key']}")
-    on_node("lab-gpu-1", f"wg set wg0 peer {head_key} remove")
-    on_node("lab-gpu-2", f"systemctl stop {WG_UNIT}")
-    on_node("lab-gpu-2", SET_GPU0_POWER.format(w=500))
-    on_node("lab-head-1", "ip link set dev wg0 mtu 1300")
+    inject_drift()
     rc, out, drift = verify(tmp_path)
     assert rc == 1, out
     assert {(d["node"], d["layer"], d["key"]) for d in drift} == INJECTED, out

@@ -122,17 +122,6 @@ def scratch_device_problem(device: str, probe: dict[str, str], scratch: dict[str
     )
 
 
-def installed_distributions_argv(venv: str) -> list[str]:
-    """The command that prints, as one JSON object, every distribution installed in the
-    virtualenv ``venv`` with its version (importlib.metadata: a fraction of ``pip list``'s
-    time, which imports pip)."""
-    code = (
-        "import importlib.metadata as m, json; "
-        "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))"
-    )
-    return [f"{venv}/bin/python", "-c", code]
-
-
 def _normalised(name: str) -> str:
     # PEP 503: runs of -, _ and . are one "-", case-insensitive.
     out, dash = [], False
@@ -149,7 +138,7 @@ def _normalised(name: str) -> str:
 
 def requirements_missing(requirements: list[str], installed_json: str) -> list[str]:
     """The requirements (``name``, ``name[extras]==version``) that the installed
-    distributions (``installed_json``: what :func:`installed_distributions_argv` prints;
+    distributions (``installed_json``: what ``snapshot.installed_distributions_argv`` prints;
     empty or invalid when there is no virtualenv) do not satisfy: a package absent, or not
     at its pinned version. Extras are not checked (pip lists the package alone)."""
     try:

@@ -3,23 +3,22 @@
 One function per layer, in the order of ``playbooks/site.yml``: :func:`host_layer`,
 :func:`drivers_layer`, :func:`gpu_layer`, :func:`storage_layer`, :func:`mesh_keys` +
 :func:`mesh_layer`, :func:`ray_layer`. Each reads the current host's NodeState
-(``host.data.swarm``) and calls pyinfra operations: built-in ones where pyinfra has them
-(``files.put``, ``files.directory``, ``apt.packages``, ``systemd.service``), the project's
-(:mod:`.operations`) where it has not. Paths, modes and unit names come from
-NodeState.layout and file texts from :mod:`swarm_infra.resolve.files`, exactly as the roles
-take them, so either engine leaves a node in the same state and the other finds nothing to
-change. The entry points in ``deploys/`` call these.
+(``host.data.swarm``) and calls operations (:mod:`.operations`, which hand over to
+pyinfra's ``files.put``, ``files.directory`` and ``systemd.service`` where something
+differs; ``apt.repo``, ``files.download``, ``server.shell``, ``server.reboot`` directly).
+Paths, modes and unit names come from NodeState.layout, file texts from
+:mod:`swarm_infra.resolve.files` and packages from :mod:`swarm_infra.resolve.packages`,
+exactly as the roles take them, so either engine leaves a node in the same state and the
+other finds nothing to change. The entry points in ``deploys/`` call these.
 """
 
 from __future__ import annotations
 
-from io import StringIO
 from typing import Any
 from urllib.parse import urlsplit
 
 from pyinfra import host
-from pyinfra.facts.files import File
-from pyinfra.operations import apt, files, server, systemd
+from pyinfra.operations import apt, files, server
 
 from ...nodeside.facts import scratch_device_problem
 from ...resolve.files import static_file, tunables_spec
@@ -33,29 +32,22 @@ def _node() -> dict[str, Any]:
 
 
 def put(node: dict[str, Any], name: str, text: str, what: str, **kwargs: Any) -> Any:
-    """``files.put`` of ``text`` to the layout's file ``name``, with its owner and mode."""
+    """The layout's file ``name`` holding ``text``, with its owner and mode."""
     f = node["layout"]["files"][name]
-    return files.put(
-        name=what,
-        src=StringIO(text),
-        dest=f["path"],
-        user=f["owner"],
-        group=f["group"],
-        mode=f["mode"],
-        **kwargs,
+    return ops.managed_file(
+        name=what, path=f["path"], text=text, owner=f["owner"], group=f["group"], mode=f["mode"], **kwargs
     )
 
 
 def directory(node: dict[str, Any], name: str, what: str) -> Any:
     f = node["layout"]["files"][name]
-    return files.directory(name=what, path=f["path"], user=f["owner"], group=f["group"], mode=f["mode"])
+    return ops.managed_directory(
+        name=what, path=f["path"], owner=f["owner"], group=f["group"], mode=f["mode"]
+    )
 
 
 def absent(node: dict[str, Any], name: str, what: str) -> Any:
-    f = node["layout"]["files"][name]
-    if f["type"] == "directory":
-        return files.directory(name=what, path=f["path"], present=False)
-    return files.file(name=what, path=f["path"], present=False)
+    return ops.absent_path(name=what, path=node["layout"]["files"][name]["path"])
 
 
 def any_changed(*op_metas: Any) -> Any:
@@ -129,7 +121,7 @@ def drivers_layer(require_device: bool = True) -> None:
     )
     ops.apt_install(name="Install the NVIDIA container toolkit", packages=driver["extra_packages"])
     ops.dpkg_hold(name="Hold the driver packages", packages=driver["packages"])
-    systemd.service(
+    ops.unit(
         name="Run nvidia-persistenced (NVIDIA calls nvidia-smi -pm legacy)",
         service=layout["units"]["persistenced"],
         running=True,
@@ -137,20 +129,20 @@ def drivers_layer(require_device: bool = True) -> None:
     )
     if driver["allow_reboot"]:
         server.reboot(name="Reboot into the new driver (the GPU profile allows it)", _if=any_changed(install))
-    else:
-        put(
-            node,
-            "reboot_required",
-            static_file(node, "reboot_required"),
-            "Mark the reboot as pending (the GPU profile does not allow one)",
-            _if=any_changed(install),
-        )
-        ops.note_if(
-            name="Report the pending reboot",
-            text=f"reboot required: NVIDIA driver changed to {driver['apt_version']}; "
-            "allow_reboot is false in the GPU profile",
-            _if=any_changed(install),
-        )
+        return
+    put(
+        node,
+        "reboot_required",
+        static_file(node, "reboot_required"),
+        "Mark the reboot as pending (the GPU profile does not allow one)",
+        _if=any_changed(install),
+    )
+    ops.note_if(
+        name="Report the pending reboot",
+        text=f"reboot required: NVIDIA driver changed to {driver['apt_version']}; "
+        "allow_reboot is false in the GPU profile",
+        _if=any_changed(install),
+    )
 
 
 # -------------------------------------------------------------------------------- gpu
@@ -163,8 +155,8 @@ def gpu_layer() -> None:
     gpu, layout = node["gpu"], node["layout"]
     unit = layout["units"]["gpu_apply"]
     if not gpu:
-        if host.get_fact(File, path=layout["files"]["gpu_unit"]["path"]):
-            systemd.service(name="Disable the re-apply unit", service=unit, running=None, enabled=False)
+        if ops.unit_state(unit)["enabled"]:
+            ops.unit(name="Disable the re-apply unit", service=unit, enabled=False)
         for name in ("gpu_unit", "gpu_settings", "gpu_code"):
             absent(node, name, "Remove the GPU code, settings and unit")
         return
@@ -172,19 +164,17 @@ def gpu_layer() -> None:
         ops.record_note("SIMULATED NVML backend: GPU state is kept in files on the node; no GPU is touched")
     directory(node, "lib_dir", "Create the directory for the GPU code")
     directory(node, "etc_dir", "Create the directory for the GPU settings")
-    f = layout["files"]["gpu_code"]
-    files.put(
-        name="Install the node-side GPU code",
-        src=ops.nodeside_path("gpu"),
-        dest=f["path"],
-        user=f["owner"],
-        group=f["group"],
-        mode=f["mode"],
-    )
+    with open(ops.nodeside_path("gpu")) as fh:
+        put(node, "gpu_code", fh.read(), "Install the node-side GPU code")
     put(node, "gpu_settings", static_file(node, "gpu_settings"), "Persist the desired GPU settings")
     unit_file = put(node, "gpu_unit", static_file(node, "gpu_unit"), "Install the boot-time re-apply unit")
-    systemd.daemon_reload(name="Reload systemd (the re-apply unit changed)", _if=any_changed(unit_file))
-    systemd.service(name="Enable the re-apply unit", service=unit, running=None, enabled=True)
+    ops.unit(
+        name="Reload systemd (the re-apply unit changed)",
+        service=unit,
+        daemon_reload=True,
+        _if=any_changed(unit_file),
+    )
+    ops.unit(name="Enable the re-apply unit", service=unit, enabled=True)
     ops.gpu_settings(name="Converge GPU settings", gpu=gpu)
 
 
@@ -199,8 +189,7 @@ def storage_layer() -> None:
     data stays)."""
     node = _node()
     storage, layout = node["storage"], node["layout"]
-    record = ops.storage_record_read(layout["files"]["storage_record"]["path"])
-    previous = record.get("mount_path")
+    previous = ops.storage_record().get("mount_path")
     if previous and (not storage or previous != storage["scratch"]["mount_path"]):
         ops.unmount(name="Unmount scratch that is no longer declared here", path=previous)
     if not storage:
@@ -212,15 +201,9 @@ def storage_layer() -> None:
         packages=[FILESYSTEM_PACKAGES[scratch["filesystem"]]]
         + (packages("storage_raid") if scratch["raid0"] else []),
     )
-    problems = [
-        p
-        for p in (
-            scratch_device_problem(d, host.get_fact(F.BlockDeviceProbe, device=d), dict(scratch))
-            for d in scratch["devices"]
-        )
-        if p
-    ]
-    ops.refuse(name="Refuse devices holding anything swarm did not make", problems=problems)
+    devices = ops.snapshot()["devices"]
+    problems = [scratch_device_problem(d, devices[d]["probe"], dict(scratch)) for d in scratch["devices"]]
+    ops.refuse(name="Refuse devices holding anything swarm did not make", problems=[p for p in problems if p])
     if scratch["raid0"]:
         ops.md_raid0(name="Assemble the RAID 0 array", array=scratch["array"], devices=scratch["devices"])
         ops.mdadm_conf(
@@ -234,7 +217,7 @@ def storage_layer() -> None:
         fstype=scratch["filesystem"],
         label=scratch["label"],
     )
-    discard = host.get_fact(F.DiscardMaxBytes, device=scratch["target"]) > 0
+    discard = devices.get(scratch["target"], {}).get("discard_max_bytes", 0) > 0
     ops.mount(
         name="Mount it by label, persisted in fstab",
         source=f"LABEL={scratch['label']}",
@@ -256,26 +239,22 @@ def storage_layer() -> None:
 def mesh_keys() -> None:
     """WireGuard tools, and the node's private key made on the node (0600, never read back);
     its public key is kept for the peers' configuration. Runs on every node before
-    :func:`mesh_layer` (pyinfra runs each operation on all hosts before the next)."""
+    :func:`mesh_layer` (each operation runs on all hosts before the next)."""
     node = _node()
     if not node["mesh"]:
         return
-    files_ = node["layout"]["files"]
-    userspace = not host.get_fact(F.KernelModule, module="wireguard")
+    userspace = not ops.snapshot()["modules"].get("wireguard")
     ops.apt_install(
         name="Install WireGuard tools (and wireguard-go without the kernel module)",
         packages=packages("wireguard") + (packages("wireguard_userspace") if userspace else []),
     )
     directory(node, "wireguard_dir", "Create the WireGuard directory")
-    ops.wireguard_key(
-        name="Generate the private key on the node (0600, never read back)",
-        path=files_["wireguard_key"]["path"],
-    )
-    key = files_["wireguard_key"]
-    files.file(
+    key = node["layout"]["files"]["wireguard_key"]
+    ops.wireguard_key(name="Generate the private key on the node (0600, never read back)", path=key["path"])
+    ops.managed_mode(
         name="Keep the private key readable by root only",
         path=key["path"],
-        user=key["owner"],
+        owner=key["owner"],
         group=key["group"],
         mode=key["mode"],
     )
@@ -291,20 +270,18 @@ def mesh_layer() -> None:
     if not mesh:
         return
     layout = node["layout"]
-    files_, unit = layout["files"], layout["units"]["wireguard"]
-    peers = layout["files"]["wireguard_peers"]
+    unit = layout["units"]["wireguard"]
     ops.wireguard_file(
         name="Record the peer public keys (not secret) for runs limited to other hosts",
         node=node,
         which="peers",
-        path=peers["path"],
     )
     ops.tunables(
         name="Forward between peers on relays and hubs, and stop where a node no longer is one",
         spec=tunables_spec(node, "mesh"),
     )
     dropin = None
-    if not host.get_fact(F.KernelModule, module="wireguard"):
+    if not ops.snapshot()["modules"].get("wireguard"):
         directory(node, "wireguard_dropin_dir", "Create the wg-quick drop-in directory")
         dropin = put(
             node,
@@ -312,22 +289,16 @@ def mesh_layer() -> None:
             static_file(node, "wireguard_dropin"),
             "Select the userspace implementation",
         )
-    conf = ops.wireguard_file(
-        name="Write the wg-quick configuration",
-        node=node,
-        which="conf",
-        path=files_["wireguard_conf"]["path"],
-    )
+    conf = ops.wireguard_file(name="Write the wg-quick configuration", node=node, which="conf")
     if dropin is not None:
-        systemd.daemon_reload(name="Reload systemd (the wg-quick drop-in changed)", _if=any_changed(dropin))
-    systemd.service(name="Enable and start the interface", service=unit, running=True, enabled=True)
-    ops.wireguard_sync(
-        name="Sync WireGuard peers",
-        node=node,
-        when_config_changed=conf,
-        key_path=files_["wireguard_key"]["path"],
-        unit=unit,
-    )
+        ops.unit(
+            name="Reload systemd (the wg-quick drop-in changed)",
+            service=unit,
+            daemon_reload=True,
+            _if=any_changed(dropin),
+        )
+    ops.unit(name="Enable and start the interface", service=unit, running=True, enabled=True)
+    ops.wireguard_sync(name="Sync WireGuard peers", node=node, when_config_changed=conf)
     ops.wireguard_mtu(name="Set the declared MTU on the running interface (no tunnel drops)", mesh=mesh)
     ops.wireguard_address(
         name="Restart the interface when its address differs (peers address this node by it)",
@@ -349,9 +320,9 @@ def ray_layer() -> None:
     files_, units = layout["files"], layout["units"]
     own = units[f"ray_{ray['role']}"] if ray else None
     for role in ("ray_head", "ray_worker", "ray_firewall"):
-        path = files_[f"{role}_unit"]["path"]
-        if host.get_fact(File, path=path) and (not ray or (units[role] != own and role != "ray_firewall")):
-            systemd.service(
+        present = ops.snapshot()["paths"].get(files_[f"{role}_unit"]["path"]) is not None
+        if present and (not ray or (units[role] != own and role != "ray_firewall")):
+            ops.unit(
                 name=f"Stop and disable {units[role]} (not this node's)",
                 service=units[role],
                 running=False,
@@ -371,10 +342,7 @@ def ray_layer() -> None:
     absent(node, f"ray_{other}_unit", "Remove the other role's unit file")
     if ray["simulated_gpus"]:
         ops.record_note(f"SIMULATED GPUs: Ray is told of {ray['num_gpus']} logical GPU(s); no GPU is used")
-    ops.apt_install(
-        name="Install the venv module and nftables",
-        packages=packages("ray"),
-    )
+    ops.apt_install(name="Install the venv module and nftables", packages=packages("ray"))
     directory(node, "etc_dir", "Create the directory for the firewall rules")
     rules = put(
         node,
@@ -385,16 +353,15 @@ def ray_layer() -> None:
     fw_unit = put(
         node, "ray_firewall_unit", static_file(node, "ray_firewall_unit"), "Install the firewall unit"
     )
-    systemd.daemon_reload(name="Reload systemd (the firewall unit changed)", _if=any_changed(fw_unit))
-    systemd.service(
-        name="Enable and start the firewall (before Ray)",
-        service=units["ray_firewall"],
-        running=True,
-        enabled=True,
+    firewall = units["ray_firewall"]
+    ops.unit(
+        name="Reload systemd (the firewall unit changed)",
+        service=firewall,
+        daemon_reload=True,
+        _if=any_changed(fw_unit),
     )
-    systemd.service(
-        name="Reload the Ray firewall", service=units["ray_firewall"], restarted=True, _if=any_changed(rules)
-    )
+    ops.unit(name="Enable and start the firewall (before Ray)", service=firewall, running=True, enabled=True)
+    ops.unit(name="Reload the Ray firewall", service=firewall, restarted=True, _if=any_changed(rules))
     index = ray["package_index"]
     install = ops.pip_requirements(
         name="Install the pinned Ray in its virtualenv from the declared package index",
@@ -404,9 +371,14 @@ def ray_layer() -> None:
         trusted_host=urlsplit(index).hostname or "",
     )
     unit_file = put(node, f"ray_{ray['role']}_unit", static_file(node, "ray_unit"), "Install the Ray unit")
-    systemd.daemon_reload(name="Reload systemd (the Ray unit changed)", _if=any_changed(unit_file))
-    systemd.service(name="Enable and start Ray", service=own, running=True, enabled=True)
-    systemd.service(name="Restart Ray", service=own, restarted=True, _if=any_changed(install, unit_file))
+    ops.unit(
+        name="Reload systemd (the Ray unit changed)",
+        service=own,
+        daemon_reload=True,
+        _if=any_changed(unit_file),
+    )
+    ops.unit(name="Enable and start Ray", service=own, running=True, enabled=True)
+    ops.unit(name="Restart Ray", service=own, restarted=True, _if=any_changed(install, unit_file))
 
 
 # ------------------------------------------------------------------------------- site

@@ -1,20 +1,33 @@
-"""pyinfra operations the swarm deploys use where pyinfra has none built in.
+"""pyinfra operations of the swarm deploys.
 
 Each is an ``@operation()`` in the manner of pyinfra's own (``pyinfra/operations/*.py``): a
 generator that reads facts and yields commands only for what differs, so a converged node
-yields none (no change) and ``--dry`` shows what a run would do. Node-side logic is the same
-code the Ansible modules run (:mod:`swarm_infra.nodeside`), sent on stdin; secrets never
-appear in a command line: WireGuard keys are made on the node and read from their files
-there.
+yields none (no change) and a check run (``--dry``) shows what a real one would do.
+
+**One snapshot per node.** pyinfra's built-in operations read one fact per question (a
+file's stat, its SHA-1, a unit's state), and each fact is an SSH round trip: 40 ms and more
+to a node behind the lab's emulated WAN, far more to a real provider. These operations ask
+one snapshot of the node instead (:mod:`swarm_infra.nodeside.snapshot`: every managed
+path, unit, package, interface, device, mount and virtualenv, read in one round trip, by
+the :class:`~.facts.NodesideCall` fact). Where something differs, they hand over to the
+built-in operation (``files.put``, ``files.directory``, ``systemd.service``), which reads
+its own facts, diffs files under ``--diff`` and yields the commands; any change drops the
+snapshot, so the next operation reads the node again.
+
+**Same code on the node as Ansible.** Host tuning and GPU settings run the node-side files
+the Ansible modules run (:mod:`swarm_infra.nodeside.tunables`, :mod:`~swarm_infra.nodeside.
+gpu`), sent on stdin. Secrets never appear in a command line: WireGuard keys are made on the
+node and read from their files there.
 
 Notes for the operator (simulated GPUs, sysctls a container cannot set, a pending reboot)
-go through ``host.noop`` (pyinfra prints them) and :func:`record_note`, which
-``swarm converge --engine pyinfra`` prints as the Ansible engine prints its roles' reports.
+go through ``host.noop`` (pyinfra prints them) and :func:`record_note`, which ``swarm
+converge --engine pyinfra`` prints as the Ansible engine prints its roles' reports.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import json
 import shlex
 from collections.abc import Iterator, Mapping
@@ -27,29 +40,24 @@ from pyinfra import host
 from pyinfra.api import FunctionCommand, OperationError, QuoteString, StringCommand, operation
 
 from ...nodeside import gpu as nodeside_gpu
+from ...nodeside import snapshot as nodeside_snapshot
 from ...nodeside import tunables as nodeside_tunables
 from ...nodeside.facts import requirements_missing
 from ...resolve.files import wireguard_conf, wireguard_peer_keys, wireguard_peers, wireguard_running_differs
-from .facts import (
-    BOOTSTRAP,
-    BlockDeviceProbe,
-    DpkgSelections,
-    InstalledDistributions,
-    InterfaceAddresses,
-    Mounted,
-    NodesideCall,
-    WireGuardAllowedIps,
-    WireGuardPublicKey,
-    nodeside_payload,
-)
+from ...resolve.packages import FILESYSTEM_PACKAGES, PACKAGES
+from .facts import BOOTSTRAP, DpkgSelections, MdadmBrief, NodesideCall, nodeside_payload
 
 _NOTES: WeakKeyDictionary[Any, dict[str, list[str]]] = WeakKeyDictionary()
 _PUBLIC_KEYS: WeakKeyDictionary[Any, dict[str, str]] = WeakKeyDictionary()
+_SNAPSHOTS: WeakKeyDictionary[Any, dict[str, dict[str, Any]]] = WeakKeyDictionary()
+
+
+# -------------------------------------------------------------------------- helpers
 
 
 def changed(meta: Any) -> bool:
     """Whether an operation changed something (once it ran) or would (while preparing a
-    check run, when nothing runs): what ``_if`` conditions and handlers-like operations ask."""
+    check run, when nothing runs): what ``_if`` conditions ask."""
     return meta.did_change() if meta.is_complete() else bool(meta._maybe_is_change)
 
 
@@ -72,23 +80,305 @@ def public_keys(state: Any) -> dict[str, str]:
     return _PUBLIC_KEYS.setdefault(state, {})
 
 
-def _source(module: Any) -> tuple[str, str]:
+def nodeside_path(name: str) -> str:
+    """The controller's path of the node-side file ``name`` (``gpu``, ``tunables``): the
+    file the Ansible module ships, uploaded as it is."""
+    return {"gpu": nodeside_gpu.__file__, "tunables": nodeside_tunables.__file__}[name]
+
+
+def _payload(module: Any, call: str, *args: Any, **kwargs: Any) -> str:
     path = Path(module.__file__)
-    return path.read_text(), path.name
+    return nodeside_payload(path.read_text(), path.name, call, *args, **kwargs)
 
 
 def _nodeside_command(module: Any, call: str, *args: Any, **kwargs: Any) -> StringCommand:
-    code, file = _source(module)
     return StringCommand(
-        "python3", "-c", QuoteString(BOOTSTRAP), _stdin=nodeside_payload(code, file, call, *args, **kwargs)
+        "python3", "-c", QuoteString(BOOTSTRAP), _stdin=_payload(module, call, *args, **kwargs)
     )
 
 
 def _nodeside_fact(module: Any, label: str, call: str, *args: Any, **kwargs: Any) -> Any:
-    code, file = _source(module)
-    return host.get_fact(
-        NodesideCall, label=label, _stdin=nodeside_payload(code, file, call, *args, **kwargs)
+    return host.get_fact(NodesideCall, label=label, _stdin=_payload(module, call, *args, **kwargs))
+
+
+def snapshot_spec(node: Mapping[str, Any]) -> dict[str, Any]:
+    """What the snapshot of ``node`` reads: its layout's paths and units, the layers'
+    packages, its mesh interface and key, scratch devices and mount, Ray's virtualenv, and
+    the files whose text the deploys compare."""
+    layout = node["layout"]
+    files = layout["files"]
+    mesh, storage, ray, gpu = node.get("mesh"), node.get("storage"), node.get("ray"), node.get("gpu")
+    packages = {p for names in PACKAGES.values() for p in names} | set(FILESYSTEM_PACKAGES.values())
+    if gpu and gpu.get("driver"):
+        packages |= set(gpu["driver"]["packages"]) | set(gpu["driver"]["extra_packages"])
+    scratch = storage["scratch"] if storage else None
+    texts = ["wireguard_peers", "storage_record", "mdadm_conf"]
+    return {
+        "paths": sorted(
+            {f["path"] for f in files.values()}
+            | ({scratch["array"]} if scratch and scratch["array"] else set())
+        ),
+        "texts": [files[t]["path"] for t in texts] + ["/etc/fstab"],
+        "units": sorted(_unit_name(u) for u in layout["units"].values()),
+        "packages": sorted(packages),
+        "interfaces": [mesh["interface"]] if mesh else [],
+        "devices": sorted(set(scratch["devices"]) | {scratch["target"]}) if scratch else [],
+        "venvs": [files["ray_venv"]["path"]] if ray else [],
+        "public_keys": [files["wireguard_key"]["path"]] if mesh else [],
+        "wireguard": [mesh["interface"]] if mesh else [],
+        "mounts": [scratch["mount_path"]] if scratch else [],
+        "modules": ["wireguard"],
+    }
+
+
+def snapshot() -> dict[str, Any]:
+    """The current host's snapshot, read once and kept until an operation changes the node."""
+    cache = _SNAPSHOTS.setdefault(host.state, {})
+    if host.name not in cache:
+        cache[host.name] = _nodeside_fact(
+            nodeside_snapshot, "snapshot", "snapshot", snapshot_spec(host.data.swarm)
+        )
+    return cache[host.name]
+
+
+def changing() -> None:
+    """Drop the current host's snapshot: an operation is about to change the node."""
+    _SNAPSHOTS.get(host.state, {}).pop(host.name, None)
+
+
+def _unit_name(unit: str) -> str:
+    return unit if "." in unit else f"{unit}.service"
+
+
+def _lines(text: str | None) -> list[str]:
+    return text.splitlines() if text else []
+
+
+# ------------------------------------------------------------------ files and units
+
+
+@operation()
+def managed_file(path: str, text: str, owner: str, group: str, mode: str) -> Iterator[Any]:
+    """The file ``path`` holding exactly ``text``, with its owner, group and mode: nothing
+    when the snapshot shows it so, else pyinfra's ``files.put`` (which diffs under
+    ``--diff``).
+
+    **Example:**
+
+    .. code:: python
+
+        managed_file(name="Ray unit", path=f["path"], text=unit_text, owner="root",
+                     group="root", mode="0644")
+    """
+    from pyinfra.operations import files
+
+    found = snapshot()["paths"].get(path)
+    want = hashlib.sha1(text.encode()).hexdigest()
+    same = found and found["type"] == "file" and found.get("sha1") == want
+    if same and (found["owner"], found["group"], found["mode"]) == (owner, group, mode):
+        return
+    changing()
+    yield from files.put._inner(src=StringIO(text), dest=path, user=owner, group=group, mode=mode)
+
+
+@operation()
+def managed_mode(path: str, owner: str, group: str, mode: str) -> Iterator[StringCommand]:
+    """An existing file's owner, group and mode (a file made on the node, such as a private
+    key: its content is never read here). Nothing when it is absent.
+
+    **Example:** ``managed_mode(name="Key mode", path=p, owner="root", group="root", mode="0600")``"""
+    found = snapshot()["paths"].get(path)
+    if not found or (found["owner"], found["group"], found["mode"]) == (owner, group, mode):
+        return
+    changing()
+    yield StringCommand("chown", QuoteString(f"{owner}:{group}"), QuoteString(path))
+    yield StringCommand("chmod", QuoteString(mode), QuoteString(path))
+
+
+@operation()
+def managed_directory(path: str, owner: str, group: str, mode: str) -> Iterator[Any]:
+    """The directory ``path`` with its owner, group and mode (else ``files.directory``).
+
+    **Example:**
+
+    .. code:: python
+
+        managed_directory(name="Settings", path="/etc/x", owner="root", group="root", mode="0755")
+    """
+    from pyinfra.operations import files
+
+    found = snapshot()["paths"].get(path)
+    if (
+        found
+        and found["type"] == "directory"
+        and (found["owner"], found["group"], found["mode"]) == (owner, group, mode)
+    ):
+        return
+    changing()
+    yield from files.directory._inner(path=path, user=owner, group=group, mode=mode)
+
+
+@operation()
+def absent_path(path: str) -> Iterator[StringCommand]:
+    """Nothing at ``path`` (a file, or a directory with what it holds).
+
+    **Example:** ``absent_path(name="Old unit", path=files["ray_worker_unit"]["path"])``"""
+    if snapshot()["paths"].get(path) is None:
+        return
+    changing()
+    yield StringCommand("rm", "-rf", "--", QuoteString(path))
+
+
+def unit_state(service: str) -> dict[str, bool]:
+    """``{"exists", "enabled", "running"}`` of a systemd unit, from the snapshot."""
+    state = snapshot()["units"].get(_unit_name(service)) or {"enabled": "", "active": ""}
+    return {
+        "exists": state["enabled"] not in ("", "not-found") or state["active"] not in ("", "inactive"),
+        "enabled": state["enabled"] in ("enabled", "enabled-runtime", "static", "alias", "linked"),
+        "running": state["active"] in ("active", "activating", "reloading"),
+    }
+
+
+@operation()
+def unit(
+    service: str,
+    running: bool | None = None,
+    enabled: bool | None = None,
+    restarted: bool = False,
+    daemon_reload: bool = False,
+) -> Iterator[Any]:
+    """A systemd unit enabled or not, running or not, restarted (when running): nothing when
+    the snapshot shows it so, else pyinfra's ``systemd.service`` (``daemon_reload`` first
+    when asked).
+
+    **Example:** ``unit(name="Start Ray", service="ray-head.service", running=True, enabled=True)``"""
+    from pyinfra.operations import systemd
+
+    now = unit_state(service)
+    if (
+        not restarted
+        and not daemon_reload
+        and (running is None or running == now["running"])
+        and (enabled is None or enabled == now["enabled"])
+    ):
+        return
+    changing()
+    yield from systemd.service._inner(
+        service=_unit_name(service),
+        running=running,
+        enabled=enabled,
+        restarted=restarted,
+        daemon_reload=daemon_reload,
     )
+
+
+@operation()
+def note_if(text: str) -> Iterator[FunctionCommand]:
+    """Report ``text`` about the host when the operation runs (with ``_if``, only when an
+    earlier operation changed something): e.g. a reboot the policy does not allow.
+
+    **Example:** ``note_if(name="Pending reboot", text="reboot required", _if=...)``"""
+
+    def report(state: Any, host: Any) -> bool:
+        _NOTES.setdefault(state, {}).setdefault(host.name, []).append(text)
+        return True
+
+    host.noop(text)
+    yield FunctionCommand(report, (), {})
+
+
+# --------------------------------------------------------------------------- packages
+
+
+@operation()
+def apt_install(packages: list[str], cache_time_s: int = 3600) -> Iterator[StringCommand]:
+    """Install the ``packages`` that are not installed (without recommends), refreshing apt's
+    package lists first when they are older than ``cache_time_s`` (their update stamp, else
+    the lists directory, as Ansible's ``apt`` with ``cache_valid_time`` reads them).
+    Nothing runs when every package is installed, so a converged node reports no change.
+
+    **Example:** ``apt_install(name="WireGuard tools", packages=["wireguard-tools"])``"""
+    known = snapshot()["packages"]
+    if any(p not in known for p in packages):
+        from pyinfra.facts.deb import DebPackages
+
+        known = {**known, **{p: "" for p in host.get_fact(DebPackages)}}
+    missing = [p for p in packages if known.get(p) is None]
+    if not missing:
+        return
+    changing()
+    fresh = (
+        '-n "$(find /var/lib/apt/periodic/update-success-stamp /var/lib/apt/lists -maxdepth 0 '
+        f"-newermt '-{int(cache_time_s)} seconds' 2>/dev/null)\""
+    )
+    yield StringCommand("sh", "-c", QuoteString(f"[ {fresh} ] || apt-get update -q"))
+    yield StringCommand(
+        "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "-q", "--no-install-recommends",
+        *(QuoteString(p) for p in missing),
+    )  # fmt: skip
+
+
+@operation()
+def apt_pinned(packages: list[str], version: str) -> Iterator[StringCommand]:
+    """Install ``packages`` at the Debian version glob ``version`` (``570.86.15-*``), up or
+    down, through holds; installed versions matching the glob yield nothing (pyinfra's
+    ``apt.packages`` compares versions exactly, and a pin is a glob).
+
+    **Example:** ``apt_pinned(name="Driver", packages=["nvidia-driver"], version="570.86.15-*")``"""
+    installed = snapshot()["packages"]
+    if all(installed.get(p) and fnmatch.fnmatchcase(installed[p], version) for p in packages):
+        return
+    changing()
+    yield StringCommand(
+        "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "-q", "--no-install-recommends",
+        "--allow-downgrades", "--allow-change-held-packages",
+        *(QuoteString(f"{p}={version}") for p in packages),
+    )  # fmt: skip
+
+
+@operation()
+def dpkg_hold(packages: list[str]) -> Iterator[StringCommand]:
+    """Hold ``packages`` (``dpkg --set-selections``), so that ``apt upgrade`` cannot move them;
+    a package whose selection is already ``hold`` yields nothing.
+
+    **Example:** ``dpkg_hold(name="Hold the driver", packages=["nvidia-driver"])``"""
+    selections = host.get_fact(DpkgSelections)
+    for name in packages:
+        if selections.get(name) != "hold":
+            yield StringCommand("echo", QuoteString(f"{name} hold"), "|", "dpkg", "--set-selections")
+
+
+@operation()
+def pip_requirements(
+    venv: str, requirements: list[str], index_url: str, trusted_host: str
+) -> Iterator[StringCommand]:
+    """Make the virtualenv ``venv`` (``python3 -m venv``) and install ``requirements`` in it
+    from the package index ``index_url``, when a package is missing or not at its pinned
+    version (:func:`swarm_infra.nodeside.facts.requirements_missing`, the Ansible role's
+    test too).
+
+    **Example:**
+
+    .. code:: python
+
+        pip_requirements(name="Ray", venv=files["ray_venv"]["path"],
+                         requirements=["ray[default]==2.60.0"], index_url="http://mirror/simple/",
+                         trusted_host="mirror")
+    """
+    installed = snapshot()["venvs"].get(venv) or {}
+    if not requirements_missing(list(requirements), json.dumps(installed)):
+        return
+    changing()
+    if not installed:
+        yield StringCommand("python3", "-m", "venv", QuoteString(venv))
+    yield StringCommand(
+        QuoteString(f"{venv}/bin/pip"), "install", "--disable-pip-version-check",
+        "--index-url", QuoteString(index_url), "--trusted-host", QuoteString(trusted_host),
+        *(QuoteString(r) for r in requirements),
+    )  # fmt: skip
+
+
+# ------------------------------------------------------------------- host and GPU
 
 
 @operation()
@@ -99,13 +389,14 @@ def tunables(spec: Mapping[str, Any]) -> Iterator[StringCommand]:
     runs (:mod:`swarm_infra.nodeside.tunables`).
 
     + spec: ``{"sysctls": {key: text}, "sysfs": [...], "sysctl_conf": path, "tmpfiles_conf":
-      path or None, "record": path, "label": why}``
+      path or None, "record": path, "label": why}`` (:func:`swarm_infra.resolve.files.
+      tunables_spec`)
 
     **Example:**
 
     .. code:: python
 
-        tunables(name="Host tuning", spec={"sysctls": {"vm.swappiness": "10"}, ...})
+        tunables(name="Host tuning", spec=tunables_spec(host.data.swarm, "host"))
     """
     plan = _nodeside_fact(nodeside_tunables, "tunables", "plan", dict(spec))
     for item in plan["not_applied"]:
@@ -113,6 +404,7 @@ def tunables(spec: Mapping[str, Any]) -> Iterator[StringCommand]:
     if plan["files"] or plan["writes"] or plan["restores"] or plan["record_changed"]:
         for f in plan["files"]:
             host.noop(f"{f['path']}: {'removed' if f['after'] is None else 'written'}")
+        changing()
         yield _nodeside_command(nodeside_tunables, "converge", dict(spec))
 
 
@@ -123,14 +415,7 @@ def gpu_settings(gpu: Mapping[str, Any]) -> Iterator[StringCommand]:
     runs (:mod:`swarm_infra.nodeside.gpu`): validate every setting, then apply; changes that
     wait for a reset or reboot are reported, never half-applied.
 
-    + gpu: NodeState.gpu (backend, devices, limits)
-
-    **Example:**
-
-    .. code:: python
-
-        gpu_settings(name="GPU settings", gpu=host.data.swarm["gpu"])
-    """
+    **Example:** ``gpu_settings(name="GPU settings", gpu=host.data.swarm["gpu"])``"""
     found = _nodeside_fact(nodeside_gpu, "gpu diff", "run_spec", dict(gpu), apply=False)
     if not found or found.get("error"):
         raise OperationError(f"swarm-gpu: {(found or {}).get('error', 'the node-side GPU code failed')}")
@@ -142,7 +427,11 @@ def gpu_settings(gpu: Mapping[str, Any]) -> Iterator[StringCommand]:
     if found["changes"]:
         for c in found["changes"]:
             host.noop(f"{label}gpu {c['gpu']} {c['key']}: {c['before']} -> {c['after']}")
+        changing()
         yield _nodeside_command(nodeside_gpu, "run_spec", dict(gpu), apply=True)
+
+
+# ------------------------------------------------------------------------------- mesh
 
 
 @operation()
@@ -151,18 +440,12 @@ def wireguard_key(path: str) -> Iterator[StringCommand | FunctionCommand]:
     written under umask 077: mode 0600 from the start, never printed, never in argv), and
     remember its public key for the peers' configuration.
 
-    + path: the private key file (NodeState.layout ``wireguard_key``)
-
-    **Example:**
-
-    .. code:: python
-
-        wireguard_key(name="WireGuard key", path=files["wireguard_key"]["path"])
-    """
-    key = host.get_fact(WireGuardPublicKey, path=path)
+    **Example:** ``wireguard_key(name="WireGuard key", path=files["wireguard_key"]["path"])``"""
+    key = snapshot()["public_keys"].get(path)
     if key:
         public_keys(host.state)[host.name] = key
         return
+    changing()
     yield StringCommand("umask", "077", "&&", "wg", "genkey", ">", QuoteString(path))
 
     def read(state: Any, host: Any) -> bool:
@@ -174,11 +457,12 @@ def wireguard_key(path: str) -> Iterator[StringCommand | FunctionCommand]:
     yield FunctionCommand(read, (), {})
 
 
-def peer_keys(node: Mapping[str, Any], recorded_text: list[str] | None) -> dict[str, str]:
+def peer_keys(node: Mapping[str, Any]) -> dict[str, str]:
     """The keys of ``node``'s declared peers: those of the hosts in this run over those in
-    the node's peers file (``recorded_text``: its lines, None when absent)."""
+    the node's peers file (read from the snapshot)."""
+    text = snapshot()["texts"].get(node["layout"]["files"]["wireguard_peers"]["path"])
     try:
-        recorded = json.loads("\n".join(recorded_text)) if recorded_text else {}
+        recorded = json.loads(text) if text else {}
     except ValueError:
         recorded = {}
     fresh = {name: key for name, key in public_keys(host.state).items() if name != node["name"]}
@@ -186,35 +470,23 @@ def peer_keys(node: Mapping[str, Any], recorded_text: list[str] | None) -> dict[
 
 
 @operation()
-def wireguard_file(node: Mapping[str, Any], which: str, path: str) -> Iterator[Any]:
+def wireguard_file(node: Mapping[str, Any], which: str) -> Iterator[Any]:
     """Write the mesh file ``which`` (``"peers"``: the peers' public keys; ``"conf"``: the
-    wg-quick configuration) of ``node`` to ``path``, with the keys of its declared peers
-    known now: the hosts' in this run (:func:`wireguard_key`) over those recorded on the
-    node. Computed when the operation runs, after every host made its key.
+    wg-quick configuration) of ``node``, with the keys of its declared peers known now: the
+    hosts' in this run (:func:`wireguard_key`) over those recorded on the node. Computed
+    when the operation runs, after every host made its key.
 
-    **Example:**
-
-    .. code:: python
-
-        conf = wireguard_file(name="wg-quick configuration", node=node, which="conf",
-                              path=files["wireguard_conf"]["path"])
-    """
-    from pyinfra.facts.files import FileContents
-    from pyinfra.operations import files
-
-    layout = node["layout"]["files"]
-    keys = peer_keys(node, host.get_fact(FileContents, path=layout["wireguard_peers"]["path"]))
+    **Example:** ``conf = wireguard_file(name="wg-quick configuration", node=node, which="conf")``"""
+    keys = peer_keys(node)
+    f = node["layout"]["files"]["wireguard_peers" if which == "peers" else "wireguard_conf"]
     text = wireguard_peers(node, keys) if which == "peers" else wireguard_conf(node, keys)
-    f = layout["wireguard_peers" if which == "peers" else "wireguard_conf"]
-    yield from files.put._inner(
-        src=StringIO(text), dest=path, user=f["owner"], group=f["group"], mode=f["mode"]
+    yield from managed_file._inner(
+        path=f["path"], text=text, owner=f["owner"], group=f["group"], mode=f["mode"]
     )
 
 
 @operation()
-def wireguard_sync(
-    node: Mapping[str, Any], when_config_changed: Any, key_path: str, unit: str
-) -> Iterator[StringCommand]:
+def wireguard_sync(node: Mapping[str, Any], when_config_changed: Any) -> Iterator[StringCommand]:
     """Apply the configuration to the running interface with ``wg syncconf`` when it changed
     in this run (``when_config_changed``: that operation) or the running peers differ from
     it (``wg set`` at runtime, a drifted node): only what differs changes, so tunnels stay
@@ -222,33 +494,25 @@ def wireguard_sync(
     is spliced in on the node by awk reading the key file itself: it travels only through
     pipes, never a command line or the environment.
 
-    **Example:**
-
-    .. code:: python
-
-        wireguard_sync(name="Sync peers", node=node, when_config_changed=conf,
-                       key_path=files["wireguard_key"]["path"], unit="wg-quick@wg0")
-    """
-    from pyinfra.facts.files import FileContents
-
+    **Example:** ``wireguard_sync(name="Sync peers", node=node, when_config_changed=conf)``"""
     interface = node["mesh"]["interface"]
-    running = host.get_fact(WireGuardAllowedIps, interface=interface)
+    running = snapshot()["wireguard"].get(interface)
     if running is None:
         return  # not up: wg-quick reads the file when it starts
     if not changed(when_config_changed):
-        keys = peer_keys(
-            node, host.get_fact(FileContents, path=node["layout"]["files"]["wireguard_peers"]["path"])
-        )
-        if not wireguard_running_differs(node, keys, running):
+        if not wireguard_running_differs(node, peer_keys(node), running):
             return
         host.noop(f"running peers differ from {interface}.conf: syncing")
+    layout = node["layout"]
+    unit, key = layout["units"]["wireguard"], layout["files"]["wireguard_key"]["path"]
     script = (
         "set -o pipefail; "
         f"if systemctl is-active --quiet {shlex.quote(unit)}; then "
         f"wg syncconf {shlex.quote(interface)} <(wg-quick strip {shlex.quote(interface)} | "
-        f"awk -v keyfile={shlex.quote(key_path)} "
+        f"awk -v keyfile={shlex.quote(key)} "
         "'{ print } /^\\[Interface\\]/ { getline key < keyfile; print \"PrivateKey = \" key }'); fi"
     )
+    changing()
     yield StringCommand("bash", "-c", QuoteString(script))
 
 
@@ -257,8 +521,9 @@ def wireguard_mtu(mesh: Mapping[str, Any]) -> Iterator[StringCommand]:
     """Set the declared MTU on the running interface (``ip link set``: no tunnel drops).
 
     **Example:** ``wireguard_mtu(name="MTU", mesh=node["mesh"])``"""
-    link = host.get_fact(InterfaceAddresses, interface=mesh["interface"])
+    link = snapshot()["interfaces"].get(mesh["interface"])
     if link and link.get("mtu") != mesh["mtu"]:
+        changing()
         yield StringCommand(
             "ip", "link", "set", "dev", QuoteString(mesh["interface"]), "mtu", str(int(mesh["mtu"]))
         )
@@ -269,75 +534,21 @@ def wireguard_address(mesh: Mapping[str, Any], unit: str) -> Iterator[StringComm
     """Restart the interface when its running address is not the declared one (peers
     address this node by it; the one mesh change that drops its tunnels).
 
-    **Example:** ``wireguard_address(name="Address", mesh=node["mesh"], unit="wg-quick@wg0")``"""
-    link = host.get_fact(InterfaceAddresses, interface=mesh["interface"])
+    **Example:** ``wireguard_address(name="Address", mesh=node["mesh"], unit=units["wireguard"])``"""
+    link = snapshot()["interfaces"].get(mesh["interface"])
     if link and mesh["address"] not in link.get("inet", []):
+        changing()
         yield StringCommand("systemctl", "restart", QuoteString(unit))
 
 
-@operation()
-def dpkg_hold(packages: list[str]) -> Iterator[StringCommand]:
-    """Hold ``packages`` (``dpkg --set-selections``), so that ``apt upgrade`` cannot move them;
-    a package whose selection is already ``hold`` yields nothing.
-
-    **Example:**
-
-    .. code:: python
-
-        dpkg_hold(name="Hold the driver", packages=["nvidia-driver"])
-    """
-    selections = host.get_fact(DpkgSelections)
-    for name in packages:
-        if selections.get(name) != "hold":
-            yield StringCommand("echo", QuoteString(f"{name} hold"), "|", "dpkg", "--set-selections")
+# ---------------------------------------------------------------------------- storage
 
 
-def nodeside_path(name: str) -> str:
-    """The controller's path of the node-side file ``name`` (``gpu``, ``tunables``): the
-    file the Ansible module ships, uploaded as it is."""
-    return {"gpu": nodeside_gpu.__file__, "tunables": nodeside_tunables.__file__}[name]
-
-
-@operation()
-def note_if(text: str) -> Iterator[FunctionCommand]:
-    """Report ``text`` about the host when the operation runs (with ``_if``, only when an
-    earlier operation changed something): e.g. a reboot the policy does not allow.
-
-    **Example:** ``note_if(name="Pending reboot", text="reboot required", _if=install.did_change)``"""
-
-    def report(state: Any, host: Any) -> bool:
-        _NOTES.setdefault(state, {}).setdefault(host.name, []).append(text)
-        return True
-
-    host.noop(text)
-    yield FunctionCommand(report, (), {})
-
-
-@operation()
-def apt_pinned(packages: list[str], version: str) -> Iterator[StringCommand]:
-    """Install ``packages`` at the Debian version glob ``version`` (``570.86.15-*``), up or
-    down, through holds; installed versions matching the glob yield nothing (pyinfra's
-    ``apt.packages`` compares versions exactly, and a pin is a glob).
-
-    **Example:** ``apt_pinned(name="Driver", packages=["nvidia-driver"], version="570.86.15-*")``"""
-    from pyinfra.facts.deb import DebPackages
-
-    installed = host.get_fact(DebPackages)
-    missing = [p for p in packages if not any(fnmatch.fnmatchcase(v, version) for v in installed.get(p, ()))]
-    if missing:
-        yield StringCommand(
-            "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "-q", "--no-install-recommends",
-            "--allow-downgrades", "--allow-change-held-packages",
-            *(QuoteString(f"{p}={version}") for p in packages),
-        )  # fmt: skip
-
-
-def storage_record_read(path: str) -> dict[str, Any]:
+def storage_record() -> dict[str, Any]:
     """What scratch the project made on the node, from its record (``{}`` when none)."""
-    from pyinfra.facts.files import FileContents
-
+    text = snapshot()["texts"].get(host.data.swarm["layout"]["files"]["storage_record"]["path"])
     try:
-        data = json.loads("\n".join(host.get_fact(FileContents, path=path) or []) or "{}")
+        data = json.loads(text) if text else {}
     except ValueError:
         return {}
     return data if isinstance(data, dict) else {}
@@ -351,8 +562,7 @@ def refuse(problems: list[str]) -> Iterator[StringCommand]:
     **Example:** ``refuse(name="Foreign devices", problems=["/dev/nvme0n1 holds ext4 ..."])``"""
     if problems:
         raise OperationError("; ".join(problems))
-    return
-    yield
+    yield from ()
 
 
 @operation()
@@ -360,13 +570,13 @@ def md_raid0(array: str, devices: list[str]) -> Iterator[StringCommand]:
     """Create the md RAID 0 ``array`` over ``devices`` (mdadm), unless it exists.
 
     **Example:** ``md_raid0(name="Scratch array", array="/dev/md/scratch", devices=[...])``"""
-    from pyinfra.facts.files import File
-
-    if host.get_fact(File, path=array) is None:
-        yield StringCommand(
-            "mdadm", "--create", QuoteString(array), "--level=0", f"--raid-devices={len(devices)}",
-            QuoteString(f"--name={array.rsplit('/', 1)[-1]}"), "--run", *(QuoteString(d) for d in devices),
-        )  # fmt: skip
+    if snapshot()["paths"].get(array) is not None:
+        return
+    changing()
+    yield StringCommand(
+        "mdadm", "--create", QuoteString(array), "--level=0", f"--raid-devices={len(devices)}",
+        QuoteString(f"--name={array.rsplit('/', 1)[-1]}"), "--run", *(QuoteString(d) for d in devices),
+    )  # fmt: skip
 
 
 @operation()
@@ -375,16 +585,11 @@ def mdadm_conf(array: str, path: str) -> Iterator[StringCommand]:
     is assembled at boot; the line of the same array is replaced, others are kept.
 
     **Example:** ``mdadm_conf(name="Array at boot", array="/dev/md/scratch", path=conf)``"""
-    from pyinfra.facts.files import FileContents
-
-    from .facts import MdadmBrief
-
     line = host.get_fact(MdadmBrief, array=array)
     if not line:
         return
-    lines = host.get_fact(FileContents, path=path) or []
     prefix = f"ARRAY {array} "
-    if [ln for ln in lines if ln.startswith(prefix)] == [line]:
+    if [ln for ln in _lines(snapshot()["texts"].get(path)) if ln.startswith(prefix)] == [line]:
         return
     p, tmp = shlex.quote(path), shlex.quote(f"{path}.swarm-tmp")
     script = (
@@ -392,6 +597,7 @@ def mdadm_conf(array: str, path: str) -> Iterator[StringCommand]:
         f"{{ grep -v {shlex.quote('^' + prefix)} {p}; echo {shlex.quote(line)}; }} > {tmp} && "
         f"chmod 0644 {tmp} && mv {tmp} {p}"
     )
+    changing()
     yield StringCommand("sh", "-c", QuoteString(script))
 
 
@@ -402,31 +608,33 @@ def filesystem(device: str, fstype: str, label: str) -> Iterator[StringCommand]:
     type fails, never reformatted).
 
     **Example:** ``filesystem(name="Scratch fs", device="/dev/nvme0n1", fstype="xfs", label="scratch")``"""
-    found = host.get_fact(BlockDeviceProbe, device=device)
-    kind = found.get("TYPE")
+    kind = (snapshot()["devices"].get(device) or {}).get("probe", {}).get("TYPE")
     if kind == fstype:
         return
     if kind:
         raise OperationError(f"{device} holds {kind}, not {fstype}; refusing to reformat it")
+    changing()
     yield StringCommand(f"mkfs.{fstype}", "-L", QuoteString(label), QuoteString(device))
 
 
-def _fstab_script(source: str, path: str, fstype: str, options: list[str], present: bool) -> str:
-    keep = f"awk -v p={shlex.quote(path)} '$1 ~ /^#/ || $2 != p' /etc/fstab > /etc/fstab.swarm-tmp"
-    line = f"{source} {path} {fstype} {','.join(options) or 'defaults'} 0 0"
-    add = f" && echo {shlex.quote(line)} >> /etc/fstab.swarm-tmp" if present else ""
-    return keep + add + " && chmod 0644 /etc/fstab.swarm-tmp && mv /etc/fstab.swarm-tmp /etc/fstab"
+def _fstab_line(source: str, path: str, fstype: str, options: list[str]) -> str:
+    # As ansible.posix.mount writes it (dump and passno 0).
+    return f"{source} {path} {fstype} {','.join(options) or 'defaults'} 0 0"
 
 
-def _fstab_lines(path: str) -> list[str]:
-    from pyinfra.facts.files import FileContents
-
-    lines = host.get_fact(FileContents, path="/etc/fstab") or []
+def _fstab_mine(path: str) -> list[str]:
+    lines = _lines(snapshot()["texts"].get("/etc/fstab"))
     return [
         ln
         for ln in lines
         if not ln.lstrip().startswith("#") and len(ln.split()) > 1 and ln.split()[1] == path
     ]
+
+
+def _fstab_script(path: str, line: str | None) -> str:
+    keep = f"awk -v p={shlex.quote(path)} '$1 ~ /^#/ || $2 != p' /etc/fstab > /etc/fstab.swarm-tmp"
+    add = f" && echo {shlex.quote(line)} >> /etc/fstab.swarm-tmp" if line else ""
+    return keep + add + " && chmod 0644 /etc/fstab.swarm-tmp && mv /etc/fstab.swarm-tmp /etc/fstab"
 
 
 @operation()
@@ -441,15 +649,18 @@ def mount(source: str, path: str, fstype: str, options: list[str]) -> Iterator[S
 
         mount(name="Scratch", source="LABEL=scratch", path=p, fstype="xfs", options=["noatime"])
     """
-    want = f"{source} {path} {fstype} {','.join(options) or 'defaults'} 0 0"
-    line_changed = _fstab_lines(path) != [want]
+    line = _fstab_line(source, path, fstype, options)
+    line_changed = _fstab_mine(path) != [line]
+    mounted = snapshot()["mounts"].get(path)
+    if not line_changed and mounted:
+        return
+    changing()
     if line_changed:
         yield StringCommand("mkdir", "-p", QuoteString(path))
-        yield StringCommand("sh", "-c", QuoteString(_fstab_script(source, path, fstype, options, True)))
-    mounted = host.get_fact(Mounted, path=path)
+        yield StringCommand("sh", "-c", QuoteString(_fstab_script(path, line)))
     if not mounted:
         yield StringCommand("mount", QuoteString(path))
-    elif line_changed:
+    else:
         yield StringCommand(
             "mount", "-o", QuoteString(f"remount,{','.join(options) or 'defaults'}"), QuoteString(path)
         )
@@ -460,65 +671,12 @@ def unmount(path: str) -> Iterator[StringCommand]:
     """Unmount ``path``, drop its /etc/fstab line and remove the (empty) mount point, as
     ``ansible.posix.mount`` with ``state: absent`` does; data on the device stays.
 
-    **Example:** ``unmount(name="Scratch no longer declared", path="/old-scratch")``"""
-    from pyinfra.facts.files import Directory
+    **Example:** ``unmount(name="Scratch no longer declared", path="/old-scratch")``
 
-    if host.get_fact(Mounted, path=path):
-        yield StringCommand("umount", QuoteString(path))
-    if _fstab_lines(path):
-        yield StringCommand("sh", "-c", QuoteString(_fstab_script("", path, "", [], False)))
-    if host.get_fact(Directory, path=path):
-        yield StringCommand("rmdir", QuoteString(path))
-
-
-@operation()
-def pip_requirements(
-    venv: str, requirements: list[str], index_url: str, trusted_host: str
-) -> Iterator[StringCommand]:
-    """Make the virtualenv ``venv`` (``python3 -m venv``) and install ``requirements`` in it
-    from the package index ``index_url``, when a package is missing or not at its pinned
-    version (``name==version``; :func:`swarm_infra.nodeside.facts.requirements_missing`,
-    the Ansible role's test too).
-
-    **Example:**
-
-    .. code:: python
-
-        pip_requirements(name="Ray", venv="/usr/local/lib/swarm/ray-venv",
-                         requirements=["ray[default]==2.60.0"], index_url="http://mirror/simple/",
-                         trusted_host="mirror")
-    """
-    installed = host.get_fact(InstalledDistributions, venv=venv)
-    if not installed:
-        yield StringCommand("python3", "-m", "venv", QuoteString(venv))
-    if requirements_missing(list(requirements), installed):
-        yield StringCommand(
-            QuoteString(f"{venv}/bin/pip"), "install", "--disable-pip-version-check",
-            "--index-url", QuoteString(index_url),
-            "--trusted-host", QuoteString(trusted_host), *(QuoteString(r) for r in requirements),
-        )  # fmt: skip
-
-
-@operation()
-def apt_install(packages: list[str], cache_time_s: int = 3600) -> Iterator[StringCommand]:
-    """Install the ``packages`` that are not installed (without recommends), refreshing apt's
-    package lists first when they are older than ``cache_time_s`` (their update stamp, else
-    the lists directory, as Ansible's ``apt`` with ``cache_valid_time`` reads it). Nothing
-    runs when every package is installed, so a converged node reports no change.
-
-    **Example:** ``apt_install(name="WireGuard tools", packages=["wireguard-tools"])``"""
-    from pyinfra.facts.deb import DebPackages
-
-    installed = host.get_fact(DebPackages)
-    missing = [p for p in packages if p not in installed]
-    if not missing:
-        return
-    fresh = (
-        '-n "$(find /var/lib/apt/periodic/update-success-stamp /var/lib/apt/lists -maxdepth 0 '
-        f"-newermt '-{int(cache_time_s)} seconds' 2>/dev/null)\""
-    )
-    yield StringCommand("sh", "-c", QuoteString(f"[ {fresh} ] || apt-get update -q"))
-    yield StringCommand(
-        "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "-q", "--no-install-recommends",
-        *(QuoteString(p) for p in missing),
-    )  # fmt: skip
+    Called only where the record of what the project made names a mount point no longer
+    declared; every command is safe to repeat."""
+    p = shlex.quote(path)
+    changing()
+    yield StringCommand("sh", "-c", QuoteString(f"! mountpoint -q {p} || umount {p}"))
+    yield StringCommand("sh", "-c", QuoteString(_fstab_script(path, None)))
+    yield StringCommand("sh", "-c", QuoteString(f"! test -d {p} || rmdir {p}"))

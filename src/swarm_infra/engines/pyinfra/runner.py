@@ -79,13 +79,15 @@ class Reporter:
         self.out, self.verbose, self.show_diff = out, verbose, show_diff
         self.started = time.monotonic()
         self.hosts: dict[str, HostTally] = {}
-        self.diffs: dict[str, list[str]] = {}
+        self.diffs: dict[tuple[str, str], list[str]] = {}  # (host, operation hash) -> diff lines
 
     def line(self, host: str, label: str, text: str) -> None:
         self.out.write(result_line(time.monotonic() - self.started, host, label, text) + "\n")
         self.out.flush()
 
-    def result(self, host: str, outcome: str, text: str, changed: bool = False, message: str = "") -> None:
+    def result(
+        self, host: str, outcome: str, text: str, changed: bool = False, message: str = "", op: str = ""
+    ) -> None:
         tally = self.hosts.setdefault(host, HostTally())
         setattr(tally, outcome, getattr(tally, outcome) + 1)
         tally.changed += changed
@@ -94,7 +96,7 @@ class Reporter:
             self.line(host, outcome, f"{text}\n    {tally.messages[-1]}")
         elif changed or self.verbose:
             self.line(host, "changed" if changed else outcome, text)
-        diff = self.diffs.pop(host, [])
+        diff = self.diffs.pop((host, op), [])
         if diff and changed and self.show_diff:
             self.out.write("\n".join("    " + ln for ln in diff) + "\n")
 
@@ -107,7 +109,7 @@ class Reporter:
 
 class _DiffCapture(logging.Handler):
     """pyinfra logs file diffs (``--diff``) while an operation is generated; they are
-    collected per host (pyinfra's context is greenlet-local) for the reporter."""
+    collected per host and operation (pyinfra's context is greenlet-local) for the reporter."""
 
     def __init__(self, reporter: Reporter) -> None:
         super().__init__(logging.INFO)
@@ -117,11 +119,12 @@ class _DiffCapture(logging.Handler):
         from pyinfra import context
 
         text = record.getMessage()
-        host = getattr(context.host, "name", None) if context.host else None
-        if host and (text.startswith("  ") or text.startswith("@@")):
+        host = context.host if context.host else None
+        op = getattr(host, "current_op_hash", None) if host else None
+        if op and (text.startswith("  ") or text.startswith("@@")):
             from click import unstyle
 
-            self.reporter.diffs.setdefault(host, []).append(unstyle(text).rstrip())
+            self.reporter.diffs.setdefault((host.name, op), []).append(unstyle(text).rstrip())
 
 
 def run(
@@ -160,6 +163,7 @@ def run(
         for name in sorted(set(by_name) - up):
             reporter.result(name, "unreachable", "connect", message="SSH connection failed")
         state.set_stage(StateStage.Prepare)
+        _prefetch(state, [by_name[n] for n in sorted(up)])
         steps = _prepare(state, plan(layer, hosts), by_name, up)
         _report_notes(state, reporter)
         state.set_stage(StateStage.Execute)
@@ -183,6 +187,19 @@ def run(
         logging.getLogger("pyinfra").removeHandler(capture)
         if state.current_stage >= StateStage.Connect:
             disconnect_all(state)
+
+
+def _prefetch(state: Any, hosts: list[Any]) -> None:
+    """Read every host's snapshot at once (the deploys ask for it while preparing, host by
+    host: one round trip each, in turn, otherwise)."""
+    import gevent
+    from pyinfra.context import ctx_host, ctx_state
+
+    def one(h: Any) -> None:
+        with ctx_state.use(state), ctx_host.use(h):
+            ops.snapshot()
+
+    gevent.joinall([gevent.spawn(one, h) for h in hosts])
 
 
 def _prepare(state: Any, steps: list[Step], by_name: dict[str, Any], up: set[str]) -> list[tuple]:
@@ -244,7 +261,7 @@ def _run_batch(
                 ifs = data.global_arguments.get("_if")
                 ifs = ifs if isinstance(ifs, list) else [ifs] if ifs else []
                 would = bool(data.operation_meta._maybe_is_change) and all(f() for f in ifs)
-                reporter.result(h.name, "ok", names, changed=would)
+                reporter.result(h.name, "ok", names, changed=would, op=op_hash)
             continue
 
         def one(h: Any, op_hash: str = op_hash) -> bool:
@@ -261,7 +278,9 @@ def _run_batch(
         for g, h in greenlets.items():
             meta = state.get_op_data_for_host(h, op_hash).operation_meta
             if g.value:
-                reporter.result(h.name, "ok", names, changed=meta.is_complete() and meta.did_change())
+                reporter.result(
+                    h.name, "ok", names, changed=meta.is_complete() and meta.did_change(), op=op_hash
+                )
             else:
                 failed.add(h.name)
                 reporter.result(h.name, "failed", names, message=_error(h, meta))
