@@ -6,8 +6,9 @@
 
 The fleet is read from the inventory (``--swarm-fleet``, default the
 ``--ansible-inventory`` path) through the swarm_infra library, so the expected values are
-the NodeState's. Connections come from the Ansible inventory (testinfra's ansible backend,
-which uses its SSH backend with the inventory's address, user, key and known_hosts).
+the NodeState's. Connections are the engines' (swarm_infra.engines.inventory: the declared
+SSH address, or a running lab's connection file with its key and known_hosts), over
+testinfra's SSH backend with one shared master connection per node.
 Each test is one ``Check`` (swarm_infra.verification), with id ``node/layer/key``.
 A failed check records ``drift`` (node, layer, key, desired, actual) in the test's
 ``user_properties`` (and so in JUnit XML); a check whose prerequisites failed is skipped
@@ -22,7 +23,9 @@ from typing import Any
 import pytest
 import testinfra
 
+from swarm_infra.engines.inventory import inventory_hosts
 from swarm_infra.fleet.sources import fleet_paths
+from swarm_infra.lab.state import read_connections
 from swarm_infra.resolve import desired_state, load_fleet
 from swarm_infra.verify.checks import checks_for
 
@@ -63,14 +66,25 @@ def swarm_state(request: pytest.FixtureRequest) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="session")
-def node_host(request: pytest.FixtureRequest):
-    """node name -> testinfra Host (one SSH connection per node, reused)."""
-    inventory = request.config.getoption("ansible_inventory") or _inventory(request.config)
+def node_host(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """node name -> testinfra Host (one SSH master connection per node, reused by every
+    command: ControlMaster/ControlPersist)."""
+    conns = {h.name: h.connection for h in inventory_hosts(request.config._swarm_state, read_connections())}
+    masters = tmp_path_factory.mktemp("ssh-masters")
     hosts: dict[str, testinfra.host.Host] = {}
 
     def get(name: str) -> testinfra.host.Host:
         if name not in hosts:
-            hosts[name] = testinfra.get_host(f"ansible://{name}", ansible_inventory=inventory)
+            c = conns[name]
+            extra = ["-o BatchMode=yes"]
+            if c.known_hosts_file:
+                extra += [f"-o UserKnownHostsFile={c.known_hosts_file}", "-o StrictHostKeyChecking=yes"]
+            hosts[name] = testinfra.get_host(
+                f"ssh://{c.user}@{c.host}:{c.port}",
+                ssh_identity_file=c.private_key_file,
+                ssh_extra_args=" ".join(extra),
+                controlpath=str(masters / name),
+            )
         return hosts[name]
 
     return get

@@ -138,7 +138,10 @@ def _ray_checks(name: str, node: NodeState, state: DesiredState) -> tuple[list[C
     if not r:
         return [_absent(name, "ray", files[f]) for f in ("ray_head_unit", "ray_worker_unit")], []
     unit = units[f"ray_{r['role']}"]
-    service = Check(name, "ray", f"service {unit}", "service", "enabled, running", {"unit": unit})
+    # Ray's unit requires the mesh's (systemd stops it with wg-quick): a stopped mesh is one
+    # fault, and Ray's service is then blocked by it, not a second drift.
+    mesh = (f"{name}/mesh/service {units['wireguard']}",) if node["mesh"] else ()
+    service = Check(name, "ray", f"service {unit}", "service", "enabled, running", {"unit": unit}, mesh)
     firewall = Check(name, "ray", f"service {units['ray_firewall']}", "service", "enabled, running",
                      {"unit": units["ray_firewall"]})  # fmt: skip
     local = [
@@ -306,13 +309,14 @@ def checks_for(state: DesiredState, nodes: list[str] | None = None) -> list[Chec
                         continue
                     local.append(Check(name, "gpu", f"gpu{dev['index']} {key}", "gpu", value, args))
         local += _storage_checks(name, node)
-        ray_local, ray_remote = _ray_checks(name, node, state)
-        local += ray_local
-        remote += ray_remote
         if node["mesh"]:
             mine, theirs = _mesh_checks(name, node, state)
             local += mine
             remote += theirs
+        # After the mesh: Ray's checks are blocked by a mesh that drifted.
+        ray_local, ray_remote = _ray_checks(name, node, state)
+        local += ray_local
+        remote += ray_remote
     # Pings first: their traffic is what makes peers without keepalive handshake at all.
     pings = sorted((c for c in remote if c.kind == "ping"), key=lambda c: not c.args["behind_nat"])
     handshakes = [c for c in remote if c.kind == "handshake"]
