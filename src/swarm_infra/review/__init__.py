@@ -38,6 +38,8 @@ _LAYER_KINDS = {
     "mesh": ("Mesh", "Site"),
     "ray": ("RayCluster",),
 }
+# Objects of one queue or tenant of the Allocation: their lines are that entry's.
+_TENANT_OBJECTS = ("ClusterQueue", "LocalQueue", "Namespace", "ResourceQuota", "LimitRange", "RayCluster")
 # Where a cluster object's change may come from, by kind.
 _OBJECT_KINDS = {
     "PriorityClass": ("Priority",),
@@ -125,19 +127,12 @@ def _attribute(fr: FleetReview, base: Snapshot, head: Snapshot, index: ChangeInd
             else []
         )
         scoped: list[Location] = []
-        if alloc and o.kind in (
-            "ClusterQueue",
-            "LocalQueue",
-            "Namespace",
-            "ResourceQuota",
-            "LimitRange",
-            "RayCluster",
-        ):
-            for lst in ("queues", "tenants"):
-                for item in (o.name, o.namespace):
-                    i = index.index_of("Allocation", alloc, ("spec", lst), item)
-                    if i is not None:
-                        scoped += index.where("Allocation", alloc, ("spec", lst, i))
+        item = o.name if o.kind == "ClusterQueue" else o.namespace or o.name
+        lst = "queues" if o.kind == "ClusterQueue" else "tenants"
+        if alloc and o.kind in _TENANT_OBJECTS:
+            i = index.index_of("Allocation", alloc, ("spec", lst), item)
+            if i is not None:
+                scoped = index.where("Allocation", alloc, ("spec", lst, i))
         o.where = pick(named, scoped, [loc for k in kinds for loc in where(k)], fallback=index.all())
 
 

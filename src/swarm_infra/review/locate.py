@@ -60,32 +60,30 @@ class ChangeIndex:
     def __init__(self, base: Snapshot, head: Snapshot) -> None:
         self.base, self.head = base, head
         self.changed: dict[DocKey, list[tuple[tuple[PathPart, ...], Location]]] = {}
-        findings: list[tuple[DocKey, Finding]] = []
+        findings: list[tuple[DocKey, Finding, Snapshot, bool]] = []  # (key, finding, side, whole document)
         for key in sorted(base.documents.keys() | head.documents.keys()):
             b, h = base.documents.get(key), head.documents.get(key)
             if b is not None and h is not None and (b.data is h.data or b.data == h.data):
                 continue
-            if h is None:
-                assert b is not None
-                loc = Location(base.rel(b.source.file), b.source.line, "base", base.commit)
-                self.changed[key] = [((), loc)]
-                continue
-            if b is None:
-                self.changed[key] = [
-                    ((), Location(head.rel(h.source.file), h.source.line, "head", head.commit))
-                ]
-                continue
             self.changed[key] = []
+            if b is None or h is None:  # added or removed: the line of its name, at head or base
+                doc, side = (h, head) if h is not None else (b, base)
+                assert doc is not None
+                findings.append(
+                    (key, Finding(doc.source, ("metadata", "name"), "review.change", ""), side, True)
+                )
+                continue
             for i, path in enumerate(_raw_paths(b.data, h.data)):
                 if i == MAX_PATHS_PER_DOCUMENT:
                     break
-                findings.append((key, Finding(h.source, path, "review.change", "")))
+                findings.append((key, Finding(h.source, path, "review.change", ""), head, False))
         # locate_all answers file by file, in the order files first appear: keep them together.
         findings.sort(key=lambda kf: kf[1].source.file)
-        located = locate_all(f for _, f in findings)
-        for (key, finding), diag in zip(findings, located, strict=True):
-            loc = Location(head.rel(diag.file), diag.line, "head", head.commit)
-            self.changed[key].append((finding.path, loc))
+        located = locate_all(f for _, f, _, _ in findings)
+        for (key, finding, side, whole), diag in zip(findings, located, strict=True):
+            ref = "head" if side is head else "base"
+            loc = Location(side.rel(diag.file), diag.line, ref, side.commit)
+            self.changed[key].append(((() if whole else finding.path), loc))
 
     def where(self, kind: str, name: str | None = None, under: tuple[PathPart, ...] = ()) -> list[Location]:
         """Lines of the changed documents of ``kind`` (named ``name``, or all), only those
