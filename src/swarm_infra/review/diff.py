@@ -48,7 +48,8 @@ def leaf_diff(before: Any, after: Any, path: Path = ()) -> Iterator[tuple[Path, 
     if before == after:
         return
     if isinstance(before, dict) and isinstance(after, dict):
-        for k in sorted(before.keys() | after.keys(), key=str):
+        keys = before.keys() | after.keys()
+        for k in sorted(keys) if all(isinstance(k, str) for k in keys) else sorted(keys, key=str):
             yield from leaf_diff(before.get(k, ABSENT), after.get(k, ABSENT), (*path, str(k)))
         return
     if isinstance(before, list) and isinstance(after, list):
@@ -118,7 +119,9 @@ class _Folder:
         self.shown: dict[str, tuple[Any, ...]] = {}
 
     def add(self, key: tuple[Any, ...], node: str, shown: tuple[Any, ...]) -> None:
-        k = _key(key)
+        self.add_key(_key(key), node, shown)
+
+    def add_key(self, k: str, node: str, shown: tuple[Any, ...]) -> None:
         group = self.nodes[k]
         if not group or group[-1] != node:
             group.append(node)
@@ -143,6 +146,7 @@ def node_changes(
     the layers it changes in (peer lists aside: see :func:`mesh_impact`)."""
     folder = _Folder()
     touched: dict[str, set[str]] = {}
+    seen: dict[tuple[Any, ...], tuple[str, tuple[Any, ...], Any, Any]] = {}
     for name in sorted(before.keys() | after.keys()):
         b, a = before.get(name), after.get(name)
         if b is None or a is None:
@@ -160,12 +164,18 @@ def node_changes(
             for path, old, new in leaf_diff(bv, av, (top,)):
                 if path[:2] == ("mesh", "peers"):
                     continue
-                layer = _layer(path)
-                field = dotted(_shown(path))
-                change = "added" if old is ABSENT else "removed" if new is ABSENT else "changed"
-                old, new = _list_delta(old, new)
-                folder.add((layer, field, change, old, new), name, (layer, field, change, old, new))
-                layers.add(layer)
+                # The resolver shares identical parts between nodes (a profile's settings):
+                # the same (path, old, new) objects fold without being encoded again.
+                memo = (path, id(old), id(new))
+                if memo not in seen:
+                    layer = _layer(path)
+                    field = dotted(_shown(path))
+                    change = "added" if old is ABSENT else "removed" if new is ABSENT else "changed"
+                    shown = (layer, field, change, *_list_delta(old, new))
+                    seen[memo] = (_key(shown), shown, old, new)  # old, new: kept alive, ids stay unique
+                k, shown, _, _ = seen[memo]
+                folder.add_key(k, name, shown)
+                layers.add(shown[0])
         if layers:
             touched[name] = layers
     states = [after, before]
