@@ -189,6 +189,13 @@ def test_new_node_in_a_natted_site_gains_peers_through_the_hub(repo: Path) -> No
     )
     added = [p for p in fr.mesh.peers if p.what == "added" and p.peer == "tyo1-gpu-09"]
     assert gained == [hub] and [p.nodes for p in added] == [gained]
+    assert [p for p in fr.mesh.peers if p.what == "removed"] == []
+    # The topology ConfigMap's JSON is compared inside: the new address is one field.
+    topo = next(o for o in fr.objects if o.kind == "ConfigMap" and o.name == "swarm-mesh-topology")
+    new_address = after["cluster"]["mesh"]["addresses"]["tyo1-gpu-09"]
+    assert ("data.topology.json.addresses.tyo1-gpu-09", new_address) in [
+        (f.path, f.after) for f in topo.fields
+    ]
     # Nodes whose peer lists change keep their tunnels: wg syncconf, never a restart.
     changed_peers = sorted(
         n
@@ -639,3 +646,67 @@ def test_comment_stays_under_githubs_limit_with_a_huge_change(tmp_path: Path) ->
     html, _ = _html(comment)
     assert html.count("<details>") == html.count("</details>")
     assert r.fleets[0].nodes_changed == 1200
+
+
+# ------------------------------------------------------------- decisions in resolve/
+
+
+def test_mesh_apply_follows_the_wireguard_role() -> None:
+    """The role restarts the interface only when its address differs (peers go through
+    wg syncconf, the MTU through ip link): mesh_apply must say the same."""
+    import yaml
+
+    from swarm_infra.resolve.mesh import MeshApply, mesh_apply
+
+    tasks = yaml.safe_load((ROOT / "roles/wireguard/tasks/main.yml").read_text())
+    restarts = [
+        t for t in tasks if (t.get("ansible.builtin.systemd_service") or {}).get("state") == "restarted"
+    ]
+    assert [t["when"] for t in restarts] == [
+        "wireguard_link.rc == 0 and wireguard_state.address not in wireguard_running_addresses"
+    ]
+    mtu = next(t for t in tasks if t["name"].startswith("Set the declared MTU"))
+    assert mtu["ansible.builtin.command"]["argv"][:3] == ["ip", "link", "set"]
+    base = {
+        "interface": "wg0",
+        "address": "10.0.0.1/16",
+        "listen_port": 51820,
+        "mtu": 1420,
+        "forwarding": False,
+    }
+    peers = [{"name": "b", "allowed_ips": ["10.0.0.2/32"], "endpoint": None, "persistent_keepalive_s": 0}]
+    before = {**base, "peers": peers}
+    moved = [{**peers[0], "allowed_ips": ["10.0.0.2/32", "10.0.0.3/32"]}]
+    cases = {
+        "mtu": (
+            {**before, "mtu": 1380},
+            MeshApply(restart=False, syncconf=False, mtu=True, forwarding=False),
+        ),
+        "peers": (
+            {**before, "peers": moved},
+            MeshApply(restart=False, syncconf=True, mtu=False, forwarding=False),
+        ),
+        "port": ({**before, "listen_port": 51821}, MeshApply(False, True, False, False)),
+        "address": ({**before, "address": "10.0.0.9/16"}, MeshApply(True, False, False, False)),
+        "forwarding": ({**before, "forwarding": True}, MeshApply(False, False, False, True)),
+    }
+    for name, (after, expected) in cases.items():
+        assert mesh_apply(before, after) == expected, name
+
+
+def test_batches_are_ansibles_serial_batches() -> None:
+    """Canary first, then N% of all the play's hosts (Ansible's pct_to_int), the last size
+    repeated."""
+    from ansible.utils.helpers import pct_to_int
+
+    for count in (1, 3, 9, 41, 250):
+        hosts = [f"h{i:03d}" for i in range(count)]
+        for serial in ([1, "10%"], [2, "25%"], [1, "100%"], [5, "1%"]):
+            plan = batches(hosts, {"serial": serial, "max_fail_percentage": 0})
+            sizes = [serial[0], pct_to_int(serial[1], count)]
+            expected, start, i = [], 0, 0
+            while start < count:
+                size = max(sizes[min(i, 1)], 1)
+                expected.append(hosts[start : start + size])
+                start, i = start + size, i + 1
+            assert plan == expected, (count, serial)

@@ -47,6 +47,9 @@ def leaf_diff(before: Any, after: Any, path: Path = ()) -> Iterator[tuple[Path, 
     side has is :data:`~.model.ABSENT` on the other."""
     if before == after:
         return
+    if before is ABSENT or after is ABSENT:
+        yield path, before, after
+        return
     if isinstance(before, dict) and isinstance(after, dict):
         keys = before.keys() | after.keys()
         for k in sorted(keys) if all(isinstance(k, str) for k in keys) else sorted(keys, key=str):
@@ -250,6 +253,26 @@ def mesh_impact(
     return impact
 
 
+def _json_object(text: Any) -> Any:
+    if isinstance(text, str) and text.startswith("{"):
+        try:
+            return json.loads(text)
+        except ValueError:
+            return None
+    return None
+
+
+def _fields(before: Any, after: Any) -> Iterator[tuple[Path, Any, Any]]:
+    """Changed fields of an object; a JSON document held in a string (the mesh topology
+    ConfigMap's ``topology.json``) is compared field by field inside it."""
+    for path, old, new in leaf_diff(before, after):
+        inner_old, inner_new = _json_object(old), _json_object(new)
+        if inner_old is not None and inner_new is not None:
+            yield from leaf_diff(inner_old, inner_new, path)
+        else:
+            yield path, old, new
+
+
 def object_changes(
     before: Mapping[ObjectKey, K8sObject], after: Mapping[ObjectKey, K8sObject]
 ) -> list[ObjectChange]:
@@ -261,9 +284,7 @@ def object_changes(
         if b == a:
             continue
         change = "added" if b is None else "removed" if a is None else "changed"
-        fields = (
-            [] if b is None or a is None else [FieldChange(dotted(p), o, n) for p, o, n in leaf_diff(b, a)]
-        )
+        fields = [] if b is None or a is None else [FieldChange(dotted(p), o, n) for p, o, n in _fields(b, a)]
         out.append(ObjectChange(change, key[0], key[1], key[2], key[3], fields))
     return out
 
