@@ -1,6 +1,7 @@
 """``swarm``: the project's own CLI, for what Ansible, pyinfra, Pulumi and pytest do not do.
 
-One module per command group: ``fleet`` (validate, plan), ``render``, ``converge``, ``verify``, ``lab``.
+One module per command group: ``fleet`` (validate, plan), ``render``, ``review``, ``converge``,
+``verify``, ``lab``.
 Exit codes: 0 success (warnings allowed), 2 invalid input (nothing was applied),
 1 unexpected failure.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import converge, fleet, lab, render, verify
+from . import converge, fleet, lab, render, review, verify
 from .common import EXIT_FAILURE, silence
 
 
@@ -18,13 +19,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="swarm",
         description="Swarm infrastructure pipeline: validate the declared fleet and show the "
-        "desired state it resolves to, render the cluster's Kubernetes objects, run the local "
-        "lab, converge nodes (Ansible) and verify them (testinfra).",
+        "desired state it resolves to, render the cluster's Kubernetes objects, review a "
+        "change between two Git refs, run the local lab, converge nodes (Ansible) and verify them "
+        "(testinfra).",
         epilog="Exit codes: 0 ok, 2 invalid input (nothing applied), 1 unexpected failure.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     fleet.add_parsers(sub)
     render.add_parsers(sub)
+    review.add_parsers(sub)
     converge.add_parsers(sub)
     verify.add_parsers(sub)
     lab.add_parsers(sub)

@@ -258,6 +258,30 @@ class Rollout:
     max_fail_percentage: int = 0
 
 
+# Risk flags of `swarm review` and what each does when the fleet's ReviewPolicy does not say
+# (schemas/reviewpolicy.schema.json describes each).
+REVIEW_FLAG_DEFAULTS: Mapping[str, str] = MappingProxyType(
+    {
+        "rollout-step-exceeded": "warn",
+        "driver-without-canary": "block",
+        "preemption-gained": "warn",
+        "quota-over-capacity": "block",
+        "node-removed-backing-quota": "warn",
+        "mesh-restart-on-relay-or-hub": "block",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ReviewPolicy:
+    """What `swarm review` does with each risk flag (kind ReviewPolicy): flag id -> block |
+    warn | off, every flag present (the defaults filled in)."""
+
+    name: str
+    source: Source | None
+    flags: Mapping[str, str] = field(default_factory=lambda: REVIEW_FLAG_DEFAULTS)
+
+
 @dataclass(frozen=True, slots=True)
 class Storage:
     name: str
@@ -333,6 +357,7 @@ class Fleet:
     rollout: Rollout | None = None
     ray: RayCluster | None = None
     cluster: ClusterSettings = field(default_factory=lambda: ClusterSettings(DEFAULT_FLEET_NAME, None))
+    review: ReviewPolicy = field(default_factory=lambda: ReviewPolicy(DEFAULT_FLEET_NAME, None))
     # Names of documents that failed schema validation, by kind: references to them are
     # not reported again as unresolved.
     invalid_names: Mapping[str, frozenset[str]] = field(default_factory=lambda: _EMPTY)
@@ -553,13 +578,15 @@ def _build(
         )
     if kind == "Rollout":
         return Rollout(name, src, **spec)  # the schema admits only the dataclass's fields
+    if kind == "ReviewPolicy":
+        return ReviewPolicy(name, src, _defaulted(spec.get("flags", {}), REVIEW_FLAG_DEFAULTS))
     if kind == "Cluster":
         # The schema admits only the dataclass's fields.
         return ClusterSettings(name, src, **{**spec, "labels": _frozen(spec.get("labels"))})
     raise ValueError(f"unknown kind {kind}")  # unreachable: schemas admit only known kinds
 
 
-SINGLETONS = ("Mesh", "Allocation", "Storage", "Rollout", "Cluster", "RayCluster")
+SINGLETONS = ("Mesh", "Allocation", "Storage", "Rollout", "Cluster", "RayCluster", "ReviewPolicy")
 UNKNOWN_KIND = "?"
 _FIELD = {
     "Site": "sites",
@@ -644,6 +671,7 @@ def build_fleet(
         rollout=first("Rollout"),
         ray=first("RayCluster"),
         cluster=first("Cluster") or ClusterSettings(DEFAULT_FLEET_NAME, None),
+        review=first("ReviewPolicy") or ReviewPolicy(DEFAULT_FLEET_NAME, None),
         invalid_names=MappingProxyType({k: frozenset(v) for k, v in invalid_names.items()}),
         invalid_kinds=frozenset(invalid_kinds),
         unnamed_kinds=frozenset(unnamed_kinds),

@@ -37,6 +37,7 @@ KINDS: dict[str, str] = {
     "Rollout": "rollout.schema.json",
     "RayCluster": "raycluster.schema.json",
     "Cluster": "cluster.schema.json",
+    "ReviewPolicy": "reviewpolicy.schema.json",
 }
 SHARED = ("common.schema.json",)
 MAX_ERRORS_PER_DOCUMENT = 100  # schema findings listed for one document; the rest are counted

@@ -298,3 +298,33 @@ def peers(
             )
         result[n.name] = entries
     return result, forwarders
+
+
+@dataclass(frozen=True)
+class MeshApply:
+    """How the wireguard role applies a change of a node's MeshState (roles/wireguard):
+
+    ``restart``: the interface address (or the interface itself) changes: wg-quick restarts
+    it, and every tunnel of the node drops until its peers handshake again;
+    ``syncconf``: peers, endpoints, AllowedIPs, keepalives or the listen port change:
+    ``wg syncconf`` applies them and existing tunnels stay up;
+    ``mtu``: the MTU changes: set on the running interface (``ip link set mtu``), no drop;
+    ``forwarding``: IP forwarding (relays, hubs) changes: a sysctl, no drop.
+    """
+
+    restart: bool
+    syncconf: bool
+    mtu: bool
+    forwarding: bool
+
+
+def mesh_apply(before: Mapping[str, Any], after: Mapping[str, Any]) -> MeshApply:
+    """What applying ``after`` on a node that runs ``before`` does (both MeshState dicts of
+    :mod:`swarm_infra.resolve.types`; a node entering or leaving the mesh is not a change
+    of a running interface, so both must be given)."""
+    return MeshApply(
+        restart=before["address"] != after["address"] or before["interface"] != after["interface"],
+        syncconf=before["peers"] != after["peers"] or before["listen_port"] != after["listen_port"],
+        mtu=before["mtu"] != after["mtu"],
+        forwarding=before["forwarding"] != after["forwarding"],
+    )

@@ -8,11 +8,12 @@ raises :class:`~swarm_infra.diagnostics.FleetInvalid` carrying the same report.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..fleet.diagnostics import Diagnostic, Finding, FleetInvalid, Report
-from ..fleet.loader import find_files, load_documents
+from ..fleet.loader import RawDocument, find_files, load_documents
 from ..fleet.marks import locate_all
 from ..fleet.model import build_fleet
 from ..fleet.schemas import check_document
@@ -30,8 +31,15 @@ class Validation:
     analysis: Analysis | None
 
 
-def validate(paths: Iterable[str | os.PathLike[str]]) -> Validation:
+# Reads and parses the fleet's files: documents in file order, and the loader's diagnostics.
+DocumentLoader = Callable[[Sequence[Path]], tuple[list[RawDocument], list[Diagnostic]]]
+
+
+def validate(paths: Iterable[str | os.PathLike[str]], load: DocumentLoader = load_documents) -> Validation:
     """Validate the fleet declared in ``paths`` (YAML files or directories, recursively).
+
+    ``load`` parses the files found (default :func:`~swarm_infra.fleet.loader.load_documents`);
+    ``swarm review`` passes one that reuses the documents of files identical at both refs.
 
     Never raises for bad content: every problem is a diagnostic in the report. A path
     that does not exist is a ``file.missing`` diagnostic, a file that cannot be read a
@@ -48,7 +56,7 @@ def validate(paths: Iterable[str | os.PathLike[str]]) -> Validation:
         return Validation(
             Report([Diagnostic(where, 0, 0, "$", "file.none", "no .yaml or .yml files found")]), None
         )
-    docs, syntax = load_documents(files)
+    docs, syntax = load(files)
     syntax = unreadable + syntax
     findings: list[Finding] = []
     valid, invalid = [], []

@@ -1,0 +1,352 @@
+"""The plan diff: desired state and cluster objects of two snapshots, compared.
+
+Node changes are leaf-level (``gpu.devices[3].settings.power_limit_w``), shown without the
+GPU index, and folded: the same change of the same field on many nodes is one
+:class:`~.model.NodeChange` listing them. Peer lists are the mesh section's
+(:func:`mesh_impact`); everything else of a node is in its layer. Comparisons are ``==`` on
+the resolver's plain data, so nodes that do not change cost one comparison per layer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from ..cluster.meta import K8sObject
+from ..resolve.mesh import mesh_apply
+from ..resolve.types import ClusterState, NodeState
+from .load import ObjectKey
+from .model import (
+    ABSENT,
+    LAYERS,
+    CapacityRow,
+    FieldChange,
+    MeshImpact,
+    NodeChange,
+    ObjectChange,
+    PeerChange,
+)
+
+Path = tuple[str, ...]
+# NodeState keys by layer (the rest of a node is its "node" layer: site, roles, labels, SSH,
+# hardware, layout). The driver is part of NodeState.gpu, shown as a layer of its own.
+_LAYER_OF = {"gpu": "gpu", "host": "host", "storage": "storage", "mesh": "mesh", "ray": "ray"}
+MAX_LIST_ITEMS = 6  # a changed list of scalars this long or longer is shown as what it gains and loses
+
+
+def _named(items: list[Any], key: str) -> bool:
+    return bool(items) and all(isinstance(x, dict) and key in x for x in items)
+
+
+def leaf_diff(before: Any, after: Any, path: Path = ()) -> Iterator[tuple[Path, Any, Any]]:
+    """``(path, before, after)`` for every leaf that differs, in key order. Mappings are
+    compared key by key; lists of mappings with a ``name`` (or ``index``) entry item by
+    item (``peers[fra1-gpu-01]``); other lists and scalars whole. A key or item only one
+    side has is :data:`~.model.ABSENT` on the other."""
+    if before == after:
+        return
+    if before is ABSENT or after is ABSENT:
+        yield path, before, after
+        return
+    if isinstance(before, dict) and isinstance(after, dict):
+        keys = before.keys() | after.keys()
+        for k in sorted(keys) if all(isinstance(k, str) for k in keys) else sorted(keys, key=str):
+            yield from leaf_diff(before.get(k, ABSENT), after.get(k, ABSENT), (*path, str(k)))
+        return
+    if isinstance(before, list) and isinstance(after, list):
+        for key in ("name", "index"):
+            if (
+                (_named(before, key) or not before)
+                and (_named(after, key) or not after)
+                and (before or after)
+            ):
+                b = {str(x[key]): x for x in before}
+                a = {str(x[key]): x for x in after}
+                for k in sorted(b.keys() | a.keys()):
+                    yield from leaf_diff(b.get(k, ABSENT), a.get(k, ABSENT), (*path, f"[{k}]"))
+                return
+    yield path, before, after
+
+
+def dotted(path: Path) -> str:
+    """``("a", "[x]", "b")`` -> ``a[x].b``."""
+    out = ""
+    for part in path:
+        out += part if part.startswith("[") or not out else "." + part
+    return out
+
+
+def _key(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _layer(path: Path) -> str:
+    top = path[0]
+    if top == "gpu" and len(path) > 1 and path[1] == "driver":
+        return "driver"
+    return _LAYER_OF.get(top, "node")
+
+
+def _shown(path: Path) -> Path:
+    """The path as a change is folded and shown: GPU devices without their index
+    (``settings.power_limit_w``), the layer's own key left out."""
+    if path[0] == "gpu" and len(path) > 2 and path[1] == "devices":
+        rest = path[3:] if len(path) > 3 else ("devices",)
+        return rest[1:] if rest[0] == "settings" and len(rest) > 1 else rest
+    if path[0] in _LAYER_OF and len(path) > 1:
+        return path[2:] if path[0] == "gpu" and path[1] == "driver" and len(path) > 2 else path[1:]
+    return path
+
+
+def _list_delta(before: Any, after: Any) -> tuple[Any, Any]:
+    """Long lists of scalars as (what is gone, what is new); others as they are."""
+    if (
+        isinstance(before, list)
+        and isinstance(after, list)
+        and max(len(before), len(after)) >= MAX_LIST_ITEMS
+        and all(not isinstance(x, (dict, list)) for x in (*before, *after))
+    ):
+        gone = [x for x in before if x not in set(after)]
+        new = [x for x in after if x not in set(before)]
+        return {"removed": gone}, {"added": new}
+    return before, after
+
+
+class _Folder:
+    """Collects (group key) -> nodes, keeping one display form per key."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, list[str]] = defaultdict(list)
+        self.shown: dict[str, tuple[Any, ...]] = {}
+
+    def add(self, key: tuple[Any, ...], node: str, shown: tuple[Any, ...]) -> None:
+        self.add_key(_key(key), node, shown)
+
+    def add_key(self, k: str, node: str, shown: tuple[Any, ...]) -> None:
+        group = self.nodes[k]
+        if not group or group[-1] != node:
+            group.append(node)
+        self.shown.setdefault(k, shown)
+
+
+def _counts(nodes: list[str], states: list[Mapping[str, NodeState]]) -> tuple[dict[str, int], dict[str, int]]:
+    sites: Counter[str] = Counter()
+    models: Counter[str] = Counter()
+    for n in nodes:
+        s = next(st[n] for st in states if n in st)
+        sites[s["site"]] += 1
+        for m in sorted({g["model"] for g in s["hardware"]["gpus"]}):
+            models[m] += 1
+    return dict(sorted(sites.items())), dict(sorted(models.items()))
+
+
+def node_changes(
+    before: Mapping[str, NodeState], after: Mapping[str, NodeState]
+) -> tuple[list[NodeChange], dict[str, set[str]]]:
+    """Folded node changes, ordered by layer, field and values, and for each changed node
+    the layers it changes in (peer lists aside: see :func:`mesh_impact`)."""
+    folder = _Folder()
+    touched: dict[str, set[str]] = {}
+    seen: dict[tuple[Any, ...], tuple[str, tuple[Any, ...], Any, Any]] = {}
+    for name in sorted(before.keys() | after.keys()):
+        b, a = before.get(name), after.get(name)
+        if b is None or a is None:
+            change = "added" if b is None else "removed"
+            folder.add(("node", "", change), name, ("node", "", change, ABSENT, ABSENT))
+            touched[name] = {"node"}
+            continue
+        if b is a or b == a:
+            continue
+        layers: set[str] = set()
+        for top in a.keys() | b.keys():
+            bv, av = b.get(top, ABSENT), a.get(top, ABSENT)
+            if bv == av:
+                continue
+            for path, old, new in leaf_diff(bv, av, (top,)):
+                if path[:2] == ("mesh", "peers"):
+                    continue
+                # The resolver shares identical parts between nodes (a profile's settings):
+                # the same (path, old, new) objects fold without being encoded again.
+                memo = (path, id(old), id(new))
+                if memo not in seen:
+                    layer = _layer(path)
+                    field = dotted(_shown(path))
+                    change = "added" if old is ABSENT else "removed" if new is ABSENT else "changed"
+                    shown = (layer, field, change, *_list_delta(old, new))
+                    seen[memo] = (_key(shown), shown, old, new)  # old, new: kept alive, ids stay unique
+                k, shown, _, _ = seen[memo]
+                folder.add_key(k, name, shown)
+                layers.add(shown[0])
+        if layers:
+            touched[name] = layers
+    states = [after, before]
+    out = []
+    for k, nodes in folder.nodes.items():
+        layer, field, change, old, new = folder.shown[k]
+        sites, models = _counts(nodes, states)
+        out.append(NodeChange(layer, field, change, old, new, nodes, sites, models))
+    order = {layer: i for i, layer in enumerate(LAYERS)}
+    out.sort(key=lambda c: (order[c.layer], c.field, c.change, _key(c.before), _key(c.after), c.nodes))
+    return out, touched
+
+
+def mesh_impact(
+    before: Mapping[str, NodeState],
+    after: Mapping[str, NodeState],
+    cluster_before: ClusterState | None,
+    cluster_after: ClusterState | None,
+) -> MeshImpact:
+    """Peers added, removed and changed (folded over nodes), which nodes apply the change
+    with ``wg syncconf``, an interface restart or a live MTU change
+    (:func:`swarm_infra.resolve.mesh.mesh_apply`), and the relays and hubs gained or lost."""
+    impact = MeshImpact()
+    folder = _Folder()
+    pairs: set[tuple[str, str]] = set()
+    for name in sorted(before.keys() | after.keys()):
+        bm = (before[name]["mesh"] if name in before else None) or None
+        am = (after[name]["mesh"] if name in after else None) or None
+        if bm == am:
+            continue
+        if bm is None or am is None:
+            (impact.joining if bm is None else impact.leaving).append(name)
+            continue
+        apply = mesh_apply(bm, am)
+        if apply.restart:
+            impact.restart.append(name)
+        elif apply.syncconf:
+            impact.syncconf.append(name)
+        if apply.mtu:
+            impact.mtu.append(name)
+        if bm["peers"] == am["peers"]:
+            continue
+        for path, old, new in leaf_diff(bm["peers"], am["peers"]):
+            peer = path[0][1:-1]
+            pairs.add((min(name, peer), max(name, peer)))
+            if old is ABSENT or new is ABSENT:
+                what = "added" if old is ABSENT else "removed"
+                folder.add((what, peer), name, (what, peer, ABSENT, ABSENT))
+                continue
+            what = {"allowed_ips": "allowed_ips", "endpoint": "endpoint"}.get(path[1], "keepalive")
+            if what == "allowed_ips":
+                old, new = sorted(set(old) - set(new)), sorted(set(new) - set(old))
+            folder.add((what, peer, old, new), name, (what, peer, old, new))
+    for n in impact.joining + impact.leaving:
+        for p in (after.get(n) or before[n])["mesh"]["peers"]:
+            pairs.add((min(n, p["name"]), max(n, p["name"])))
+    impact.peerings_changed = len(pairs)
+    states = [after, before]
+    for k, nodes in folder.nodes.items():
+        what, peer, old, new = folder.shown[k]
+        sites, _ = _counts(nodes, states)
+        impact.peers.append(PeerChange(what, peer, old, new, nodes, sites))
+    kinds = ("added", "removed", "endpoint", "allowed_ips", "keepalive")
+    impact.peers.sort(key=lambda c: (kinds.index(c.what), c.peer, _key(c.before), _key(c.after)))
+    mb = (cluster_before or {}).get("mesh") or {"relays": [], "hubs": {}}
+    ma = (cluster_after or {}).get("mesh") or {"relays": [], "hubs": {}}
+    impact.relays_gained = sorted(set(ma["relays"]) - set(mb["relays"]))
+    impact.relays_lost = sorted(set(mb["relays"]) - set(ma["relays"]))
+    hb = {f"{s}: {h}" for s, h in mb["hubs"].items()}
+    ha = {f"{s}: {h}" for s, h in ma["hubs"].items()}
+    impact.hubs_gained, impact.hubs_lost = sorted(ha - hb), sorted(hb - ha)
+    return impact
+
+
+def _json_object(text: Any) -> Any:
+    if isinstance(text, str) and text.startswith("{"):
+        try:
+            return json.loads(text)
+        except ValueError:
+            return None
+    return None
+
+
+def _fields(before: Any, after: Any) -> Iterator[tuple[Path, Any, Any]]:
+    """Changed fields of an object; a JSON document held in a string (the mesh topology
+    ConfigMap's ``topology.json``) is compared field by field inside it."""
+    for path, old, new in leaf_diff(before, after):
+        inner_old, inner_new = _json_object(old), _json_object(new)
+        if inner_old is not None and inner_new is not None:
+            yield from leaf_diff(inner_old, inner_new, path)
+        else:
+            yield path, old, new
+
+
+def object_changes(
+    before: Mapping[ObjectKey, K8sObject], after: Mapping[ObjectKey, K8sObject]
+) -> list[ObjectChange]:
+    """Objects added, removed and changed (with their fields), in (apiVersion, kind,
+    namespace, name) order."""
+    out = []
+    for key in sorted(before.keys() | after.keys()):
+        b, a = before.get(key), after.get(key)
+        if b == a:
+            continue
+        change = "added" if b is None else "removed" if a is None else "changed"
+        fields = [] if b is None or a is None else [FieldChange(dotted(p), o, n) for p, o, n in _fields(b, a)]
+        out.append(ObjectChange(change, key[0], key[1], key[2], key[3], fields))
+    return out
+
+
+def _cohort_rows(cluster: ClusterState | None) -> dict[tuple[str, str], dict[str, Any]]:
+    """(flavor, cohort) -> nominal, lendable and borrowable GPUs of the cohort's queues."""
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    if not cluster:
+        return rows
+    by_cohort: dict[tuple[str, str], list[Any]] = defaultdict(list)
+    for q in cluster["cluster_queues"]:
+        if q["cohort"] is None:
+            continue
+        for x in q["quotas"]:
+            by_cohort[(x["flavor"], q["cohort"])].append(x)
+    for key, quotas in by_cohort.items():
+        lend = [x["nominal_quota"] if x["lending_limit"] is None else x["lending_limit"] for x in quotas]
+        total_lend = sum(lend)
+        borrow: int | str = 0
+        for x, own in zip(quotas, lend, strict=True):
+            others = total_lend - own  # what the other queues may lend it
+            limit = others if x["borrowing_limit"] is None else min(x["borrowing_limit"], others)
+            borrow = borrow + limit if isinstance(borrow, int) else borrow
+        rows[key] = {
+            "nominal": sum(x["nominal_quota"] for x in quotas),
+            "lendable": total_lend,
+            "borrowable": borrow,
+        }
+    return rows
+
+
+def capacity_rows(before: ClusterState | None, after: ClusterState | None) -> list[CapacityRow]:
+    """Per GPU flavor, the fleet's GPUs, nominalQuota and what is unallocated, then per
+    cohort what its queues hold, lend and may borrow; before and after."""
+    cap_b = (before or {}).get("capacity") or {}
+    cap_a = (after or {}).get("capacity") or {}
+    co_b, co_a = _cohort_rows(before), _cohort_rows(after)
+    rows = []
+    for flavor in sorted(cap_b.keys() | cap_a.keys()):
+        b, a = cap_b.get(flavor), cap_a.get(flavor)
+        rows.append(
+            CapacityRow(
+                flavor,
+                None,
+                [b and b["gpus"], a and a["gpus"]],
+                [b and b["nominal_quota"], a and a["nominal_quota"]],
+                [b and b["unallocated"], a and a["unallocated"]],
+                [None, None],
+                [None, None],
+            )
+        )
+        for _, cohort in sorted(k for k in co_b.keys() | co_a.keys() if k[0] == flavor):
+            rb, ra = co_b.get((flavor, cohort)), co_a.get((flavor, cohort))
+            rows.append(
+                CapacityRow(
+                    flavor,
+                    cohort,
+                    [None, None],
+                    [rb and rb["nominal"], ra and ra["nominal"]],
+                    [None, None],
+                    [rb and rb["lendable"], ra and ra["lendable"]],
+                    [rb and rb["borrowable"], ra and ra["borrowable"]],
+                )
+            )
+    return rows

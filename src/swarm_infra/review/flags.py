@@ -1,0 +1,296 @@
+"""Risk flags: what a reviewer must not miss, each with a rule id and a one-line reason.
+
+The fleet's ReviewPolicy (of the base: a change cannot relax its own review) makes each
+flag ``block`` (exit 1), ``warn`` or ``off``; defaults in
+:data:`swarm_infra.fleet.model.REVIEW_FLAG_DEFAULTS`. The rules:
+
+- ``rollout-step-exceeded``: more nodes change than the Rollout converges in one step;
+- ``driver-without-canary``: the driver changes, but not on the drivers play's canary batch;
+- ``preemption-gained``: a tenant can preempt another that it could not before;
+- ``quota-over-capacity``: nominalQuota counts on GPUs the fleet does not have yet;
+- ``node-removed-backing-quota``: a removed gpu-worker's flavor backs a tenant's quota;
+- ``mesh-restart-on-relay-or-hub``: a relay or hub restarts its interface (tunnels drop).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..fleet.model import ReviewPolicy
+from ..resolve.rollout import rollout_batches as batches
+from ..resolve.types import ClusterState, DesiredState, NodeState, PriorityState, RolloutState
+from .locate import ChangeIndex, pick
+from .model import Flag, Location, MeshImpact, NodeChange
+
+
+@dataclass(frozen=True)
+class Preemption:
+    """``preemptor``'s workloads at priority ``high`` may preempt ``victim``'s at ``low``;
+    ``how`` says through which Kueue rule."""
+
+    preemptor: str
+    victim: str
+    high: str
+    low: str
+    how: str
+
+
+def _preempts(value: int, other: int, rule: str) -> bool:
+    return (
+        rule == "Any"
+        or (rule == "LowerPriority" and value > other)
+        or (rule == "LowerOrNewerEqualPriority" and value >= other)
+    )
+
+
+def preemptions(cluster: ClusterState | None) -> dict[tuple[str, str], Preemption]:
+    """(preemptor tenant, victim tenant) -> the first way (by priority) one may preempt the
+    other, under Kueue's rules: inside one ClusterQueue by ``withinClusterQueue``; across
+    queues of one cohort by ``reclaimWithinCohort`` (``Any``: whatever the priority) or
+    ``borrowWithinCohort``. A Priority whose preemption policy is ``Never`` preempts
+    nothing. Tenants use the priorities they are allowed."""
+    out: dict[tuple[str, str], Preemption] = {}
+    if not cluster:
+        return out
+    queues = {q["name"]: q for q in cluster["cluster_queues"]}
+    prios: dict[str, PriorityState] = {p["name"]: p for p in cluster["priorities"]}
+    tenants = cluster["tenants"]
+    for a in tenants:
+        qa = queues.get(a["cluster_queue"])
+        if qa is None:
+            continue
+        for b in tenants:
+            qb = queues.get(b["cluster_queue"])
+            if a is b or qb is None:
+                continue
+            same_queue = qa["name"] == qb["name"]
+            same_cohort = qa["cohort"] is not None and qa["cohort"] == qb["cohort"]
+            if not (same_queue or same_cohort):
+                continue
+            found = None
+            for hi in sorted(a["priorities"], key=lambda p: -prios[p]["value"] if p in prios else 0):
+                ph = prios.get(hi)
+                if ph is None or ph["preemption_policy"] == "Never":
+                    continue
+                for lo in b["priorities"]:
+                    pl = prios.get(lo)
+                    if pl is None:
+                        continue
+                    pre = qa["preemption"]
+                    if same_queue and _preempts(ph["value"], pl["value"], pre["within_cluster_queue"]):
+                        found = (
+                            f"in ClusterQueue {qa['name']}: withinClusterQueue {pre['within_cluster_queue']}"
+                        )
+                    elif not same_queue and _preempts(ph["value"], pl["value"], pre["reclaim_within_cohort"]):
+                        found = (
+                            f"in cohort {qa['cohort']}: reclaimWithinCohort {pre['reclaim_within_cohort']}"
+                        )
+                    elif not same_queue and _preempts(ph["value"], pl["value"], pre["borrow_within_cohort"]):
+                        found = f"in cohort {qa['cohort']}: borrowWithinCohort {pre['borrow_within_cohort']}"
+                    if found:
+                        out[(a["name"], b["name"])] = Preemption(a["name"], b["name"], hi, lo, found)
+                        break
+                if found:
+                    break
+    return out
+
+
+def _fmt_counts(counts: Mapping[str, int]) -> str:
+    return ", ".join(f"{n} {k}" for k, n in counts.items())
+
+
+class FlagRaiser:
+    """Raises the flags of one fleet's change (see the module doc)."""
+
+    def __init__(
+        self,
+        base: DesiredState,
+        head: DesiredState,
+        policy: ReviewPolicy,
+        index: ChangeIndex,
+        node_changes: list[NodeChange],
+    ) -> None:
+        self.base, self.head, self.policy, self.index = base, head, policy, index
+        self.node_changes = node_changes
+        self.flags: list[Flag] = []
+
+    def raise_flag(self, rule: str, reason: str, where: list[Location]) -> None:
+        action = self.policy.flags[rule]
+        if action != "off":
+            self.flags.append(Flag(rule, action, reason, where))  # type: ignore[arg-type]
+
+    def _node_where(self, nodes: set[str]) -> list[Location]:
+        return pick(
+            [loc for c in self.node_changes if not nodes.isdisjoint(c.nodes) for loc in c.where],
+            fallback=self.index.all(),
+        )
+
+    def rollout(self, touched: Mapping[str, set[str]]) -> None:
+        """``rollout-step-exceeded``: nodes of the head that change (mesh peers aside) vs
+        the largest batch of the head's Rollout over the whole fleet."""
+        rollout: RolloutState | None = self.head.get("rollout")
+        names = list(self.head["nodes"])
+        if not rollout or not names:
+            return
+        changed = sorted(n for n in touched if n in self.head["nodes"])
+        step = max(len(b) for b in batches(names, rollout))
+        if len(changed) <= step:
+            return
+        canary, pct = rollout["serial"][0], rollout["serial"][-1]
+        self.raise_flag(
+            "rollout-step-exceeded",
+            f"the change touches {len(changed)} of {len(names)} nodes "
+            f"({100 * len(changed) // len(names)}%); the Rollout converges at most {step} in one step "
+            f"(canary {canary}, then batches of {pct}): split it, or accept that a failure "
+            "is found only after a whole batch",
+            self._node_where(set(changed)),
+        )
+
+    def driver(self) -> None:
+        """``driver-without-canary``: the drivers play runs on GPU nodes (group ``gpu``) in
+        name order, in the Rollout's batches; the first batch holding a node whose driver
+        changes must be the canary batch."""
+        rollout = self.head.get("rollout")
+        before, after = self.base["nodes"], self.head["nodes"]
+        changed = {
+            n
+            for n, s in after.items()
+            if n in before
+            and s["gpu"]
+            and before[n]["gpu"]
+            and s["gpu"]["driver"] != before[n]["gpu"]["driver"]
+        }
+        if not changed or not rollout:
+            return
+        hosts = [n for n, s in after.items() if s["gpu"]]
+        plan = batches(hosts, rollout)
+        first = next(i for i, b in enumerate(plan) if not changed.isdisjoint(b))
+        if first == 0:
+            return
+        models = sorted({g["model"] for n in changed for g in after[n]["hardware"]["gpus"]})
+        landing = sorted(changed.intersection(plan[first]))
+        profiles = sorted({after[n]["gpu"]["profile"] or "" for n in changed})
+        where = [loc for p in profiles for loc in self.index.where("GpuProfile", p, ("spec", "driver"))]
+        self.raise_flag(
+            "driver-without-canary",
+            f"the NVIDIA driver changes on {len(changed)} node(s) ({', '.join(models)}), none of them in "
+            f"the canary batch ({', '.join(plan[0])}): the new driver first lands on {len(landing)} "
+            f"node(s) at once, in batch {first + 1} of {len(plan)}; roll it out on one node first "
+            "(an Assignment with a higher precedence for it)",
+            pick(where, fallback=self._node_where(changed)),
+        )
+
+    def preemption(self) -> None:
+        """``preemption-gained``: pairs of tenants present on both sides, or a new tenant
+        and an existing victim, that can preempt now and could not before."""
+        before = preemptions(self.base.get("cluster"))
+        after = preemptions(self.head.get("cluster"))
+        old_tenants = {t["name"] for t in ((self.base.get("cluster") or {}).get("tenants") or [])}
+        for key, p in sorted(after.items()):
+            if key in before or p.victim not in old_tenants:
+                continue
+            new = "" if p.preemptor in old_tenants else "new tenant "
+            where = [
+                *self.index.where("Priority", p.high),
+                *self.index.where("Priority", p.low),
+                *self._allocation_where("tenants", p.preemptor),
+                *self._allocation_where("tenants", p.victim),
+                *self.index.where("Allocation"),
+            ]
+            self.raise_flag(
+                "preemption-gained",
+                f"{new}{p.preemptor} can now preempt {p.victim}: its {p.high} workloads may evict "
+                f"{p.victim}'s {p.low} ones ({p.how})",
+                pick(where, fallback=self.index.all()),
+            )
+
+    def _allocation_where(self, list_name: str, item: str) -> list[Location]:
+        alloc = next((n for k, n in self.index.head.documents if k == "Allocation"), None)
+        if alloc is None:
+            return []
+        i = self.index.index_of("Allocation", alloc, ("spec", list_name), item)
+        return [] if i is None else self.index.where("Allocation", alloc, ("spec", list_name, i))
+
+    def quota(self, base_exists: bool) -> None:
+        """``quota-over-capacity``: a flavor's nominalQuota (head) above its GPUs before the
+        change. Above its GPUs after the change is ``allocation.quota-exceeds-capacity``."""
+        if not base_exists:
+            return
+        cb = (self.base.get("cluster") or {}).get("capacity") or {}
+        ca = (self.head.get("cluster") or {}).get("capacity") or {}
+        for flavor, cap in sorted(ca.items()):
+            had = cb[flavor]["gpus"] if flavor in cb else 0
+            if cap["nominal_quota"] > had:
+                where = [*self.index.where("Allocation"), *self.index.where("Node")]
+                self.raise_flag(
+                    "quota-over-capacity",
+                    f"nominalQuota of {flavor} adds up to {cap['nominal_quota']} GPUs, above the {had} "
+                    f"the fleet has before this change ({cap['gpus']} after): until the new nodes are "
+                    "converged and join the cluster, Kueue admits workloads that no node can run",
+                    pick(where, fallback=self.index.all()),
+                )
+
+    def removed_nodes(self) -> None:
+        """``node-removed-backing-quota``: a removed gpu-worker whose GPU flavor holds
+        nominalQuota of some tenant's queue after the change."""
+        cb, ca = self.base.get("cluster"), self.head.get("cluster")
+        if not cb or not ca:
+            return
+        flavor_of = {f["gpu_model"]: f["name"] for f in cb["flavors"]}
+        holders: dict[str, list[str]] = {}
+        for q in ca["cluster_queues"]:
+            for x in q["quotas"]:
+                if x["nominal_quota"] > 0:
+                    tenants = [t["name"] for t in ca["tenants"] if t["cluster_queue"] == q["name"]]
+                    holders.setdefault(x["flavor"], []).extend(tenants or [f"queue {q['name']}"])
+        for name, node in sorted(self.base["nodes"].items()):
+            if name in self.head["nodes"] or "gpu-worker" not in node["roles"]:
+                continue
+            for slot in node["hardware"]["gpus"]:
+                flavor = flavor_of.get(slot["model"])
+                if flavor not in holders:
+                    continue
+                cap_b = cb["capacity"][flavor]["gpus"]
+                cap_a = ca["capacity"].get(flavor, {"gpus": 0, "nominal_quota": 0})
+                self.raise_flag(
+                    "node-removed-backing-quota",
+                    f"{name} ({slot['count']} x {slot['model']}) is removed while {flavor} backs the "
+                    f"nominalQuota of {', '.join(sorted(set(holders[flavor])))}: "
+                    f"{cap_a['nominal_quota']} GPUs of quota on {cap_a['gpus']} GPUs (was {cap_b}); "
+                    "workloads running on it lose their node",
+                    pick(self.index.where("Node", name), fallback=self.index.all()),
+                )
+
+    def mesh(self, impact: MeshImpact) -> None:
+        """``mesh-restart-on-relay-or-hub``: a node that is a relay or hub before or after the
+        change restarts its interface."""
+        routers: dict[str, str] = {}
+        for cluster in (self.base.get("cluster"), self.head.get("cluster")):
+            topo = (cluster or {}).get("mesh") or {}
+            for r in topo.get("relays", ()):
+                routers.setdefault(r, "relay")
+            for site, hub in (topo.get("hubs") or {}).items():
+                routers[hub] = f"hub of {site}"
+        for name in impact.restart:
+            if name not in routers:
+                continue
+            b, a = self.base["nodes"][name]["mesh"], self.head["nodes"][name]["mesh"]
+            what = (
+                f"address {b['address']} → {a['address']}"
+                if b["address"] != a["address"]
+                else (f"interface {b['interface']} → {a['interface']}")
+            )
+            peers = len(a["peers"])
+            self.raise_flag(
+                "mesh-restart-on-relay-or-hub",
+                f"{name} ({routers[name]}) restarts its WireGuard interface ({what}): the tunnels of its "
+                f"{peers} peers drop, and every node routed through it loses the mesh until they "
+                "handshake again",
+                pick(self.index.where("Node", name), self.index.where("Mesh"), fallback=self.index.all()),
+            )
+
+
+def gpu_nodes(state: Mapping[str, NodeState]) -> list[str]:
+    """The drivers play's hosts (group ``gpu``: nodes with GPUs), in inventory (name) order."""
+    return [n for n, s in state.items() if s["gpu"]]

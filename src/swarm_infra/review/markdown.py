@@ -1,0 +1,323 @@
+"""A review as a GitHub pull-request comment (GitHub-flavoured Markdown).
+
+The summary line comes first, then the hidden marker ``<!-- swarm-review -->`` that CI
+finds the comment by, then per fleet: the head's validation problems, node changes by
+layer, the mesh, cluster objects, capacity and risk flags (the issue's order). Long lists
+sit in collapsed ``<details>``. With a ``limit`` (GitHub's 65,536 characters) lists are
+capped and whole blocks are cut from the end; the summary is never cut, and a last line
+says what was left out (the full report is CI's artifact).
+
+Everything that comes from the fleet (names, values, messages, file names) is escaped:
+in prose every character that can start Markdown syntax inline is backslash-escaped and ``& < > "`` become
+entities, so no value can open a link, an HTML tag, emphasis or a table cell; values sit
+in ``<code>`` with the same escaping; control and bidirectional characters are shown
+escaped. Link targets are percent-encoded.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from typing import Any
+from urllib.parse import quote
+
+from .model import (
+    ABSENT,
+    LAYER_TITLES,
+    LAYERS,
+    CapacityRow,
+    FleetReview,
+    Location,
+    NodeChange,
+    ObjectChange,
+    Review,
+)
+
+MARKER = "<!-- swarm-review -->"
+GITHUB_LIMIT = 65_536  # characters in one issue or pull-request comment
+VALUE_CHARS = 100  # the most of a value shown in a cell
+NAMES_SHOWN = 60  # node or object names listed per change (with a limit)
+ROWS_SHOWN = 80  # rows per table (with a limit)
+# What can start or end Markdown or GFM syntax inline: code, emphasis, links and images,
+# HTML and entities, headings, table cells, strikethrough, autolinks (``http:``,
+# ``www.``, ``a@b``) and mentions. Others (``,;()-+=/``) are safe where text is placed.
+_PUNCT = frozenset('\\`*_[]<>#!|~&@:{}."')
+_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}
+# C0/C1 controls, DEL, line/paragraph separators, bidirectional overrides and isolates.
+_HIDDEN = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\u200e\u200f]")
+_STATUS = {"block": "❌ block", "warn": "⚠️ warn"}
+
+
+def text(value: object, limit: int = 400) -> str:
+    """``value`` as literal Markdown text: one line, at most ``limit`` characters, every
+    character that could start Markdown syntax escaped (see the module doc)."""
+    s = _HIDDEN.sub(lambda m: m[0].encode("unicode_escape").decode("ascii"), str(value))
+    if len(s) > limit:
+        s = s[: limit - 1] + "…"
+    return "".join(_ENTITIES.get(c) or ("\\" + c if c in _PUNCT else c) for c in s)
+
+
+def code(value: object, limit: int = VALUE_CHARS) -> str:
+    """``value`` in ``<code>``, escaped as :func:`text` (safe inside table cells too)."""
+    return f"<code>{text(value, limit)}</code>"
+
+
+def value(v: Any) -> str:
+    """A desired-state value: scalars as they are, containers as compact JSON."""
+    if v is ABSENT or v == ABSENT:
+        return "(none)"
+    if isinstance(v, dict) and set(v) in ({"removed"}, {"added"}):
+        sign = "\N{MINUS SIGN}" if "removed" in v else "+"
+        items = v.get("removed", v.get("added"))
+        return code(", ".join(f"{sign}{x}" for x in items) or "(nothing)")
+    if isinstance(v, str):
+        return code(v)
+    return code(json.dumps(v, sort_keys=True, separators=(",", ":")))
+
+
+def link(loc: Location, repo_url: str | None) -> str:
+    """``file:line`` as a link to that line at its commit (when ``repo_url`` is known)."""
+    label = f"{loc.file}:{loc.line}" + (" (base)" if loc.ref == "base" else "")
+    if not repo_url:
+        return code(label, 200)
+    anchor = f"#L{loc.line}" if loc.line else ""
+    url = f"{repo_url.rstrip('/')}/blob/{loc.commit}/{quote(loc.file)}{anchor}"
+    return f"[{code(label, 200)}]({quote(url, safe=':/#%')})"
+
+
+def links(locs: list[Location], repo_url: str | None) -> str:
+    return "<br>".join(link(x, repo_url) for x in locs) or "—"
+
+
+def names(items: list[str], limit: int | None) -> str:
+    shown = items if limit is None else items[:limit]
+    out = ", ".join(code(n) for n in shown)
+    return out + (f" … and {len(items) - len(shown)} more" if len(shown) < len(items) else "")
+
+
+def _where_nodes(counts: dict[str, int], models: dict[str, int], total: int) -> str:
+    if len(models) == 1:
+        what = f"{total} {text(next(iter(models)))} node{'s' if total != 1 else ''}"
+    elif models:
+        what = f"{total} nodes ({', '.join(f'{n} {text(m)}' for m, n in models.items())})"
+    else:
+        what = f"{total} node{'s' if total != 1 else ''}"
+    if len(counts) <= 3:
+        return f"{what} in {', '.join(text(s) for s in counts)}"
+    return f"{what} in {len(counts)} sites"
+
+
+def _change_text(c: NodeChange) -> str:
+    if not c.field:
+        return f"node {c.change}"
+    if c.change == "added":
+        return f"{code(c.field)} = {value(c.after)} (added)"
+    if c.change == "removed":
+        return f"{code(c.field)} removed (was {value(c.before)})"
+    return f"{code(c.field)} {value(c.before)} → {value(c.after)}"
+
+
+def _table(header: list[str], rows: list[list[str]], limit: int | None, what: str) -> str:
+    shown = rows if limit is None else rows[:ROWS_SHOWN]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in shown]
+    if len(shown) < len(rows):
+        lines.append(f"\n_{len(rows) - len(shown)} more {what} in the full report._")
+    return "\n".join(lines)
+
+
+def _details(summary: str, body: str) -> str:
+    return f"<details><summary>{summary}</summary>\n\n{body}\n\n</details>"
+
+
+def _problem_blocks(fr: FleetReview, url: str | None, limit: int | None) -> list[str]:
+    rows = [
+        [links([p.location], url), code(f"{p.severity}[{p.rule}]"), code(p.path), text(p.message)]
+        for p in fr.problems
+    ]
+    errors = sum(p.severity == "error" for p in fr.problems)
+    head = f"### ❌ The head is invalid: {errors} error(s)\n\nFix these; nothing else was reviewed."
+    return [head, _table(["where", "rule", "path", "message"], rows, limit, "diagnostics")]
+
+
+def _node_blocks(fr: FleetReview, url: str | None, limit: int | None) -> list[str]:
+    if not fr.nodes:
+        return ["### Nodes\n\nNo node's desired state changes."]
+    blocks = [f"### Nodes\n\n{fr.nodes_changed} node(s) change."]
+    for layer in LAYERS:
+        changes = [c for c in fr.nodes if c.layer == layer]
+        if not changes:
+            continue
+        rows = [
+            [_change_text(c), _where_nodes(c.sites, c.gpu_models, len(c.nodes)), links(c.where, url)]
+            for c in changes
+        ]
+        blocks.append(
+            f"#### {LAYER_TITLES[layer]}\n\n" + _table(["change", "on", "where"], rows, limit, "changes")
+        )
+        listing = "\n".join(f"- {_change_text(c)}: {names(c.nodes, limit and NAMES_SHOWN)}" for c in changes)
+        blocks.append(_details(f"Nodes of each {LAYER_TITLES[layer]} change", listing))
+    return blocks
+
+
+def _mesh_blocks(fr: FleetReview, url: str | None, limit: int | None) -> list[str]:
+    m = fr.mesh
+    if not (m.peers or m.restart or m.syncconf or m.mtu or m.joining or m.leaving):
+        return ["### Mesh\n\nNo WireGuard change."]
+    rows = [
+        ["`wg syncconf`: tunnels stay up", str(len(m.syncconf)), names(m.syncconf, limit and 12)],
+        ["**interface restart: tunnels drop**", str(len(m.restart)), names(m.restart, limit and 12)],
+        ["MTU set on the running interface (no drop)", str(len(m.mtu)), names(m.mtu, limit and 12)],
+        ["joining the mesh (interface comes up)", str(len(m.joining)), names(m.joining, limit and 12)],
+        ["leaving the mesh", str(len(m.leaving)), names(m.leaving, limit and 12)],
+    ]
+    topo = []
+    for label, items in (
+        ("relays gained", m.relays_gained),
+        ("relays lost", m.relays_lost),
+        ("hubs gained", m.hubs_gained),
+        ("hubs lost", m.hubs_lost),
+    ):
+        if items:
+            topo.append(f"- {label}: {names(items, None)}")
+    blocks = [
+        f"### Mesh\n\n{m.peerings_changed} peering(s) change.\n\n"
+        + _table(["apply", "nodes", ""], rows, None, "")
+    ]
+    if topo:
+        blocks.append("\n".join(topo))
+    if m.peers:
+        labels = {"added": "peer added", "removed": "peer removed", "endpoint": "endpoint"}
+        prow = []
+        for p in m.peers:
+            if p.what == "allowed_ips":
+                what = f"AllowedIPs {value({'added': p.after})} {value({'removed': p.before})}"
+            elif p.what in ("endpoint", "keepalive"):
+                what = f"{labels.get(p.what, 'PersistentKeepalive')} {value(p.before)} → {value(p.after)}"
+            else:
+                what = labels[p.what]
+            prow.append([what, code(p.peer), _where_nodes(p.sites, {}, len(p.nodes)), links(p.where, url)])
+        blocks.append(_table(["change", "peer", "on", "where"], prow, limit, "peer changes"))
+        listing = "\n".join(
+            f"- {code(p.peer)} ({p.what}): {names(p.nodes, limit and NAMES_SHOWN)}" for p in m.peers
+        )
+        blocks.append(_details("Nodes of each peer change", listing))
+    return blocks
+
+
+def _object_blocks(fr: FleetReview, url: str | None, limit: int | None) -> list[str]:
+    if fr.objects_error:
+        return [f"### Cluster objects\n\nNot compared: {text(fr.objects_error)}"]
+    if not fr.objects:
+        return ["### Cluster objects\n\nNo Kubernetes, Kueue or KubeRay object changes."]
+    groups: dict[str, list[ObjectChange]] = defaultdict(list)
+    for o in fr.objects:
+        key = json.dumps([o.change, o.kind, [[f.path, f.before, f.after] for f in o.fields]], sort_keys=True)
+        groups[key].append(o)
+    rows = []
+    for members in groups.values():
+        o = members[0]
+        objs = [f"{x.namespace}/{x.name}" if x.namespace else x.name for x in members]
+        shown = o.fields if limit is None else o.fields[:8]
+        fields = "<br>".join(f"{code(f.path)}: {value(f.before)} → {value(f.after)}" for f in shown)
+        if len(shown) < len(o.fields):
+            fields += f"<br>… {len(o.fields) - len(shown)} more field(s)"
+        where = sorted({loc for x in members for loc in x.where})[:4]
+        count = f" \N{MULTIPLICATION SIGN}{len(members)}" if len(members) > 1 else ""
+        rows.append(
+            [o.change, f"{text(o.kind)}{count}", names(objs, limit and 20), fields or "—", links(where, url)]
+        )
+    return [
+        f"### Cluster objects\n\n{len(fr.objects)} object(s) change.",
+        _table(["change", "kind", "name", "fields", "where"], rows, limit, "object changes"),
+    ]
+
+
+def _pair(p: list[Any]) -> str:
+    b, a = (("—" if x is None else str(x)) for x in p)
+    return b if b == a else f"{b} → **{a}**"
+
+
+def _capacity_blocks(fr: FleetReview) -> list[str]:
+    if not fr.capacity:
+        return ["### Capacity\n\nNo GPU flavors."]
+    rows = []
+    for r in fr.capacity:
+        rows.append(_capacity_row(r))
+    header = ["flavor", "cohort", "fleet GPUs", "nominalQuota", "unallocated", "lendable", "borrowable"]
+    return ["### Capacity per GPU flavor (before → after)\n\n" + _table(header, rows, None, "")]
+
+
+def _capacity_row(r: CapacityRow) -> list[str]:
+    if r.cohort is None:
+        return [
+            code(r.flavor),
+            "(fleet)",
+            _pair(r.gpus),
+            _pair(r.nominal_quota),
+            _pair(r.unallocated),
+            "",
+            "",
+        ]
+    return [
+        code(r.flavor),
+        code(r.cohort),
+        "",
+        _pair(r.nominal_quota),
+        "",
+        _pair(r.lendable),
+        _pair(r.borrowable),
+    ]
+
+
+def _flag_blocks(fr: FleetReview, url: str | None, limit: int | None) -> list[str]:
+    if not fr.flags:
+        return ["### Risk flags\n\nNone."]
+    rows = [[_STATUS[f.action], code(f.rule), text(f.reason, 600), links(f.where, url)] for f in fr.flags]
+    note = "\n\nThe base's ReviewPolicy decides what blocks." + (
+        " This change edits the ReviewPolicy: the new policy applies once it is merged."
+        if fr.policy_changed
+        else ""
+    )
+    return ["### Risk flags" + note, _table(["", "rule", "reason", "where"], rows, limit, "flags")]
+
+
+def fleet_blocks(fr: FleetReview, url: str | None, limit: int | None) -> list[str]:
+    """The Markdown blocks of one fleet's review, each complete on its own (a table, a
+    ``<details>``), in the order they are shown."""
+    title = f"## Fleet {code(fr.fleet)}"
+    if fr.invalid:
+        return [title, *_problem_blocks(fr, url, limit)]
+    if fr.base_invalid:
+        return [
+            title + f"\n\nThe base is invalid ({fr.base_invalid} error(s)): no plan diff. The head is valid."
+        ]
+    return [
+        title,
+        *_node_blocks(fr, url, limit),
+        *_mesh_blocks(fr, url, limit),
+        *_object_blocks(fr, url, limit),
+        *_capacity_blocks(fr),
+        *_flag_blocks(fr, url, limit),
+    ]
+
+
+def render(r: Review, limit: int | None = GITHUB_LIMIT) -> str:
+    """The comment: at most ``limit`` characters (None: no limit, the full report)."""
+    head = f"{text(r.summary, 4000)}\n{MARKER}\n\nBase `{r.base[:12]}` → head `{r.head[:12]}`."
+    blocks = [b for fr in r.fleets for b in fleet_blocks(fr, r.repo_url, limit)]
+    out = [head]
+    size = len(head)
+    note_room = 200
+    for i, block in enumerate(blocks):
+        if limit is not None and size + len(block) + 2 > limit - note_room:
+            left = len(blocks) - i
+            out.append(
+                f"_Cut here to fit a comment: {left} more block(s) are in the full report "
+                "(CI's `swarm-review` artifact, or `swarm review --full FILE`)._"
+            )
+            break
+        out.append(block)
+        size += len(block) + 2
+    return "\n\n".join(out) + "\n"

@@ -1,0 +1,201 @@
+"""What a review finds, as plain data: the Markdown and JSON forms both render these.
+
+Values (``before``/``after``) are JSON values taken from the desired state or the cluster
+objects; ``ABSENT`` stands for a key or entry that one side does not have. Every list is
+sorted, so the same refs give the same review.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Change = Literal["added", "removed", "changed"]
+Action = Literal["block", "warn"]
+ABSENT: dict[str, bool] = {"absent": True}  # a value one side does not have (JSON: {"absent": true})
+LAYERS = ("node", "driver", "gpu", "host", "storage", "mesh", "ray")
+LAYER_TITLES = {
+    "node": "Node",
+    "driver": "Driver",
+    "gpu": "GPU",
+    "host": "Host",
+    "storage": "Storage",
+    "mesh": "Mesh",
+    "ray": "Ray",
+}
+
+
+@dataclass(frozen=True, order=True)
+class Location:
+    """A line of a fleet file: repository-relative ``file``, 1-based ``line`` (0: the whole
+    file), at the head commit or, for what the change removed, at the base commit."""
+
+    file: str
+    line: int
+    ref: Literal["base", "head"]
+    commit: str
+
+
+@dataclass
+class NodeChange:
+    """One change of the desired state, folded over every node it applies to: ``field`` of
+    ``layer`` goes from ``before`` to ``after`` (``field`` is ``""`` for a node added or
+    removed). ``sites`` and ``gpu_models`` count the nodes per site and per GPU model."""
+
+    layer: str
+    field: str
+    change: Change
+    before: Any
+    after: Any
+    nodes: list[str]
+    sites: dict[str, int]
+    gpu_models: dict[str, int]
+    where: list[Location] = field(default_factory=list)
+
+
+@dataclass
+class PeerChange:
+    """A WireGuard peer entry changed the same way on ``nodes``. ``what``: ``added``,
+    ``removed``, ``endpoint``, ``allowed_ips`` (``before``: the CIDRs no longer routed
+    through the peer, ``after``: those now routed), ``keepalive``."""
+
+    what: str
+    peer: str
+    before: Any
+    after: Any
+    nodes: list[str]
+    sites: dict[str, int]
+    where: list[Location] = field(default_factory=list)
+
+
+@dataclass
+class MeshImpact:
+    """The mesh's change: peers, and how each node applies it (see
+    :class:`swarm_infra.resolve.mesh.MeshApply`). Node lists are sorted; ``hubs_*`` are
+    ``site: hub`` entries."""
+
+    peerings_changed: int = 0  # node pairs whose peering is added, removed or changed (either side)
+    peers: list[PeerChange] = field(default_factory=list)
+    syncconf: list[str] = field(default_factory=list)  # wg syncconf: tunnels stay up
+    restart: list[str] = field(default_factory=list)  # interface restart: tunnels drop
+    mtu: list[str] = field(default_factory=list)  # MTU set on the running interface, no drop
+    joining: list[str] = field(default_factory=list)  # nodes new to the mesh (interface comes up)
+    leaving: list[str] = field(default_factory=list)  # nodes that leave it
+    relays_gained: list[str] = field(default_factory=list)
+    relays_lost: list[str] = field(default_factory=list)
+    hubs_gained: list[str] = field(default_factory=list)
+    hubs_lost: list[str] = field(default_factory=list)
+
+
+@dataclass
+class FieldChange:
+    path: str
+    before: Any
+    after: Any
+
+
+@dataclass
+class ObjectChange:
+    """A Kubernetes, Kueue or KubeRay object added, removed or changed (with its fields)."""
+
+    change: Change
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+    fields: list[FieldChange] = field(default_factory=list)
+    where: list[Location] = field(default_factory=list)
+
+
+@dataclass
+class CapacityRow:
+    """One GPU flavor's capacity before and after, as ``[before, after]`` pairs (None when
+    that side has no such flavor or cohort). ``cohort`` None: the whole fleet (``gpus``,
+    ``nominal_quota``, ``unallocated``); else the cohort's ClusterQueues (``nominal_quota``,
+    ``lendable``: what they may lend, ``borrowable``: the most they may borrow from each
+    other, None inside the pair when some queue's borrowing is unlimited)."""
+
+    flavor: str
+    cohort: str | None
+    gpus: list[int | None]
+    nominal_quota: list[int | None]
+    unallocated: list[int | None]
+    lendable: list[int | None]
+    borrowable: list[int | str | None]
+
+
+@dataclass
+class Flag:
+    """A risk flag: ``rule`` id, what the policy makes it, a one-line reason (plain text:
+    the renderer escapes it) and the lines of the change that caused it."""
+
+    rule: str
+    action: Action
+    reason: str
+    where: list[Location] = field(default_factory=list)
+
+
+@dataclass
+class Problem:
+    """A validator diagnostic of the head (the review stops there: exit 2)."""
+
+    location: Location
+    col: int
+    severity: str
+    rule: str
+    path: str
+    message: str
+
+
+@dataclass
+class FleetReview:
+    """The review of one fleet between two commits."""
+
+    fleet: str
+    base: str  # commit ids
+    head: str
+    base_exists: bool
+    head_exists: bool
+    problems: list[Problem] = field(default_factory=list)  # the head's validator errors (and warnings)
+    base_invalid: int = 0  # errors in the base: no plan diff is possible
+    nodes_changed: int = 0  # nodes whose desired state changes, peer lists aside (added and removed too)
+    layers: list[str] = field(default_factory=list)  # layers with changes, in LAYERS order
+    nodes: list[NodeChange] = field(default_factory=list)
+    mesh: MeshImpact = field(default_factory=MeshImpact)
+    objects: list[ObjectChange] = field(default_factory=list)
+    objects_error: str | None = None
+    capacity: list[CapacityRow] = field(default_factory=list)
+    flags: list[Flag] = field(default_factory=list)
+    policy_changed: bool = False  # the head changes the ReviewPolicy (it applies after merge)
+
+    @property
+    def invalid(self) -> bool:
+        return any(p.severity == "error" for p in self.problems)
+
+    @property
+    def blocking(self) -> list[Flag]:
+        return [f for f in self.flags if f.action == "block"]
+
+    @property
+    def warnings(self) -> list[Flag]:
+        return [f for f in self.flags if f.action == "warn"]
+
+
+@dataclass
+class Review:
+    """A whole review: one entry per fleet the change touches, the summary line and the
+    exit code (0 clean, 1 blocking flags, 2 an invalid head)."""
+
+    base: str
+    head: str
+    fleets: list[FleetReview]
+    summary: str = ""
+    exit_code: int = 0
+    repo_url: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        """The review as JSON data (``swarm review --format json``)."""
+        out = asdict(self)
+        for fleet, data in zip(self.fleets, out["fleets"], strict=True):
+            data["invalid"] = fleet.invalid
+        return out

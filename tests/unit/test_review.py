@@ -1,0 +1,712 @@
+"""`swarm review` on realistic changes: a temporary Git repository holds the example fleet
+as the base commit, each test commits one change on top and reviews HEAD~1..HEAD.
+
+Expected values come from the desired state of the fleet before and after the change
+(``desired_state(load_fleet(...))`` of the working tree at each commit), not from the
+review itself: which nodes have an H100, which peers a new node gets, what a batch is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from markdown_it import MarkdownIt
+
+from swarm_infra import cli
+from swarm_infra.resolve import desired_state, load_fleet
+from swarm_infra.resolve.rollout import rollout_batches as batches
+from swarm_infra.resolve.types import DesiredState
+from swarm_infra.review import Review, review
+from swarm_infra.review.markdown import GITHUB_LIMIT, MARKER, render
+
+from .conftest import ROOT
+
+FLEET_DIRS = ("inventory/example", "policies/example", "policies/shared")
+ALLOC = "policies/example/scheduling.yaml"  # the Allocation
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "test",
+    "GIT_AUTHOR_EMAIL": "test@example.invalid",
+    "GIT_COMMITTER_NAME": "test",
+    "GIT_COMMITTER_EMAIL": "test@example.invalid",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
+
+
+def git(repo: Path, *args: str) -> str:
+    env = {**os.environ, **GIT_ENV}
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], capture_output=True, text=True, check=True, env=env
+    ).stdout
+
+
+@pytest.fixture(scope="module")
+def base_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    repo = tmp_path_factory.mktemp("review") / "repo"
+    for d in FLEET_DIRS:
+        shutil.copytree(ROOT / d, repo / d)
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "the example fleet")
+    return repo
+
+
+@pytest.fixture
+def repo(base_repo: Path, tmp_path: Path) -> Path:
+    dest = tmp_path / "repo"
+    shutil.copytree(base_repo, dest, symlinks=True)
+    return dest
+
+
+def state(repo: Path) -> DesiredState:
+    """The desired state of the working tree's example fleet."""
+    return desired_state(load_fleet([repo / d for d in FLEET_DIRS]))
+
+
+def replace(repo: Path, path: str, old: str, new: str) -> None:
+    f = repo / path
+    text = f.read_text()
+    assert old in text, f"{old!r} not in {path}"
+    f.write_text(text.replace(old, new, 1))
+
+
+def document(repo: Path, path: str, name: str) -> str:
+    """The ``---`` document of ``path`` whose metadata name is ``name`` (with its separator)."""
+    for doc in (repo / path).read_text().split("\n---\n"):
+        if re.search(rf"^\s*name: {re.escape(name)}\s*$", doc, re.M):
+            return "\n---\n" + doc.rstrip("\n") + "\n"
+    raise AssertionError(f"no document {name} in {path}")
+
+
+def commit(repo: Path, message: str = "change") -> None:
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", message)
+
+
+def change(repo: Path, edit: Callable[[], None]) -> tuple[DesiredState, DesiredState, Review]:
+    """Desired state before, after, and the review of a commit made by ``edit``."""
+    before = state(repo)
+    edit()
+    after = state(repo)
+    commit(repo)
+    return before, after, review(repo, "HEAD~1", "HEAD")
+
+
+def line_of(repo: Path, path: str, needle: str) -> int:
+    for number, line in enumerate((repo / path).read_text().splitlines(), start=1):
+        if needle in line:
+            return number
+    raise AssertionError(f"{needle!r} not in {path}")
+
+
+def flags(r: Review) -> dict[str, list[Any]]:
+    out: dict[str, list[Any]] = {}
+    for f in r.fleets[0].flags:
+        out.setdefault(f.rule, []).append(f)
+    return out
+
+
+def summary_line(r: Review) -> str:
+    text = render(r)
+    first = text.splitlines()[0]
+    assert text.splitlines()[1] == MARKER
+    return first
+
+
+def step(after: DesiredState) -> int:
+    return max(len(b) for b in batches(list(after["nodes"]), after["rollout"]))
+
+
+def models_of(s: DesiredState, node: str) -> set[str]:
+    return {g["model"] for g in s["nodes"][node]["hardware"]["gpus"]}
+
+
+# ------------------------------------------------------------------------ changes
+
+
+def test_power_limit_change_on_one_gpu_model(repo: Path) -> None:
+    _, after, r = change(
+        repo,
+        lambda: replace(
+            repo, "policies/shared/gpu-profiles.yaml", "power_limit_w: 650", "power_limit_w: 600"
+        ),
+    )
+    h100 = sorted(n for n in after["nodes"] if "H100-SXM5-80GB" in models_of(after, n))
+    sites = sorted({after["nodes"][n]["site"] for n in h100})
+    fr = r.fleets[0]
+    assert [(c.layer, c.field, c.before, c.after, c.nodes) for c in fr.nodes] == [
+        ("gpu", "power_limit_w", 650, 600, h100)
+    ]
+    assert fr.nodes[0].gpu_models == {"H100-SXM5-80GB": len(h100)}
+    assert fr.nodes[0].sites == {s: sum(after["nodes"][n]["site"] == s for n in h100) for s in sites}
+    line = line_of(repo, "policies/shared/gpu-profiles.yaml", "power_limit_w: 600")
+    assert [(w.file, w.line, w.ref) for w in fr.nodes[0].where] == [
+        ("policies/shared/gpu-profiles.yaml", line, "head")
+    ]
+    assert fr.mesh.peerings_changed == 0 and fr.objects == []
+    # The Rollout's largest batch decides the only flag.
+    assert len(h100) > step(after)
+    assert list(flags(r)) == ["rollout-step-exceeded"] and fr.flags[0].action == "warn"
+    assert r.exit_code == 0
+    assert r.summary == (
+        f"⚠️ example: {len(h100)} nodes change (GPU), 0 mesh peers change, 0 cluster objects change; "
+        "1 warning: rollout-step-exceeded"
+    )
+    assert summary_line(r).startswith("⚠️ example\\: ")
+    text = render(r)
+    assert (
+        f"power\\_limit\\_w</code> <code>650</code> → <code>600</code> | {len(h100)} H100-SXM5-80GB nodes in"
+        in text
+    )
+
+
+def test_new_node_in_a_natted_site_gains_peers_through_the_hub(repo: Path) -> None:
+    path = "inventory/example/nodes/tyo1.yaml"
+    new = (
+        document(repo, path, "tyo1-gpu-08")
+        .replace("tyo1-gpu-08", "tyo1-gpu-09")
+        .replace("192.168.50.28", "192.168.50.29")
+    )
+    before, after, r = change(repo, lambda: (repo / path).write_text((repo / path).read_text() + new))
+    fr = r.fleets[0]
+    hub = after["cluster"]["mesh"]["hubs"]["tyo1"]
+    assert after["nodes"]["tyo1-gpu-09"]["mesh"]["peers"][0]["name"] == hub
+    assert [(c.layer, c.change, c.nodes) for c in fr.nodes if c.layer == "node"] == [
+        ("node", "added", ["tyo1-gpu-09"])
+    ]
+    assert fr.mesh.joining == ["tyo1-gpu-09"] and fr.mesh.restart == [] and fr.mesh.leaving == []
+    # Who gains the new node as a peer: exactly the nodes whose head peer list names it.
+    gained = sorted(
+        n for n, s in after["nodes"].items() if any(p["name"] == "tyo1-gpu-09" for p in s["mesh"]["peers"])
+    )
+    added = [p for p in fr.mesh.peers if p.what == "added" and p.peer == "tyo1-gpu-09"]
+    assert gained == [hub] and [p.nodes for p in added] == [gained]
+    assert [p for p in fr.mesh.peers if p.what == "removed"] == []
+    # The topology ConfigMap's JSON is compared inside: the new address is one field.
+    topo = next(o for o in fr.objects if o.kind == "ConfigMap" and o.name == "swarm-mesh-topology")
+    new_address = after["cluster"]["mesh"]["addresses"]["tyo1-gpu-09"]
+    assert ("data.topology.json.addresses.tyo1-gpu-09", new_address) in [
+        (f.path, f.after) for f in topo.fields
+    ]
+    # Nodes whose peer lists change keep their tunnels: wg syncconf, never a restart.
+    changed_peers = sorted(
+        n
+        for n in before["nodes"]
+        if before["nodes"][n]["mesh"]["peers"] != after["nodes"][n]["mesh"]["peers"]
+    )
+    assert fr.mesh.syncconf == changed_peers and hub in changed_peers
+    # Routes to it go through the hub: every other site's node that routes via the hub
+    # gains its /32 in the hub's AllowedIPs.
+    address = after["cluster"]["mesh"]["addresses"]["tyo1-gpu-09"] + "/32"
+    routed = [p for p in fr.mesh.peers if p.what == "allowed_ips" and p.peer == hub]
+    assert routed and all(p.after == [address] and p.before == [] for p in routed)
+    assert fr.mesh.peerings_changed == len(
+        {tuple(sorted(e)) for e in after["cluster"]["mesh"]["edges"]}
+    ) - len({tuple(sorted(e)) for e in before["cluster"]["mesh"]["edges"]}) + len(
+        {n for p in routed for n in p.nodes} - {"tyo1-gpu-09"}
+    )
+    # Capacity: 2 more RTX 4090.
+    cap = {(c.flavor, c.cohort): c for c in fr.capacity}
+    assert cap[("rtx-4090", None)].gpus == [16, 18]
+    # Cluster objects: its Node object, and the topology ConfigMap.
+    kinds = {(o.change, o.kind, o.name) for o in fr.objects}
+    assert ("added", "Node", "tyo1-gpu-09") in kinds and (
+        "changed",
+        "ConfigMap",
+        "swarm-mesh-topology",
+    ) in kinds
+    node_where = next(c.where for c in fr.nodes if c.layer == "node")
+    assert node_where[0].file == path and node_where[0].line == line_of(repo, path, "name: tyo1-gpu-09")
+    assert r.exit_code == 0
+    assert r.summary.startswith(
+        f"✅ example: 1 node change (Node), {fr.mesh.peerings_changed} mesh peers change, "
+    )
+
+
+def test_removed_node_that_backs_quota(repo: Path) -> None:
+    path = "inventory/example/nodes/fra1.yaml"
+    doc = document(repo, path, "fra1-gpu-10")
+    removed_line = line_of(repo, path, "name: fra1-gpu-10")
+    before, after, r = change(
+        repo, lambda: (repo / path).write_text((repo / path).read_text().replace(doc, "\n"))
+    )
+    fr = r.fleets[0]
+    assert [(c.change, c.nodes) for c in fr.nodes if c.layer == "node"] == [("removed", ["fra1-gpu-10"])]
+    assert fr.mesh.leaving == ["fra1-gpu-10"]
+    lost = sorted(
+        n for n, s in before["nodes"].items() if any(p["name"] == "fra1-gpu-10" for p in s["mesh"]["peers"])
+    )
+    assert [p.nodes for p in fr.mesh.peers if p.what == "removed" and p.peer == "fra1-gpu-10"] == [lost]
+    (flag,) = flags(r)["node-removed-backing-quota"]
+    cap_b, cap_a = (
+        before["cluster"]["capacity"]["h100-sxm5-80gb"],
+        after["cluster"]["capacity"]["h100-sxm5-80gb"],
+    )
+    assert cap_a["gpus"] == cap_b["gpus"] - 8
+    assert flag.action == "warn" and "fra1-gpu-10 (8 x H100-SXM5-80GB) is removed" in flag.reason
+    assert (
+        f"{cap_a['nominal_quota']} GPUs of quota on {cap_a['gpus']} GPUs (was {cap_b['gpus']})" in flag.reason
+    )
+    holders = sorted(
+        t["name"]
+        for t in after["cluster"]["tenants"]
+        for q in after["cluster"]["cluster_queues"]
+        if q["name"] == t["cluster_queue"]
+        and any(x["flavor"] == "h100-sxm5-80gb" and x["nominal_quota"] > 0 for x in q["quotas"])
+    )
+    assert f"backs the nominalQuota of {', '.join(holders)}:" in flag.reason
+    assert [(w.file, w.line, w.ref) for w in flag.where] == [(path, removed_line, "base")]
+    removed = {(o.kind, o.name) for o in fr.objects if o.change == "removed"}
+    assert ("Node", "fra1-gpu-10") in removed
+    assert r.exit_code == 0
+
+
+def test_new_tenant_with_quotas(repo: Path) -> None:
+
+    def edit() -> None:
+        replace(
+            repo,
+            ALLOC,
+            "  tenants:\n",
+            "    - name: nova\n      cohort: swarm\n      quotas:\n"
+            "        - {flavor: h100-sxm5-80gb, nominal_quota: 8}\n  tenants:\n"
+            "    - name: nova\n      queue: nova\n      priorities: [batch]\n",
+        )
+
+    before, after, r = change(repo, edit)
+    fr = r.fleets[0]
+    assert fr.nodes == [] and fr.nodes_changed == 0 and fr.mesh.peerings_changed == 0
+    added = {(o.kind, o.namespace, o.name) for o in fr.objects if o.change == "added"}
+    assert {("Namespace", "", "nova"), ("ClusterQueue", "", "nova"), ("LocalQueue", "nova", "nova")} <= added
+    cq = next(o for o in fr.objects if o.kind == "ClusterQueue" and o.name == "nova")
+    first = line_of(repo, ALLOC, "- name: nova")
+    assert cq.where and all(w.file == ALLOC and first <= w.line <= first + 3 for w in cq.where)
+    cap = {(c.flavor, c.cohort): c for c in fr.capacity}
+    b, a = before["cluster"]["capacity"]["h100-sxm5-80gb"], after["cluster"]["capacity"]["h100-sxm5-80gb"]
+    assert cap[("h100-sxm5-80gb", None)].nominal_quota == [b["nominal_quota"], a["nominal_quota"]]
+    assert cap[("h100-sxm5-80gb", None)].unallocated == [b["unallocated"], b["unallocated"] - 8]
+    assert cap[("h100-sxm5-80gb", "swarm")].lendable[1] == cap[("h100-sxm5-80gb", "swarm")].lendable[0] + 8
+    # nova is new: others gaining the power to preempt it is not a flag (it had nothing to lose).
+    assert fr.flags == [] and r.exit_code == 0
+    assert r.summary == (
+        f"✅ example: 0 nodes change, 0 mesh peers change, {len(fr.objects)} cluster objects change; "
+        "no risk flags"
+    )
+
+
+def test_quota_over_capacity_is_an_invalid_head(repo: Path) -> None:
+    replace(
+        repo,
+        ALLOC,
+        "{flavor: h100-sxm5-80gb, nominal_quota: 24, borrowing_limit: 24}",
+        "{flavor: h100-sxm5-80gb, nominal_quota: 40, borrowing_limit: 24}",
+    )
+    commit(repo)
+    r = review(repo, "HEAD~1", "HEAD")
+    fr = r.fleets[0]
+    assert fr.invalid and r.exit_code == 2
+    errors = [p for p in fr.problems if p.severity == "error"]
+    assert [(p.rule, p.location.file, p.location.line) for p in errors] == [
+        ("allocation.quota-exceeds-capacity", ALLOC, line_of(repo, ALLOC, "nominal_quota: 40"))
+    ]
+    assert r.summary == "❌ example: the head is invalid (1 error); nothing else was reviewed"
+    assert fr.nodes == [] and fr.objects == []
+
+
+def test_quota_that_counts_on_nodes_this_change_adds(repo: Path) -> None:
+    path = "inventory/example/nodes/fra1.yaml"
+
+    def edit() -> None:
+        extra = "".join(
+            document(repo, path, "fra1-gpu-10")
+            .replace("fra1-gpu-10", f"fra1-gpu-{i}")
+            .replace("10.10.0.30", f"10.10.0.{i + 20}")
+            .replace("203.0.113.30", f"203.0.113.{i + 20}")
+            for i in (11, 12)
+        )
+        (repo / path).write_text((repo / path).read_text() + extra)
+        replace(
+            repo, ALLOC, "nominal_quota: 24, borrowing_limit: 24}", "nominal_quota: 40, borrowing_limit: 24}"
+        )
+
+    before, after, r = change(repo, edit)
+    (flag,) = flags(r)["quota-over-capacity"]
+    had = before["cluster"]["capacity"]["h100-sxm5-80gb"]["gpus"]
+    now = after["cluster"]["capacity"]["h100-sxm5-80gb"]
+    assert now["nominal_quota"] > had and now["nominal_quota"] <= now["gpus"]
+    assert flag.action == "block"
+    assert (
+        f"adds up to {now['nominal_quota']} GPUs, above the {had} the fleet has before this change"
+        in flag.reason
+    )
+    assert (ALLOC, line_of(repo, ALLOC, "nominal_quota: 40"), "head") in [
+        (w.file, w.line, w.ref) for w in flag.where
+    ]
+    assert r.exit_code == 1
+    assert (
+        r.summary.startswith("❌ example: 2 nodes change (Node)")
+        and "1 blocking: quota-over-capacity" in r.summary
+    )
+
+
+def test_full_mesh_to_hub_and_spoke(repo: Path) -> None:
+    mesh = "policies/example/mesh.yaml"
+    before, after, r = change(
+        repo,
+        lambda: replace(
+            repo,
+            mesh,
+            "    ams2: {topology",
+            "    fra1: {topology: hub-and-spoke, hub: fra1-head-01}\n    ams2: {topology",
+        ),
+    )
+    fr = r.fleets[0]
+    assert fr.mesh.hubs_gained == ["fra1: fra1-head-01"] and fr.mesh.hubs_lost == []
+    spokes = sorted(n for n, s in after["nodes"].items() if s["site"] == "fra1" and n != "fra1-head-01")
+    assert all([p["name"] for p in after["nodes"][n]["mesh"]["peers"]] == ["fra1-head-01"] for n in spokes)
+    # Only peers change: wg syncconf everywhere it changes, no tunnel restart, no flag for it.
+    changed = sorted(
+        n
+        for n in before["nodes"]
+        if before["nodes"][n]["mesh"]["peers"] != after["nodes"][n]["mesh"]["peers"]
+    )
+    assert fr.mesh.syncconf == changed and fr.mesh.restart == [] and fr.mesh.mtu == []
+    removed = {p.peer for p in fr.mesh.peers if p.what == "removed"}
+    assert set(spokes) <= removed
+    assert all(w.file == mesh for p in fr.mesh.peers for w in p.where)
+    assert "mesh-restart-on-relay-or-hub" not in flags(r)
+    assert ("changed", "ConfigMap", "swarm-mesh-topology") in {(o.change, o.kind, o.name) for o in fr.objects}
+
+
+def test_mesh_address_change_on_a_relay_restarts_its_tunnels(repo: Path) -> None:
+    path = "inventory/example/nodes/tyo1.yaml"
+    before, _, r = change(
+        repo,
+        lambda: replace(
+            repo,
+            path,
+            "mesh: {endpoint: 198.51.100.77}",
+            "mesh: {endpoint: 198.51.100.77, address: 10.200.77.77}",
+        ),
+    )
+    fr = r.fleets[0]
+    assert fr.mesh.restart == ["tyo1-relay-01"]
+    (flag,) = flags(r)["mesh-restart-on-relay-or-hub"]
+    old = before["nodes"]["tyo1-relay-01"]["mesh"]["address"]
+    assert flag.action == "block" and f"address {old} → 10.200.77.77/16" in flag.reason
+    assert [(w.file, w.line) for w in flag.where] == [(path, line_of(repo, path, "address: 10.200.77.77"))]
+    assert r.exit_code == 1
+
+
+def test_driver_bump_without_canary(repo: Path) -> None:
+    profiles = "policies/shared/gpu-profiles.yaml"
+
+    def edit() -> None:
+        text = (repo / profiles).read_text()
+        start = text.index("name: l40s-inference")
+        at = text.index('driver: {branch: "570"}', start)
+        (repo / profiles).write_text(
+            text[:at]
+            + 'driver: {branch: "570", version: "570.124.06"}'
+            + text[at + len('driver: {branch: "570"}') :]
+        )
+
+    _, after, r = change(repo, edit)
+    fr = r.fleets[0]
+    l40s = sorted(n for n in after["nodes"] if "L40S" in models_of(after, n))
+    assert [c.nodes for c in fr.nodes if c.layer == "driver" and c.field == "version"] == [l40s]
+    plan = batches([n for n, s in after["nodes"].items() if s["gpu"]], after["rollout"])
+    assert not set(plan[0]) & set(l40s)  # the canary is another model's node
+    (flag,) = flags(r)["driver-without-canary"]
+    assert flag.action == "block" and f"canary batch ({', '.join(plan[0])})" in flag.reason
+    line = line_of(repo, profiles, "570.124.06")
+    assert [(w.file, w.line) for w in flag.where] == [(profiles, line)]
+    assert r.exit_code == 1 and "1 blocking: driver-without-canary" in r.summary
+
+
+def test_driver_bump_that_meets_the_canary_first(repo: Path) -> None:
+    after_plan = state(repo)
+    canary = batches([n for n, s in after_plan["nodes"].items() if s["gpu"]], after_plan["rollout"])[0][0]
+    profile = after_plan["nodes"][canary]["gpu"]["profile"]
+    profiles = "policies/shared/gpu-profiles.yaml"
+
+    def edit() -> None:
+        text = (repo / profiles).read_text()
+        at = text.index('driver: {branch: "570"}', text.index(f"name: {profile}"))
+        (repo / profiles).write_text(text[:at] + 'driver: {branch: "575"}' + text[at + 23 :])
+
+    _, _, r = change(repo, edit)
+    assert any(c.layer == "driver" for c in r.fleets[0].nodes)
+    assert "driver-without-canary" not in flags(r)
+
+
+def test_priority_change_that_lets_a_tenant_preempt_others(repo: Path) -> None:
+
+    def edit() -> None:
+        replace(
+            repo,
+            ALLOC,
+            "      fair_sharing_weight: 0.5\n",
+            "      fair_sharing_weight: 0.5\n      preemption: {reclaim_within_cohort: LowerPriority}\n",
+        )
+        replace(
+            repo,
+            ALLOC,
+            "      queue: community\n      priorities: [spot]",
+            "      queue: community\n      priorities: [production, spot]",
+        )
+
+    _, _, r = change(repo, edit)
+    gained = flags(r)["preemption-gained"]
+    # community's production (100000) now outranks acme-ai's batch and helix-labs' spot, in
+    # the cohort both share; before, community only had spot, which never preempts.
+    assert sorted(f.reason.split(":")[0] for f in gained) == [
+        "community can now preempt acme-ai",
+        "community can now preempt helix-labs",
+    ]
+    assert all("reclaimWithinCohort LowerPriority" in f.reason and f.action == "warn" for f in gained)
+    lines = {w.line for f in gained for w in f.where}
+    assert line_of(repo, ALLOC, "priorities: [production, spot]") in lines
+
+
+def test_invalid_file_is_reported_with_links(repo: Path) -> None:
+    path = "policies/shared/gpu-profiles.yaml"
+    replace(repo, path, "power_limit_w: 650", "power_limit_w: lots")
+    commit(repo)
+    r = review(repo, "HEAD~1", "HEAD", repo_url="https://github.com/acme/fleet")
+    fr = r.fleets[0]
+    assert r.exit_code == 2 and fr.invalid
+    (p,) = [p for p in fr.problems if p.severity == "error"]
+    assert (p.rule, p.location.file, p.location.line) == ("schema.type", path, line_of(repo, path, "lots"))
+    text = render(r)
+    url = f"https://github.com/acme/fleet/blob/{r.head}/{path}#L{p.location.line}"
+    assert f"]({url})" in text
+
+
+# ------------------------------------------------------------------ output
+
+
+def _html(text: str) -> tuple[str, list[Any]]:
+    md = MarkdownIt("commonmark", {"html": True}).enable("table")
+    return md.render(text), md.parse(text)
+
+
+def test_markdown_renders_tables_and_details(repo: Path) -> None:
+    path = "inventory/example/nodes/tyo1.yaml"
+    new = (
+        document(repo, path, "tyo1-gpu-08")
+        .replace("tyo1-gpu-08", "tyo1-gpu-09")
+        .replace("192.168.50.28", "192.168.50.29")
+    )
+    (repo / path).write_text((repo / path).read_text() + new)
+    replace(repo, "policies/shared/gpu-profiles.yaml", "power_limit_w: 650", "power_limit_w: 600")
+    commit(repo)
+    r = review(repo, "HEAD~1", "HEAD")
+    text = render(r)
+    html, tokens = _html(text)
+    tables = [t for t in tokens if t.type == "table_open"]
+    assert len(tables) >= 5  # GPU and Node changes, mesh apply, peers, objects, capacity
+    details = [t for t in tokens if t.type == "html_block" and "<details>" in t.content]
+    assert details and html.count("<details>") == html.count("</details>") == len(details)
+    assert html.startswith("<p>✅ example: ") or html.startswith("<p>⚠️ example: ")
+    assert "<!-- swarm-review -->" in html
+    # Every table row has as many cells as its header.
+    for table in re.findall(r"<table>.*?</table>", html, re.S):
+        head = len(re.findall(r"<th[ >]", table.split("</thead>")[0]))
+        rows = re.findall(r"<tr>(.*?)</tr>", table.split("</thead>")[1], re.S)
+        assert rows and all(row.count("<td") == head for row in rows)
+
+
+def test_fleet_strings_cannot_inject_markdown_or_html(repo: Path) -> None:
+    hostile = "x</code><script>alert(1)</script> | [a](javascript:alert(1)) @admin **b**"
+    path = "policies/shared/gpu-profiles.yaml"
+    replace(repo, path, "power_limit_w: 650", f"power_limit_w: {json.dumps(hostile)}")
+    bad_name = "policies/shared/[evil](javascript:x) `|` <b>.yaml"
+    (repo / bad_name).write_text("---\napiVersion: swarm.io/v1alpha1\nkind: Site\n")
+    commit(repo)
+    r = review(repo, "HEAD~1", "HEAD", repo_url="https://github.com/acme/fleet")
+    assert r.exit_code == 2
+    text = render(r)
+    html, _ = _html(text)
+    assert (
+        "<script" not in html
+        and 'href="javascript' not in html
+        and "<b>" not in html
+        and "<strong>" not in html
+    )
+    # The hostile text is shown, literally, in the message cell; each row keeps 4 cells.
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    for row in re.findall(r"<tr>(.*?)</tr>", html.split("</thead>")[1], re.S):
+        assert row.count("<td") == 4
+
+
+def test_output_is_deterministic_and_json_has_the_same_findings(repo: Path) -> None:
+    replace(repo, "policies/shared/gpu-profiles.yaml", "power_limit_w: 650", "power_limit_w: 600")
+    commit(repo)
+    first, second = review(repo, "HEAD~1", "HEAD"), review(repo, "HEAD~1", "HEAD")
+    assert render(first) == render(second)
+    assert json.dumps(first.as_json(), sort_keys=True) == json.dumps(second.as_json(), sort_keys=True)
+    data = first.as_json()
+    assert data["summary"] == first.summary and data["exit_code"] == first.exit_code
+    assert [f["rule"] for f in data["fleets"][0]["flags"]] == [f.rule for f in first.fleets[0].flags]
+    assert data["fleets"][0]["nodes"][0]["field"] == "power_limit_w"
+
+
+def test_cli_exit_codes_outputs_and_working_tree_untouched(
+    repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    replace(
+        repo,
+        "policies/shared/gpu-profiles.yaml",
+        'driver: {branch: "570"}\n  persistence_mode: true\n  power_limit_w: 300',
+        'driver: {branch: "575"}\n  persistence_mode: true\n  power_limit_w: 300',
+    )
+    commit(repo)
+    # An uncommitted, invalid edit in the working tree: the review reads Git, not it.
+    (repo / "inventory/example/sites.yaml").write_text("not: [valid")
+    status = git(repo, "status", "--porcelain")
+    monkeypatch.chdir(repo)
+    assert cli.main(["review", "--base", "HEAD~1", "--out", "c.md", "--full", "f.md"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("❌ example: ") and "driver-without-canary" in err
+    comment = (repo / "c.md").read_text()
+    assert comment.splitlines()[1] == MARKER and len(comment) <= GITHUB_LIMIT
+    assert (repo / "f.md").read_text() == comment  # small: nothing was cut
+    assert cli.main(["review", "--base", "HEAD~1", "--format", "json"]) == 1
+    assert json.loads(capsys.readouterr().out)["exit_code"] == 1
+    assert cli.main(["review", "--base", "nope"]) == 2
+    assert "no commit named 'nope'" in capsys.readouterr().err
+    assert cli.main(["review", "--base", "HEAD~1", "--fleet", "lab"]) == 2
+    assert "no fleet named 'lab'" in capsys.readouterr().err
+    assert cli.main(["review", "--base", "HEAD", "--head", "HEAD"]) == 0
+    assert capsys.readouterr().out.startswith("✅ no fleet changes\n")
+    (repo / "c.md").unlink()
+    (repo / "f.md").unlink()
+    assert git(repo, "status", "--porcelain") == status
+    assert (repo / "inventory/example/sites.yaml").read_text() == "not: [valid"
+
+
+def test_the_base_policy_judges_and_a_change_cannot_relax_it(repo: Path) -> None:
+    policy = "policies/example/review.yaml"
+    profiles = "policies/shared/gpu-profiles.yaml"
+    bump = (
+        'driver: {branch: "570"}\n  persistence_mode: true\n  power_limit_w: 300',
+        'driver: {branch: "575"}\n  persistence_mode: true\n  power_limit_w: 300',
+    )
+    # The same change relaxing the policy is still blocked: the base's policy applies.
+    replace(repo, policy, "driver-without-canary: block", "driver-without-canary: warn")
+    replace(repo, profiles, *bump)
+    commit(repo)
+    r = review(repo, "HEAD~1", "HEAD")
+    assert flags(r)["driver-without-canary"][0].action == "block" and r.fleets[0].policy_changed
+    assert r.exit_code == 1
+    # Once the relaxed policy is in the base, the next driver bump only warns.
+    replace(
+        repo,
+        profiles,
+        'driver: {branch: "575"}\n  persistence_mode: true\n  power_limit_w: 300',
+        'driver: {branch: "580"}\n  persistence_mode: true\n  power_limit_w: 300',
+    )
+    commit(repo)
+    r = review(repo, "HEAD~1", "HEAD")
+    assert flags(r)["driver-without-canary"][0].action == "warn" and r.exit_code == 0
+    assert r.summary.startswith("⚠️ ")
+
+
+def test_comment_stays_under_githubs_limit_with_a_huge_change(tmp_path: Path) -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gen_fleet", ROOT / "benchmarks" / "gen_fleet.py")
+    assert spec and spec.loader
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    repo = tmp_path / "repo"
+    gen.generate(repo / "inventory" / "big", 1200, 20)
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    # Every node gets its own label value: nothing folds, every Node object changes.
+    counter = iter(range(10**6))
+    for f in sorted((repo / "inventory" / "big" / "nodes").glob("*.yaml")):
+        f.write_text(re.sub(r"tier: t\d", lambda _: f"tier: u{next(counter)}", f.read_text()))
+    git(repo, "commit", "-qam", "relabel")
+    r = review(repo, "HEAD~1", "HEAD")
+    full, comment = render(r, None), render(r)
+    assert len(full) > GITHUB_LIMIT >= len(comment)
+    assert comment.splitlines()[0] == render(r, None).splitlines()[0] and comment.splitlines()[1] == MARKER
+    assert "Cut here to fit a comment" in comment
+    html, _ = _html(comment)
+    assert html.count("<details>") == html.count("</details>")
+    assert r.fleets[0].nodes_changed == 1200
+
+
+# ------------------------------------------------------------- decisions in resolve/
+
+
+def test_mesh_apply_follows_the_wireguard_role() -> None:
+    """The role restarts the interface only when its address differs (peers go through
+    wg syncconf, the MTU through ip link): mesh_apply must say the same."""
+    import yaml
+
+    from swarm_infra.resolve.mesh import MeshApply, mesh_apply
+
+    tasks = yaml.safe_load((ROOT / "roles/wireguard/tasks/main.yml").read_text())
+    restarts = [
+        t for t in tasks if (t.get("ansible.builtin.systemd_service") or {}).get("state") == "restarted"
+    ]
+    assert [t["when"] for t in restarts] == [
+        "wireguard_link.rc == 0 and wireguard_state.address not in wireguard_running_addresses"
+    ]
+    mtu = next(t for t in tasks if t["name"].startswith("Set the declared MTU"))
+    assert mtu["ansible.builtin.command"]["argv"][:3] == ["ip", "link", "set"]
+    base = {
+        "interface": "wg0",
+        "address": "10.0.0.1/16",
+        "listen_port": 51820,
+        "mtu": 1420,
+        "forwarding": False,
+    }
+    peers = [{"name": "b", "allowed_ips": ["10.0.0.2/32"], "endpoint": None, "persistent_keepalive_s": 0}]
+    before = {**base, "peers": peers}
+    moved = [{**peers[0], "allowed_ips": ["10.0.0.2/32", "10.0.0.3/32"]}]
+    cases = {
+        "mtu": (
+            {**before, "mtu": 1380},
+            MeshApply(restart=False, syncconf=False, mtu=True, forwarding=False),
+        ),
+        "peers": (
+            {**before, "peers": moved},
+            MeshApply(restart=False, syncconf=True, mtu=False, forwarding=False),
+        ),
+        "port": ({**before, "listen_port": 51821}, MeshApply(False, True, False, False)),
+        "address": ({**before, "address": "10.0.0.9/16"}, MeshApply(True, False, False, False)),
+        "forwarding": ({**before, "forwarding": True}, MeshApply(False, False, False, True)),
+    }
+    for name, (after, expected) in cases.items():
+        assert mesh_apply(before, after) == expected, name
+
+
+def test_batches_are_ansibles_serial_batches() -> None:
+    """Canary first, then N% of all the play's hosts (Ansible's pct_to_int), the last size
+    repeated."""
+    from ansible.utils.helpers import pct_to_int
+
+    for count in (1, 3, 9, 41, 250):
+        hosts = [f"h{i:03d}" for i in range(count)]
+        for serial in ([1, "10%"], [2, "25%"], [1, "100%"], [5, "1%"]):
+            plan = batches(hosts, {"serial": serial, "max_fail_percentage": 0})
+            sizes = [serial[0], pct_to_int(serial[1], count)]
+            expected, start, i = [], 0, 0
+            while start < count:
+                size = max(sizes[min(i, 1)], 1)
+                expected.append(hosts[start : start + size])
+                start, i = start + size, i + 1
+            assert plan == expected, (count, serial)
