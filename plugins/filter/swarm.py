@@ -18,6 +18,8 @@ description:
     NodeState.layout.files whose text depends on NodeState alone, e.g. C(gpu_unit),
     C(ray_firewall_rules), C(ray_unit), C(driver_preferences)), from
     C(swarm_infra.resolve.files).
+  - C(swarm | swarm_layer_files(LAYER[, PEER_KEYS])) lists every file and directory a layer
+    manages (for the C(swarm_files) module), with their text, including what must be absent.
   - C(swarm | swarm_tunables_spec(LAYER)) is what the C(swarm_tunables) module converges
     for the C(host) or C(mesh) layer.
   - C(swarm_wireguard_peer_keys), C(swarm_wireguard_conf), C(swarm_wireguard_peers) and
@@ -45,6 +47,22 @@ def swarm_file(node: dict, name: str) -> Any:
     from swarm_infra.resolve.files import static_file
 
     return _unsafe(static_file(node, str(name)))  # unsafe wrappers are str/dict/list
+
+
+def swarm_layer_files(node: dict, layer: str, peer_keys: dict | None = None) -> Any:
+    from ansible.utils.unsafe_proxy import wrap_var
+
+    from swarm_infra.resolve.files import layer_files
+
+    return wrap_var(layer_files(node, str(layer), dict(peer_keys or {})))
+
+
+def swarm_wireguard_dropin_items(node: dict) -> Any:
+    from ansible.utils.unsafe_proxy import wrap_var
+
+    from swarm_infra.resolve.files import wireguard_dropin_items
+
+    return wrap_var(wireguard_dropin_items(node))
 
 
 def swarm_tunables_spec(node: dict, layer: str) -> dict:
@@ -107,6 +125,20 @@ def swarm_requirements_missing(requirements: list, installed_json: str) -> list[
     return requirements_missing([str(r) for r in requirements], str(installed_json))
 
 
+def swarm_ip_link(output: str) -> dict:
+    """``ip -j addr show dev IFACE`` as ``{mtu, inet: [CIDR, ...]}`` ({} when absent)."""
+    from swarm_infra.nodeside.facts import ip_link
+
+    return ip_link(str(output))
+
+
+def swarm_scratch_filesystem_made(probe_output: str, scratch: dict) -> bool:
+    """Whether ``blkid -p -o export DEVICE``'s output shows the scratch filesystem made."""
+    from swarm_infra.nodeside.facts import blkid_export, scratch_filesystem_made
+
+    return scratch_filesystem_made(blkid_export(str(probe_output)), dict(scratch))
+
+
 def swarm_scratch_problems(results: list, scratch: dict) -> list[str]:
     from swarm_infra.nodeside.facts import blkid_export, scratch_device_problem
 
@@ -122,12 +154,16 @@ class FilterModule:
         return {
             "swarm_file": swarm_file,
             "swarm_tunables_spec": swarm_tunables_spec,
+            "swarm_layer_files": swarm_layer_files,
+            "swarm_wireguard_dropin_items": swarm_wireguard_dropin_items,
             "swarm_wireguard_peer_keys": swarm_wireguard_peer_keys,
             "swarm_wireguard_conf": swarm_wireguard_conf,
             "swarm_wireguard_peers": swarm_wireguard_peers,
             "swarm_wireguard_running_differs": swarm_wireguard_running_differs,
             "swarm_scratch_problems": swarm_scratch_problems,
             "swarm_packages": swarm_packages,
+            "swarm_ip_link": swarm_ip_link,
+            "swarm_scratch_filesystem_made": swarm_scratch_filesystem_made,
             "swarm_installed_distributions_argv": swarm_installed_distributions_argv,
             "swarm_requirements_missing": swarm_requirements_missing,
         }

@@ -153,3 +153,9 @@ def requirements_missing(requirements: list[str], installed_json: str) -> list[s
         if key not in have or (version.strip() and have[key] != version.strip()):
             missing.append(req)
     return missing
+
+
+def scratch_filesystem_made(probe: dict[str, str], scratch: dict[str, Any]) -> bool:
+    """Whether a device's probe (:func:`blkid_export`) shows the scratch filesystem already
+    made on it: the declared type with the declared label."""
+    return probe.get("TYPE") == scratch["filesystem"] and probe.get("LABEL") == scratch["label"]

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
-from .types import GpuState, NodeState
+from .types import GpuState, ManagedPath, NodeState
 
 # How long a Ray worker waits for the head's GCS port at start, before systemd retries (s).
 RAY_HEAD_WAIT_S = 120
@@ -347,3 +348,97 @@ def static_file(node: NodeState, name: str) -> str:
 
     Raises KeyError for a name that is not a static file."""
     return STATIC[name](node)
+
+
+# ------------------------------------------------------------------- a layer's files
+
+
+def _item(path: ManagedPath, state: str, content: str | None = None) -> dict[str, Any]:
+    if state == "absent":
+        return {"path": path["path"], "state": "absent"}
+    return {
+        "path": path["path"],
+        "state": state,
+        "content": content,
+        "owner": path["owner"],
+        "group": path["group"],
+        "mode": path["mode"],
+    }
+
+
+def gpu_code() -> str:
+    """The node-side GPU code's text (:mod:`swarm_infra.nodeside.gpu`), as it is installed."""
+    from ..nodeside import gpu
+
+    return Path(gpu.__file__).read_text()
+
+
+def layer_files(
+    node: NodeState, layer: str, peer_keys: Mapping[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """Every file and directory ``layer`` manages on ``node``, as items for the node-side
+    files code (:mod:`swarm_infra.nodeside.files`: path, state file/directory/absent,
+    content, owner, group, mode), in the order to apply them: what the node must hold, and
+    what a declaration no longer made must not (the declared state is the whole truth).
+
+    ``layer``: ``gpu``, ``storage``, ``ray``, or ``mesh`` (which needs ``peer_keys``: the
+    peers' public keys known in this run, :func:`wireguard_peer_keys`). The WireGuard
+    private key is an item without content (made on the node; its mode is managed); the
+    wg-quick drop-in is the caller's (it depends on the node's kernel).
+
+    Raises ValueError for another layer."""
+    f = node["layout"]["files"]
+    if layer == "gpu":
+        if not node["gpu"]:
+            return [_item(f[n], "absent") for n in ("gpu_unit", "gpu_settings", "gpu_code")]
+        return [
+            _item(f["lib_dir"], "directory"),
+            _item(f["etc_dir"], "directory"),
+            _item(f["gpu_code"], "file", gpu_code()),
+            _item(f["gpu_settings"], "file", gpu_settings(node)),
+            _item(f["gpu_unit"], "file", gpu_unit(node)),
+        ]
+    if layer == "storage":
+        return (
+            [_item(f["storage_record"], "file", storage_record(node))]
+            if node["storage"]
+            else [_item(f["storage_record"], "absent")]
+        )
+    if layer == "ray":
+        ray = node["ray"]
+        if not ray:
+            names = (
+                "ray_head_unit",
+                "ray_worker_unit",
+                "ray_firewall_unit",
+                "ray_firewall_rules",
+                "ray_venv",
+            )
+            return [_item(f[n], "absent") for n in names]
+        other = "worker" if ray["role"] == "head" else "head"
+        return [
+            _item(f["etc_dir"], "directory"),
+            _item(f["ray_firewall_rules"], "file", ray_firewall_rules(node)),
+            _item(f["ray_firewall_unit"], "file", ray_firewall_unit(node)),
+            _item(f[f"ray_{ray['role']}_unit"], "file", ray_unit(node)),
+            _item(f[f"ray_{other}_unit"], "absent"),
+        ]
+    if layer == "mesh":
+        keys = dict(peer_keys or {})
+        return [
+            _item(f["wireguard_dir"], "directory"),
+            _item(f["wireguard_key"], "file"),
+            _item(f["wireguard_peers"], "file", wireguard_peers(node, keys)),
+            _item(f["wireguard_conf"], "file", wireguard_conf(node, keys)),
+        ]
+    raise ValueError(f"no managed files for layer {layer!r}")
+
+
+def wireguard_dropin_items(node: NodeState) -> list[dict[str, Any]]:
+    """The wg-quick drop-in selecting wireguard-go, for nodes whose kernel has no WireGuard
+    module: its directory and file."""
+    f = node["layout"]["files"]
+    return [
+        _item(f["wireguard_dropin_dir"], "directory"),
+        _item(f["wireguard_dropin"], "file", wireguard_dropin(node)),
+    ]

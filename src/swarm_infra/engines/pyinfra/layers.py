@@ -21,7 +21,7 @@ from pyinfra import host
 from pyinfra.operations import apt, files, server
 
 from ...nodeside.facts import scratch_device_problem
-from ...resolve.files import static_file, tunables_spec
+from ...resolve.files import layer_files, static_file, tunables_spec, wireguard_dropin_items
 from ...resolve.packages import FILESYSTEM_PACKAGES, packages
 from . import facts as F
 from . import operations as ops
@@ -46,8 +46,24 @@ def directory(node: dict[str, Any], name: str, what: str) -> Any:
     )
 
 
-def absent(node: dict[str, Any], name: str, what: str) -> Any:
-    return ops.absent_path(name=what, path=node["layout"]["files"][name]["path"])
+def layer_items(node: dict[str, Any], layer: str, what: str) -> dict[str, Any]:
+    """Every file and directory ``layer`` manages (:func:`swarm_infra.resolve.files.
+    layer_files`, what the Ansible roles give their ``swarm_files`` task), each by its
+    operation; returns ``{path: operation}`` for what depends on a change."""
+    return {item["path"]: _item(item, what) for item in layer_files(node, layer)}
+
+
+def _item(item: dict[str, Any], what: str) -> Any:
+    """The operation that converges one item of :func:`layer_files`."""
+    path, state, name = item["path"], item["state"], f"{what}: {item['path']}"
+    if state == "absent":
+        return ops.absent_path(name=name, path=path)
+    attrs = {"owner": item["owner"], "group": item["group"], "mode": item["mode"]}
+    if state == "directory":
+        return ops.managed_directory(name=name, path=path, **attrs)
+    if item["content"] is None:  # made on the node (a private key): only its attributes
+        return ops.managed_mode(name=name, path=path, **attrs)
+    return ops.managed_file(name=name, path=path, text=item["content"], **attrs)
 
 
 def any_changed(*op_metas: Any) -> Any:
@@ -157,17 +173,12 @@ def gpu_layer() -> None:
     if not gpu:
         if ops.unit_state(unit)["enabled"]:
             ops.unit(name="Disable the re-apply unit", service=unit, enabled=False)
-        for name in ("gpu_unit", "gpu_settings", "gpu_code"):
-            absent(node, name, "Remove the GPU code, settings and unit")
+        layer_items(node, "gpu", "Remove the GPU code, settings and unit")
         return
     if gpu["backend"] == "simulated":
         ops.record_note("SIMULATED NVML backend: GPU state is kept in files on the node; no GPU is touched")
-    directory(node, "lib_dir", "Create the directory for the GPU code")
-    directory(node, "etc_dir", "Create the directory for the GPU settings")
-    with open(ops.nodeside_path("gpu")) as fh:
-        put(node, "gpu_code", fh.read(), "Install the node-side GPU code")
-    put(node, "gpu_settings", static_file(node, "gpu_settings"), "Persist the desired GPU settings")
-    unit_file = put(node, "gpu_unit", static_file(node, "gpu_unit"), "Install the boot-time re-apply unit")
+    files_ = layer_items(node, "gpu", "GPU code, settings and boot-time re-apply unit")
+    unit_file = files_[layout["files"]["gpu_unit"]["path"]]
     ops.unit(
         name="Reload systemd (the re-apply unit changed)",
         service=unit,
@@ -193,7 +204,7 @@ def storage_layer() -> None:
     if previous and (not storage or previous != storage["scratch"]["mount_path"]):
         ops.unmount(name="Unmount scratch that is no longer declared here", path=previous)
     if not storage:
-        absent(node, "storage_record", "Forget it")
+        layer_items(node, "storage", "Forget it")
         return
     scratch = storage["scratch"]
     ops.apt_install(
@@ -225,11 +236,8 @@ def storage_layer() -> None:
         fstype=scratch["filesystem"],
         options=list(scratch["mount_options"]) + (["discard"] if discard else []),
     )
-    put(
-        node,
-        "storage_record",
-        static_file(node, "storage_record"),
-        "Record the scratch the project made (so that removing its declaration unmounts it)",
+    layer_items(
+        node, "storage", "Record the scratch the project made (so that removing its declaration unmounts it)"
     )
 
 
@@ -282,13 +290,8 @@ def mesh_layer() -> None:
     )
     dropin = None
     if not ops.snapshot()["modules"].get("wireguard"):
-        directory(node, "wireguard_dropin_dir", "Create the wg-quick drop-in directory")
-        dropin = put(
-            node,
-            "wireguard_dropin",
-            static_file(node, "wireguard_dropin"),
-            "Select the userspace implementation",
-        )
+        for item in wireguard_dropin_items(node):
+            dropin = _item(item, "Select the userspace implementation (no WireGuard kernel module)")
     conf = ops.wireguard_file(name="Write the wg-quick configuration", node=node, which="conf")
     if dropin is not None:
         ops.unit(
@@ -317,10 +320,10 @@ def ray_layer() -> None:
     changed). A node outside the cluster keeps none of the layer's units or files."""
     node = _node()
     ray, layout = node["ray"], node["layout"]
-    files_, units = layout["files"], layout["units"]
+    paths, units = layout["files"], layout["units"]
     own = units[f"ray_{ray['role']}"] if ray else None
     for role in ("ray_head", "ray_worker", "ray_firewall"):
-        present = ops.snapshot()["paths"].get(files_[f"{role}_unit"]["path"]) is not None
+        present = ops.snapshot()["paths"].get(paths[f"{role}_unit"]["path"]) is not None
         if present and (not ray or (units[role] != own and role != "ray_firewall")):
             ops.unit(
                 name=f"Stop and disable {units[role]} (not this node's)",
@@ -329,30 +332,17 @@ def ray_layer() -> None:
                 enabled=False,
             )
     if not ray:
-        for name in (
-            "ray_head_unit",
-            "ray_worker_unit",
-            "ray_firewall_unit",
-            "ray_firewall_rules",
-            "ray_venv",
-        ):
-            absent(node, name, "Remove what the Ray layer made on a node outside the Ray cluster")
+        layer_items(node, "ray", "Remove what the Ray layer made on a node outside the Ray cluster")
         return
-    other = "worker" if ray["role"] == "head" else "head"
-    absent(node, f"ray_{other}_unit", "Remove the other role's unit file")
     if ray["simulated_gpus"]:
         ops.record_note(f"SIMULATED GPUs: Ray is told of {ray['num_gpus']} logical GPU(s); no GPU is used")
     ops.apt_install(name="Install the venv module and nftables", packages=packages("ray"))
-    directory(node, "etc_dir", "Create the directory for the firewall rules")
-    rules = put(
-        node,
-        "ray_firewall_rules",
-        static_file(node, "ray_firewall_rules"),
-        "Keep Ray's ports off every interface but loopback and the mesh",
-    )
-    fw_unit = put(
-        node, "ray_firewall_unit", static_file(node, "ray_firewall_unit"), "Install the firewall unit"
-    )
+    # The firewall rules keeping Ray's ports off every interface but loopback and the mesh,
+    # its unit, this node's Ray unit (and not the other role's).
+    made = layer_items(node, "ray", "Ray layer")
+    rules = made[paths["ray_firewall_rules"]["path"]]
+    fw_unit = made[paths["ray_firewall_unit"]["path"]]
+    unit_file = made[paths[f"ray_{ray['role']}_unit"]["path"]]
     firewall = units["ray_firewall"]
     ops.unit(
         name="Reload systemd (the firewall unit changed)",
@@ -365,12 +355,11 @@ def ray_layer() -> None:
     index = ray["package_index"]
     install = ops.pip_requirements(
         name="Install the pinned Ray in its virtualenv from the declared package index",
-        venv=files_["ray_venv"]["path"],
+        venv=paths["ray_venv"]["path"],
         requirements=ray["requirements"],
         index_url=index,
         trusted_host=urlsplit(index).hostname or "",
     )
-    unit_file = put(node, f"ray_{ray['role']}_unit", static_file(node, "ray_unit"), "Install the Ray unit")
     ops.unit(
         name="Reload systemd (the Ray unit changed)",
         service=own,

@@ -43,7 +43,7 @@ from ...nodeside import gpu as nodeside_gpu
 from ...nodeside import snapshot as nodeside_snapshot
 from ...nodeside import tunables as nodeside_tunables
 from ...nodeside.facts import requirements_missing
-from ...resolve.files import wireguard_conf, wireguard_peer_keys, wireguard_peers, wireguard_running_differs
+from ...resolve.files import layer_files, wireguard_peer_keys, wireguard_running_differs
 from ...resolve.packages import FILESYSTEM_PACKAGES, PACKAGES
 from .facts import BOOTSTRAP, DpkgSelections, MdadmBrief, NodesideCall, nodeside_payload
 
@@ -78,12 +78,6 @@ def public_keys(state: Any) -> dict[str, str]:
     :func:`wireguard_key` found or made them (the other hosts' keys come from each node's
     peers file, as in the Ansible role)."""
     return _PUBLIC_KEYS.setdefault(state, {})
-
-
-def nodeside_path(name: str) -> str:
-    """The controller's path of the node-side file ``name`` (``gpu``, ``tunables``): the
-    file the Ansible module ships, uploaded as it is."""
-    return {"gpu": nodeside_gpu.__file__, "tunables": nodeside_tunables.__file__}[name]
 
 
 def _payload(module: Any, call: str, *args: Any, **kwargs: Any) -> str:
@@ -477,11 +471,10 @@ def wireguard_file(node: Mapping[str, Any], which: str) -> Iterator[Any]:
     when the operation runs, after every host made its key.
 
     **Example:** ``conf = wireguard_file(name="wg-quick configuration", node=node, which="conf")``"""
-    keys = peer_keys(node)
-    f = node["layout"]["files"]["wireguard_peers" if which == "peers" else "wireguard_conf"]
-    text = wireguard_peers(node, keys) if which == "peers" else wireguard_conf(node, keys)
+    path = node["layout"]["files"]["wireguard_peers" if which == "peers" else "wireguard_conf"]["path"]
+    item = next(i for i in layer_files(node, "mesh", peer_keys(node)) if i["path"] == path)
     yield from managed_file._inner(
-        path=f["path"], text=text, owner=f["owner"], group=f["group"], mode=f["mode"]
+        path=path, text=item["content"], owner=item["owner"], group=item["group"], mode=item["mode"]
     )
 
 
@@ -608,7 +601,8 @@ def filesystem(device: str, fstype: str, label: str) -> Iterator[StringCommand]:
     type fails, never reformatted).
 
     **Example:** ``filesystem(name="Scratch fs", device="/dev/nvme0n1", fstype="xfs", label="scratch")``"""
-    kind = (snapshot()["devices"].get(device) or {}).get("probe", {}).get("TYPE")
+    probe = (snapshot()["devices"].get(device) or {}).get("probe", {})
+    kind = probe.get("TYPE")
     if kind == fstype:
         return
     if kind:

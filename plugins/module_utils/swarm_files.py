@@ -1,0 +1,1 @@
+../../src/swarm_infra/nodeside/files.py

@@ -1,1 +1,0 @@
-../../../src/swarm_infra/nodeside/gpu.py
