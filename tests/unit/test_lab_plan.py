@@ -1,21 +1,24 @@
-"""The lab's plan (names, addresses, WAN parameters, synthetic nodes) and its pure helpers."""
+"""The lab's plan (names, addresses, WAN parameters), lab fleets of any size, and the pure helpers."""
 
 from __future__ import annotations
 
 import asyncio
 import ipaddress
 import random
+import shutil
 import socket
 from pathlib import Path
 
 import pytest
 
+from swarm_infra.fleet.sources import convention_paths
 from swarm_infra.lab import image
+from swarm_infra.lab.fleet import nodes_yaml, write_lab_fleet
 from swarm_infra.lab.plan import TRANSIT, LabNode, LabSite, lab_spec, wan_params
 from swarm_infra.lab.wanlink import DelayLine
 from swarm_infra.resolve import load_fleet
 
-from .conftest import fleet_dirs
+from .conftest import ROOT, fleet_dirs
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +37,17 @@ def test_lab_spec_follows_the_declarations(lab_analysis) -> None:
     assert spec.sites["lab-b"].wan == wan
 
 
-def test_interface_names_fit_the_kernel_limit_and_are_unique(lab_analysis) -> None:
-    spec = lab_spec(lab_analysis, nodes=40)
+@pytest.fixture
+def lab_40(tmp_path: Path):
+    """The analysis of a generated 40-node lab fleet (swarm lab fleet --nodes 40)."""
+    for d in ("inventory/lab", "policies/lab", "policies/shared"):
+        shutil.copytree(ROOT / d, tmp_path / d)
+    write_lab_fleet(tmp_path, 40)
+    return load_fleet([str(p) for p in convention_paths(tmp_path, "lab-40")])
+
+
+def test_interface_names_fit_the_kernel_limit_and_are_unique(lab_40) -> None:
+    spec = lab_spec(lab_40)
     names = [s.uplink_host for s in spec.sites.values()] + [f"{s.uplink_host}s" for s in spec.sites.values()]
     names += [n.veth for n in spec.nodes.values()]
     assert all(len(n) <= 15 for n in names)  # IFNAMSIZ - 1
@@ -58,20 +70,31 @@ def test_transit_links_are_disjoint_and_stable_when_a_site_is_added(lab_analysis
     assert after["lab-c"].gateway == ipaddress.IPv4Interface("10.77.3.1/24")
 
 
-def test_synthetic_nodes_get_distinct_addresses_in_their_sites(lab_analysis) -> None:
-    spec = lab_spec(lab_analysis, nodes=16)
-    synthetic = [n for n in spec.nodes.values() if n.synthetic]
-    assert len(spec.nodes) == 16 and len(synthetic) == 16 - len(lab_analysis.fleet.nodes)
+def test_a_lab_fleet_of_n_nodes_validates_and_the_lab_runs_every_node(lab_40, tmp_path: Path) -> None:
+    spec = lab_spec(lab_40)
+    assert len(spec.nodes) == 40 == len(lab_40.fleet.nodes)
+    assert set(spec.sites) == set(lab_analysis_sites())
     addresses = [(n.site, n.address.ip) for n in spec.nodes.values()]
-    assert len(set(addresses)) == 16
-    for n in synthetic:
+    assert len(set(addresses)) == 40
+    for n in spec.nodes.values():
         assert n.address.ip in spec.sites[n.site].cidr and n.address.ip != spec.sites[n.site].gateway.ip
+    # The head and every worker of the lab fleet keep their place; the lab's policies come too.
+    lab = load_fleet([str(p) for p in fleet_dirs("lab")]).fleet
+    for name, node in lab.nodes.items():
+        assert (lab_40.fleet.nodes[name].site, lab_40.fleet.nodes[name].address) == (node.site, node.address)
+    assert lab_40.fleet.ray is not None
+    write_lab_fleet(tmp_path, 5, ray=False)
+    small = load_fleet([str(p) for p in convention_paths(tmp_path, "lab-5")])
+    assert small.fleet.ray is None and len(small.fleet.nodes) == 5
 
 
-def test_fewer_nodes_than_declared_takes_the_first(lab_analysis) -> None:
-    assert list(lab_spec(lab_analysis, nodes=2).nodes) == list(lab_analysis.fleet.nodes)[:2]
-    with pytest.raises(ValueError, match="at least 1"):
-        lab_spec(lab_analysis, nodes=0)
+def lab_analysis_sites() -> list[str]:
+    return list(load_fleet([str(p) for p in fleet_dirs("lab")]).fleet.sites)
+
+
+def test_a_lab_fleet_has_a_head_and_a_worker_at_least(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="2 to"):
+        nodes_yaml(1)
 
 
 def test_state_round_trip(lab_analysis) -> None:

@@ -35,10 +35,30 @@ def cmd_up(args: argparse.Namespace) -> int:
         print("swarm lab up: the fleet is invalid; nothing was created", file=sys.stderr)
         return EXIT_INVALID
     try:
-        manager.up(analysis, nodes=args.nodes, log=_log)
+        manager.up(analysis, log=_log)
     except ValueError as exc:
         print(f"swarm lab up: {exc}", file=sys.stderr)
         return EXIT_INVALID
+    return EXIT_OK
+
+
+def cmd_fleet(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ..lab.fleet import write_lab_fleet
+
+    try:
+        written = write_lab_fleet(Path.cwd(), args.nodes, ray=not args.no_ray)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"swarm lab fleet: {exc} (run it from the repository root)", file=sys.stderr)
+        return EXIT_INVALID
+    for d in written:
+        print(f"wrote  {d.relative_to(Path.cwd())}/")
+    name = written[0].name
+    print(
+        f"fleet  {name}: swarm lab up --fleet {name}; swarm converge --fleet {name}; "
+        f"swarm verify --fleet {name}"
+    )
     return EXIT_OK
 
 
@@ -103,17 +123,27 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "per Site and a node per Node, boot them and check SSH. A second `up` changes nothing; "
         "nodes no longer declared are removed. Writes the connection file read by the Ansible "
         "inventory. Exit 2 when the fleet is invalid (nothing created).",
-        epilog="Example: swarm lab up --fleet lab --nodes 16",
+        epilog="Examples: swarm lab up --fleet lab | swarm lab fleet --nodes 16 && "
+        "swarm lab up --fleet lab-16",
     )
     fleet_args(p)
-    p.add_argument(
-        "--nodes",
-        type=int,
-        metavar="N",
-        help="exactly N nodes: the first N declared, plus synthetic CPU-only nodes (lab-node-NN) "
-        "beyond them (lab only: no inventory sees them)",
-    )
     p.set_defaults(func=_guarded(cmd_up))
+    p = labsub.add_parser(
+        "fleet",
+        help="write a lab fleet of N nodes (inventory/lab-N, policies/lab-N) from the lab fleet",
+        description="A bigger lab is a bigger fleet: real Node documents that the lab, both engines "
+        "and verify read alike. Writes inventory/lab-N (the lab's sites; its head and N-1 GPU "
+        "workers with simulated GPUs and a scratch device, alternating between the sites, those "
+        "in lab-b behind NAT) and policies/lab-N (the lab's policies), replacing them if they "
+        "exist. Run from the repository root; needs no root.",
+        epilog="Example: swarm lab fleet --nodes 16 --no-ray && swarm lab up --fleet lab-16 && "
+        "swarm converge --fleet lab-16 --engine pyinfra",
+    )
+    p.add_argument("--nodes", type=int, required=True, metavar="N", help="nodes in the fleet, head included")
+    p.add_argument(
+        "--no-ray", action="store_true", help="leave the lab's Ray cluster out (a pip install per node)"
+    )
+    p.set_defaults(func=cmd_fleet)
     p = labsub.add_parser("status", help="per node: running, systemd state, SSH reachability")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.set_defaults(func=_guarded(cmd_status))

@@ -58,7 +58,7 @@ def _run_netns_is_mount() -> bool:
     )
 
 
-def up(analysis: Analysis, nodes: int | None = None, log: Log = print) -> dict[str, str]:
+def up(analysis: Analysis, log: Log = print) -> dict[str, str]:
     """Make the lab match the fleet; returns {node: created|restarted|replaced|unchanged}.
 
     Idempotent: nodes that run with the same spec are left alone; nodes no longer in the spec
@@ -66,7 +66,7 @@ def up(analysis: Analysis, nodes: int | None = None, log: Log = print) -> dict[s
     unnoticed: ``status`` shows it and ``down`` removes it).
     """
     _preflight()
-    spec = lab_spec(analysis, nodes)
+    spec = lab_spec(analysis)
     started = time.monotonic()
     with _locked():
         state = LabState.load()
