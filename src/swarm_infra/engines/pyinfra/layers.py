@@ -366,8 +366,16 @@ def ray_layer() -> None:
         daemon_reload=True,
         _if=any_changed(unit_file),
     )
+    # Only a Ray that ran before this run runs an old Ray or unit: one this run starts
+    # already runs the new ones, and restarting it would be wasted time.
+    was_running = ops.unit_state(own)["running"]
     ops.unit(name="Enable and start Ray", service=own, running=True, enabled=True)
-    ops.unit(name="Restart Ray", service=own, restarted=True, _if=any_changed(install, unit_file))
+    ops.unit(
+        name="Restart Ray",
+        service=own,
+        restarted=True,
+        _if=lambda: was_running and any_changed(install, unit_file)(),
+    )
 
 
 # ------------------------------------------------------------------------------- site
