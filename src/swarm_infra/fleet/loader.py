@@ -472,6 +472,14 @@ def parse(name: str, data: bytes) -> tuple[list[RawDocument], list[Diagnostic]]:
             exc = _trace_depth(data) or exc
         return [], [_diagnostic(name, data, exc)]
     except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        if mark is not None and "nesting depth" in str(getattr(exc, "problem", "")):
+            # The libyaml that PyYAML bundles since 6.0.3 refuses 1,000 levels in its scanner,
+            # which reads a flow collection's brackets ahead of the composer that counts to
+            # MAX_DEPTH. The text before that mark nests less, so composing it finds the path.
+            traced = _trace_depth(_before(data, mark))
+            if traced is not None:
+                return [], [_diagnostic(name, data, traced)]
         return [], [_diagnostic(name, data, exc)]
     except RecursionError:  # a safety net: the limits keep every walk shallow
         return [], [Diagnostic(name, 0, 0, "$", "yaml.depth", "values nest too deeply to be read")]
@@ -481,6 +489,15 @@ def parse(name: str, data: bytes) -> tuple[list[RawDocument], list[Diagnostic]]:
     finally:
         loader.dispose()
     return docs, diags
+
+
+def _before(data: bytes, mark: Any) -> bytes:
+    """The bytes of ``data`` before a libyaml mark (0-based line, column in characters)."""
+    lines = data.split(b"\n", mark.line + 1)
+    if len(lines) <= mark.line:
+        return data
+    last = lines[mark.line].decode("utf-8", "replace")[: mark.column].encode()
+    return b"\n".join([*lines[: mark.line], last])
 
 
 def _trace_depth(data: bytes) -> LimitExceeded | None:
