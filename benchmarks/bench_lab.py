@@ -8,7 +8,9 @@ Needs root and no lab up. In one run:
   * for the baseline runtime (the hand-written system containers of commit REV, run from a
     temporary git worktree of it) and for this checkout's (systemd-nspawn), one after the
     other on the same cached image: up 3 nodes (target, issue #10: <= 5 s), a second up (no
-    change), up --nodes N (adds N-3 synthetic nodes), the memory the lab uses (host
+    change), an N-node lab (the baseline's ``up --nodes N`` added N-3 synthetic nodes; this
+    checkout's ``swarm lab fleet --nodes N`` writes the fleet lab-N, and ``up --fleet lab-N``
+    adds its N-3 nodes), the memory the lab uses (host
     MemAvailable before and after, so it includes the nodes' page cache), then down;
   * throughput of one TCP stream of --mib MiB (plain sockets), node to node on one bridge vs
     host to node across the site's WAN link (the userspace delay line of wanlink.py; lab-a
@@ -86,13 +88,17 @@ def tcp_throughput(source_node: str | None, sink_node: str, sink_ip: str, mib: i
     return rate
 
 
-def runtime_figures(checkout: Path, nodes: int) -> dict[str, float]:
+def runtime_figures(checkout: Path, nodes: int, baseline: bool) -> dict[str, float]:
     """Up 3, up again, up ``nodes``, memory, down, with the lab code of ``checkout``."""
     free0 = mem_available_mib()
     t3, _ = swarm("lab", "up", "--fleet", "lab", checkout=checkout)
     t3again, out = swarm("lab", "up", "--fleet", "lab", checkout=checkout)
     assert "3 unchanged" in out, out
-    tn, _ = swarm("lab", "up", "--fleet", "lab", "--nodes", str(nodes), checkout=checkout)
+    if baseline:
+        tn, _ = swarm("lab", "up", "--fleet", "lab", "--nodes", str(nodes), checkout=checkout)
+    else:
+        swarm("lab", "fleet", "--nodes", str(nodes), "--no-ray", checkout=checkout)
+        tn, _ = swarm("lab", "up", "--fleet", f"lab-{nodes}", checkout=checkout)
     used = free0 - mem_available_mib()
     td, _ = swarm("lab", "down", checkout=checkout)
     return {"up3": t3, "again": t3again, "upn": tn, "mib": used, "down": td}
@@ -107,7 +113,7 @@ def main() -> int:
     parser.add_argument("--baseline", default=BASELINE, help="commit of the hand-written runtime")
     args = parser.parse_args()
 
-    t_image, out = swarm("lab", "up", "--fleet", "lab", "--nodes", "1")
+    t_image, out = swarm("lab", "up", "--fleet", "lab")
     cached = "cached" in out.splitlines()[0]
     swarm("lab", "down")
     print(f"image: {'cached' if cached else f'built in {t_image:.1f} s (debootstrap)'}")
@@ -117,15 +123,15 @@ def main() -> int:
         git = ["git", "-C", str(ROOT), "worktree"]
         subprocess.run([*git, "add", "-q", "--detach", str(old_tree), args.baseline], check=True)
         try:
-            old = runtime_figures(old_tree, args.nodes)
+            old = runtime_figures(old_tree, args.nodes, baseline=True)
         finally:
             subprocess.run([*git, "remove", "--force", str(old_tree)], check=False)
-    new = runtime_figures(ROOT, args.nodes)
+    new = runtime_figures(ROOT, args.nodes, baseline=False)
     n = args.nodes
     rows = [
         ("up 3 nodes (cached image), s", "up3"),
         ("up again, nothing to change, s", "again"),
-        (f"up --nodes {n} (+{n - 3} nodes), s", "upn"),
+        (f"up {n} nodes (+{n - 3} nodes), s", "upn"),
         (f"memory with {n} nodes, MiB", "mib"),
         (f"down {n} nodes, s", "down"),
     ]

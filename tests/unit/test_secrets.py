@@ -46,6 +46,23 @@ def test_the_pattern_is_caught() -> None:
     assert [n for n, t in _commands(leak) if READS_INTO_ARGV.search(t)] == ["old syncconf"]
 
 
-def test_nodeside_and_plugin_code_builds_no_key_into_argv() -> None:
-    for path in [*(ROOT / "src/swarm_infra/nodeside").glob("*.py"), *(ROOT / "plugins").rglob("*.py")]:
+def test_no_python_code_builds_a_key_into_argv() -> None:
+    """The library (both engines' operations, the files it decides), the plugins, the pyinfra
+    deploys and the benchmarks: no command line reads a file into its arguments."""
+    paths = [
+        *(ROOT / "src").rglob("*.py"),
+        *(ROOT / "plugins").rglob("*.py"),
+        *(ROOT / "deploys").rglob("*.py"),
+        *(ROOT / "benchmarks").rglob("*.py"),
+    ]
+    assert len(paths) > 50  # the globs see the code
+    for path in paths:
         assert not READS_INTO_ARGV.search(path.read_text()), path
+
+
+def test_wireguard_private_key_never_leaves_the_node_in_pyinfra() -> None:
+    """The pyinfra engine makes the key on the node with umask 077 and reads back only the
+    public half (the same one task as the wireguard role)."""
+    text = (ROOT / "src/swarm_infra/engines/pyinfra/operations.py").read_text()
+    assert '"umask", "077", "&&", "wg", "genkey"' in text and '"wg", "pubkey", "<"' in text
+    assert "wg showconf" not in text and "cat " not in text

@@ -316,7 +316,6 @@ RAY_PORTS = {
     "min_worker": 10002,
     "max_worker": 10100,
 }
-RAY_OBJECT_STORE_PERCENT = 30  # Ray's own default share of memory
 RAY_DASHBOARD_PORT = 8265
 # What workers run on when no selector is given.
 RAY_DEFAULT_WORKERS = {"roles": ["gpu-worker"]}
