@@ -113,3 +113,28 @@ def test_every_static_file_is_text_ending_with_a_newline_and_stable(name: str) -
         node = next(n for n in NODES.values() if n["ray"])
     text = static_file(node, name)
     assert text.endswith("\n") and text == static_file(node, name)
+
+
+def test_forwarding_follows_relaying_and_comes_back_when_a_node_stops(tmp_path) -> None:
+    """A relay's mesh tunables turn IPv4 forwarding on; once the node forwards for nobody its
+    spec holds no sysctl, so the node-side code removes the file and restores the value it
+    recorded before (on a fake root)."""
+    from swarm_infra.nodeside import tunables
+    from swarm_infra.resolve.files import tunables_spec
+
+    example = desired_state(load_fleet([str(p) for p in fleet_dirs("example")]))["nodes"]
+    relay = next(n for n in example.values() if n["mesh"] and n["mesh"]["forwarding"])
+    other = next(n for n in example.values() if n["mesh"] and not n["mesh"]["forwarding"])
+    on, off = tunables_spec(relay, "mesh"), tunables_spec(other, "mesh")
+    assert on["sysctls"] == {"net.ipv4.ip_forward": "1"} and off["sysctls"] == {}
+    assert {k: v for k, v in on.items() if k != "sysctls"} == {k: v for k, v in off.items() if k != "sysctls"}
+    live = tmp_path / "proc/sys/net/ipv4/ip_forward"
+    live.parent.mkdir(parents=True)
+    live.write_text("0\n")
+    conf = tmp_path / on["sysctl_conf"].lstrip("/")
+    tunables.converge(on, root=str(tmp_path))
+    assert live.read_text() == "1\n" and "net.ipv4.ip_forward = 1" in conf.read_text()
+    result = tunables.converge(off, root=str(tmp_path))
+    assert result["changed"] and live.read_text() == "0\n" and not conf.exists()
+    with pytest.raises(ValueError):
+        tunables_spec(relay, "gpu")

@@ -4,7 +4,9 @@ container makes read-only are shown on real nodes, in tests/lab.)"""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -115,3 +117,36 @@ def test_thp_style_files_compare_the_bracketed_choice(root: Path) -> None:
     thp = {"name": "transparent_hugepages", "path": THP, "glob": THP, "value": "madvise"}
     result = tunables.converge(spec({}, [thp]), root=str(root))
     assert result["writes"] == []  # "always [madvise] never" already is madvise
+
+
+def _refusing_open(monkeypatch: pytest.MonkeyPatch, root: Path, key: str, err: int) -> None:
+    """Writes of one live key fail with ``err``, as the kernel's sysctl handler would."""
+    import builtins
+
+    real_open = builtins.open
+    target = str(root / "proc/sys" / key.replace(".", "/"))
+
+    def fake_open(file, mode="r", *args, **kwargs):  # type: ignore[no-untyped-def]
+        if str(file) == target and "w" in mode:
+            raise OSError(err, os.strerror(err), str(file))
+        return real_open(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", fake_open)
+
+
+def test_a_value_the_kernel_refuses_is_persisted_and_reported(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _refusing_open(monkeypatch, root, "vm.swappiness", errno.EINVAL)
+    result = tunables.converge(spec({"vm.swappiness": "10", "net.core.somaxconn": "8192"}), root=str(root))
+    assert result["not_applied"] == [{"key": "vm.swappiness", "reason": "the kernel refused it (EINVAL)"}]
+    assert [w["key"] for w in result["writes"]] == ["net.core.somaxconn"]
+    assert live(root, "vm.swappiness") == "60" and live(root, "net.core.somaxconn") == "8192"
+    assert "vm.swappiness = 10" in (root / CONF.lstrip("/")).read_text()
+
+
+def test_any_other_write_error_fails(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _refusing_open(monkeypatch, root, "vm.swappiness", errno.EIO)
+    with pytest.raises(OSError) as caught:
+        tunables.converge(spec({"vm.swappiness": "10"}), root=str(root))
+    assert caught.value.errno == errno.EIO
