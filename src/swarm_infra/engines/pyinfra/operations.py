@@ -172,7 +172,27 @@ def managed_file(path: str, text: str, owner: str, group: str, mode: str) -> Ite
     if same and (found["owner"], found["group"], found["mode"]) == (owner, group, mode):
         return
     changing()
+    if host.state.config.DIFF and not host.state.is_executing and not found:
+        _diff_new_file(path, text)
     yield from files.put._inner(src=StringIO(text), dest=path, user=owner, group=group, mode=mode)
+
+
+def _diff_new_file(path: str, text: str) -> None:
+    """Log the diff of a file about to be created whose directory is missing too (a
+    directory an earlier operation makes): ``files.put`` yields that directory's ``mkdir``
+    before it logs its diff, and change detection (check mode) stops at the first command,
+    so the diff would never show."""
+    import posixpath
+
+    from pyinfra import logger
+    from pyinfra.facts.files import Directory
+    from pyinfra.operations.util.files import generate_color_diff
+
+    if host.get_fact(Directory, path=posixpath.dirname(path)):
+        return  # files.put logs it before its first command
+    host.log(f"Will create {path}", logger.info)
+    for line in generate_color_diff([], text.splitlines(keepends=True)):
+        logger.info("  %s", line)
 
 
 @operation()

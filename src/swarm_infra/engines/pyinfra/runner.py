@@ -116,10 +116,10 @@ class _DiffCapture(logging.Handler):
         self.reporter = reporter
 
     def emit(self, record: logging.LogRecord) -> None:
-        from pyinfra import context
+        from pyinfra.context import ctx_host
 
         text = record.getMessage()
-        host = context.host if context.host else None
+        host = ctx_host.get() if ctx_host.isset() else None  # None: a log outside any host
         op = getattr(host, "current_op_hash", None) if host else None
         if op and (text.startswith("  ") or text.startswith("@@")):
             from click import unstyle
@@ -154,7 +154,11 @@ def run(
     # wanted in check mode: it reads every fact twice.
     state = State(api_inventory(hosts), config, check_for_changes=check)
     capture = _DiffCapture(reporter)
-    logging.getLogger("pyinfra").addHandler(capture)
+    pyinfra_log = logging.getLogger("pyinfra")
+    level = pyinfra_log.level
+    pyinfra_log.addHandler(capture)
+    if diff:  # diffs are INFO records; the root logger's WARNING would drop them
+        pyinfra_log.setLevel(logging.INFO)
     try:
         state.set_stage(StateStage.Connect)
         connect_all(state)
@@ -184,7 +188,8 @@ def run(
         _report_notes(state, reporter)
         return 1 if failed else 0
     finally:
-        logging.getLogger("pyinfra").removeHandler(capture)
+        pyinfra_log.removeHandler(capture)
+        pyinfra_log.setLevel(level)
         if state.current_stage >= StateStage.Connect:
             disconnect_all(state)
 
