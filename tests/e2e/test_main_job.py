@@ -80,9 +80,9 @@ def _record(node: str, path: str) -> dict:
 
 
 def test_removed_declarations_are_removed_from_the_nodes(lab, tmp_path: Path) -> None:
-    """A sysctl removed from a profile, a whole profile removed from a node, and a peer
-    removed (its node left the fleet): converge removes each, and verify, which checks
-    absence too, passes."""
+    """A sysctl removed from a profile, a whole profile removed from a node, a peer removed
+    (its node, the Ray head, left the fleet) and the Ray cluster removed with it: converge
+    removes each, and verify, which checks absence too, passes."""
     inventory = fleet_copy(tmp_path / "repo")
     policies = inventory.parent.parent / "policies"
     edit(policies / "shared/host-profiles.yaml", "    net.ipv4.tcp_mtu_probing: 1\n", "")
@@ -93,6 +93,7 @@ def test_removed_declarations_are_removed_from_the_nodes(lab, tmp_path: Path) ->
     nodes = inventory / "nodes.yaml"
     docs = nodes.read_text().split("\n---\n")
     nodes.write_text("\n---\n".join(d for d in docs if "name: lab-head-1" not in d))
+    (policies / "lab/ray.yaml").unlink()  # its head was lab-head-1
     host_record = FILES["host_tunables_record"]
     gpu1_before, gpu2_before = _record("lab-gpu-1", host_record), _record("lab-gpu-2", host_record)
 
@@ -110,6 +111,11 @@ def test_removed_declarations_are_removed_from_the_nodes(lab, tmp_path: Path) ->
     # The peer: lab-head-1 is no peer of lab-gpu-1 any more, in the tunnel or in peers.json.
     assert len(on_node("lab-gpu-1", "wg show wg0 peers").stdout.split()) == 1
     assert list(json.loads(on_node("lab-gpu-1", f"cat {FILES['wireguard_peers']}").stdout)) == ["lab-gpu-2"]
+    # Ray: the workers' units are stopped and gone.
+    worker_unit = FILES["ray_worker_unit"]
+    for node in ("lab-gpu-1", "lab-gpu-2"):
+        assert on_node(node, f"test -e {worker_unit}", check=False).returncode == 1, node
+        assert on_node(node, "pgrep -f raylet", check=False).returncode == 1, node
     junit = tmp_path / "verify.xml"
     verified = swarm("verify", "-i", str(inventory), "--junit-xml", str(junit), check=False)
     assert verified.returncode == 0, verified.stdout + verified.stderr

@@ -89,6 +89,9 @@ def test_ray_unit_runs_the_start_args_each_quoted_whole() -> None:
             *node["ray"]["start_args"],
         ]
         assert ("ExecStartPre=" in text) == (node["ray"]["role"] == "worker")
+        # `ray job submit -- python job.py` finds Ray's own python first
+        path = next(ln for ln in text.splitlines() if ln.startswith("Environment=PATH="))
+        assert path.removeprefix("Environment=PATH=").split(":")[0] == f"{venv}/bin"
 
 
 def test_ray_firewall_drops_every_ray_port_outside_the_allowed_interfaces() -> None:

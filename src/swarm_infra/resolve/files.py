@@ -288,6 +288,9 @@ def ray_unit(node: NodeState) -> str:
         "[Service]",
         "Type=simple",
         "Environment=RAY_USAGE_STATS_ENABLED=0",
+        # Job entrypoints (`ray job submit -- python job.py`) and tasks' subprocesses run with
+        # Ray's environment: its virtualenv's python first, as an activated venv would be.
+        f"Environment=PATH={venv}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     ]
     if role == "worker":
         head, port = ray["head_ip"], ray["ports"]["gcs"]
