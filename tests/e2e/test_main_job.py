@@ -124,7 +124,7 @@ def test_removed_declarations_are_removed_from_the_nodes(lab, tmp_path: Path) ->
 def test_a_stopped_node_is_reported_and_the_others_converge(lab) -> None:
     # lab-head-1 is not the canary, and shares its batches with another host: a batch whose
     # every host fails ends an Ansible run, which is what a dead canary should do.
-    assert "powered off" in swarm("lab", "stop", "lab-head-1").stdout
+    assert "killed (crashed)" in swarm("lab", "stop", "--kill", "lab-head-1").stdout
     status = swarm("lab", "status", check=False)
     assert status.returncode == 1
     assert any("lab-head-1" in ln and "stopped" in ln for ln in status.stdout.splitlines()), status.stdout

@@ -85,7 +85,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    print(f"node   {args.node}: {manager.stop_node(args.node)}")
+    print(f"node   {args.node}: {manager.stop_node(args.node, kill=args.kill)}")
     return EXIT_OK
 
 
@@ -159,10 +159,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "stop",
         help="power one node off, as a failed node (`swarm lab up` starts it again)",
         description="Sends the node's systemd the poweroff signal and waits until it has exited "
-        "(SIGKILL after 20 s). Its filesystem, links and place in the lab stay.",
+        "(SIGKILL after 20 s); with --kill, the node is killed at once, as a machine that "
+        "crashes or loses power: its services get no chance to stop. Its filesystem, links and "
+        "place in the lab stay.",
         epilog="Example: swarm lab stop lab-head-1 && swarm converge  # reports it unreachable",
     )
     p.add_argument("node", metavar="NODE")
+    p.add_argument("--kill", action="store_true", help="SIGKILL at once (a crash), not a poweroff")
     p.set_defaults(func=_guarded(cmd_stop))
     p = labsub.add_parser(
         "down",

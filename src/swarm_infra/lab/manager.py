@@ -302,17 +302,18 @@ def leftovers(names: set[str]) -> list[str]:
     return left
 
 
-def stop_node(name: str) -> str:
-    """Power one node off (systemd's poweroff signal; SIGKILL after 20 s) and wait until it
-    has exited; its filesystem, links and state stay, and ``up`` starts it again. Returns
-    how it stopped. Raises LabError when no lab is up or it has no node ``name``."""
+def stop_node(name: str, kill: bool = False) -> str:
+    """Power one node off (systemd's poweroff signal; SIGKILL after 20 s, or at once with
+    ``kill``: a crash) and wait until it has exited; its filesystem, links and state stay,
+    and ``up`` starts it again. Returns how it stopped. Raises LabError when no lab is up or
+    it has no node ``name``."""
     require_root()
     with _locked():
         state = LabState.load()
         if name not in state.nodes:
             raise LabError(f"no lab node named {name} (nodes: {', '.join(sorted(state.nodes)) or 'none'})")
         d = state.nodes[name]
-        return node.stop(LabNode.from_dict(d), d.get("pid"))
+        return node.stop(LabNode.from_dict(d), d.get("pid"), timeout=0 if kill else 20)
 
 
 def status() -> list[dict[str, Any]]:

@@ -282,21 +282,23 @@ def is_running(node: LabNode, pid: int | None) -> bool:
 
 def stop(node: LabNode, pid: int | None, timeout: float = 20) -> str:
     """Power the node off: SIGTERM to systemd-nspawn, which asks the node's systemd to power
-    off and waits for it; SIGKILL to both after ``timeout`` seconds. Returns how it stopped
-    once nspawn has exited (its overlay mount goes with its mount namespace)."""
+    off and waits for it; SIGKILL to both after ``timeout`` seconds (at once when it is 0: a
+    crash). Returns how it stopped once nspawn has exited (its overlay mount goes with its
+    mount namespace)."""
     if not is_running(node, pid):
         return "not running"
     assert pid is not None
     init = leader(pid)
-    os.kill(pid, signal.SIGTERM)
     how = "powered off"
-    if not wait_exit(pid, timeout):
+    if timeout > 0:
+        os.kill(pid, signal.SIGTERM)
+    if timeout <= 0 or not wait_exit(pid, timeout):
         for victim in (init, pid):
             if victim:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(victim, signal.SIGKILL)
         wait_exit(pid, 5)
-        how = f"killed after {timeout:.0f} s"
+        how = f"killed after {timeout:.0f} s" if timeout > 0 else "killed (crashed)"
     return how
 
 

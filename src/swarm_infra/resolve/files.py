@@ -22,6 +22,7 @@ from .types import GpuState, ManagedPath, NodeState
 
 # How long a Ray worker waits for the head's GCS port at start, before systemd retries (s).
 RAY_HEAD_WAIT_S = 120
+RAY_READY_WAIT_S = 120  # s: from ray start to its raylet listening
 # Package-name globs (apt_preferences(5)) of everything that belongs to one NVIDIA driver
 # version and must move with it: NVIDIA's Debian packages split the driver into these.
 DRIVER_PINNED_PACKAGES = (
@@ -304,11 +305,19 @@ def ray_unit(node: NodeState) -> str:
             f"ExecStartPre=/bin/bash -c '{probe}'",
         ]
     args = " ".join(_systemd_quote(a) for a in ray["start_args"])
+    raylet = f"/dev/tcp/{ray['node_ip']}/{ray['ports']['node_manager']}"
+    ready = (
+        f"for attempt in $$(seq {RAY_READY_WAIT_S}); do (exec 3<>{raylet}) 2>/dev/null && exit 0; "
+        f'sleep 1; done; echo "raylet not listening on {raylet}" >&2; exit 1'
+    )
     lines += [
         "# The arguments are NodeState.ray.start_args, each quoted whole for systemd.",
         f"ExecStart={venv}/bin/ray {args}",
+        "# Started means the raylet answers on its port (it registers with the GCS as it starts):",
+        "# a converge that starts Ray ends with the node joining, not still booting Ray.",
+        f"ExecStartPost=/bin/bash -c '{ready}'",
         f"ExecStop={venv}/bin/ray stop",
-        f"TimeoutStartSec={RAY_HEAD_WAIT_S + 60}",
+        f"TimeoutStartSec={RAY_HEAD_WAIT_S + RAY_READY_WAIT_S + 60}",
         "TimeoutStopSec=60",
         "KillMode=mixed",
         "Restart=on-failure",
