@@ -123,6 +123,23 @@ def measure(fleet: str, engine: str, runs: int, scratch_runs: int) -> dict[str, 
     return {"scratch": scratch, "noop": noop, "peak_mib": peak}
 
 
+def ansible_profile(fleet: str, top: int = 12) -> str:
+    """The slowest tasks of one Ansible no-op on ``fleet`` (ansible.posix's profile_tasks
+    callback, plain ansible-playbook) and the play's total, for where the time goes."""
+    env = {**os.environ, "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_tasks",
+           "PROFILE_TASKS_TASK_OUTPUT_LIMIT": str(top), "ANSIBLE_NOCOLOR": "1"}  # fmt: skip
+    t0 = time.perf_counter()
+    playbook = str(Path(sys.executable).parent / "ansible-playbook")
+    argv = [playbook, "-i", f"inventory/{fleet}", "playbooks/site.yml"]
+    proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True)
+    took = time.perf_counter() - t0
+    lines = proc.stdout.splitlines()
+    start = max((i for i, ln in enumerate(lines) if ln.startswith("=====")), default=len(lines))
+    tasks = sum(1 for ln in lines if ln.startswith("TASK ["))
+    head = f"ansible-playbook no-op on {fleet}: {took:.1f} s, {tasks} task headers"
+    return "\n".join([head, *lines[start:]])
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", default="3,8,16", help="fleet sizes (default 3,8,16)")
@@ -131,6 +148,7 @@ def main() -> None:
         "--scratch-runs", type=int, default=1, help="from-scratch runs per engine and size (default 1)"
     )
     p.add_argument("--engines", default=",".join(ENGINES), help=f"engines (default {','.join(ENGINES)})")
+    p.add_argument("--profile", action="store_true", help="also print Ansible's slowest tasks (3-node no-op)")
     a = p.parse_args()
     sizes = [int(s) for s in a.sizes.split(",")]
     engines = a.engines.split(",")
@@ -158,6 +176,8 @@ def main() -> None:
                     flush=True,
                 )
             verify[n] = run(["verify", "--fleet", fleet, "--junit-xml", os.devnull])[0]
+            if a.profile and n == sizes[0]:
+                print(ansible_profile(fleet), flush=True)
             run(["lab", "down"])
     finally:
         subprocess.run([sys.executable, "-m", "swarm_infra.cli", "lab", "down"], cwd=ROOT, check=False)

@@ -93,6 +93,8 @@ def tuning(trials: int, epochs: int, workers_only: bool) -> dict:
         "trials": len(results),
         "errors": errors,
         "moved": moved,
+        # where each trial (by its alpha, as its TRIAL-RUNNING line prints it) last reported from
+        "final_hosts": {f"{r.config['alpha']:.2e}": r.metrics.get("host") for r in results if r.metrics},
         "hosts": hosts,
         "best_accuracy": results.get_best_result().metrics["accuracy"],
         "seconds": round(took, 2),

@@ -122,17 +122,19 @@ def test_removed_declarations_are_removed_from_the_nodes(lab, tmp_path: Path) ->
 
 
 def test_a_stopped_node_is_reported_and_the_others_converge(lab) -> None:
-    # lab-head-1 is not the canary, and shares its batches with another host: a batch whose
-    # every host fails ends an Ansible run, which is what a dead canary should do.
-    assert "killed (crashed)" in swarm("lab", "stop", "--kill", "lab-head-1").stdout
+    # lab-gpu-2 is not the canary, and shares its batches with another host: a batch whose
+    # every host fails ends an Ansible run, which is what a dead canary should do. (Not the
+    # Ray head: without it no worker's Ray can start, and that is a failure too.)
+    down, up = "lab-gpu-2", ("lab-gpu-1", "lab-head-1")
+    assert "killed (crashed)" in swarm("lab", "stop", "--kill", down).stdout
     status = swarm("lab", "status", check=False)
     assert status.returncode == 1
-    assert any("lab-head-1" in ln and "stopped" in ln for ln in status.stdout.splitlines()), status.stdout
+    assert any(down in ln and "stopped" in ln for ln in status.stdout.splitlines()), status.stdout
     proc = swarm("converge", check=False)
     assert proc.returncode == 1, proc.stdout[-3000:]
     summary = converge_summary(proc.stdout)
-    assert summary["lab-head-1"]["status"] == "UNREACHABLE"
-    for node in ("lab-gpu-1", "lab-gpu-2"):
-        assert summary[node]["failed"] == 0 and summary[node]["unreachable"] == 0
-        assert summary[node]["ok"] > 30  # every layer ran, mesh included
-    assert "failed or unreachable: lab-head-1" in proc.stderr
+    assert summary[down]["status"] == "UNREACHABLE"
+    for node in up:
+        assert summary[node]["failed"] == 0 and summary[node]["unreachable"] == 0, proc.stdout[-3000:]
+        assert summary[node]["ok"] > 20  # every layer ran, mesh and Ray included
+    assert f"failed or unreachable: {down}" in proc.stderr
