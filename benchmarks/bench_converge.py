@@ -13,10 +13,11 @@ install of ~230 MB per node is measured by bench_ray.py), then for each engine:
 The engines, side by side in one run: ``ansible`` (as shipped: ansible.cfg's linear
 strategy and pipelining), ``ansible-tuned`` (the same playbooks under mitogen's
 ``mitogen_linear`` strategy, ANSIBLE_STRATEGY; mitogen from the dev extras), ``pyinfra``
-(``--engine pyinfra``). Also measured: the lab fleet itself (3 nodes, with Ray) as a no-op,
-and ``swarm verify`` on each converged fleet. Prints medians, the pyinfra/Ansible ratio,
-how the no-op grows from 3 to 16 nodes, and the controller's peak memory (the RSS of the
-converge process and its children, summed, sampled every 50 ms).
+(``--engine pyinfra``). Also measured: ``swarm verify`` on each converged fleet, and with
+``--profile`` Ansible's slowest tasks in a no-op of the smallest fleet. Prints medians,
+the pyinfra/Ansible ratio, how the no-op grows from 3 to 16 nodes, and the controller's
+peak memory (the RSS of the converge process and its children, summed, sampled every 50 ms).
+The lab fleet's Ray layer is measured by bench_ray.py.
 """
 
 from __future__ import annotations
@@ -154,17 +155,7 @@ def main() -> None:
     engines = a.engines.split(",")
     results: dict[tuple[int, str], dict] = {}
     verify: dict[int, float] = {}
-    lab: dict[str, list[float]] = {}
     try:
-        # The lab fleet as shipped (3 nodes, with Ray): converged once, then each engine's no-op.
-        run(["lab", "up", "--fleet", "lab"])
-        run(["converge", "--fleet", "lab", "--engine", "pyinfra"])
-        for engine in engines:
-            lab[engine] = measure("lab", engine, a.runs, 0)["noop"]
-            print(
-                f"lab (3 nodes, Ray)  {engine:<14} no-op {statistics.median(lab[engine]):6.1f} s", flush=True
-            )
-        run(["lab", "down"])
         for n in sizes:
             fleet = f"lab-{n}"
             run(["lab", "fleet", "--nodes", str(n), "--no-ray"])
@@ -198,8 +189,6 @@ def main() -> None:
         for engine in engines:
             growth = med[(last, engine)]["noop"] / med[(first, engine)]["noop"]
             print(f"no-op {first} -> {last} nodes, {engine}: x{growth:.2f}")
-    for engine, times in lab.items():
-        print(f"lab fleet (3 nodes, with Ray), {engine}: no-op {statistics.median(times):.1f} s")
 
 
 if __name__ == "__main__":
