@@ -154,7 +154,7 @@ def test_a_job_places_by_gpu_model_tunes_across_nodes_moves_data_over_the_mesh_a
     assert proc.stdout is not None
     for line in proc.stdout:  # the job's log, as it runs: stop the H100 node once it runs a trial
         lines.append(line)
-        running = re.search(r"TRIAL-RUNNING (\S+) alpha=(\S+)", line)
+        running = re.search(r"TRIAL-RUNNING ([\w.-]+) alpha=([0-9.e+-]+)", line)
         if running and running.group(1).split(".")[0] == lost and not stopped:
             on_lost.add(running.group(2))  # the trial the crash takes down with the node
             crash = swarm("lab", "stop", "--kill", lost).stdout  # no trial on it ends cleanly
