@@ -16,7 +16,10 @@ strategy and pipelining), ``ansible-tuned`` (the same playbooks under mitogen's
 (``--engine pyinfra``). Also measured: ``swarm verify`` on each converged fleet, and with
 ``--profile`` Ansible's slowest tasks in a no-op of the smallest fleet. Prints medians,
 the pyinfra/Ansible ratio, how the no-op grows from 3 to 16 nodes, and the controller's
-peak memory (the RSS of the converge process and its children, summed, sampled every 50 ms).
+peak memory (the RSS of the converge process and its children, summed, sampled every 50 ms),
+and how busy the machine's CPUs were during the no-ops: every lab node shares this
+machine's cores with the controller, so a saturated CPU, not a serial run, bounds how flat
+the no-op can stay as nodes are added.
 The lab fleet's Ray layer is measured by bench_ray.py.
 """
 
@@ -58,6 +61,14 @@ def _tree_rss_kib(pid: int) -> int:
         total += rss.get(p, 0)
         todo += children.get(p, [])
     return total
+
+
+def cpu_ticks() -> tuple[int, int]:
+    """(busy, total) jiffies of the whole machine so far (/proc/stat): the controller and
+    every lab node, which share this machine's cores."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, sum(fields)
 
 
 def run(args: list[str], env: dict[str, str] | None = None) -> tuple[float, int, str]:
@@ -115,13 +126,16 @@ def measure(fleet: str, engine: str, runs: int, scratch_runs: int) -> dict[str, 
         took, mib, _ = run(args, env)
         scratch.append(took)
         peak = max(peak, mib)
+    busy0, total0 = cpu_ticks()
     for _ in range(runs):
         took, mib, out = run(args, env)
         if changed(out):
             sys.exit(f"{engine} on {fleet}: a no-op run changed {changed(out)} thing(s):\n{out[-3000:]}")
         noop.append(took)
         peak = max(peak, mib)
-    return {"scratch": scratch, "noop": noop, "peak_mib": peak}
+    busy1, total1 = cpu_ticks()
+    busy = (busy1 - busy0) / max(1, total1 - total0)
+    return {"scratch": scratch, "noop": noop, "peak_mib": peak, "cpu_busy": busy}
 
 
 def ansible_profile(fleet: str, top: int = 12) -> str:
@@ -163,7 +177,8 @@ def main() -> None:
                 r = results[(n, engine)] = measure(fleet, engine, a.runs, a.scratch_runs)
                 print(
                     f"{fleet:<8} {engine:<14} scratch {statistics.median(r['scratch']):6.1f} s  "
-                    f"no-op {statistics.median(r['noop']):6.1f} s  peak {r['peak_mib']} MiB",
+                    f"no-op {statistics.median(r['noop']):6.1f} s  peak {r['peak_mib']} MiB  "
+                    f"CPU busy in no-ops {r['cpu_busy']:.0%}",
                     flush=True,
                 )
             verify[n] = run(["verify", "--fleet", fleet, "--junit-xml", os.devnull])[0]
