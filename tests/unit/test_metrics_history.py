@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from swarm_infra.metrics.compare import compare, higher_is_better
 from swarm_infra.metrics.fio import parse_fio
@@ -65,9 +64,10 @@ def test_directions():
 
 
 def test_textfile_parses_as_prometheus_text_with_labels_and_values():
+    parser = pytest.importorskip("prometheus_client.parser")
     ms = parse_fio((DATA / "fio-randread-4k-qd32.json").read_text(), node='n"1')
     text = render_textfile(ms)
-    families = {f.name: f for f in text_string_to_metric_families(text)}
+    families = {f.name: f for f in parser.text_string_to_metric_families(text)}
     assert set(families) == {metric_name(m) for m in ms}
     iops = families["swarm_fio_read_iops_iops"].samples[0]
     expected = next(m for m in ms if m.field == "read.iops")
