@@ -62,3 +62,20 @@ def test_a_measured_matrix_overrides_the_declared_latency(tmp_path):
     assert _relay_from_a_to_b(a) == "relay-a"  # tie: first by name
     measured = {("s1", "slow"): 200.0, ("slow", "s2"): 200.0, ("s1", "fast"): 30.0, ("fast", "s2"): 30.0}
     assert _relay_from_a_to_b(a, measured) == "relay-b"
+
+
+def test_a_latency_matrix_document_steers_the_desired_state(tmp_path):
+    from swarm_infra import desired_state
+
+    _analysis(tmp_path, {"s1": 10, "s2": 10, "slow": 5, "fast": 5})
+    pairs = [("s1", "slow", 200), ("slow", "s2", 200), ("s1", "fast", 30), ("s2", "fast", 30)]
+    (tmp_path / "latency.yaml").write_text(
+        "apiVersion: swarm.io/v1alpha1\nkind: LatencyMatrix\nmetadata: {name: measured}\nspec:\n  pairs:\n"
+        + "".join(f"  - {{a: {a}, b: {b}, rtt_ms: {ms}}}\n" for a, b, ms in pairs)
+    )
+    a = load_fleet([tmp_path])
+    assert a.fleet.latency is not None and a.fleet.latency.rtt_ms[("fast", "s2")] == 30.0
+    nodes = desired_state(a)["nodes"]
+    b_ip = nodes["b"]["mesh"]["address"].split("/")[0] + "/32"
+    (via,) = [p["name"] for p in nodes["a"]["mesh"]["peers"] if b_ip in p["allowed_ips"]]
+    assert via == "relay-b"

@@ -342,6 +342,15 @@ class RayCluster:
 
 
 @dataclass(frozen=True)
+class LatencyMatrix:
+    """Measured site-to-site RTT (kind LatencyMatrix): ``rtt_ms[(a, b)]`` in ms, both orders present."""
+
+    name: str
+    source: Source | None
+    rtt_ms: Mapping[tuple[str, str], float]
+
+
+@dataclass(frozen=True)
 class Fleet:
     """Everything declared, by kind and name, in name order. Singletons may be None."""
 
@@ -358,6 +367,7 @@ class Fleet:
     ray: RayCluster | None = None
     cluster: ClusterSettings = field(default_factory=lambda: ClusterSettings(DEFAULT_FLEET_NAME, None))
     review: ReviewPolicy = field(default_factory=lambda: ReviewPolicy(DEFAULT_FLEET_NAME, None))
+    latency: LatencyMatrix | None = None
     # Names of documents that failed schema validation, by kind: references to them are
     # not reported again as unresolved.
     invalid_names: Mapping[str, frozenset[str]] = field(default_factory=lambda: _EMPTY)
@@ -580,13 +590,27 @@ def _build(
         return Rollout(name, src, **spec)  # the schema admits only the dataclass's fields
     if kind == "ReviewPolicy":
         return ReviewPolicy(name, src, _defaulted(spec.get("flags", {}), REVIEW_FLAG_DEFAULTS))
+    if kind == "LatencyMatrix":
+        rtt: dict[tuple[str, str], float] = {}
+        for p in spec["pairs"]:
+            rtt[(p["a"], p["b"])] = rtt[(p["b"], p["a"])] = float(p["rtt_ms"])
+        return LatencyMatrix(name, src, MappingProxyType(rtt))
     if kind == "Cluster":
         # The schema admits only the dataclass's fields.
         return ClusterSettings(name, src, **{**spec, "labels": _frozen(spec.get("labels"))})
     raise ValueError(f"unknown kind {kind}")  # unreachable: schemas admit only known kinds
 
 
-SINGLETONS = ("Mesh", "Allocation", "Storage", "Rollout", "Cluster", "RayCluster", "ReviewPolicy")
+SINGLETONS = (
+    "Mesh",
+    "Allocation",
+    "Storage",
+    "Rollout",
+    "Cluster",
+    "RayCluster",
+    "ReviewPolicy",
+    "LatencyMatrix",
+)
 UNKNOWN_KIND = "?"
 _FIELD = {
     "Site": "sites",
@@ -672,6 +696,7 @@ def build_fleet(
         ray=first("RayCluster"),
         cluster=first("Cluster") or ClusterSettings(DEFAULT_FLEET_NAME, None),
         review=first("ReviewPolicy") or ReviewPolicy(DEFAULT_FLEET_NAME, None),
+        latency=first("LatencyMatrix"),
         invalid_names=MappingProxyType({k: frozenset(v) for k, v in invalid_names.items()}),
         invalid_kinds=frozenset(invalid_kinds),
         unnamed_kinds=frozenset(unnamed_kinds),
