@@ -8,6 +8,8 @@ from pathlib import Path
 
 from swarm_infra.cli import main
 
+from .conftest import fleet_dirs
+
 DATA = Path(__file__).resolve().parents[1] / "data" / "metrics"
 
 
@@ -59,3 +61,36 @@ def test_bad_input_exits_2_naming_the_file_without_a_traceback(tmp_path, capsys)
     not_db.write_text("x" * 200)
     assert main(["metrics", "import", "--db", str(not_db), str(DATA / "ping-loopback.txt")]) == 2
     assert "not a usable metrics database" in capsys.readouterr().err
+
+
+def test_accept_names_failing_nodes_metrics_values_and_thresholds(tmp_path, capsys):
+    db = tmp_path / "m.db"
+    fio = str(DATA / "fio-randread-4k-qd32.json")
+    assert main(["metrics", "import", "--db", str(db), "--label", "node=lab-head-1", fio]) == 0
+    capsys.readouterr()
+    iops = json.loads((DATA / "fio-randread-4k-qd32.json").read_text())["jobs"][0]["read"]["iops"]
+    lab = [str(p) for p in fleet_dirs("lab")]
+    code = main(
+        ["metrics", "accept", *lab, "--fleet", "lab", "--db", str(db), "--limit", "lab-head-1,lab-gpu-1"]
+    )
+    out = capsys.readouterr().out
+    assert code == 1
+    assert ("lab-head-1: min_scratch_iops" in out) == (iops < 1000)  # judged on the measured value
+    assert "lab-head-1: max_rtt_to_head_ms = not measured, threshold 200" in out
+    assert "lab-gpu-1: min_tflops = not measured (simulated), threshold 400" in out
+    assert out.rstrip().endswith("0 of 2 nodes accepted (run 1); failing: lab-gpu-1, lab-head-1")
+
+
+def test_accept_on_an_invalid_fleet_or_without_thresholds_exits_2(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "apiVersion: swarm.io/v1alpha1\nkind: NodeAcceptance\nmetadata: {name: x}\nspec: {rules: []}\n"
+    )
+    assert main(["metrics", "accept", str(bad), "--db", str(tmp_path / "m.db")]) == 2
+    assert f"{bad}:4" in capsys.readouterr().err
+    ok = tmp_path / "ok.yaml"
+    ok.write_text(
+        "apiVersion: swarm.io/v1alpha1\nkind: Mesh\nmetadata: {name: m}\nspec: {cidr: 10.9.0.0/24}\n"
+    )
+    assert main(["metrics", "accept", str(ok), "--db", str(tmp_path / "m.db")]) == 2
+    assert "declares no NodeAcceptance" in capsys.readouterr().err

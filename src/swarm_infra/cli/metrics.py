@@ -1,7 +1,8 @@
 """``swarm metrics``: measurements into history, compared with the previous run.
 
 Today: ``swarm metrics import`` reads iperf3 ``-J``, fio ``--output-format=json`` and ping
-output saved from nodes. ``swarm metrics run`` (measuring the fleet over SSH) is not built yet.
+output saved from nodes; ``swarm metrics accept`` judges the fleet's latest run against its
+NodeAcceptance. ``swarm metrics run`` (measuring the fleet over SSH) is not built yet.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+from ..fleet.diagnostics import FleetInvalid
+from ..metrics.acceptance import NodeFacts, evaluate
 from ..metrics.compare import DEFAULT_THRESHOLD, compare
 from ..metrics.fio import parse_fio
 from ..metrics.history import DEFAULT_DB, History
@@ -20,7 +23,8 @@ from ..metrics.measurement import Measurement, MeasurementParseError
 from ..metrics.ping import parse_ping
 from ..metrics.prometheus import render_textfile
 from ..metrics.report import to_json, to_table
-from .common import EXIT_INVALID, EXIT_OK, emit
+from ..resolve import load_fleet
+from .common import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, emit, fleet_paths
 
 
 def parse_output(text: str, **labels: str) -> list[Measurement]:
@@ -94,6 +98,42 @@ def cmd_import(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_accept(args: argparse.Namespace) -> int:
+    try:
+        fleet = load_fleet(fleet_paths(args)).fleet
+    except FleetInvalid as exc:
+        print(exc.report.text(), file=sys.stderr)
+        print("swarm metrics accept: the fleet is invalid; nothing was judged", file=sys.stderr)
+        return EXIT_INVALID
+    if fleet.acceptance is None:
+        print("swarm metrics accept: the fleet declares no NodeAcceptance", file=sys.stderr)
+        return EXIT_INVALID
+    try:
+        history = History(args.db)
+        runs = history.runs(args.fleet)
+        measurements = history.measurements(runs[-1][0]) if runs else []
+        history.close()
+    except (sqlite3.Error, OSError) as exc:
+        print(f"{args.db}: not a usable metrics database ({exc})", file=sys.stderr)
+        return EXIT_INVALID
+    nodes = [
+        NodeFacts(n.name, n.site, n.roles, tuple(g.model for g in n.gpus), n.gpu_backend == "simulated")
+        for n in fleet.nodes.values()
+        if not args.limit or n.name in args.limit.split(",")
+    ]
+    verdicts = evaluate(fleet.acceptance.rules, nodes, measurements)
+    failed = [v for v in verdicts if not v.passed]
+    for v in failed:
+        value = v.note if v.value is None else f"{v.value:.4g}"
+        emit(f"{v.node}: {v.threshold_name} = {value}, threshold {v.threshold:g}")
+    judged = sorted({v.node for v in verdicts})
+    bad = sorted({v.node for v in failed})
+    run = f"run {runs[-1][0]}" if runs else "no run recorded"
+    failing = ", ".join(bad) or "none"
+    emit(f"{len(judged) - len(bad)} of {len(judged)} nodes accepted ({run}); failing: {failing}")
+    return EXIT_FAILURE if failed else EXIT_OK
+
+
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "metrics",
@@ -120,3 +160,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--plots", metavar="DIR", help="write bandwidth.png (mesh vs underlay) here")
     q.add_argument("--started-at", help="ISO 8601 time of the run (default: now, UTC)")
     q.set_defaults(func=cmd_import)
+    a = msub.add_parser(
+        "accept",
+        help="judge the latest run against the fleet's NodeAcceptance thresholds",
+        epilog="Exit codes: 0 every node accepted, 1 some node fails (each named with the metric, "
+        "value and threshold), 2 invalid input.",
+    )
+    a.add_argument("paths", nargs="*", metavar="PATHS", help="fleet YAML files or directories")
+    a.add_argument("--fleet", default="lab", help="fleet name (default: lab); also the history's run key")
+    a.add_argument("--db", default=str(DEFAULT_DB), help=f"history database (default: {DEFAULT_DB})")
+    a.add_argument("--limit", help="comma-separated node names to judge (default: all)")
+    a.set_defaults(func=cmd_accept)
