@@ -94,3 +94,22 @@ def test_accept_on_an_invalid_fleet_or_without_thresholds_exits_2(tmp_path, caps
     )
     assert main(["metrics", "accept", str(ok), "--db", str(tmp_path / "m.db")]) == 2
     assert "declares no NodeAcceptance" in capsys.readouterr().err
+
+
+def test_import_writes_a_latency_matrix_the_loader_reads(tmp_path, monkeypatch, capsys):
+    from swarm_infra.metrics.ping import parse_ping
+    from swarm_infra.resolve import load_fleet
+
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(root)  # --fleet lab: inventory/lab, policies/lab under the current directory
+    sites = {n.name: n.site for n in load_fleet(fleet_dirs("lab")).fleet.nodes.values()}
+    out = tmp_path / "latency.yaml"
+    ping = str(DATA / "ping-loopback.txt")
+    labels = ["--label", "src=lab-gpu-1", "--label", "dst=lab-gpu-2", "--label", "path=underlay"]
+    args = ["metrics", "import", "--db", str(tmp_path / "m.db"), *labels, "--write-latency-matrix", str(out)]
+    assert main([*args, ping]) == 0
+    capsys.readouterr()
+    p50 = next(m.value for m in parse_ping((DATA / "ping-loopback.txt").read_text()) if m.field == "rtt.p50")
+    matrix = load_fleet([out]).fleet.latency
+    assert matrix is not None
+    assert matrix.rtt_ms[(sites["lab-gpu-1"], sites["lab-gpu-2"])] == round(p50, 3)

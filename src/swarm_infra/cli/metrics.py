@@ -19,6 +19,7 @@ from ..metrics.compare import DEFAULT_THRESHOLD, compare
 from ..metrics.fio import parse_fio
 from ..metrics.history import DEFAULT_DB, History
 from ..metrics.iperf3 import parse_iperf3
+from ..metrics.latency import latency_matrix_yaml, site_rtt_ms
 from ..metrics.measurement import Measurement, MeasurementParseError
 from ..metrics.ping import parse_ping
 from ..metrics.prometheus import render_textfile
@@ -72,6 +73,15 @@ def cmd_import(args: argparse.Namespace) -> int:
         for error in errors:
             print(error, file=sys.stderr)
         return EXIT_INVALID
+    site_of: dict[str, str] = {}
+    if args.write_latency_matrix:
+        try:
+            fleet = load_fleet(fleet_paths(argparse.Namespace(paths=[], fleet=args.fleet))).fleet
+        except FleetInvalid as exc:
+            print(exc.report.text(), file=sys.stderr)
+            print("swarm metrics import: the fleet is invalid; nothing was recorded", file=sys.stderr)
+            return EXIT_INVALID
+        site_of = {n.name: n.site for n in fleet.nodes.values()}
     try:
         history = History(args.db)
         run_id = history.record(args.fleet, args.started_at or datetime.now(UTC).isoformat(), measurements)
@@ -81,6 +91,9 @@ def cmd_import(args: argparse.Namespace) -> int:
     except (sqlite3.Error, OSError) as exc:
         print(f"{args.db}: not a usable metrics database ({exc})", file=sys.stderr)
         return EXIT_INVALID
+    if args.write_latency_matrix:
+        rtt = site_rtt_ms(measurements, site_of)
+        Path(args.write_latency_matrix).write_text(latency_matrix_yaml(rtt), encoding="utf-8")
     if args.plots:
         from ..metrics.plots import bandwidth_bars
 
@@ -158,6 +171,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     q.add_argument("--format", choices=("table", "json", "prometheus"), default="table")
     q.add_argument("--plots", metavar="DIR", help="write bandwidth.png (mesh vs underlay) here")
+    q.add_argument(
+        "--write-latency-matrix",
+        metavar="FILE",
+        help="write a LatencyMatrix (site-to-site RTT from ping src/dst labels; the --fleet's sites)",
+    )
     q.add_argument("--started-at", help="ISO 8601 time of the run (default: now, UTC)")
     q.set_defaults(func=cmd_import)
     a = msub.add_parser(
