@@ -341,6 +341,28 @@ class RayCluster:
 
 
 @dataclass(frozen=True)
+class LatencyMatrix:
+    """Measured site-to-site RTT (kind LatencyMatrix): ``rtt_ms[(a, b)]`` in ms, both orders present."""
+
+    name: str
+    source: Source | None
+    rtt_ms: Mapping[tuple[str, str], float]
+
+
+@dataclass(frozen=True)
+class NodeAcceptance:
+    """Admission thresholds (kind NodeAcceptance): each rule is ``(match, thresholds)``.
+
+    ``match`` maps site / role / gpu_model to a value (empty: every node); ``thresholds``
+    maps a threshold name (``min_scratch_iops``, ...; units in the name) to its number.
+    """
+
+    name: str
+    source: Source | None
+    rules: tuple[tuple[Mapping[str, str], Mapping[str, float]], ...]
+
+
+@dataclass(frozen=True)
 class Fleet:
     """Everything declared, by kind and name, in name order. Singletons may be None."""
 
@@ -357,6 +379,8 @@ class Fleet:
     ray: RayCluster | None = None
     cluster: ClusterSettings = field(default_factory=lambda: ClusterSettings(DEFAULT_FLEET_NAME, None))
     review: ReviewPolicy = field(default_factory=lambda: ReviewPolicy(DEFAULT_FLEET_NAME, None))
+    latency: LatencyMatrix | None = None
+    acceptance: NodeAcceptance | None = None
     # Names of documents that failed schema validation, by kind: references to them are
     # not reported again as unresolved.
     invalid_names: Mapping[str, frozenset[str]] = field(default_factory=lambda: _EMPTY)
@@ -579,13 +603,37 @@ def _build(
         return Rollout(name, src, **spec)  # the schema admits only the dataclass's fields
     if kind == "ReviewPolicy":
         return ReviewPolicy(name, src, _defaulted(spec.get("flags", {}), REVIEW_FLAG_DEFAULTS))
+    if kind == "LatencyMatrix":
+        rtt: dict[tuple[str, str], float] = {}
+        for p in spec["pairs"]:
+            rtt[(p["a"], p["b"])] = rtt[(p["b"], p["a"])] = float(p["rtt_ms"])
+        return LatencyMatrix(name, src, MappingProxyType(rtt))
+    if kind == "NodeAcceptance":
+        rules = tuple(
+            (
+                _frozen(r.get("match", {})),
+                MappingProxyType({k: float(v) for k, v in r.items() if k != "match"}),
+            )
+            for r in spec["rules"]
+        )
+        return NodeAcceptance(name, src, rules)
     if kind == "Cluster":
         # The schema admits only the dataclass's fields.
         return ClusterSettings(name, src, **{**spec, "labels": _frozen(spec.get("labels"))})
     raise ValueError(f"unknown kind {kind}")  # unreachable: schemas admit only known kinds
 
 
-SINGLETONS = ("Mesh", "Allocation", "Storage", "Rollout", "Cluster", "RayCluster", "ReviewPolicy")
+SINGLETONS = (
+    "Mesh",
+    "Allocation",
+    "Storage",
+    "Rollout",
+    "Cluster",
+    "RayCluster",
+    "ReviewPolicy",
+    "LatencyMatrix",
+    "NodeAcceptance",
+)
 UNKNOWN_KIND = "?"
 _FIELD = {
     "Site": "sites",
@@ -671,6 +719,8 @@ def build_fleet(
         ray=first("RayCluster"),
         cluster=first("Cluster") or ClusterSettings(DEFAULT_FLEET_NAME, None),
         review=first("ReviewPolicy") or ReviewPolicy(DEFAULT_FLEET_NAME, None),
+        latency=first("LatencyMatrix"),
+        acceptance=first("NodeAcceptance"),
         invalid_names=MappingProxyType({k: frozenset(v) for k, v in invalid_names.items()}),
         invalid_kinds=frozenset(invalid_kinds),
         unnamed_kinds=frozenset(unnamed_kinds),

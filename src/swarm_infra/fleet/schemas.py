@@ -38,6 +38,8 @@ KINDS: dict[str, str] = {
     "RayCluster": "raycluster.schema.json",
     "Cluster": "cluster.schema.json",
     "ReviewPolicy": "reviewpolicy.schema.json",
+    "LatencyMatrix": "latencymatrix.schema.json",
+    "NodeAcceptance": "nodeacceptance.schema.json",
 }
 SHARED = ("common.schema.json",)
 MAX_ERRORS_PER_DOCUMENT = 100  # schema findings listed for one document; the rest are counted

@@ -13,8 +13,9 @@ Topology
     node with every node of the site; in a *hub-and-spoke* site each node (a spoke) peers
     only with the site hub, which routes for it. Across sites, every node that is not a
     spoke peers with every other such node unless both are behind NAT; such a pair talks
-    through a relay (a node with role ``relay``, not behind NAT): the relay of the
-    destination's own site if it has one, else the first relay by name. A peer's
+    through a relay (a node with role ``relay``, not behind NAT): the relay with the lowest
+    path RTT (source site -> relay site -> destination site; see ``relay_for``), ties going
+    to the destination's own site, then to the first relay by name. A peer's
     AllowedIPs are the mesh addresses routed through it (its own, its spokes', and those
     of NAT'd nodes it relays for); a spoke's only peer, its hub, gets the whole mesh CIDR.
     PersistentKeepalive is set on the NAT'd side of every cross-site link.
@@ -228,8 +229,45 @@ def _merge(parts: list[list[str]]) -> list[str]:
     return sorted((r for part in parts for r in part), key=lambda r: ipaddress.IPv4Network(r))
 
 
+SiteRtt = Mapping[tuple[str, str], float]
+"""Round-trip time in ms between two sites, keyed (site, site) in either order."""
+
+
+def declared_site_rtt(fleet: Fleet) -> dict[tuple[str, str], float]:
+    """RTT (ms) between every two sites from their declared ``wan.latency_ms`` (one-way to the core).
+
+    a -> core -> b and back: ``2 * (latency_a + latency_b)``; a site with none declared counts 0.
+    Inside a site the RTT is 0.
+    """
+    one_way = {name: float(site.wan.get("latency_ms", 0) or 0) for name, site in fleet.sites.items()}
+    return {(a, b): 0.0 if a == b else 2 * (one_way[a] + one_way[b]) for a in one_way for b in one_way}
+
+
+def _rtt(rtt: SiteRtt, a: str, b: str) -> float:
+    if a == b:
+        return rtt.get((a, b), 0.0)
+    value = rtt.get((a, b), rtt.get((b, a)))
+    return float("inf") if value is None else value
+
+
+def relay_for(src_site: str, dst_site: str, relays: list[tuple[str, str]], rtt: SiteRtt) -> str:
+    """The relay for traffic from a NAT'd node in ``src_site`` to one in ``dst_site``.
+
+    ``relays``: (name, site) pairs, non-empty. The one with the lowest path RTT
+    ``rtt(src, relay) + rtt(relay, dst)`` (ms; a missing site pair is infinitely far), ties
+    to a relay in ``dst_site``, then by name.
+    """
+    return min(
+        relays,
+        key=lambda r: (_rtt(rtt, src_site, r[1]) + _rtt(rtt, r[1], dst_site), r[1] != dst_site, r[0]),
+    )[0]
+
+
 def peers(
-    fleet: Fleet, topo: Topology, addresses: Mapping[str, ipaddress.IPv4Address]
+    fleet: Fleet,
+    topo: Topology,
+    addresses: Mapping[str, ipaddress.IPv4Address],
+    measured_rtt_ms: SiteRtt | None = None,
 ) -> tuple[dict[str, list[dict[str, Any]]], set[str]]:
     """Peer list of every node, and the nodes that route for others (they need IP forwarding).
 
@@ -239,6 +277,9 @@ def peers(
     None (the peer connects to us); ``persistent_keepalive_s`` is 0 when not needed.
     Peers are in name order. Cost is O(nodes + non-spokes^2). Lists may be shared
     between peers and must not be mutated.
+
+    Relays for NAT-to-NAT pairs are picked by ``relay_for`` from ``measured_rtt_ms`` (site
+    pairs measured by ``swarm metrics``), falling back per site pair to the declared RTT.
     """
     mesh = fleet.mesh
     assert mesh is not None
@@ -252,11 +293,11 @@ def peers(
         n.name: _host_routes([addresses[n.name], *(addresses[s] for s in topo.spokes.get(n.name, ()))])
         for n in outward
     }
-    home_relay: dict[str, str] = {}
-    for n in outward:
-        if n.nat and topo.relays:
-            local = [r for r in topo.relays if nodes[r].site == n.site]
-            home_relay[n.name] = (local or list(topo.relays))[0]
+    rtt: dict[tuple[str, str], float] = declared_site_rtt(fleet) if topo.relays else {}
+    for (a, b), ms in (measured_rtt_ms or {}).items():
+        rtt[(a, b)] = rtt[(b, a)] = ms
+    relay_sites = [(r, nodes[r].site) for r in topo.relays]
+    chosen: dict[tuple[str, str], str] = {}  # (source site, destination site) -> relay
 
     result: dict[str, list[dict[str, Any]]] = {}
     forwarders = {hub for hub, spokes in topo.spokes.items() if spokes}
@@ -279,9 +320,12 @@ def peers(
                 continue
             if n.site == p.site or not n.nat or not p.nat:
                 routes[p.name].append(behind[p.name])
-            elif p.name in home_relay:
-                routes[home_relay[p.name]].append(behind[p.name])
-                forwarders.add(home_relay[p.name])
+            elif relay_sites:
+                key = (n.site, p.site)
+                if key not in chosen:
+                    chosen[key] = relay_for(n.site, p.site, relay_sites, rtt)
+                routes[chosen[key]].append(behind[p.name])
+                forwarders.add(chosen[key])
         for s in topo.spokes.get(n.name, ()):
             routes[s].append([f"{addresses[s]}/32"])
         entries = []

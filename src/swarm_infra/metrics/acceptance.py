@@ -1,0 +1,100 @@
+"""Admission: a node's measurements against the NodeAcceptance thresholds that apply to it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from swarm_infra.metrics.measurement import Measurement
+
+NOT_SIMULATED = "not measured (simulated)"
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """What rules match on: the node's name, site, roles, GPU models, and whether its GPUs are simulated."""
+
+    name: str
+    site: str
+    roles: tuple[str, ...]
+    gpu_models: tuple[str, ...]
+    simulated_gpu: bool
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One threshold on one node: ``value`` in the threshold's unit (None: not measured, see ``note``)."""
+
+    node: str
+    threshold_name: str
+    threshold: float
+    value: float | None
+    passed: bool
+    note: str = ""
+
+
+def matches(match: Mapping[str, str], node: NodeFacts) -> bool:
+    """Whether every given key of a rule's match fits the node (site, role, gpu_model)."""
+    return (
+        match.get("site", node.site) == node.site
+        and ("role" not in match or match["role"] in node.roles)
+        and ("gpu_model" not in match or match["gpu_model"] in node.gpu_models)
+    )
+
+
+def _value(name: str, node: NodeFacts, ms: list[Measurement]) -> float | None:
+    """The node's measured value for a threshold, in the threshold's unit; None if absent.
+
+    Worst of several: the lowest for a min_ threshold, the highest for a max_ one.
+    """
+
+    def pick(tool: str, field: str, scale: float, **labels: str) -> list[float]:
+        return [
+            m.value * scale
+            for m in ms
+            if m.tool == tool and m.field == field and all(m.label(k) == v for k, v in labels.items())
+        ]
+
+    if name == "min_mesh_bandwidth_to_hub_mbit":
+        values = pick("iperf3", "end.sum_received.bits_per_second", 1e-6, src=node.name, path="mesh")
+    elif name == "max_rtt_to_head_ms":
+        values = pick("ping", "rtt.p50", 1.0, src=node.name, path="mesh")
+    elif name == "min_scratch_iops":
+        values = pick("fio", "read.iops", 1.0, node=node.name)
+    elif name == "max_storage_p99_ms":
+        values = pick("fio", "read.clat_ns.percentile.99.000000", 1e-6, node=node.name)
+    elif name == "min_tflops":
+        values = [m.value for m in ms if m.field == "matmul.tflops" and m.label("node") == node.name]
+    else:
+        raise ValueError(f"unknown threshold {name!r}")
+    if not values:
+        return None
+    return min(values) if name.startswith("min_") else max(values)
+
+
+def evaluate(
+    rules: tuple[tuple[Mapping[str, str], Mapping[str, float]], ...],
+    nodes: list[NodeFacts],
+    measurements: list[Measurement],
+) -> list[Verdict]:
+    """A verdict per (node, threshold) of every rule that matches the node, in node then rule order.
+
+    A threshold with no measurement fails with note "not measured"; ``min_tflops`` on a node
+    with simulated GPUs fails with note "not measured (simulated)" and no value, never a number.
+    """
+    out: list[Verdict] = []
+    for node in nodes:
+        for match, thresholds in rules:
+            if not matches(match, node):
+                continue
+            for name, limit in thresholds.items():
+                if name == "min_tflops" and node.simulated_gpu:
+                    out.append(Verdict(node.name, name, limit, None, False, NOT_SIMULATED))
+                    continue
+                value = _value(name, node, measurements)
+                if value is None:
+                    out.append(Verdict(node.name, name, limit, None, False, "not measured"))
+                else:
+                    ok = value >= limit if name.startswith("min_") else value <= limit
+                    out.append(Verdict(node.name, name, limit, value, ok))
+    return out

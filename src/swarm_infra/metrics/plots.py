@@ -1,0 +1,86 @@
+"""PNG plots of a run (matplotlib, Agg backend): latency heatmap and mesh-vs-underlay bandwidth."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from swarm_infra.metrics.measurement import Measurement
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def latency_heatmap(measurements: list[Measurement], out: Path, site_of: dict[str, str]) -> Path | None:
+    """Mean ping ``rtt.p50`` (ms) per (source site, destination site), as a heatmap PNG at ``out``.
+
+    Uses ping measurements with ``src`` and ``dst`` labels whose nodes ``site_of`` knows
+    (``path=mesh`` only when any has a path label of mesh). Returns ``out``, or None when
+    there is nothing to draw.
+    """
+    cells: dict[tuple[str, str], list[float]] = {}
+    for m in measurements:
+        src, dst = m.label("src"), m.label("dst")
+        if m.tool != "ping" or m.field != "rtt.p50" or src not in site_of or dst not in site_of:
+            continue
+        if m.label("path") not in (None, "mesh"):
+            continue
+        cells.setdefault((site_of[src], site_of[dst]), []).append(m.value)
+    if not cells:
+        return None
+    sites = sorted({s for pair in cells for s in pair})
+    grid = [[float("nan")] * len(sites) for _ in sites]
+    for (a, b), values in cells.items():
+        grid[sites.index(a)][sites.index(b)] = sum(values) / len(values)
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(1.2 * len(sites) + 3, 1.0 * len(sites) + 2))
+    image = ax.imshow(grid, cmap="viridis")
+    ax.set_xticks(range(len(sites)), sites, rotation=45, ha="right")
+    ax.set_yticks(range(len(sites)), sites)
+    ax.set_xlabel("destination site")
+    ax.set_ylabel("source site")
+    ax.set_title("RTT p50 (ms), mesh")
+    fig.colorbar(image, ax=ax, label="ms")
+    fig.tight_layout()
+    fig.savefig(out, format="png")
+    plt.close(fig)
+    return out
+
+
+def bandwidth_bars(measurements: list[Measurement], out: Path) -> Path | None:
+    """``end.sum_received.bits_per_second`` in Mbit/s per (src→dst, streams), mesh vs underlay bars.
+
+    Returns ``out``, or None when no iperf3 measurement has a ``path`` label.
+    """
+    bars: dict[str, dict[str, float]] = {}
+    for m in measurements:
+        if m.tool != "iperf3" or m.field != "end.sum_received.bits_per_second" or m.label("path") is None:
+            continue
+        pair = f"{m.label('src')}→{m.label('dst')} P{m.label('streams')}"
+        bars.setdefault(pair, {})[str(m.label("path"))] = m.value / 1e6
+    if not bars:
+        return None
+    pairs = sorted(bars)
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(max(4.0, 1.5 * len(pairs)), 4))
+    width = 0.4
+    for i, path in enumerate(("underlay", "mesh")):
+        ax.bar(
+            [x + (i - 0.5) * width for x in range(len(pairs))],
+            [bars[p].get(path, 0.0) for p in pairs],
+            width,
+            label=path,
+        )
+    ax.set_xticks(range(len(pairs)), pairs, rotation=30, ha="right")
+    ax.set_ylabel("Mbit/s received")
+    ax.set_title("iperf3 bandwidth: mesh (wg0) vs underlay")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, format="png")
+    plt.close(fig)
+    return out

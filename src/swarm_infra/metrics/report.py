@@ -1,0 +1,52 @@
+"""A run's measurements as a terminal table or as JSON, with the comparison to the previous run."""
+
+from __future__ import annotations
+
+import json
+
+from swarm_infra.metrics.compare import Change
+from swarm_infra.metrics.measurement import Measurement
+
+
+def _labels(m: Measurement) -> str:
+    return " ".join(f"{k}={v}" for k, v in m.labels)
+
+
+def _key(m: Measurement) -> tuple[str, str, str, tuple[tuple[str, str], ...]]:
+    return (m.tool, m.field, m.unit, m.labels)
+
+
+def to_json(run_id: int, measurements: list[Measurement], changes: list[Change]) -> str:
+    """``{"run": id, "measurements": [{tool, field, value, unit, labels{}, previous?, change?,
+    regression?}], "regressions": n}``, keys sorted, 2-space indent; ``change`` is a fraction."""
+    by_key = {_key(c.current): c for c in changes}
+    rows = []
+    for m in measurements:
+        row: dict[str, object] = {
+            "tool": m.tool,
+            "field": m.field,
+            "value": m.value,
+            "unit": m.unit,
+            "labels": dict(m.labels),
+        }
+        c = by_key.get(_key(m))
+        if c is not None:
+            row.update(previous=c.previous, change=c.change, regression=c.regression)
+        rows.append(row)
+    doc = {"run": run_id, "measurements": rows, "regressions": sum(c.regression for c in changes)}
+    return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+
+
+def to_table(measurements: list[Measurement], changes: list[Change]) -> str:
+    """Aligned columns: tool, field, labels, value, unit, change vs previous run (``REGRESSION``
+    marked). Values with 4 significant digits."""
+    by_key = {_key(c.current): c for c in changes}
+    rows = [("TOOL", "FIELD", "LABELS", "VALUE", "UNIT", "VS PREVIOUS")]
+    for m in measurements:
+        c = by_key.get(_key(m))
+        delta = "" if c is None else f"{c.change:+.1%}" + ("  REGRESSION" if c.regression else "")
+        rows.append((m.tool, m.field, _labels(m), f"{m.value:.4g}", m.unit, delta))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() + "\n" for r in rows
+    )

@@ -1,0 +1,53 @@
+"""Table, JSON and PNG outputs of a run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from swarm_infra.metrics.compare import compare
+from swarm_infra.metrics.measurement import Measurement, make_labels
+from swarm_infra.metrics.report import to_json, to_table
+
+
+def _bw(value: float, path: str, src: str = "a1", dst: str = "b1") -> Measurement:
+    labels = make_labels(src=src, dst=dst, path=path, streams=4)
+    return Measurement("iperf3", "end.sum_received.bits_per_second", value, "bits/s", labels)
+
+
+def _rtt(value: float, src: str, dst: str) -> Measurement:
+    return Measurement("ping", "rtt.p50", value, "ms", make_labels(src=src, dst=dst, path="mesh"))
+
+
+def test_json_and_table_carry_values_and_flag_the_regression():
+    prev = [_bw(1000.0, "mesh"), _bw(2000.0, "underlay")]
+    cur = [_bw(800.0, "mesh"), _bw(1990.0, "underlay"), _rtt(3.0, "a1", "b1")]
+    changes = compare(cur, prev)
+    doc = json.loads(to_json(7, cur, changes))
+    assert doc["run"] == 7 and doc["regressions"] == 1
+    mesh, underlay, rtt = doc["measurements"]
+    assert mesh["regression"] is True and mesh["change"] == pytest.approx(-0.2)
+    assert underlay["regression"] is False and mesh["labels"]["path"] == "mesh"
+    assert "previous" not in rtt
+    lines = to_table(cur, changes).splitlines()
+    assert lines[0].split() == ["TOOL", "FIELD", "LABELS", "VALUE", "UNIT", "VS", "PREVIOUS"]
+    assert lines[1].endswith("-20.0%  REGRESSION") and "REGRESSION" not in lines[2]
+
+
+def test_plots_are_pngs_of_the_data(tmp_path):
+    pytest.importorskip("matplotlib")
+    import matplotlib.image
+
+    from swarm_infra.metrics.plots import bandwidth_bars, latency_heatmap
+
+    ms = [_bw(800e6, "mesh"), _bw(900e6, "underlay"), _rtt(3.0, "a1", "b1"), _rtt(0.2, "a1", "a2")]
+    sites = {"a1": "a", "a2": "a", "b1": "b"}
+    heat = latency_heatmap(ms, tmp_path / "latency.png", sites)
+    bars = bandwidth_bars(ms, tmp_path / "bandwidth.png")
+    for png in (heat, bars):
+        assert png is not None and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert matplotlib.image.imread(png).ndim == 3
+    assert latency_heatmap(ms[:2], tmp_path / "none.png", sites) is None
+    assert bandwidth_bars(ms[2:], tmp_path / "none.png") is None
+    assert not (tmp_path / "none.png").exists()
