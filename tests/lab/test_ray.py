@@ -179,7 +179,11 @@ def test_a_job_places_by_gpu_model_tunes_across_nodes_moves_data_over_the_mesh_a
     # not knowable here: Ray's job log reaches the test seconds late (one CI run saw it so).
     assert on_lost and set(on_lost) <= set(tuned["final_hosts"])
 
-    # Ray and swarm verify both see the node down.
+    # Ray and swarm verify both see the node down. A crashed raylet tells the GCS nothing: the
+    # head marks it dead after its health checks fail (about 15 s with Ray's defaults).
+    deadline = time.monotonic() + 90
+    while lost in alive() and time.monotonic() < deadline:
+        time.sleep(1)  # polling the head's state API
     assert lost not in alive()
     rc, drift = verify(tmp_path, "--limit", lost)
     assert rc == 1
