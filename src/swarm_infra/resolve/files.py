@@ -271,6 +271,15 @@ def _systemd_quote(arg: str) -> str:
     return "'" + arg.replace("\\", "\\\\").replace("'", "\\'").replace("%", "%%") + "'"
 
 
+def _tcp_wait(target: str, seconds: int, failure: str) -> str:
+    """A bash loop (for a unit's ExecStart*, ``$`` escaped for systemd) that waits up to
+    ``seconds`` for ``target`` (``/dev/tcp/HOST/PORT``) to accept, else prints ``failure``."""
+    return (
+        f"for attempt in $$(seq {seconds}); do (exec 3<>{target}) 2>/dev/null && exit 0; "
+        f'sleep 1; done; echo "{failure}" >&2; exit 1'
+    )
+
+
 def ray_unit(node: NodeState) -> str:
     """systemd unit running ``ray start --block`` with NodeState.ray.start_args, after the
     mesh and the firewall; a worker first waits for the head's GCS over the mesh."""
@@ -295,9 +304,8 @@ def ray_unit(node: NodeState) -> str:
     ]
     if role == "worker":
         head, port = ray["head_ip"], ray["ports"]["gcs"]
-        probe = (
-            f"for attempt in $$(seq {RAY_HEAD_WAIT_S}); do (exec 3<>/dev/tcp/{head}/{port}) 2>/dev/null "
-            f'&& exit 0; sleep 1; done; echo "Ray head {ray["gcs_address"]} unreachable" >&2; exit 1'
+        probe = _tcp_wait(
+            f"/dev/tcp/{head}/{port}", RAY_HEAD_WAIT_S, f"Ray head {ray['gcs_address']} unreachable"
         )
         # No single quote in the probe: systemd takes the quoted text as one argument.
         lines += [
@@ -306,10 +314,7 @@ def ray_unit(node: NodeState) -> str:
         ]
     args = " ".join(_systemd_quote(a) for a in ray["start_args"])
     raylet = f"/dev/tcp/{ray['node_ip']}/{ray['ports']['node_manager']}"
-    ready = (
-        f"for attempt in $$(seq {RAY_READY_WAIT_S}); do (exec 3<>{raylet}) 2>/dev/null && exit 0; "
-        f'sleep 1; done; echo "raylet not listening on {raylet}" >&2; exit 1'
-    )
+    ready = _tcp_wait(raylet, RAY_READY_WAIT_S, f"raylet not listening on {raylet}")
     lines += [
         "# The arguments are NodeState.ray.start_args, each quoted whole for systemd.",
         f"ExecStart={venv}/bin/ray {args}",
