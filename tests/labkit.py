@@ -44,10 +44,13 @@ def swarm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return proc
 
 
-def on_node(node: str, command: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """Run ``command`` on a lab node over real SSH (the connection file's key and known_hosts)."""
+def on_node(
+    node: str, command: str, check: bool = True, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """Run ``command`` on a lab node over real SSH (the connection file's key and known_hosts);
+    ``timeout`` in seconds."""
     conn = json.loads(connection_file().read_text())["nodes"][node]
-    proc = subprocess.run(ssh_command(conn, [command]), capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(ssh_command(conn, [command]), capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"{node}: {command!r} exited {proc.returncode}: {proc.stderr}")
     return proc
