@@ -24,6 +24,7 @@ from typing import Any
 
 from ..nodeside.facts import sysctl_fields
 from ..resolve.host import sysctl_text
+from ..resolve.packages import packages
 from ..resolve.types import DesiredState, ManagedPath, NodeState
 
 LAYERS = ("host", "drivers", "gpu", "storage", "mesh", "ray")
@@ -83,8 +84,8 @@ def matches(check: Check, actual: Any) -> bool:
         return persisted == want and (live is None or live == want)
     if check.kind == "handshake":
         return actual is not None and actual < HANDSHAKE_MAX_AGE_S
-    if check.kind == "package":  # a Debian version against the pin's glob (570.86.15-*)
-        return fnmatch.fnmatchcase(str(actual), check.desired)
+    if check.kind == "package":  # a Debian version against the pin's glob (570.86.15-*, or * for any)
+        return actual != "absent" and fnmatch.fnmatchcase(str(actual), check.desired)
     if check.kind == "peer":
         return actual is not None and sorted(actual) == sorted(check.desired)
     if check.kind in ("conf_keys", "json_keys"):
@@ -195,7 +196,12 @@ def _storage_checks(name: str, node: NodeState) -> list[Check]:
     if s["array"]:
         checks.insert(0, Check(name, "storage", f"array {s['array']}", "array", sorted(s["devices"]),
                                {"array": s["array"]}))  # fmt: skip
-    return checks
+    return checks + _tool_checks(name, "storage", packages("storage_tools"))
+
+
+def _tool_checks(name: str, layer: str, tools: list[str]) -> list[Check]:
+    """The measurement tools a layer installs (`swarm metrics run` needs them): any version."""
+    return [Check(name, layer, f"package {t}", "package", "*", {"package": t}) for t in tools]
 
 
 def _mesh_checks(name: str, node: NodeState, state: DesiredState) -> tuple[list[Check], list[Check]]:
@@ -215,6 +221,7 @@ def _mesh_checks(name: str, node: NodeState, state: DesiredState) -> tuple[list[
         Check(name, "mesh", f"{iface} address", "interface_address", m["address"],
               {"interface": iface}, (service.id,)),
         Check(name, "mesh", f"{iface} mtu", "interface_mtu", m["mtu"], {"interface": iface}, (service.id,)),
+        *_tool_checks(name, "mesh", packages("mesh_tools")),
     ]  # fmt: skip
     # Forwarding on relays and hubs in use, and off (its file gone) everywhere else.
     mesh_conf = files["mesh_sysctl_conf"]

@@ -208,8 +208,9 @@ def storage_layer() -> None:
         return
     scratch = storage["scratch"]
     ops.apt_install(
-        name="Install the filesystem tools (and mdadm for RAID 0)",
+        name="Install the filesystem tools, fio (and mdadm for RAID 0)",
         packages=[FILESYSTEM_PACKAGES[scratch["filesystem"]]]
+        + packages("storage_tools")
         + (packages("storage_raid") if scratch["raid0"] else []),
     )
     devices = ops.snapshot()["devices"]
@@ -253,8 +254,10 @@ def mesh_keys() -> None:
         return
     userspace = not ops.snapshot()["modules"].get("wireguard")
     ops.apt_install(
-        name="Install WireGuard tools (and wireguard-go without the kernel module)",
-        packages=packages("wireguard") + (packages("wireguard_userspace") if userspace else []),
+        name="Install WireGuard tools and iperf3 (and wireguard-go without the kernel module)",
+        packages=packages("wireguard")
+        + packages("mesh_tools")
+        + (packages("wireguard_userspace") if userspace else []),
     )
     directory(node, "wireguard_dir", "Create the WireGuard directory")
     key = node["layout"]["files"]["wireguard_key"]
