@@ -53,3 +53,33 @@ def test_simulated_gpu_is_never_a_number_and_missing_data_fails():
         ("min_tflops", None, False, NOT_SIMULATED),
         ("max_rtt_to_head_ms", None, False, "not measured"),
     ]
+
+
+def test_rtt_to_head_is_the_ping_to_the_head_and_the_head_itself_passes():
+    def rtt(src: str, dst: str, ms: float) -> Measurement:
+        return Measurement("ping", "rtt.p50", ms, "ms", make_labels(src=src, dst=dst, path="mesh"))
+
+    head = NodeFacts("h1", "fra1", ("head",), (), False, head="h1")
+    near = NodeFacts("w1", "fra1", ("gpu-worker",), (), False, head="h1")
+    far = NodeFacts("w2", "tyo1", ("gpu-worker",), (), False, head="h1")
+    # w1's slow ping goes to w2, not to the head: it does not count against w1.
+    ms = [rtt("w1", "h1", 1.5), rtt("w1", "w2", 250.0), rtt("w2", "h1", 240.0)]
+    verdicts = evaluate((({}, {"max_rtt_to_head_ms": 100.0}),), [head, near, far], ms)
+    assert [(v.node, v.value, v.passed) for v in verdicts] == [
+        ("h1", 0.0, True),
+        ("w1", 1.5, True),
+        ("w2", 240.0, False),
+    ]
+
+
+def test_bandwidth_to_the_hub_counts_the_nodes_tests_sending_or_receiving():
+    def bw(src: str, dst: str, mbit: float) -> Measurement:
+        labels = make_labels(src=src, dst=dst, path="mesh", streams=1)
+        return Measurement("iperf3", "end.sum_received.bits_per_second", mbit * 1e6, "bits/s", labels)
+
+    hub = NodeFacts("hub", "fra1", ("relay",), (), False)
+    spoke = NodeFacts("s1", "fra1", ("gpu-worker",), (), False)
+    verdicts = evaluate(
+        (({}, {"min_mesh_bandwidth_to_hub_mbit": 500.0}),), [hub, spoke], [bw("s1", "hub", 400.0)]
+    )
+    assert [(v.node, v.value, v.passed) for v in verdicts] == [("hub", 400.0, False), ("s1", 400.0, False)]

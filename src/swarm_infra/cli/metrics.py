@@ -1,31 +1,39 @@
-"""``swarm metrics``: measurements into history, compared with the previous run.
+"""``swarm metrics``: measure the fleet, keep the history, judge nodes for admission.
 
-Today: ``swarm metrics import`` reads iperf3 ``-J``, fio ``--output-format=json`` and ping
-output saved from nodes; ``swarm metrics accept`` judges the fleet's latest run against its
-NodeAcceptance. ``swarm metrics run`` (measuring the fleet over SSH) is not built yet.
+``swarm metrics run`` measures the fleet's nodes over SSH (ping, iperf3, fio, nvidia-smi);
+``swarm metrics import`` reads iperf3 ``-J``, fio ``--output-format=json`` and ping output
+saved elsewhere; both record a run in the history and compare it with the previous one.
+``swarm metrics accept`` judges the fleet's latest run against its NodeAcceptance.
 """
 
 from __future__ import annotations
 
 import argparse
 import sqlite3
+import subprocess
 import sys
+import time
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
+from ..engines.inventory import inventory_hosts, ssh_argv
 from ..fleet.diagnostics import FleetInvalid
+from ..lab.state import read_connections
+from ..metrics import fleetrun, probes
 from ..metrics.acceptance import NodeFacts, evaluate
-from ..metrics.compare import DEFAULT_THRESHOLD, compare
+from ..metrics.compare import DEFAULT_THRESHOLD, Change, compare
 from ..metrics.fio import parse_fio
 from ..metrics.history import DEFAULT_DB, History
 from ..metrics.iperf3 import parse_iperf3
 from ..metrics.latency import latency_matrix_yaml, site_rtt_ms
 from ..metrics.measurement import Measurement, MeasurementParseError
 from ..metrics.ping import parse_ping
-from ..metrics.prometheus import render_textfile
+from ..metrics.prometheus import TEXTFILE_PATH, render_textfile
 from ..metrics.report import to_json, to_table
-from ..resolve import load_fleet
-from .common import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, emit, fleet_paths
+from ..metrics.targets import fleet_targets
+from ..resolve import desired_state, load_fleet
+from .common import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, emit, fleet_paths, simulated_nodes
 
 
 def parse_output(text: str, **labels: str) -> list[Measurement]:
@@ -111,6 +119,145 @@ def cmd_import(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _record(
+    db: str, fleet: str, started_at: str, measurements: list[Measurement], threshold: float
+) -> tuple[int, int | None, list[Change]] | str:
+    """Store a run and compare it with the fleet's previous one: (run id, previous id, changes),
+    or the reason the database cannot be used."""
+    try:
+        history = History(db)
+        run_id = history.record(fleet, started_at, measurements)
+        previous = history.previous(fleet, run_id)
+        changes = compare(measurements, history.measurements(previous), threshold) if previous else []
+        history.close()
+    except (sqlite3.Error, OSError) as exc:
+        return f"{db}: not a usable metrics database ({exc})"
+    return run_id, previous, changes
+
+
+def _ssh_shell(connections: dict[str, object]) -> fleetrun.Shell:
+    def shell(node: str, command: str, timeout_s: float, stdin: str | None = None) -> fleetrun.Result:
+        argv = ssh_argv(connections[node], command)  # type: ignore[arg-type]
+        try:
+            proc = subprocess.run(
+                argv,
+                input=stdin,
+                capture_output=True,
+                text=True,
+                errors="replace",
+                timeout=timeout_s,
+                stdin=None if stdin is not None else subprocess.DEVNULL,
+            )
+        except subprocess.TimeoutExpired:
+            return fleetrun.Result(124, "", f"no answer within {timeout_s:.0f} s")
+        return fleetrun.Result(proc.returncode, proc.stdout, proc.stderr)
+
+    return shell
+
+
+def _node_files(measurements: list[Measurement], node: str) -> list[Measurement]:
+    """A node's own measurements: those it made (``src``) or that were made on it (``node``)."""
+    return [m for m in measurements if node in (m.label("src"), m.label("node"))]
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+
+    def progress(line: str) -> None:
+        print(f"[{time.monotonic() - started:6.1f}s] {line}", file=sys.stderr, flush=True)
+
+    parts = [p for p in (args.only or ",".join(fleetrun.PARTS)).split(",") if p]
+    unknown = sorted(set(parts) - set(fleetrun.PARTS))
+    if unknown or not parts:
+        print(
+            f"swarm metrics run: --only {args.only!r}: choose from {', '.join(fleetrun.PARTS)}",
+            file=sys.stderr,
+        )
+        return EXIT_INVALID
+    numbers = {"--duration": args.duration, "--ping-count": args.ping_count, "--parallel": args.parallel}
+    bad = [k for k, v in numbers.items() if v < 1] + (["--threshold"] if not args.threshold >= 0 else [])
+    if bad:
+        print(f"swarm metrics run: {', '.join(bad)} must be positive", file=sys.stderr)
+        return EXIT_INVALID
+    try:
+        loaded = load_fleet(fleet_paths(args))
+        state = desired_state(loaded)
+    except FleetInvalid as exc:
+        print(exc.report.text(), file=sys.stderr)
+        print("swarm metrics run: the fleet is invalid; nothing was measured", file=sys.stderr)
+        return EXIT_INVALID
+    targets = fleet_targets(loaded.fleet, state)
+    if args.limit:
+        wanted = [n for n in args.limit.split(",") if n]
+        missing = sorted(set(wanted) - {t.name for t in targets})
+        if missing:
+            print(f"swarm metrics run: no node named {', '.join(missing)}", file=sys.stderr)
+            return EXIT_INVALID
+        targets = [t for t in targets if t.name in wanted]
+    try:
+        connections = {h.name: h.connection for h in inventory_hosts(state, read_connections())}
+    except (OSError, ValueError) as exc:
+        print(f"swarm metrics run: cannot read the lab's connection file: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    simulated = [n for n in simulated_nodes(state) if n in {t.name for t in targets}]
+    progress(f"measuring {', '.join(parts)} on {len(targets)} node(s) of fleet {args.fleet}")
+    if simulated and "gpu" in parts:
+        progress(f"note: {', '.join(simulated)} have SIMULATED GPUs: not measured (simulated)")
+    options = fleetrun.Options(
+        ping_count=args.ping_count,
+        iperf3_duration_s=args.duration,
+        fio_runtime_s=args.duration,
+        max_parallel=args.parallel,
+    )
+    at = datetime.now(UTC).isoformat(timespec="seconds")
+    outcome = fleetrun.measure(targets, _ssh_shell(connections), parts, options, progress)
+    recorded = _record(args.db, args.fleet, at, outcome.measurements, args.threshold)
+    if isinstance(recorded, str):
+        print(recorded, file=sys.stderr)
+        return EXIT_INVALID
+    run_id, previous, changes = recorded
+    for t in targets:  # node_exporter's textfile collector: each node's own latest figures
+        text = render_textfile(_node_files(outcome.measurements, t.name))
+        if not text:
+            continue
+        written = _ssh_shell(connections)(t.name, probes.textfile_upload(TEXTFILE_PATH), 30, text)
+        if written.rc != 0:
+            outcome.not_measured.append(
+                fleetrun.NotMeasured(t.name, "output", f"write {TEXTFILE_PATH}", fleetrun.why(written), True)
+            )
+    site_of = {t.name: t.site for t in targets}
+    if args.write_latency_matrix:
+        rtt = site_rtt_ms(outcome.measurements, site_of)
+        Path(args.write_latency_matrix).write_text(latency_matrix_yaml(rtt, measured_at=at), encoding="utf-8")
+        progress(f"wrote a LatencyMatrix of {len(rtt)} site pair(s) to {args.write_latency_matrix}")
+    if args.plots:
+        from ..metrics.plots import bandwidth_bars, latency_heatmap
+
+        out = Path(args.plots)
+        out.mkdir(parents=True, exist_ok=True)
+        drawn = [
+            latency_heatmap(outcome.measurements, out / "latency.png", site_of),
+            bandwidth_bars(outcome.measurements, out / "bandwidth.png"),
+        ]
+        progress(f"plots: {', '.join(str(p) for p in drawn if p) or 'nothing to draw'}")
+    if args.format == "json":
+        emit(
+            to_json(run_id, outcome.measurements, changes, [asdict(n) for n in outcome.not_measured]).rstrip()
+        )
+    else:
+        emit(to_table(outcome.measurements, changes).rstrip("\n"))
+        for n in outcome.not_measured:
+            emit(f"{'FAILED' if n.failed else 'not measured'}: {n.node}: {n.what}: {n.why}")
+        flagged = sum(c.regression for c in changes)
+        emit(
+            f"run {run_id}: {len(outcome.measurements)} measurement(s), {len(outcome.failed)} failed, "
+            f"{flagged} regression(s) beyond {args.threshold:.0%}"
+            + (f" vs run {previous}" if previous else " (first run)")
+            + f"; history {args.db}; textfiles {TEXTFILE_PATH}"
+        )
+    return EXIT_FAILURE if outcome.failed else EXIT_OK
+
+
 def cmd_accept(args: argparse.Namespace) -> int:
     try:
         fleet = load_fleet(fleet_paths(args)).fleet
@@ -129,8 +276,9 @@ def cmd_accept(args: argparse.Namespace) -> int:
     except (sqlite3.Error, OSError) as exc:
         print(f"{args.db}: not a usable metrics database ({exc})", file=sys.stderr)
         return EXIT_INVALID
+    head = next((n.name for n in fleet.nodes.values() if "head" in n.roles), None)
     nodes = [
-        NodeFacts(n.name, n.site, n.roles, tuple(g.model for g in n.gpus), n.gpu_backend == "simulated")
+        NodeFacts(n.name, n.site, n.roles, tuple(g.model for g in n.gpus), n.gpu_backend == "simulated", head)
         for n in fleet.nodes.values()
         if not args.limit or n.name in args.limit.split(",")
     ]
@@ -154,6 +302,44 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         description="Fleet measurements (iperf3, fio, ping) kept in SQLite, compared with the previous run.",
     )
     msub = p.add_subparsers(dest="metrics_command", required=True, metavar="SUBCOMMAND")
+    r = msub.add_parser(
+        "run",
+        help="measure the fleet over SSH: network, storage, GPU; record, compare, write outputs",
+        description="Measure the fleet's nodes over SSH with the tools the node layer installs. "
+        "network: ping from every node to every other (mesh and underlay; p50, p99, loss), iperf3 "
+        "single stream and -P 4 on one pair per site pair, one inside each site and one per node to "
+        "its site's representative (rounds share no node or link), WireGuard overhead. storage: fio "
+        "on the scratch mount (4 KiB random read QD32, 1 MiB sequential read and write). gpu: NVML "
+        "telemetry (nvidia-smi); simulated GPUs are 'not measured (simulated)'. The run is stored "
+        "in the history and compared with the previous one; each node gets its figures as "
+        f"{TEXTFILE_PATH} (node_exporter textfile collector).",
+        epilog="Exit codes: 0 everything measured, 1 a measurement failed (unreachable node, tool "
+        "error; each named), 2 invalid input. Progress goes to stderr, the report to stdout.",
+    )
+    r.add_argument("paths", nargs="*", metavar="PATHS", help="fleet YAML files or directories")
+    r.add_argument("--fleet", default="lab", help="fleet name (default: lab); also the history's run key")
+    r.add_argument(
+        "--only", metavar="PARTS", help=f"comma-separated, from {','.join(fleetrun.PARTS)} (default: all)"
+    )
+    r.add_argument("--limit", metavar="NODES", help="comma-separated node names (default: all)")
+    r.add_argument("--db", default=str(DEFAULT_DB), help=f"history database (default: {DEFAULT_DB})")
+    r.add_argument("--format", choices=("table", "json"), default="table")
+    r.add_argument("--plots", metavar="DIR", help="write latency.png (RTT heatmap) and bandwidth.png here")
+    r.add_argument(
+        "--write-latency-matrix", metavar="FILE", help="write the measured site RTT as a LatencyMatrix"
+    )
+    r.add_argument(
+        "--duration", type=int, default=5, help="seconds per iperf3 test and per fio job (default: 5)"
+    )
+    r.add_argument("--ping-count", type=int, default=20, help="pings per node pair and path (default: 20)")
+    r.add_argument("--parallel", type=int, default=4, help="most tests at once (default: 4)")
+    r.add_argument(
+        "--threshold",
+        type=float,
+        default=DEFAULT_THRESHOLD,
+        help="regression threshold as a fraction (default: 0.10)",
+    )
+    r.set_defaults(func=cmd_run)
     q = msub.add_parser(
         "import",
         help="record saved iperf3/fio/ping output as a run and compare it with the previous run",

@@ -96,6 +96,18 @@ def ansible_connection_vars(conn: Connection) -> dict[str, Any]:
     return out
 
 
+def ssh_argv(conn: Connection, command: str) -> list[str]:
+    """``ssh`` argv running ``command`` (one string, for the node's login shell) on ``conn``'s
+    node: no prompts (BatchMode), a 10 s connect timeout, and the lab's key and known_hosts
+    with strict checking when ``conn`` has them (the same as the engines' SSH settings)."""
+    argv = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-p", str(conn.port)]
+    if conn.private_key_file:
+        argv += ["-i", conn.private_key_file, "-o", "IdentitiesOnly=yes"]
+    if conn.known_hosts_file:
+        argv += ["-o", f"UserKnownHostsFile={conn.known_hosts_file}", "-o", "StrictHostKeyChecking=yes"]
+    return [*argv, "--", f"{conn.user}@{conn.host}", command]
+
+
 class InventorySourceError(Exception):
     """An inventory source that gives no hosts: not a fleet, an invalid fleet (the message
     holds the validator's report, one ``file:line:col`` line per problem), or a failure to

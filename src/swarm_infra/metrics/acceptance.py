@@ -12,13 +12,16 @@ NOT_SIMULATED = "not measured (simulated)"
 
 @dataclass(frozen=True)
 class NodeFacts:
-    """What rules match on: the node's name, site, roles, GPU models, and whether its GPUs are simulated."""
+    """What rules match on: the node's name, site, roles, GPU models, and whether its GPUs are
+    simulated; ``head``: the name of the fleet's head node (``max_rtt_to_head_ms`` is the
+    node's mesh RTT to it; None when the fleet has none)."""
 
     name: str
     site: str
     roles: tuple[str, ...]
     gpu_models: tuple[str, ...]
     simulated_gpu: bool
+    head: str | None = None
 
 
 @dataclass(frozen=True)
@@ -48,7 +51,7 @@ def _value(name: str, node: NodeFacts, ms: list[Measurement]) -> float | None:
     Worst of several: the lowest for a min_ threshold, the highest for a max_ one.
     """
 
-    def pick(tool: str, field: str, scale: float, **labels: str) -> list[float]:
+    def pick(tool: str, field: str, scale: float, **labels: str | None) -> list[float]:
         return [
             m.value * scale
             for m in ms
@@ -56,9 +59,16 @@ def _value(name: str, node: NodeFacts, ms: list[Measurement]) -> float | None:
         ]
 
     if name == "min_mesh_bandwidth_to_hub_mbit":
-        values = pick("iperf3", "end.sum_received.bits_per_second", 1e-6, src=node.name, path="mesh")
+        # The node's mesh tests, sending or receiving: the schedule pairs every node with its
+        # site's representative (the hub where the site has one), and representatives across sites.
+        field = "end.sum_received.bits_per_second"
+        values = pick("iperf3", field, 1e-6, src=node.name, path="mesh") + pick(
+            "iperf3", field, 1e-6, dst=node.name, path="mesh"
+        )
     elif name == "max_rtt_to_head_ms":
-        values = pick("ping", "rtt.p50", 1.0, src=node.name, path="mesh")
+        if node.name == node.head:
+            return 0.0  # the head itself
+        values = pick("ping", "rtt.p50", 1.0, src=node.name, dst=node.head, path="mesh") if node.head else []
     elif name == "min_scratch_iops":
         values = pick("fio", "read.iops", 1.0, node=node.name)
     elif name == "max_storage_p99_ms":

@@ -16,9 +16,16 @@ def _key(m: Measurement) -> tuple[str, str, str, tuple[tuple[str, str], ...]]:
     return (m.tool, m.field, m.unit, m.labels)
 
 
-def to_json(run_id: int, measurements: list[Measurement], changes: list[Change]) -> str:
+def to_json(
+    run_id: int,
+    measurements: list[Measurement],
+    changes: list[Change],
+    not_measured: list[dict[str, object]] | None = None,
+) -> str:
     """``{"run": id, "measurements": [{tool, field, value, unit, labels{}, previous?, change?,
-    regression?}], "regressions": n}``, keys sorted, 2-space indent; ``change`` is a fraction."""
+    regression?}], "regressions": n}``, keys sorted, 2-space indent; ``change`` is a fraction.
+    With ``not_measured`` (``swarm metrics run``): also ``"not_measured": [{node, part, what,
+    why, failed}]``."""
     by_key = {_key(c.current): c for c in changes}
     rows = []
     for m in measurements:
@@ -33,7 +40,13 @@ def to_json(run_id: int, measurements: list[Measurement], changes: list[Change])
         if c is not None:
             row.update(previous=c.previous, change=c.change, regression=c.regression)
         rows.append(row)
-    doc = {"run": run_id, "measurements": rows, "regressions": sum(c.regression for c in changes)}
+    doc: dict[str, object] = {
+        "run": run_id,
+        "measurements": rows,
+        "regressions": sum(c.regression for c in changes),
+    }
+    if not_measured is not None:
+        doc["not_measured"] = not_measured
     return json.dumps(doc, indent=2, sort_keys=True) + "\n"
 
 

@@ -50,19 +50,49 @@ def representative_pairs(
     the representative sends to the first other node by name. Sites with a single node get no
     intra-site test.
     """
-    preferred = preferred or {}
-    members: dict[str, list[str]] = {}
-    for node, site in sorted(node_sites.items()):
-        members.setdefault(site, []).append(node)
-    rep = {
-        site: preferred[site] if preferred.get(site) in nodes else nodes[0] for site, nodes in members.items()
-    }
+    members = _members(node_sites)
+    rep = representatives(node_sites, preferred)
     pairs = [PairTest(rep[a], rep[b], a, b) for a, b in combinations(sorted(members), 2)]
     for site, nodes in members.items():
         others = [n for n in nodes if n != rep[site]]
         if others:
             pairs.append(PairTest(rep[site], others[0], site, site))
     return sorted(pairs, key=lambda p: (p.src_site, p.dst_site))
+
+
+def _members(node_sites: Mapping[str, str]) -> dict[str, list[str]]:
+    members: dict[str, list[str]] = {}
+    for node, site in sorted(node_sites.items()):
+        members.setdefault(site, []).append(node)
+    return members
+
+
+def representatives(
+    node_sites: Mapping[str, str], preferred: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """Each site's representative node: ``preferred[site]`` when it is in the site, else the
+    site's first node by name."""
+    preferred = preferred or {}
+    return {
+        site: preferred[site] if preferred.get(site) in nodes else nodes[0]
+        for site, nodes in _members(node_sites).items()
+    }
+
+
+def admission_pairs(
+    node_sites: Mapping[str, str], tests: list[PairTest], preferred: Mapping[str, str] | None = None
+) -> list[PairTest]:
+    """One more test for every node that none of ``tests`` involves: the node sends to its
+    site's representative (NodeAcceptance's bandwidth to the hub needs a figure per node).
+    S·(S-1)/2 + S + (N - 2·S) tests at most with ``tests`` from :func:`representative_pairs`:
+    linear in the nodes, never N²."""
+    covered = {n for t in tests for n in (t.src, t.dst)}
+    rep = representatives(node_sites, preferred)
+    return [
+        PairTest(node, rep[site], site, site)
+        for node, site in sorted(node_sites.items())
+        if node not in covered and node != rep[site]
+    ]
 
 
 def schedule_rounds(tests: list[PairTest], max_parallel: int) -> list[list[PairTest]]:

@@ -1,0 +1,149 @@
+"""The shell commands `swarm metrics run` sends to nodes, and the readers of what they print.
+
+Every value from the fleet (addresses, mount paths) reaches the node's shell quoted
+(``shlex.quote``); the numbers are the run's options. The tools are the ones the node layer
+installs: ``ping`` (iputils), ``iperf3`` (with the mesh), ``fio`` (with scratch storage), and
+``nvidia-smi`` (with the NVIDIA driver).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from swarm_infra.metrics.measurement import Measurement, MeasurementParseError, make_labels
+
+IPERF3_PORT = 5201
+"""iperf3's default port; two tests of a round never share a node, so one port serves all."""
+
+_MARK = "@@swarm-metrics "
+
+
+def ping_batch(addresses: list[str], count: int, interval_s: float) -> str:
+    """A script that pings every address at once (``ping -n -c COUNT -i INTERVAL -W 1``) and
+    then prints each output after a marker line; read it back with :func:`split_batch`.
+
+    ``interval_s`` below 0.2 needs root on the node (iputils).
+    """
+    lines = ["d=$(mktemp -d) || exit 1", "trap 'rm -rf \"$d\"' EXIT"]
+    for i, address in enumerate(addresses):
+        lines.append(
+            f'ping -n -c {int(count)} -i {float(interval_s):g} -W 1 {shlex.quote(address)} >"$d/{i}" 2>&1 &'
+        )
+    lines.append("wait")
+    lines += [f'echo "{_MARK}{i}"; cat "$d/{i}"' for i in range(len(addresses))]
+    return "\n".join(lines) + "\n"
+
+
+def split_batch(stdout: str, n: int) -> list[str]:
+    """The ``n`` outputs of a :func:`ping_batch` script, in address order ("" for one that is missing)."""
+    parts = {}
+    for chunk in stdout.split(_MARK)[1:]:
+        index, _, body = chunk.partition("\n")
+        if index.strip().isdigit():
+            parts[int(index)] = body
+    return [parts.get(i, "") for i in range(n)]
+
+
+def iperf3_server(bind: str, timeout_s: int, port: int = IPERF3_PORT) -> str:
+    """Start one iperf3 server for a single test (``-s -1``), bound to ``bind``, detached from
+    the SSH session and ended by ``timeout`` at the latest; the script returns once the port
+    listens (it polls ``ss`` for up to 5 s) and exits 1 if it never does."""
+    return (
+        f"setsid -f timeout {int(timeout_s)} iperf3 -s -1 -B {shlex.quote(bind)} -p {int(port)} "
+        ">/dev/null 2>&1 </dev/null\n"
+        "for _ in $(seq 100); do\n"
+        f"  ss -Hltn 'sport = :{int(port)}' | grep -q . && exit 0\n"
+        "  sleep 0.05\n"
+        "done\n"
+        "echo 'iperf3 server did not start listening' >&2; exit 1\n"
+    )
+
+
+def iperf3_client(
+    server: str, duration_s: int, streams: int, reverse: bool = False, port: int = IPERF3_PORT
+) -> str:
+    """``iperf3 -c SERVER -J -t DURATION -P STREAMS`` (``-R``: the server sends), giving up on
+    an unreachable server after 3 s."""
+    reverse_flag = " -R" if reverse else ""
+    return (
+        f"iperf3 -c {shlex.quote(server)} -p {int(port)} -J -t {int(duration_s)} -P {int(streams)}"
+        f"{reverse_flag} --connect-timeout 3000"
+    )
+
+
+FIO_JOBS = ("randread-4k-qd32", "seqread-1m", "seqwrite-1m")
+"""fio's job names, run one after the other (``--stonewall``)."""
+
+
+def fio_command(directory: str, size_mib: int, runtime_s: int) -> str:
+    """fio on ``directory`` with JSON output: 4 KiB random read at queue depth 32, then 1 MiB
+    sequential read, then 1 MiB sequential write; each ``runtime_s`` seconds over a
+    ``size_mib`` MiB file, direct I/O (libaio), files removed afterwards (``--unlink=1``)."""
+    common = (
+        f"--output-format=json --directory={shlex.quote(directory)} --size={int(size_mib)}M "
+        f"--runtime={int(runtime_s)} --time_based --ioengine=libaio --direct=1 --unlink=1"
+    )
+    return (
+        f"fio {common} "
+        f"--name={FIO_JOBS[0]} --rw=randread --bs=4k --iodepth=32 "
+        f"--name={FIO_JOBS[1]} --stonewall --rw=read --bs=1M --iodepth=8 "
+        f"--name={FIO_JOBS[2]} --stonewall --rw=write --bs=1M --iodepth=8"
+    )
+
+
+NVIDIA_SMI_FIELDS = {
+    "clocks.sm": "MHz",
+    "clocks.mem": "MHz",
+    "power.draw": "W",
+    "temperature.gpu": "C",
+    "ecc.errors.uncorrected.volatile.total": "count",
+}
+"""NVML telemetry as nvidia-smi names it (``nvidia-smi --help-query-gpu``), with its units."""
+
+
+def nvidia_smi_command() -> str:
+    """nvidia-smi's CSV query of :data:`NVIDIA_SMI_FIELDS` per GPU, without header or units."""
+    return f"nvidia-smi --query-gpu=index,{','.join(NVIDIA_SMI_FIELDS)} --format=csv,noheader,nounits"
+
+
+_NA = re.compile(r"^\[?N/A\]?$|^\[Not Supported\]$")
+
+
+def parse_nvidia_smi(text: str, **labels: str | int | None) -> list[Measurement]:
+    """Measurements from :func:`nvidia_smi_command` output: one line per GPU,
+    ``index, clocks.sm, clocks.mem, power.draw, temperature.gpu, ecc...`` (e.g.
+    ``0, 1980, 2619, 312.45, 41, 0``). A field nvidia-smi reports as ``[N/A]`` or
+    ``[Not Supported]`` (no ECC on the board, say) is left out. Each record has the label
+    ``gpu`` (the index). Raises MeasurementParseError on a line with the wrong number of
+    fields or a value that is not a number.
+    """
+    out: list[Measurement] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) != 1 + len(NVIDIA_SMI_FIELDS):
+            raise MeasurementParseError(f"nvidia-smi: expected {1 + len(NVIDIA_SMI_FIELDS)} fields: {line!r}")
+        lab = make_labels(gpu=cells[0], **labels)
+        for (field, unit), cell in zip(NVIDIA_SMI_FIELDS.items(), cells[1:], strict=True):
+            if _NA.match(cell):
+                continue
+            try:
+                out.append(Measurement("nvidia-smi", field, float(cell), unit, lab))
+            except ValueError:
+                raise MeasurementParseError(f"nvidia-smi: {field} is not a number: {cell!r}") from None
+    if not out:
+        raise MeasurementParseError("nvidia-smi: no GPU reported")
+    return out
+
+
+def textfile_upload(path: str) -> str:
+    """Write stdin to ``path`` atomically (a temporary file beside it, then ``mv``), mode 0644,
+    as node_exporter's textfile collector asks (it must never read a half-written file)."""
+    directory, _, name = path.rpartition("/")
+    tmp = f"{directory}/.{name}.tmp"
+    return (
+        f"mkdir -p {shlex.quote(directory)} && cat > {shlex.quote(tmp)} && "
+        f"chmod 0644 {shlex.quote(tmp)} && mv -f {shlex.quote(tmp)} {shlex.quote(path)}"
+    )
