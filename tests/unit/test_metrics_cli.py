@@ -76,7 +76,8 @@ def test_accept_names_failing_nodes_metrics_values_and_thresholds(tmp_path, caps
     out = capsys.readouterr().out
     assert code == 1
     assert ("lab-head-1: min_scratch_iops" in out) == (iops < 1000)  # judged on the measured value
-    assert "lab-head-1: max_rtt_to_head_ms = not measured, threshold 200" in out
+    assert "lab-gpu-1: max_rtt_to_head_ms = not measured, threshold 200" in out
+    assert "lab-head-1: max_rtt_to_head_ms" not in out  # the head's RTT to itself is 0
     assert "lab-gpu-1: min_tflops = not measured (simulated), threshold 400" in out
     assert out.rstrip().endswith("0 of 2 nodes accepted (run 1); failing: lab-gpu-1, lab-head-1")
 

@@ -69,7 +69,7 @@ def test_textfile_parses_as_prometheus_text_with_labels_and_values():
     text = render_textfile(ms)
     families = {f.name: f for f in parser.text_string_to_metric_families(text)}
     assert set(families) == {metric_name(m) for m in ms}
-    iops = families["swarm_fio_read_iops_iops"].samples[0]
+    iops = families["swarm_fio_read_iops"].samples[0]
     expected = next(m for m in ms if m.field == "read.iops")
     assert iops.value == expected.value and iops.labels == {"job": "randread-4k", "node": 'n"1'}
     assert render_textfile([]) == ""

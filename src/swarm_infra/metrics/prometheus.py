@@ -22,9 +22,13 @@ _UNIT_SUFFIX = {
 
 
 def metric_name(m: Measurement) -> str:
-    """``swarm_<tool>_<field>_<unit>``, with every character outside [a-zA-Z0-9_] made ``_``."""
+    """``swarm_<tool>_<field>_<unit>``, with every character outside [a-zA-Z0-9_] made ``_``
+    and the unit left out where the field already ends with it (``swarm_fio_read_iops``)."""
     suffix = _UNIT_SUFFIX.get(m.unit, m.unit)
-    return re.sub(r"[^a-zA-Z0-9_]", "_", f"swarm_{m.tool}_{m.field}_{suffix}").replace("__", "_")
+    name = re.sub(r"[^a-zA-Z0-9_]", "_", f"swarm_{m.tool}_{m.field}").replace("__", "_")
+    if not name.endswith(f"_{suffix}"):
+        name = re.sub(r"[^a-zA-Z0-9_]", "_", f"{name}_{suffix}").replace("__", "_")
+    return name
 
 
 def _escape(value: str) -> str:

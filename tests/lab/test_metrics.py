@@ -1,0 +1,166 @@
+"""`swarm metrics run` and `swarm metrics accept` on the real lab (root; CI runs them): real
+ping, iperf3 and fio on the nodes over SSH, their real JSON through the parsers, the history,
+plots, textfile-collector files on each node, and a node that fails admission because its
+site is slow on purpose (lab-b's declared WAN latency).
+
+Expected values come from the lab fleet: its nodes, sites, mesh, scratch, the WAN latency
+the lab emulates, and the pairs the schedule picks.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from swarm_infra.fleet.sources import fleet_paths
+from swarm_infra.metrics.prometheus import TEXTFILE_PATH
+from swarm_infra.metrics.schedule import admission_pairs, representative_pairs
+from swarm_infra.metrics.targets import fleet_targets
+from swarm_infra.resolve import load_fleet
+from tests.labkit import LAB_STATE, ROOT, edit, fleet_copy, on_node, swarm
+
+pytestmark = [pytest.mark.root, pytest.mark.lab]
+LAB_ORDER = 36  # after Ray (35) and before the end-to-end removals (40): the mesh is up
+
+FLEET = load_fleet(fleet_paths(ROOT / "inventory/lab")).fleet
+TARGETS = {t.name: t for t in fleet_targets(FLEET, LAB_STATE)}
+HEAD = next(n for n, t in TARGETS.items() if t.head)
+SLOW_SITE = max(FLEET.sites.values(), key=lambda s: s.wan["latency_ms"])
+SLOW = sorted(n for n, t in TARGETS.items() if t.site == SLOW_SITE.name)
+
+
+@pytest.fixture(scope="module")
+def run(lab, tmp_path_factory) -> dict:
+    """One measured run of the whole lab: {"json": the report, "dir": its files, "stderr": progress}."""
+    for layer in ("storage", "mesh"):  # what the measurements need (a no-op after the site converge)
+        converged = swarm("converge", "--engine", "pyinfra", "--layer", layer, check=False)
+        assert converged.returncode == 0, converged.stdout[-2000:]
+    out = tmp_path_factory.mktemp("metrics")
+    proc = swarm(
+        "metrics", "run", "--fleet", "lab", "--db", str(out / "m.db"), "--plots", str(out / "plots"),
+        "--write-latency-matrix", str(out / "latency.yaml"), "--format", "json",
+        "--duration", "2", "--ping-count", "10", check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return {"json": json.loads(proc.stdout), "dir": out, "stderr": proc.stderr}
+
+
+def values(report: dict, tool: str, field: str, **labels: str) -> list[float]:
+    return [
+        m["value"]
+        for m in report["measurements"]
+        if m["tool"] == tool
+        and m["field"] == field
+        and all(m["labels"].get(k) == v for k, v in labels.items())
+    ]
+
+
+def test_every_node_pings_every_other_over_the_mesh_and_the_reachable_underlay(run) -> None:
+    report = run["json"]
+    for src in TARGETS.values():
+        for dst in TARGETS.values():
+            if src.name == dst.name:
+                continue
+            mesh = values(report, "ping", "packet_loss", src=src.name, dst=dst.name, path="mesh")
+            assert mesh == [0.0], (src.name, dst.name)
+            underlay = values(report, "ping", "rtt.p50", src=src.name, dst=dst.name, path="underlay")
+            assert len(underlay) == (1 if dst.underlay_reachable_from(src) else 0), (src.name, dst.name)
+    # The emulated WAN shows: across to the slow site, at least both directions' declared latency.
+    floor = 2 * SLOW_SITE.wan["latency_ms"]
+    for node in SLOW:
+        (rtt,) = values(report, "ping", "rtt.p50", src=node, dst=HEAD, path="mesh")
+        assert rtt >= floor, (node, rtt)
+    fast = [n for n, t in TARGETS.items() if t.site == TARGETS[HEAD].site and n != HEAD]
+    for node in fast:
+        assert values(report, "ping", "rtt.p50", src=node, dst=HEAD, path="mesh")[0] < floor
+
+
+def test_bandwidth_runs_on_the_scheduled_pairs_over_both_paths_with_one_and_four_streams(run) -> None:
+    sites = {n: t.site for n, t in TARGETS.items()}
+    hubs = {t.site: n for n, t in TARGETS.items() if t.hub}
+    pairs = representative_pairs(sites, hubs)
+    pairs += admission_pairs(sites, pairs, hubs)
+    measured = {
+        (m["labels"]["src"], m["labels"]["dst"], m["labels"]["path"], m["labels"]["streams"])
+        for m in run["json"]["measurements"]
+        if m["field"] == "end.sum_received.bits_per_second" and m["value"] > 0
+    }
+    assert measured == {
+        (p.src, p.dst, path, streams)
+        for p in pairs
+        for path in ("mesh", "underlay")
+        for streams in ("1", "4")
+    }
+    overhead = {
+        (m["labels"]["src"], m["labels"]["dst"]) for m in run["json"]["measurements"] if m["tool"] == "swarm"
+    }
+    assert overhead == {(p.src, p.dst) for p in pairs}
+
+
+def test_fio_measures_every_scratch_and_simulated_gpus_are_not_numbers(run) -> None:
+    report = run["json"]
+    with_scratch = sorted(n for n, t in TARGETS.items() if t.scratch)
+    assert with_scratch  # the lab declares scratch on its GPU nodes
+    for node in with_scratch:
+        (iops,) = values(report, "fio", "read.iops", node=node, job="randread-4k-qd32")
+        assert iops > 0
+        assert values(report, "fio", "write.bw", node=node, job="seqwrite-1m")
+    simulated = sorted(n for n, t in TARGETS.items() if t.gpu_backend == "simulated")
+    assert (
+        sorted(
+            n["node"]
+            for n in report["not_measured"]
+            if n["part"] == "gpu" and n["why"] == "not measured (simulated)"
+        )
+        == simulated
+    )
+    assert not any(
+        m["tool"] == "nvidia-smi" and m["labels"].get("node") in simulated for m in report["measurements"]
+    )
+    assert "SIMULATED" in run["stderr"]
+
+
+def test_outputs_history_plots_latency_matrix_and_textfiles_on_each_node(run) -> None:
+    out: Path = run["dir"]
+    with sqlite3.connect(out / "m.db") as db:
+        assert db.execute("SELECT COUNT(*) FROM runs WHERE fleet = 'lab'").fetchone() == (1,)
+        stored = db.execute("SELECT COUNT(*) FROM measurements").fetchone()[0]
+    assert stored == len(run["json"]["measurements"])
+    for png in ("latency.png", "bandwidth.png"):
+        assert (out / "plots" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    matrix = yaml.safe_load((out / "latency.yaml").read_text())
+    pairs = {(p["a"], p["b"]) for p in matrix["spec"]["pairs"]}
+    assert tuple(sorted((TARGETS[HEAD].site, SLOW_SITE.name))) in pairs
+    for node in TARGETS:
+        text = on_node(node, f"cat {TEXTFILE_PATH}").stdout
+        families = {f.name: f for f in text_string_to_metric_families(text)}
+        assert "swarm_ping_rtt_p50_milliseconds" in families, node
+        samples = families["swarm_ping_rtt_p50_milliseconds"].samples
+        assert {s.labels["src"] for s in samples} == {node}  # each node holds its own figures
+        assert ("swarm_fio_read_iops" in families) == bool(TARGETS[node].scratch)
+
+
+def test_accept_fails_the_nodes_of_the_slow_site_naming_metric_value_and_threshold(run, tmp_path) -> None:
+    inventory = fleet_copy(tmp_path)
+    policies = inventory.parents[1] / "policies"
+    threshold = SLOW_SITE.wan["latency_ms"]  # below the slow site's RTT (twice it), above the fast site's
+    accept = policies / "lab" / "acceptance.yaml"
+    doc = yaml.safe_load(accept.read_text())
+    doc["spec"]["rules"] = [{"max_rtt_to_head_ms": threshold}]
+    accept.write_text(yaml.safe_dump(doc))
+    paths = [str(inventory), str(policies / "lab"), str(policies / "shared")]
+    proc = swarm("metrics", "accept", *paths, "--fleet", "lab", "--db", str(run["dir"] / "m.db"), check=False)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    failing = [line for line in proc.stdout.splitlines() if ": max_rtt_to_head_ms = " in line]
+    assert sorted(line.split(":")[0] for line in failing) == SLOW
+    assert all(f"threshold {threshold:g}" in line for line in failing)
+    assert f"{len(TARGETS) - len(SLOW)} of {len(TARGETS)} nodes accepted" in proc.stdout
+    # Loosen it past the slow site's RTT: every node is accepted.
+    edit(accept, f"max_rtt_to_head_ms: {threshold}", f"max_rtt_to_head_ms: {threshold * 10}")
+    ok = swarm("metrics", "accept", *paths, "--fleet", "lab", "--db", str(run["dir"] / "m.db"), check=False)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
