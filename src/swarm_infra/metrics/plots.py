@@ -40,6 +40,10 @@ def latency_heatmap(measurements: list[Measurement], out: Path, site_of: dict[st
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(1.2 * len(sites) + 3, 1.0 * len(sites) + 2))
     image = ax.imshow(grid, cmap="viridis")
+    for i, row in enumerate(grid):  # the figure in each cell: colours alone do not give numbers
+        for j, value in enumerate(row):
+            if value == value:  # not NaN
+                ax.text(j, i, f"{value:.1f}", ha="center", va="center", color="white", fontsize=9)
     ax.set_xticks(range(len(sites)), sites, rotation=45, ha="right")
     ax.set_yticks(range(len(sites)), sites)
     ax.set_xlabel("destination site")
@@ -77,7 +81,8 @@ def bandwidth_bars(measurements: list[Measurement], out: Path) -> Path | None:
             label=path,
         )
     ax.set_xticks(range(len(pairs)), pairs, rotation=30, ha="right")
-    ax.set_ylabel("Mbit/s received")
+    ax.set_yscale("log")  # a veth underlay and a WAN mesh differ by orders of magnitude
+    ax.set_ylabel("Mbit/s received (log)")
     ax.set_title("iperf3 bandwidth: mesh (wg0) vs underlay")
     ax.legend()
     fig.tight_layout()

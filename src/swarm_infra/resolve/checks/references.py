@@ -190,4 +190,34 @@ def storage_refs(a: Analysis) -> Iterator[Finding]:
             )
 
 
-CHECKS = (node_refs, assignment_refs, include_refs, allocation_refs, storage_refs)
+def metrics_refs(a: Analysis) -> Iterator[Finding]:
+    """``reference.unresolved`` for a LatencyMatrix pair's site or a NodeAcceptance rule's
+    ``match.site``; ``gpu.model-unknown`` for a rule's ``match.gpu_model`` not in the catalog
+    (a rule that can match no node would pass every node unjudged)."""
+    matrix = a.fleet.latency
+    if matrix is not None:
+        for site in sorted({s for pair in matrix.rtt_ms for s in pair}):
+            if not a.known("Site", site):
+                yield Finding(
+                    matrix.source, ("spec", "pairs"), "reference.unresolved", _missing("Site", site)
+                )
+    acceptance = a.fleet.acceptance
+    if acceptance is None:
+        return
+    catalog = gpu_catalog()
+    for i, (match, _) in enumerate(acceptance.rules):
+        where = ("spec", "rules", i, "match")
+        if "site" in match and not a.known("Site", match["site"]):
+            yield Finding(
+                acceptance.source, (*where, "site"), "reference.unresolved", _missing("Site", match["site"])
+            )
+        if "gpu_model" in match and match["gpu_model"] not in catalog:
+            yield Finding(
+                acceptance.source,
+                (*where, "gpu_model"),
+                "gpu.model-unknown",
+                f"{match['gpu_model']!r} is not in the GPU catalog (known: {', '.join(catalog)})",
+            )
+
+
+CHECKS = (node_refs, assignment_refs, include_refs, allocation_refs, storage_refs, metrics_refs)
