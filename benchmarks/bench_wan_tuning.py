@@ -69,8 +69,12 @@ def mbit(src: str, dst: str, address: str, seconds: int, streams: int, reverse: 
 
 
 def settings(node: str) -> dict[str, str]:
-    out = on_node(node, "sysctl -n " + " ".join(KEYS), check=False).stdout.splitlines()
-    return dict(zip(KEYS, (" ".join(v.split()) for v in out), strict=False))
+    """Each of KEYS as the node reads it ("not in this namespace" where it cannot)."""
+    out = {}
+    for key in KEYS:
+        read = on_node(node, f"sysctl -n {key}", check=False)
+        out[key] = " ".join(read.stdout.split()) if read.returncode == 0 else "not in this namespace"
+    return out
 
 
 def main() -> int:
@@ -117,11 +121,16 @@ def main() -> int:
             tuned_mbit = mbit(SENDER, RECEIVER, mesh_ip[RECEIVER], args.seconds, 1)
         finally:
             subprocess.run([sys.executable, "-m", "swarm_infra.cli", "lab", "down"], cwd=ROOT, check=False)
+    # The window is bounded by the receiver's tcp_rmem max and the sender's tcp_wmem max.
     rmem_max = int(stock[0]["net.ipv4.tcp_rmem"].split()[2])
+    wmem_max = int(stock[1]["net.ipv4.tcp_wmem"].split()[2])
+    window = min(rmem_max, wmem_max)
     print(f"path: {SENDER} (lab-a) -> {RECEIVER} (lab-b, behind NAT) over wg0, RTT p50 {rtt:.1f} ms")
-    bound = rmem_max * 8 / rtt / 1e3
-    print(f"receiver's tcp_rmem max, stock: {rmem_max} B; window/RTT bound {bound:.0f} Mbit/s")
-    print("  (the kernel keeps part of the buffer for overhead, so the window is below tcp_rmem max)")
+    print(
+        f"stock: receiver's tcp_rmem max {rmem_max} B, sender's tcp_wmem max {wmem_max} B; "
+        f"window/RTT bound {window * 8 / rtt / 1e3:.0f} Mbit/s"
+    )
+    print("  (the kernel keeps part of each buffer for overhead, so the window stays below it)")
     print(f"ceiling, the delay line (underlay, -P 8):        {line:8.1f} Mbit/s")
     print(f"ceiling, WireGuard on this host (mesh, no delay): {wireguard:8.1f} Mbit/s")
     print(f"single stream, stock (HostProfile base):          {stock_mbit:8.1f} Mbit/s")

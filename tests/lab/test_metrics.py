@@ -1,7 +1,7 @@
 """`swarm metrics run` and `swarm metrics accept` on the real lab (root; CI runs them): real
-ping, iperf3 and fio on the nodes over SSH, their real JSON through the parsers, the history,
-plots, textfile-collector files on each node, and a node that fails admission because its
-site is slow on purpose (lab-b's declared WAN latency).
+ping, iperf3 and fio on the nodes over SSH, their real JSON through the parsers, a Ray
+training job over the mesh, the history, plots, textfile-collector files on each node, and a
+node that fails admission because its site is slow on purpose (lab-b's declared WAN latency).
 
 Expected values come from the lab fleet: its nodes, sites, mesh, scratch, the WAN latency
 the lab emulates, and the pairs the schedule picks.
@@ -37,7 +37,7 @@ SLOW = sorted(n for n, t in TARGETS.items() if t.site == SLOW_SITE.name)
 @pytest.fixture(scope="module")
 def run(lab, tmp_path_factory) -> dict:
     """One measured run of the whole lab: {"json": the report, "dir": its files, "stderr": progress}."""
-    for layer in ("storage", "mesh"):  # what the measurements need (a no-op after the site converge)
+    for layer in ("storage", "mesh", "ray"):  # what the measurements need (no-ops after the site converge)
         converged = swarm("converge", "--engine", "pyinfra", "--layer", layer, check=False)
         assert converged.returncode == 0, converged.stdout[-2000:]
     out = tmp_path_factory.mktemp("metrics")
@@ -131,7 +131,7 @@ def test_outputs_history_plots_latency_matrix_and_textfiles_on_each_node(run) ->
         assert db.execute("SELECT COUNT(*) FROM runs WHERE fleet = 'lab'").fetchone() == (1,)
         stored = db.execute("SELECT COUNT(*) FROM measurements").fetchone()[0]
     assert stored == len(run["json"]["measurements"])
-    for png in ("latency.png", "bandwidth.png"):
+    for png in ("latency.png", "bandwidth.png", "training.png", "inference.png"):
         assert (out / "plots" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     matrix = yaml.safe_load((out / "latency.yaml").read_text())
     pairs = {(p["a"], p["b"]) for p in matrix["spec"]["pairs"]}
@@ -164,3 +164,30 @@ def test_accept_fails_the_nodes_of_the_slow_site_naming_metric_value_and_thresho
     edit(accept, f"max_rtt_to_head_ms: {threshold}", f"max_rtt_to_head_ms: {threshold * 10}")
     ok = swarm("metrics", "accept", *paths, "--fleet", "lab", "--db", str(run["dir"] / "m.db"), check=False)
     assert ok.returncode == 0, ok.stdout + ok.stderr
+
+
+def test_training_throughput_and_scaling_over_one_to_every_gpu_worker(run) -> None:
+    workers = [n for n, s in LAB_STATE["nodes"].items() if s["ray"] and s["ray"]["num_gpus"] > 0]
+    report = run["json"]
+    rates = {
+        int(m["labels"]["nodes"]): m["value"]
+        for m in report["measurements"]
+        if m["field"] == "training.samples_per_s"
+    }
+    assert sorted(rates) == list(range(1, len(workers) + 1))
+    assert all(rate > 0 for rate in rates.values())
+    (one,) = values(report, "ray", "training.scaling_efficiency", nodes="1")
+    assert one == 1.0
+
+
+def test_inference_latency_and_throughput_at_each_client_count(run) -> None:
+    report = run["json"]
+    for clients in ("1", "8", "32"):
+        (p50,) = values(report, "ray-serve", "latency.p50", clients=clients)
+        (p99,) = values(report, "ray-serve", "latency.p99", clients=clients)
+        (errors,) = values(report, "ray-serve", "errors", clients=clients)
+        assert 0 < p50 <= p99 and errors == 0, (clients, p50, p99, errors)
+        assert values(report, "ray-serve", "requests_per_s", clients=clients)[0] > 0
+    # The load comes from the far site's GPU worker, so every request crosses the WAN twice.
+    (one,) = values(report, "ray-serve", "latency.p50", clients="1")
+    assert one >= 2 * SLOW_SITE.wan["latency_ms"]

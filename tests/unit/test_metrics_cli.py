@@ -111,6 +111,7 @@ def test_import_writes_a_latency_matrix_the_loader_reads(tmp_path, monkeypatch, 
     assert main([*args, ping]) == 0
     capsys.readouterr()
     p50 = next(m.value for m in parse_ping((DATA / "ping-loopback.txt").read_text()) if m.field == "rtt.p50")
-    matrix = load_fleet([out]).fleet.latency
+    # Read with the lab fleet: the matrix's sites must be declared (validation says so).
+    matrix = load_fleet([*fleet_dirs("lab"), out]).fleet.latency
     assert matrix is not None
     assert matrix.rtt_ms[(sites["lab-gpu-1"], sites["lab-gpu-2"])] == round(p50, 3)

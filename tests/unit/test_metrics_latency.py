@@ -22,6 +22,13 @@ def test_lowest_underlay_rtt_per_unordered_site_pair_round_trips_through_the_loa
     rtt = site_rtt_ms(ms, sites)
     assert rtt == {("a", "b"): 25.0, ("a", "a"): 0.3}
     (tmp_path / "lm.yaml").write_text(latency_matrix_yaml(rtt, measured_at="2026-11-24T22:00:00Z"))
+    (tmp_path / "sites.yaml").write_text(  # a matrix's sites must be declared
+        "".join(
+            f"---\napiVersion: swarm.io/v1alpha1\nkind: Site\nmetadata: {{name: {s}}}\n"
+            f"spec: {{region: r, underlay: {{cidr: 10.{i}.0.0/24}}}}\n"
+            for i, s in enumerate(("a", "b"), 1)
+        )
+    )
     fleet = load_fleet([tmp_path]).fleet
     assert fleet.latency is not None
     assert fleet.latency.rtt_ms[("b", "a")] == 25.0 and fleet.latency.rtt_ms[("a", "a")] == 0.3

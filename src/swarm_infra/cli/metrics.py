@@ -31,7 +31,7 @@ from ..metrics.measurement import Measurement, MeasurementParseError
 from ..metrics.ping import parse_ping
 from ..metrics.prometheus import TEXTFILE_PATH, render_textfile
 from ..metrics.report import to_json, to_table
-from ..metrics.targets import fleet_targets
+from ..metrics.targets import fleet_targets, ray_target
 from ..resolve import desired_state, load_fleet
 from .common import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, emit, fleet_paths, simulated_nodes
 
@@ -210,7 +210,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         max_parallel=args.parallel,
     )
     at = datetime.now(UTC).isoformat(timespec="seconds")
-    outcome = fleetrun.measure(targets, _ssh_shell(connections), parts, options, progress)
+    ray = ray_target(state)
+    outcome = fleetrun.measure(targets, _ssh_shell(connections), parts, options, progress, ray)
     recorded = _record(args.db, args.fleet, at, outcome.measurements, args.threshold)
     if isinstance(recorded, str):
         print(recorded, file=sys.stderr)
@@ -231,13 +232,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         Path(args.write_latency_matrix).write_text(latency_matrix_yaml(rtt, measured_at=at), encoding="utf-8")
         progress(f"wrote a LatencyMatrix of {len(rtt)} site pair(s) to {args.write_latency_matrix}")
     if args.plots:
-        from ..metrics.plots import bandwidth_bars, latency_heatmap
+        from ..metrics.plots import bandwidth_bars, inference_latency, latency_heatmap, training_scaling
 
         out = Path(args.plots)
         out.mkdir(parents=True, exist_ok=True)
         drawn = [
             latency_heatmap(outcome.measurements, out / "latency.png", site_of),
             bandwidth_bars(outcome.measurements, out / "bandwidth.png"),
+            training_scaling(outcome.measurements, out / "training.png"),
+            inference_latency(outcome.measurements, out / "inference.png"),
         ]
         progress(f"plots: {', '.join(str(p) for p in drawn if p) or 'nothing to draw'}")
     if args.format == "json":
@@ -310,7 +313,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "single stream and -P 4 on one pair per site pair, one inside each site and one per node to "
         "its site's representative (rounds share no node or link), WireGuard overhead. storage: fio "
         "on the scratch mount (4 KiB random read QD32, 1 MiB sequential read and write). gpu: NVML "
-        "telemetry (nvidia-smi); simulated GPUs are 'not measured (simulated)'. The run is stored "
+        "telemetry (nvidia-smi); simulated GPUs are 'not measured (simulated)'. training: Ray "
+        "throughput and weak scaling over 1..N GPU workers. inference: Ray Serve latency p50/p99 and "
+        "requests/s at 1, 8 and 32 clients over the mesh. The run is stored "
         "in the history and compared with the previous one; each node gets its figures as "
         f"{TEXTFILE_PATH} (node_exporter textfile collector).",
         epilog="Exit codes: 0 everything measured, 1 a measurement failed (unreachable node, tool "
@@ -324,7 +329,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--limit", metavar="NODES", help="comma-separated node names (default: all)")
     r.add_argument("--db", default=str(DEFAULT_DB), help=f"history database (default: {DEFAULT_DB})")
     r.add_argument("--format", choices=("table", "json"), default="table")
-    r.add_argument("--plots", metavar="DIR", help="write latency.png (RTT heatmap) and bandwidth.png here")
+    r.add_argument(
+        "--plots",
+        metavar="DIR",
+        help="write latency.png (RTT heatmap), bandwidth.png, training.png and inference.png here",
+    )
     r.add_argument(
         "--write-latency-matrix", metavar="FILE", help="write the measured site RTT as a LatencyMatrix"
     )

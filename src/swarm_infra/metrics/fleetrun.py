@@ -13,6 +13,11 @@ decides what runs where and in what order, and never how a node is reached. Part
 - ``storage``: fio on each node's scratch mount.
 - ``gpu``: NVML telemetry (``nvidia-smi --query-gpu``) on nodes with the nvml backend; nodes
   with simulated GPUs are reported as not measured (simulated), never as a number.
+- ``training``: throughput and weak scaling over 1..N GPU workers of the fleet's Ray cluster
+  (``jobs/fleet_training.py``, submitted on the head).
+- ``inference``: a small model served with Ray Serve on the GPU workers, behind the head's
+  proxy on its mesh address; latency p50/p99 and requests/s at 1, 8 and 32 clients from a
+  load generator on a GPU worker (``jobs/fleet_inference.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 from swarm_infra.metrics import probes
@@ -30,10 +36,13 @@ from swarm_infra.metrics.iperf3 import parse_iperf3
 from swarm_infra.metrics.measurement import Measurement, MeasurementParseError, make_labels
 from swarm_infra.metrics.ping import parse_ping
 from swarm_infra.metrics.schedule import PairTest, admission_pairs, representative_pairs, schedule_rounds
-from swarm_infra.metrics.targets import NodeTarget
+from swarm_infra.metrics.targets import NodeTarget, RayTarget
 
-PARTS = ("network", "storage", "gpu")
+PARTS = ("network", "storage", "gpu", "training", "inference")
 """What ``--only`` chooses from, in the order a run measures them."""
+
+JOBS = Path(__file__).resolve().parents[3] / "jobs"
+"""The Ray job scripts (the repository's ``jobs/``), uploaded to the head for each run."""
 
 
 class Shell(Protocol):
@@ -73,6 +82,11 @@ class Options:
     fio_size_mib: int = 256
     fio_runtime_s: int = 5
     max_parallel: int = 4
+    training_epochs: int = 20
+    training_tasks_per_node: int = 2
+    inference_clients: tuple[int, ...] = (1, 8, 32)
+    inference_requests: int = 400
+    inference_port: int = 8000
 
 
 @dataclass
@@ -92,8 +106,14 @@ def why(result: Result) -> str:
 
 class _Run:
     def __init__(
-        self, targets: list[NodeTarget], shell: Shell, options: Options, progress: Callable[[str], None]
+        self,
+        targets: list[NodeTarget],
+        shell: Shell,
+        options: Options,
+        progress: Callable[[str], None],
+        ray: RayTarget | None = None,
     ):
+        self.ray = ray
         self.targets = {t.name: t for t in targets}
         self.shell = shell
         self.options = options
@@ -237,6 +257,38 @@ class _Run:
         for ms in self._parallel(self.telemetry, real, self.options.max_parallel):
             self.outcome.measurements += ms
 
+    # ---------------------------------------------------------------- training
+    def _ray_job(self, part: str, what: str, script: str, args: list[str], parse: Callable) -> None:
+        ray = self.ray
+        if ray is None:
+            self._miss("-", part, what, "the fleet declares no RayCluster", False)
+            return
+        command = probes.ray_job(ray.venv, ray.dashboard, script, args)
+        result = self.shell(ray.head, command, 900, (JOBS / script).read_text())
+        try:
+            if result.rc != 0:
+                raise MeasurementParseError(f"the job failed: {why(result)}")
+            self.outcome.measurements += parse(result.stdout, cluster=ray.cluster)
+        except MeasurementParseError as exc:
+            self._miss(ray.head, part, what, str(exc))
+
+    def training(self) -> None:
+        o = self.options
+        if self.ray:
+            self.progress(f"training: weak scaling over 1..N GPU workers of Ray cluster {self.ray.cluster}")
+        args = ["--epochs", str(o.training_epochs), "--tasks-per-node", str(o.training_tasks_per_node)]
+        self._ray_job("training", "Ray training throughput", "fleet_training.py", args, probes.parse_training)
+
+    # ---------------------------------------------------------------- inference
+    def inference(self) -> None:
+        o = self.options
+        clients = ",".join(str(c) for c in o.inference_clients)
+        if self.ray:
+            self.progress(f"inference: Ray Serve on the GPU workers, {clients} clients over the mesh")
+        args = ["--host", self.ray.head_ip if self.ray else "", "--port", str(o.inference_port)]
+        args += ["--clients", clients, "--requests", str(o.inference_requests)]
+        self._ray_job("inference", "Ray Serve latency", "fleet_inference.py", args, probes.parse_inference)
+
     @staticmethod
     def _parallel(fn: Callable, items: list, workers: int) -> Iterable[list[Measurement]]:
         if not items:
@@ -271,13 +323,15 @@ def measure(
     parts: Iterable[str] = PARTS,
     options: Options | None = None,
     progress: Callable[[str], None] = lambda line: None,
+    ray: RayTarget | None = None,
 ) -> Outcome:
-    """Measure ``parts`` (a subset of :data:`PARTS`) on ``targets``; never raises for a node
-    or tool failure (each is a NotMeasured with ``failed``). Raises ValueError for an unknown part."""
+    """Measure ``parts`` (a subset of :data:`PARTS`) on ``targets`` (and the Ray cluster
+    ``ray`` for ``training``); never raises for a node or tool failure (each is a NotMeasured
+    with ``failed``). Raises ValueError for an unknown part."""
     unknown = set(parts) - set(PARTS)
     if unknown:
         raise ValueError(f"unknown part(s) {', '.join(sorted(unknown))}; choose from {', '.join(PARTS)}")
-    run = _Run(targets, shell, options or Options(), progress)
+    run = _Run(targets, shell, options or Options(), progress, ray)
     for part in PARTS:
         if part in parts:
             started = time.monotonic()

@@ -89,3 +89,71 @@ def bandwidth_bars(measurements: list[Measurement], out: Path) -> Path | None:
     fig.savefig(out, format="png")
     plt.close(fig)
     return out
+
+
+def training_scaling(measurements: list[Measurement], out: Path) -> Path | None:
+    """The training scaling curve: ``training.samples_per_s`` against the worker count, with
+    the ideal (linear from one node) dashed and the scaling efficiency on the right axis.
+
+    Returns ``out``, or None when no training measurement exists.
+    """
+    rate = {int(str(m.label("nodes"))): m.value for m in measurements if m.field == "training.samples_per_s"}
+    if not rate or 1 not in rate:
+        return None
+    nodes = sorted(rate)
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5, 4))
+    ax.plot(nodes, [rate[n] for n in nodes], "o-", label="measured")
+    ax.plot(nodes, [n * rate[1] for n in nodes], "--", color="grey", label="linear (ideal)")
+    ax.set_xticks(nodes)
+    ax.set_xlabel("GPU worker nodes")
+    ax.set_ylabel("samples/s")
+    ax.set_title("Ray training throughput (weak scaling)")
+    eff = ax.twinx()
+    eff.plot(nodes, [rate[n] / (n * rate[1]) for n in nodes], "s:", color="tab:red", label="efficiency")
+    eff.set_ylim(0, 1.1)
+    eff.set_ylabel("scaling efficiency", color="tab:red")
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    fig.savefig(out, format="png")
+    plt.close(fig)
+    return out
+
+
+def inference_latency(measurements: list[Measurement], out: Path) -> Path | None:
+    """Ray Serve latency p50 and p99 (ms) against the number of concurrent clients, with
+    requests/s on the right axis. Returns ``out``, or None when no inference was measured."""
+    by: dict[str, dict[int, float]] = {}
+    for m in measurements:
+        if m.tool == "ray-serve" and m.label("clients") is not None:
+            by.setdefault(m.field, {})[int(str(m.label("clients")))] = m.value
+    if not by.get("latency.p50"):
+        return None
+    clients = sorted(by["latency.p50"])
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5, 4))
+    for field, style in (("latency.p50", "o-"), ("latency.p99", "s--")):
+        points = by.get(field, {})
+        ax.plot(
+            [c for c in clients if c in points],
+            [points[c] for c in clients if c in points],
+            style,
+            label=field,
+        )
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(clients, [str(c) for c in clients])
+    ax.set_xlabel("concurrent clients")
+    ax.set_ylabel("latency (ms)")
+    ax.set_title("Ray Serve over the mesh")
+    rate = by.get("requests_per_s", {})
+    if rate:
+        right = ax.twinx()
+        right.plot(
+            [c for c in clients if c in rate], [rate[c] for c in clients if c in rate], "^:", color="tab:red"
+        )
+        right.set_ylabel("requests/s", color="tab:red")
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    fig.savefig(out, format="png")
+    plt.close(fig)
+    return out

@@ -8,6 +8,7 @@ installs: ``ping`` (iputils), ``iperf3`` (with the mesh), ``fio`` (with scratch 
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 
@@ -147,3 +148,73 @@ def textfile_upload(path: str) -> str:
         f"mkdir -p {shlex.quote(directory)} && cat > {shlex.quote(tmp)} && "
         f"chmod 0644 {shlex.quote(tmp)} && mv -f {shlex.quote(tmp)} {shlex.quote(path)}"
     )
+
+
+def ray_job(venv: str, dashboard: str, script: str, args: list[str]) -> str:
+    """Submit the job script read from stdin (saved as ``script`` in a temporary working
+    directory, removed afterwards) with ``VENV/bin/ray job submit``, waiting for its end; the
+    job's log comes back on stdout and the exit status is the job's."""
+    argv = " ".join(shlex.quote(a) for a in args)
+    return (
+        "d=$(mktemp -d) || exit 1\n"
+        f'cat > "$d"/{shlex.quote(script)}\n'
+        f"{shlex.quote(venv)}/bin/ray job submit --address {shlex.quote(dashboard)} "
+        f'--working-dir "$d" -- python {shlex.quote(script)} {argv}\n'
+        'rc=$?; rm -rf "$d"; exit $rc\n'
+    )
+
+
+def parse_training(text: str, **labels: str | int | None) -> list[Measurement]:
+    """Measurements from jobs/fleet_training.py's ``TRAINING {json}`` lines: per worker count
+    N (label ``nodes``), ``training.samples_per_s`` (samples/s) and
+    ``training.scaling_efficiency`` (ratio: throughput(N) / (N x throughput(1))). Raises
+    MeasurementParseError when no run is found or N = 1 is missing."""
+    runs = {}
+    for line in text.splitlines():
+        _, sep, payload = line.partition("TRAINING ")
+        if not sep:
+            continue
+        try:
+            run = json.loads(payload)
+            runs[int(run["nodes"])] = float(run["samples_per_s"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise MeasurementParseError(
+                f"training: unreadable TRAINING line ({exc}): {line[:200]!r}"
+            ) from None
+    if 1 not in runs:
+        raise MeasurementParseError("training: the job printed no TRAINING line for 1 node")
+    out = []
+    for nodes, rate in sorted(runs.items()):
+        lab = make_labels(nodes=nodes, **labels)
+        out.append(Measurement("ray", "training.samples_per_s", rate, "samples/s", lab))
+        out.append(Measurement("ray", "training.scaling_efficiency", rate / (nodes * runs[1]), "ratio", lab))
+    return out
+
+
+def parse_inference(text: str, **labels: str | int | None) -> list[Measurement]:
+    """Measurements from jobs/fleet_inference.py's ``INFERENCE {json}`` lines: per client
+    count (label ``clients``), ``latency.p50`` and ``latency.p99`` (ms, nearest-rank over the
+    requests' round trips), ``requests_per_s`` (requests/s) and ``errors`` (count). Raises
+    MeasurementParseError when no line is found."""
+    out: list[Measurement] = []
+    for line in text.splitlines():
+        _, sep, payload = line.partition("INFERENCE ")
+        if not sep:
+            continue
+        try:
+            run = json.loads(payload)
+            lab = make_labels(clients=int(run["clients"]), **labels)
+            out.append(
+                Measurement("ray-serve", "requests_per_s", float(run["requests_per_s"]), "requests/s", lab)
+            )
+            out.append(Measurement("ray-serve", "errors", float(run["errors"]), "count", lab))
+            for pct in ("p50", "p99"):
+                if run[f"{pct}_ms"] is not None:
+                    out.append(Measurement("ray-serve", f"latency.{pct}", float(run[f"{pct}_ms"]), "ms", lab))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise MeasurementParseError(
+                f"inference: unreadable INFERENCE line ({exc}): {line[:200]!r}"
+            ) from None
+    if not out:
+        raise MeasurementParseError("inference: the job printed no INFERENCE line")
+    return out

@@ -39,6 +39,32 @@ class NodeTarget:
         return other.site == self.site or not self.nat
 
 
+@dataclass(frozen=True)
+class RayTarget:
+    """The fleet's own Ray cluster as the training and inference measurements reach it: jobs
+    are submitted on the ``head`` node with its venv's ``ray`` to ``dashboard``
+    (``http://<head mesh address>:<port>``), whose job API listens on the mesh only."""
+
+    cluster: str
+    head: str
+    venv: str
+    dashboard: str
+    head_ip: str
+
+
+def ray_target(state: DesiredState) -> RayTarget | None:
+    """The Ray cluster of the desired state, None when the fleet declares none."""
+    for name, node in sorted(state["nodes"].items()):
+        ray = node["ray"]
+        if ray and ray["role"] == "head" and ray["dashboard"]:
+            dash = ray["dashboard"]
+            venv = node["layout"]["files"]["ray_venv"]["path"]
+            return RayTarget(
+                ray["cluster"], name, venv, f"http://{dash['host']}:{dash['port']}", ray["node_ip"]
+            )
+    return None
+
+
 def fleet_targets(fleet: Fleet, state: DesiredState) -> list[NodeTarget]:
     """Every node of the desired state as a NodeTarget, in name order.
 

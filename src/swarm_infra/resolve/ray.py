@@ -146,8 +146,9 @@ def ray_cluster(
 
 # ------------------------------------------------------------------ shared by both Rays
 
-# What every node installs: Ray with its dashboard and job API (default), Tune and Data.
-RAY_EXTRAS = "default,tune,data"
+# What every node installs: Ray with its dashboard and job API (default), Tune, Data, and
+# Serve (`swarm metrics run --only inference` serves a model with it).
+RAY_EXTRAS = "default,tune,data,serve"
 
 
 def accelerator_resources(models: Sequence[str]) -> dict[str, int]:
