@@ -1,15 +1,16 @@
 """Inference latency and concurrency over the fleet's Ray cluster (`swarm metrics run --only inference`).
 
     ray job submit --address http://<head mesh address>:8265 --working-dir DIR -- \
-        python fleet_inference.py --host <head mesh address> [--port 8000] [--clients 1,8,32]
+        python fleet_inference.py --host <head mesh address> --load-from <a worker's mesh address> \
+        [--port 8000] [--clients 1,8,32]
 
 Serves a small model with Ray Serve: a scikit-learn logistic regression on the digits data,
 one replica on each GPU worker (a tenth of a logical GPU each), behind Serve's HTTP proxy on
 the head, bound to the head's mesh address only. A load generator runs as a Ray task on the
-GPU worker with the highest mesh address (another site in the lab), so every request crosses
-the mesh. For each client count C it runs C threads, each sending requests one after another
-until ``--requests`` in all or ``--seconds`` have passed (bounded in count and time), and
-prints one line
+GPU worker at ``--load-from`` (`swarm metrics run` picks one outside the head's site where
+there is one), so every request crosses the mesh. For each client count C it runs C
+threads, each sending requests one after another until ``--requests`` in all or
+``--seconds`` have passed (bounded in count and time), and prints one line
 
     INFERENCE {"clients": C, "requests": N, "errors": E, "seconds": T, "requests_per_s": N / T,
                "p50_ms": ..., "p99_ms": ...}
@@ -111,6 +112,7 @@ def load(url: str, allowed_host: str, clients: int, total: int, seconds: float) 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--host", required=True, help="the head's mesh address (Serve's proxy binds to it)")
+    parser.add_argument("--load-from", required=True, help="the mesh address of the node that sends the load")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--clients", default="1,8,32")
     parser.add_argument("--requests", type=int, default=400, help="most requests per client count")
@@ -127,7 +129,10 @@ def main() -> None:
     app = Digits.options(num_replicas=len(workers), max_replicas_per_node=1).bind()
     serve.run(app, name=APP, route_prefix="/digits")
     url = f"http://{args.host}:{args.port}/digits"
-    where = NodeAffinitySchedulingStrategy(workers[-1]["NodeID"], soft=False)
+    sender = next((n for n in workers if n["NodeManagerAddress"] == args.load_from), None)
+    if sender is None:
+        raise SystemExit(f"no alive GPU worker at {args.load_from}")
+    where = NodeAffinitySchedulingStrategy(sender["NodeID"], soft=False)
     runs = []
     try:
         ray.get(load.options(scheduling_strategy=where).remote(url, args.host, 1, 5, 10.0))  # warm-up
@@ -137,7 +142,7 @@ def main() -> None:
                     url, args.host, clients, args.requests, args.seconds
                 )
             )
-            run["load_from"] = workers[-1]["NodeManagerAddress"]
+            run["load_from"] = args.load_from
             print(f"INFERENCE {json.dumps(run, sort_keys=True)}", flush=True)
             runs.append(run)
     finally:

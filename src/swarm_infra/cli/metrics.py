@@ -318,7 +318,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "requests/s at 1, 8 and 32 clients over the mesh. The run is stored "
         "in the history and compared with the previous one; each node gets its figures as "
         f"{TEXTFILE_PATH} (node_exporter textfile collector).",
-        epilog="Exit codes: 0 everything measured, 1 a measurement failed (unreachable node, tool "
+        epilog="Examples: swarm metrics run --fleet lab --plots docs/img | swarm metrics run --only "
+        "network --limit lab-head-1,lab-gpu-2 --format json | swarm metrics run --only network "
+        "--write-latency-matrix policies/lab/latency.yaml (commit it through a pull request). "
+        "--limit applies to network, storage and gpu; training and inference use the Ray cluster "
+        "as it is. Exit codes: 0 everything measured, 1 a measurement failed (unreachable node, tool "
         "error; each named), 2 invalid input. Progress goes to stderr, the report to stdout.",
     )
     r.add_argument("paths", nargs="*", metavar="PATHS", help="fleet YAML files or directories")

@@ -280,12 +280,27 @@ class _Run:
         self._ray_job("training", "Ray training throughput", "fleet_training.py", args, probes.parse_training)
 
     # ---------------------------------------------------------------- inference
+    def load_sender(self) -> NodeTarget | None:
+        """The GPU worker that sends the inference load: the first by name outside the head's
+        site (requests then cross the WAN, as a remote client's would), else the first."""
+        workers = [t for t in self.targets.values() if t.ray_gpu_worker and t.mesh]
+        head = self.targets.get(self.ray.head) if self.ray else None
+        away = [t for t in workers if head is None or t.site != head.site]
+        return (away or workers or [None])[0]
+
     def inference(self) -> None:
         o = self.options
         clients = ",".join(str(c) for c in o.inference_clients)
-        if self.ray:
-            self.progress(f"inference: Ray Serve on the GPU workers, {clients} clients over the mesh")
+        sender = self.load_sender()
+        if self.ray and sender is None:
+            self._miss(
+                self.ray.head, "inference", "Ray Serve latency", "no GPU worker to send the load", False
+            )
+            return
+        if self.ray and sender:
+            self.progress(f"inference: Ray Serve on the GPU workers, {clients} clients from {sender.name}")
         args = ["--host", self.ray.head_ip if self.ray else "", "--port", str(o.inference_port)]
+        args += ["--load-from", (sender.mesh or "") if sender else ""]
         args += ["--clients", clients, "--requests", str(o.inference_requests)]
         self._ray_job("inference", "Ray Serve latency", "fleet_inference.py", args, probes.parse_inference)
 

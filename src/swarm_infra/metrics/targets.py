@@ -21,6 +21,8 @@ class NodeTarget:
     - ``head``: the node has the role ``head`` (``max_rtt_to_head_ms`` is measured to it).
     - ``hub``: the node stands for its site in bandwidth tests: the hub of a hub-and-spoke
       site, else the site's first relay, else its head (see :func:`fleet_targets`).
+    - ``ray_gpu_worker``: a worker of the fleet's Ray cluster with GPUs (training and
+      inference run there).
     """
 
     name: str
@@ -32,6 +34,7 @@ class NodeTarget:
     gpu_backend: str | None
     head: bool
     hub: bool = False
+    ray_gpu_worker: bool = False
 
     def underlay_reachable_from(self, other: NodeTarget) -> bool:
         """Whether ``other`` can open a connection to this node's underlay address: always in
@@ -94,6 +97,9 @@ def fleet_targets(fleet: Fleet, state: DesiredState) -> list[NodeTarget]:
                 gpu_backend=node["gpu"]["backend"] if node["gpu"] else None,
                 head="head" in node["roles"],
                 hub=hubs.get(node["site"]) == name,
+                ray_gpu_worker=bool(
+                    node["ray"] and node["ray"]["role"] == "worker" and node["ray"]["num_gpus"]
+                ),
             )
         )
     return out
