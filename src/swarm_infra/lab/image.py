@@ -42,7 +42,9 @@ PACKAGES = (
 # Units that cannot work in a container without a console; masked so boot ends "running".
 MASKED_UNITS = ("console-getty.service", "getty@tty1.service", "systemd-udevd.service")
 # Bump when customise() changes, so cached images are rebuilt.
-RECIPE_VERSION = "1"
+RECIPE_VERSION = "2"
+# apt's timeout (s) for a connection that sends nothing, and its retries of a failed fetch.
+APT_MIRROR_CONF = 'Acquire::http::Timeout "15";\nAcquire::Retries "5";\n'
 _DEB822_URI = re.compile(r"^URIs:\s*(\S+)", re.M)
 _ONE_LINE = re.compile(r"^deb\s+(?:\[[^\]]*\]\s+)?(\S+)\s+" + SUITE + r"\s", re.M)
 
@@ -101,6 +103,9 @@ def customise(rootfs: Path, mirror: str) -> None:
         f"deb {mirror} {SUITE}-updates main\n"
         f"deb {security} {SUITE}-security main\n"
     )
+    # A mirror connection that stalls mid-transfer (seen here: the lab's mirror stopped sending
+    # and apt waited minutes per try, past a converge's patience) becomes a quick retry.
+    (rootfs / "etc/apt/apt.conf.d/80swarm-lab-mirror").write_text(APT_MIRROR_CONF)
     shutil.rmtree(rootfs / "var/cache/apt/archives", ignore_errors=True)
     (rootfs / "var/cache/apt/archives/partial").mkdir(parents=True, exist_ok=True)
 
