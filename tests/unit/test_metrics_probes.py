@@ -215,3 +215,20 @@ def test_inference_lines_give_latency_and_throughput_per_client_count():
     assert ("latency.p50", "32") not in got and got[("errors", "32")] == (2.0, "count")
     with pytest.raises(MeasurementParseError, match="no INFERENCE line"):
         probes.parse_inference("Traceback ...\n")
+
+
+def test_the_matmul_probe_says_why_it_cannot_run_and_its_lines_parse():
+    # Run for real with this host's python3: no PyTorch (or no CUDA) here, so it says why.
+    result = sh(probes.matmul_command("python3", 64, 1))
+    assert result.rc == 0 and result.stdout.startswith("MATMUL-UNAVAILABLE")
+    with pytest.raises(MeasurementParseError, match=r"matmul: (no torch|torch sees no CUDA)"):
+        probes.parse_matmul(result.stdout)
+    # The line format the probe prints on a GPU node (no GPU on this machine to produce it).
+    (m,) = probes.parse_matmul('MATMUL {"gpu": 0, "n": 8192, "iters": 50, "tflops": 612.5}\n', node="g1")
+    assert (m.field, m.value, m.unit, m.label("gpu"), m.label("node")) == (
+        "matmul.tflops",
+        612.5,
+        "TFLOP/s",
+        "0",
+        "g1",
+    )

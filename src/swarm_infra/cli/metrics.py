@@ -208,6 +208,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         iperf3_duration_s=args.duration,
         fio_runtime_s=args.duration,
         max_parallel=args.parallel,
+        matmul_python=args.matmul_python,
     )
     at = datetime.now(UTC).isoformat(timespec="seconds")
     ray = ray_target(state)
@@ -313,7 +314,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "single stream and -P 4 on one pair per site pair, one inside each site and one per node to "
         "its site's representative (rounds share no node or link), WireGuard overhead. storage: fio "
         "on the scratch mount (4 KiB random read QD32, 1 MiB sequential read and write). gpu: NVML "
-        "telemetry (nvidia-smi); simulated GPUs are 'not measured (simulated)'. training: Ray "
+        "telemetry (nvidia-smi) and a bf16 matmul TFLOP/s probe (PyTorch); simulated GPUs are "
+        "'not measured (simulated)'. training: Ray "
         "throughput and weak scaling over 1..N GPU workers. inference: Ray Serve latency p50/p99 and "
         "requests/s at 1, 8 and 32 clients over the mesh. The run is stored "
         "in the history and compared with the previous one; each node gets its figures as "
@@ -346,6 +348,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     r.add_argument("--ping-count", type=int, default=20, help="pings per node pair and path (default: 20)")
     r.add_argument("--parallel", type=int, default=4, help="most tests at once (default: 4)")
+    r.add_argument(
+        "--matmul-python",
+        default="python3",
+        metavar="PATH",
+        help="the nodes' Python with PyTorch for the matmul TFLOP/s probe (default: python3)",
+    )
     r.add_argument(
         "--threshold",
         type=float,

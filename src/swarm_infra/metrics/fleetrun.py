@@ -11,8 +11,9 @@ decides what runs where and in what order, and never how a node is reached. Part
   (:mod:`swarm_infra.metrics.schedule`); the mesh result against the underlay result on the
   same pair (``wireguard.overhead``).
 - ``storage``: fio on each node's scratch mount.
-- ``gpu``: NVML telemetry (``nvidia-smi --query-gpu``) on nodes with the nvml backend; nodes
-  with simulated GPUs are reported as not measured (simulated), never as a number.
+- ``gpu``: NVML telemetry (``nvidia-smi --query-gpu``) and a short bf16 matmul probe
+  (PyTorch, TFLOP/s) on nodes with the nvml backend; nodes with simulated GPUs are reported
+  as not measured (simulated), never as a number.
 - ``training``: throughput and weak scaling over 1..N GPU workers of the fleet's Ray cluster
   (``jobs/fleet_training.py``, submitted on the head).
 - ``inference``: a small model served with Ray Serve on the GPU workers, behind the head's
@@ -87,6 +88,7 @@ class Options:
     inference_clients: tuple[int, ...] = (1, 8, 32)
     inference_requests: int = 400
     inference_port: int = 8000
+    matmul_python: str = "python3"
 
 
 @dataclass
@@ -239,14 +241,21 @@ class _Run:
 
     # ---------------------------------------------------------------- gpu
     def telemetry(self, node: NodeTarget) -> list[Measurement]:
+        """NVML telemetry, then the matmul probe (PyTorch, where the node has it)."""
+        out: list[Measurement] = []
         result = self.shell(node.name, probes.nvidia_smi_command(), 60)
         try:
             if result.rc != 0:
                 raise MeasurementParseError(f"nvidia-smi: {why(result)}")
-            return probes.parse_nvidia_smi(result.stdout, node=node.name, site=node.site)
+            out += probes.parse_nvidia_smi(result.stdout, node=node.name, site=node.site)
         except MeasurementParseError as exc:
             self._miss(node.name, "gpu", "NVML telemetry", str(exc))
-            return []
+        result = self.shell(node.name, probes.matmul_command(self.options.matmul_python), 300)
+        try:
+            out += probes.parse_matmul(result.stdout, node=node.name, site=node.site)
+        except MeasurementParseError as exc:
+            self._miss(node.name, "gpu", "matmul TFLOP/s", str(exc) if result.rc == 0 else why(result))
+        return out
 
     def gpu(self) -> None:
         real = [t for t in self.targets.values() if t.gpu_backend == "nvml"]

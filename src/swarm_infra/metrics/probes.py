@@ -218,3 +218,57 @@ def parse_inference(text: str, **labels: str | int | None) -> list[Measurement]:
     if not out:
         raise MeasurementParseError("inference: the job printed no INFERENCE line")
     return out
+
+
+MATMUL_SCRIPT = """
+import json, sys, time
+try:
+    import torch
+except ImportError:
+    print("MATMUL-UNAVAILABLE no torch in this python"); sys.exit(0)
+if not torch.cuda.is_available():
+    print("MATMUL-UNAVAILABLE torch sees no CUDA device"); sys.exit(0)
+n, iters = int(sys.argv[1]), int(sys.argv[2])
+for gpu in range(torch.cuda.device_count()):
+    with torch.cuda.device(gpu):
+        a = torch.randn(n, n, dtype=torch.bfloat16, device="cuda")
+        b = torch.randn(n, n, dtype=torch.bfloat16, device="cuda")
+        for _ in range(3):
+            a @ b
+        torch.cuda.synchronize()
+        started = time.perf_counter()
+        for _ in range(iters):
+            a @ b
+        torch.cuda.synchronize()
+        seconds = time.perf_counter() - started
+    tflops = 2 * n**3 * iters / seconds / 1e12
+    print("MATMUL " + json.dumps({"gpu": gpu, "n": n, "iters": iters, "tflops": tflops}))
+"""
+"""A short dense bf16 matmul on each GPU (PyTorch), timed with CUDA synchronisation:
+``2 n^3 iters / seconds`` FLOP/s. Run only where the node's GPUs are real (nvml backend)."""
+
+
+def matmul_command(python: str = "python3", n: int = 8192, iters: int = 50) -> str:
+    """Run :data:`MATMUL_SCRIPT` with ``python`` (one that has PyTorch with CUDA); it prints one
+    ``MATMUL {json}`` line per GPU, or ``MATMUL-UNAVAILABLE <why>``."""
+    return f"{shlex.quote(python)} -c {shlex.quote(MATMUL_SCRIPT)} {int(n)} {int(iters)}"
+
+
+def parse_matmul(text: str, **labels: str | int | None) -> list[Measurement]:
+    """``matmul.tflops`` (TFLOP/s, label ``gpu``) per ``MATMUL {json}`` line. Raises
+    MeasurementParseError with the probe's reason when it printed ``MATMUL-UNAVAILABLE``, or
+    when no line came."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith("MATMUL-UNAVAILABLE"):
+            raise MeasurementParseError(f"matmul: {line.partition(' ')[2] or 'unavailable'}")
+        if line.startswith("MATMUL "):
+            try:
+                run = json.loads(line[len("MATMUL ") :])
+                lab = make_labels(gpu=int(run["gpu"]), **labels)
+                out.append(Measurement("torch", "matmul.tflops", float(run["tflops"]), "TFLOP/s", lab))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise MeasurementParseError(f"matmul: unreadable line ({exc}): {line[:200]!r}") from None
+    if not out:
+        raise MeasurementParseError("matmul: the probe printed nothing")
+    return out
