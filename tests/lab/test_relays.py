@@ -123,6 +123,10 @@ def test_a_measured_matrix_moves_the_nat_pair_to_the_fast_relay_and_its_rtt_drop
     finally:
         swarm("lab", "up", "--fleet", "lab")  # the lab's own shape and mesh again
         swarm("converge", "--engine", "pyinfra", "--layer", "mesh", check=False)
+    print(
+        f"NAT pair mesh RTT p50: via {FAR} {before:.1f} ms (predicted {path_rtt(FAR):g}), "
+        f"via {NEAR} {after:.1f} ms (predicted {path_rtt(NEAR):g})"
+    )
     assert path_rtt(FAR) <= before <= 1.2 * path_rtt(FAR) + 5, before
     assert path_rtt(NEAR) <= after <= 1.2 * path_rtt(NEAR) + 5, after
     expected_drop = path_rtt(FAR) - path_rtt(NEAR)
