@@ -51,3 +51,28 @@ def test_plots_are_pngs_of_the_data(tmp_path):
     assert latency_heatmap(ms[:2], tmp_path / "none.png", sites) is None
     assert bandwidth_bars(ms[2:], tmp_path / "none.png") is None
     assert not (tmp_path / "none.png").exists()
+
+
+def test_training_and_inference_plots_need_their_measurements(tmp_path):
+    pytest.importorskip("matplotlib")
+    from swarm_infra.metrics.plots import inference_latency, training_scaling
+
+    # Superlinear scaling (efficiency 1.4, seen on shared lab CPUs) must still plot.
+    train = [
+        Measurement("ray", "training.samples_per_s", v, "samples/s", make_labels(nodes=n))
+        for n, v in ((1, 50_000.0), (2, 140_000.0))
+    ]
+    serve = [
+        Measurement("ray-serve", f, v, u, make_labels(clients=c))
+        for c in (1, 8)
+        for f, v, u in (
+            ("latency.p50", 100.0 * c, "ms"),
+            ("latency.p99", 200.0 * c, "ms"),
+            ("requests_per_s", 7.0 * c, "1/s"),
+        )
+    ]
+    for png in (training_scaling(train, tmp_path / "t.png"), inference_latency(serve, tmp_path / "i.png")):
+        assert png is not None and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert training_scaling(serve, tmp_path / "none.png") is None
+    assert inference_latency(train, tmp_path / "none.png") is None
+    assert not (tmp_path / "none.png").exists()

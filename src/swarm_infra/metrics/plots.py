@@ -110,10 +110,13 @@ def training_scaling(measurements: list[Measurement], out: Path) -> Path | None:
     ax.set_ylabel("samples/s")
     ax.set_title("Ray training throughput (weak scaling)")
     eff = ax.twinx()
-    eff.plot(nodes, [rate[n] / (n * rate[1]) for n in nodes], "s:", color="tab:red", label="efficiency")
-    eff.set_ylim(0, 1.1)
+    ratios = [rate[n] / (n * rate[1]) for n in nodes]
+    eff.plot(nodes, ratios, "s:", color="tab:red", label="efficiency")
+    # Shared or oversubscribed CPUs can make efficiency exceed 1; keep every point in view.
+    eff.set_ylim(0, max(1.1, max(ratios) * 1.1))
     eff.set_ylabel("scaling efficiency", color="tab:red")
-    ax.legend(loc="upper left")
+    lines = ax.get_lines() + eff.get_lines()
+    ax.legend(lines, [line.get_label() for line in lines], loc="upper left")
     fig.tight_layout()
     fig.savefig(out, format="png")
     plt.close(fig)
@@ -149,10 +152,15 @@ def inference_latency(measurements: list[Measurement], out: Path) -> Path | None
     if rate:
         right = ax.twinx()
         right.plot(
-            [c for c in clients if c in rate], [rate[c] for c in clients if c in rate], "^:", color="tab:red"
+            [c for c in clients if c in rate],
+            [rate[c] for c in clients if c in rate],
+            "^:",
+            color="tab:red",
+            label="requests/s",
         )
         right.set_ylabel("requests/s", color="tab:red")
-    ax.legend(loc="upper left")
+    lines = ax.get_lines() + (right.get_lines() if rate else [])
+    ax.legend(lines, [line.get_label() for line in lines], loc="upper left")
     fig.tight_layout()
     fig.savefig(out, format="png")
     plt.close(fig)
