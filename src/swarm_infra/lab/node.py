@@ -16,6 +16,7 @@ the host's kernel: see the README's lab section for GPUs, WireGuard and sysctls.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import signal
@@ -312,10 +313,28 @@ def remove(dirs: NodeDirs) -> None:
     shutil.rmtree(dirs.base, ignore_errors=True)
 
 
-def remove_cgroup(cgroup: Path) -> None:
-    """Remove a cgroup directory and those below it, deepest first (cgroupfs has no rm -r)."""
-    if cgroup.exists():
-        below = [p for p in cgroup.rglob("*") if p.is_dir()]
-        for path in sorted(below, key=lambda p: len(p.parts), reverse=True):
-            path.rmdir()
-        cgroup.rmdir()
+def remove_cgroup(cgroup: Path, timeout_s: float = 10.0) -> None:
+    """Remove a cgroup directory and those below it, deepest first (cgroupfs has no rm -r).
+
+    A cgroup stays busy (EBUSY) while a task in it is still exiting: seen when `swarm lab
+    down` had to SIGKILL nodes busy with Ray, in the v1 hierarchy that no stray-kill walks.
+    So each directory's remaining tasks are killed and its removal retried until
+    ``timeout_s`` (seconds) has passed; then the OSError is raised.
+    """
+    if not cgroup.exists():
+        return
+    below = [p for p in cgroup.rglob("*") if p.is_dir()]
+    deadline = time.monotonic() + timeout_s
+    for path in [*sorted(below, key=lambda p: len(p.parts), reverse=True), cgroup]:
+        while True:
+            try:
+                path.rmdir()
+                break
+            except OSError as err:
+                if err.errno != errno.EBUSY or time.monotonic() > deadline:
+                    raise
+            with contextlib.suppress(OSError):
+                for pid in (path / "cgroup.procs").read_text().split():
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(int(pid), signal.SIGKILL)
+            time.sleep(0.05)  # the kernel finishes the exit on its own; nothing to wait on
