@@ -69,7 +69,16 @@ def test_accept_names_failing_nodes_metrics_values_and_thresholds(tmp_path, caps
     assert main(["metrics", "import", "--db", str(db), "--label", "node=lab-head-1", fio]) == 0
     capsys.readouterr()
     iops = json.loads((DATA / "fio-randread-4k-qd32.json").read_text())["jobs"][0]["read"]["iops"]
-    lab = [str(p) for p in fleet_dirs("lab")]
+    # The lab fleet with rules that reach every verdict: storage on the head (measured),
+    # RTT with no run behind it, TFLOP/s on a simulated GPU.
+    lab = []
+    for d in fleet_dirs("lab"):
+        lab.append(str(shutil.copytree(d, tmp_path / "fleet" / d.parent.name / d.name)))
+    (tmp_path / "fleet/policies/lab/acceptance.yaml").write_text(
+        "apiVersion: swarm.io/v1alpha1\nkind: NodeAcceptance\nmetadata: {name: t}\nspec:\n  rules:\n"
+        "    - {min_mesh_bandwidth_to_hub_mbit: 100, max_rtt_to_head_ms: 200, min_scratch_iops: 1000}\n"
+        "    - {match: {gpu_model: H100-SXM5-80GB}, min_tflops: 400}\n"
+    )
     code = main(
         ["metrics", "accept", *lab, "--fleet", "lab", "--db", str(db), "--limit", "lab-head-1,lab-gpu-1"]
     )
