@@ -29,6 +29,11 @@ description:
     holds (JSON), and C(REQUIREMENTS | swarm_requirements_missing(THAT_OUTPUT)) the
     requirements it does not satisfy.
   - C(LAYER | swarm_packages) lists the Debian packages a layer installs.
+  - C(swarm | swarm_note(NAME)) is the operator note NAME (C(drivers_simulated),
+    C(drivers_no_device), C(drivers_reboot_pending), C(gpu_simulated),
+    C(ray_simulated_gpus)) from C(swarm_infra.resolve.notes), worded as the pyinfra engine
+    words it; C(RESULT | swarm_note_gpu_reset) and C(ITEM | swarm_note_not_applied) word
+    what the node-side GPU and tunables code reported.
   - C(swarm_scratch_problems) takes the registered results of C(blkid -p -o export DEVICE)
     looped over the scratch devices and NodeState.storage.scratch; it returns one message
     per device that holds something swarm did not make.
@@ -106,6 +111,24 @@ def swarm_wireguard_running_differs(node: dict, peer_keys: dict, allowed_ips_out
     return wireguard_running_differs(node, dict(peer_keys), str(allowed_ips_output))
 
 
+def swarm_note(node: dict, name: str) -> Any:
+    from swarm_infra.resolve.notes import note
+
+    return _unsafe(note(node, str(name)))
+
+
+def swarm_note_gpu_reset(found: dict) -> Any:
+    from swarm_infra.resolve.notes import gpu_reset_required
+
+    return _unsafe(gpu_reset_required(found))
+
+
+def swarm_note_not_applied(item: dict) -> Any:
+    from swarm_infra.resolve.notes import not_applied
+
+    return _unsafe(not_applied(item))
+
+
 def swarm_packages(layer: str) -> Any:
     """The Debian packages of a node layer (``filesystems``: the package per filesystem)."""
     from swarm_infra.resolve.packages import FILESYSTEM_PACKAGES, packages
@@ -162,6 +185,9 @@ class FilterModule:
             "swarm_wireguard_running_differs": swarm_wireguard_running_differs,
             "swarm_scratch_problems": swarm_scratch_problems,
             "swarm_packages": swarm_packages,
+            "swarm_note": swarm_note,
+            "swarm_note_gpu_reset": swarm_note_gpu_reset,
+            "swarm_note_not_applied": swarm_note_not_applied,
             "swarm_ip_link": swarm_ip_link,
             "swarm_scratch_filesystem_made": swarm_scratch_filesystem_made,
             "swarm_installed_distributions_argv": swarm_installed_distributions_argv,

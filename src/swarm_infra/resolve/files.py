@@ -18,6 +18,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from .layers import declared
+from .layers import layer as registry
 from .types import GpuState, ManagedPath, NodeState
 
 # How long a Ray worker waits for the head's GCS port at start, before systemd retries (s).
@@ -405,9 +407,9 @@ def layer_files(
 
     Raises ValueError for another layer."""
     f = node["layout"]["files"]
+    if layer in ("gpu", "storage", "ray") and not declared(node, layer):
+        return [_item(f[n], "absent") for n in registry(layer).removed]
     if layer == "gpu":
-        if not node["gpu"]:
-            return [_item(f[n], "absent") for n in ("gpu_unit", "gpu_settings", "gpu_code")]
         return [
             _item(f["lib_dir"], "directory"),
             _item(f["etc_dir"], "directory"),
@@ -416,22 +418,10 @@ def layer_files(
             _item(f["gpu_unit"], "file", gpu_unit(node)),
         ]
     if layer == "storage":
-        return (
-            [_item(f["storage_record"], "file", storage_record(node))]
-            if node["storage"]
-            else [_item(f["storage_record"], "absent")]
-        )
+        return [_item(f["storage_record"], "file", storage_record(node))]
     if layer == "ray":
         ray = node["ray"]
-        if not ray:
-            names = (
-                "ray_head_unit",
-                "ray_worker_unit",
-                "ray_firewall_unit",
-                "ray_firewall_rules",
-                "ray_venv",
-            )
-            return [_item(f[n], "absent") for n in names]
+        assert ray is not None
         other = "worker" if ray["role"] == "head" else "head"
         return [
             _item(f["etc_dir"], "directory"),

@@ -24,10 +24,12 @@ from typing import Any
 
 from ..nodeside.facts import sysctl_fields
 from ..resolve.host import sysctl_text
+from ..resolve.layers import NAMES
+from ..resolve.layers import layer as registry
 from ..resolve.packages import packages
 from ..resolve.types import DesiredState, ManagedPath, NodeState
 
-LAYERS = ("host", "drivers", "gpu", "storage", "mesh", "ray")
+LAYERS = NAMES  # the registry's order (resolve/layers.py)
 # WireGuard re-keys every 2 minutes while traffic flows (REKEY_AFTER_TIME, 120 s): a
 # handshake older than 3 minutes means the peer is not talking.
 HANDSHAKE_MAX_AGE_S = 180
@@ -129,6 +131,12 @@ def _absent(name: str, layer: str, path: ManagedPath) -> Check:
     return Check(name, layer, f"absent {path['path']}", "absent", "absent", {"path": path["path"]})
 
 
+def _removed(name: str, node: NodeState, layer: str) -> list[Check]:
+    """What ``layer`` removes once no longer declared (the registry's ``removed``) is absent."""
+    files = node["layout"]["files"]
+    return [_absent(name, layer, files[f]) for f in registry(layer).removed]
+
+
 def _ray_checks(name: str, node: NodeState, state: DesiredState) -> tuple[list[Check], list[Check]]:
     """Ray: the units; every port a Ray process listens on kept off the underlay; one port
     closed from another node's underlay yet open over the mesh; and, read from the head,
@@ -137,7 +145,7 @@ def _ray_checks(name: str, node: NodeState, state: DesiredState) -> tuple[list[C
     files, units = node["layout"]["files"], node["layout"]["units"]
     r = node["ray"]
     if not r:
-        return [_absent(name, "ray", files[f]) for f in ("ray_head_unit", "ray_worker_unit")], []
+        return _removed(name, node, "ray"), []
     unit = units[f"ray_{r['role']}"]
     # Ray's unit requires the mesh's (systemd stops it with wg-quick): a stopped mesh is one
     # fault, and Ray's service is then blocked by it, not a second drift.
@@ -175,9 +183,8 @@ def _ray_checks(name: str, node: NodeState, state: DesiredState) -> tuple[list[C
 def _storage_checks(name: str, node: NodeState) -> list[Check]:
     """Scratch: the array (RAID 0), the filesystem mounted by label with its options, the
     fstab line, size and free space; or, without scratch, no record of one."""
-    files = node["layout"]["files"]
     if not node["storage"]:
-        return [_absent(name, "storage", files["storage_record"])]
+        return _removed(name, node, "storage")
     s = node["storage"]["scratch"]
     path = s["mount_path"]
     mounted = Check(name, "storage", f"mount {path}", "mount",
@@ -274,7 +281,7 @@ def checks_for(state: DesiredState, nodes: list[str] | None = None) -> list[Chec
             continue
         h, files, units = node["host"], node["layout"]["files"], node["layout"]["units"]
         if not h:  # no HostProfile: none of the layer's files, so no value the project set
-            local += [_absent(name, "host", files[f]) for f in ("sysctl_conf", "tmpfiles_conf")]
+            local += _removed(name, node, "host")
         if h:
             sysctl_conf = files["sysctl_conf"]
             local.append(_file_check(name, "host", sysctl_conf))
@@ -299,7 +306,7 @@ def checks_for(state: DesiredState, nodes: list[str] | None = None) -> list[Chec
             local.append(Check(name, "drivers", f"service {unit.removesuffix('.service')}", "service",
                                "enabled, running", {"unit": unit}))  # fmt: skip
         if not g:  # no GPUs: none of the GPU layer's files
-            local += [_absent(name, "gpu", files[f]) for f in ("gpu_unit", "gpu_settings", "gpu_code")]
+            local += _removed(name, node, "gpu")
         if g:
             unit = units["gpu_apply"]
             local.append(Check(name, "gpu", f"service {unit}", "service", "enabled", {"unit": unit}))

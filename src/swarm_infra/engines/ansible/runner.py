@@ -14,7 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-LAYERS = ("site", "host", "drivers", "gpu", "storage", "mesh", "ray")
+from ...resolve.layers import NAMES
+
+LAYERS = ("site", *NAMES)  # playbooks/site.yml imports playbooks/<layer>.yml in this order
 
 
 def path_with_ansible() -> str:

@@ -21,8 +21,9 @@ from pyinfra import host
 from pyinfra.operations import apt, files, server
 
 from ...nodeside.facts import scratch_device_problem
+from ...resolve import notes
 from ...resolve.files import layer_files, static_file, tunables_spec, wireguard_dropin_items
-from ...resolve.packages import FILESYSTEM_PACKAGES, packages
+from ...resolve.layers import NAMES, node_packages
 from . import facts as F
 from . import operations as ops
 
@@ -97,16 +98,10 @@ def drivers_layer(require_device: bool = True) -> None:
         return
     driver, layout = gpu["driver"], node["layout"]
     if gpu["backend"] == "simulated":
-        ops.record_note(
-            "SIMULATED NVML backend: no NVIDIA driver is installed on this node "
-            f"(would pin {driver['apt_version']})"
-        )
+        ops.record_note(notes.drivers_simulated(node))
         return
     if require_device and not host.get_fact(F.NvidiaPciDevice):
-        ops.record_note(
-            f"no NVIDIA PCI device found: driver {driver['apt_version']} not installed "
-            "(declared GPUs missing?)"
-        )
+        ops.record_note(notes.drivers_no_device(node))
         return
     blacklist = put(node, "nouveau_blacklist", static_file(node, "nouveau_blacklist"), "Blacklist nouveau")
     server.shell(
@@ -155,8 +150,7 @@ def drivers_layer(require_device: bool = True) -> None:
     )
     ops.note_if(
         name="Report the pending reboot",
-        text=f"reboot required: NVIDIA driver changed to {driver['apt_version']}; "
-        "allow_reboot is false in the GPU profile",
+        text=notes.drivers_reboot_pending(node),
         _if=any_changed(install),
     )
 
@@ -176,7 +170,7 @@ def gpu_layer() -> None:
         layer_items(node, "gpu", "Remove the GPU code, settings and unit")
         return
     if gpu["backend"] == "simulated":
-        ops.record_note("SIMULATED NVML backend: GPU state is kept in files on the node; no GPU is touched")
+        ops.record_note(notes.gpu_simulated(node))
     files_ = layer_items(node, "gpu", "GPU code, settings and boot-time re-apply unit")
     unit_file = files_[layout["files"]["gpu_unit"]["path"]]
     ops.unit(
@@ -209,9 +203,7 @@ def storage_layer() -> None:
     scratch = storage["scratch"]
     ops.apt_install(
         name="Install the filesystem tools, fio (and mdadm for RAID 0)",
-        packages=[FILESYSTEM_PACKAGES[scratch["filesystem"]]]
-        + packages("storage_tools")
-        + (packages("storage_raid") if scratch["raid0"] else []),
+        packages=node_packages(node, "storage"),
     )
     devices = ops.snapshot()["devices"]
     problems = [scratch_device_problem(d, devices[d]["probe"], dict(scratch)) for d in scratch["devices"]]
@@ -255,9 +247,7 @@ def mesh_keys() -> None:
     userspace = not ops.snapshot()["modules"].get("wireguard")
     ops.apt_install(
         name="Install WireGuard tools and iperf3 (and wireguard-go without the kernel module)",
-        packages=packages("wireguard")
-        + packages("mesh_tools")
-        + (packages("wireguard_userspace") if userspace else []),
+        packages=node_packages(node, "mesh", userspace_wireguard=userspace),
     )
     directory(node, "wireguard_dir", "Create the WireGuard directory")
     key = node["layout"]["files"]["wireguard_key"]
@@ -338,8 +328,8 @@ def ray_layer() -> None:
         layer_items(node, "ray", "Remove what the Ray layer made on a node outside the Ray cluster")
         return
     if ray["simulated_gpus"]:
-        ops.record_note(f"SIMULATED GPUs: Ray is told of {ray['num_gpus']} logical GPU(s); no GPU is used")
-    ops.apt_install(name="Install the venv module and nftables", packages=packages("ray"))
+        ops.record_note(notes.ray_simulated_gpus(node))
+    ops.apt_install(name="Install the venv module and nftables", packages=node_packages(node, "ray"))
     # The firewall rules keeping Ray's ports off every interface but loopback and the mesh,
     # its unit, this node's Ray unit (and not the other role's).
     made = layer_items(node, "ray", "Ray layer")
@@ -383,7 +373,7 @@ def ray_layer() -> None:
 
 # ------------------------------------------------------------------------------- site
 
-LAYERS = {
+_STEPS = {
     "host": (host_layer,),
     "drivers": (drivers_layer,),
     "gpu": (gpu_layer,),
@@ -391,6 +381,9 @@ LAYERS = {
     "mesh": (mesh_keys, mesh_layer),
     "ray": (ray_layer,),
 }
+# The registry's layers, in its order, each with its steps: a layer the registry names and
+# this module does not deploy fails at import, not halfway through a converge.
+LAYERS = {name: _STEPS[name] for name in NAMES}
 
 
 def site() -> None:

@@ -44,7 +44,8 @@ from ...nodeside import snapshot as nodeside_snapshot
 from ...nodeside import tunables as nodeside_tunables
 from ...nodeside.facts import requirements_missing
 from ...resolve.files import layer_files, wireguard_peer_keys, wireguard_running_differs
-from ...resolve.packages import FILESYSTEM_PACKAGES, PACKAGES
+from ...resolve.layers import known_packages, read_back
+from ...resolve.notes import gpu_reset_required, not_applied
 from .facts import BOOTSTRAP, DpkgSelections, MdadmBrief, NodesideCall, nodeside_payload
 
 _NOTES: WeakKeyDictionary[Any, dict[str, list[str]]] = WeakKeyDictionary()
@@ -101,12 +102,9 @@ def snapshot_spec(node: Mapping[str, Any]) -> dict[str, Any]:
     the files whose text the deploys compare."""
     layout = node["layout"]
     files = layout["files"]
-    mesh, storage, ray, gpu = node.get("mesh"), node.get("storage"), node.get("ray"), node.get("gpu")
-    packages = {p for names in PACKAGES.values() for p in names} | set(FILESYSTEM_PACKAGES.values())
-    if gpu and gpu.get("driver"):
-        packages |= set(gpu["driver"]["packages"]) | set(gpu["driver"]["extra_packages"])
+    mesh, storage, ray = node.get("mesh"), node.get("storage"), node.get("ray")
     scratch = storage["scratch"] if storage else None
-    texts = ["wireguard_peers", "storage_record", "mdadm_conf"]
+    texts = list(dict.fromkeys(read_back()))  # the registry's read_back files, once each
     return {
         "paths": sorted(
             {f["path"] for f in files.values()}
@@ -114,7 +112,7 @@ def snapshot_spec(node: Mapping[str, Any]) -> dict[str, Any]:
         ),
         "texts": [files[t]["path"] for t in texts] + ["/etc/fstab"],
         "units": sorted(_unit_name(u) for u in layout["units"].values()),
-        "packages": sorted(packages),
+        "packages": known_packages(node),
         "interfaces": [mesh["interface"]] if mesh else [],
         "devices": sorted(set(scratch["devices"]) | {scratch["target"]}) if scratch else [],
         "venvs": [files["ray_venv"]["path"]] if ray else [],
@@ -414,7 +412,7 @@ def tunables(spec: Mapping[str, Any]) -> Iterator[StringCommand]:
     """
     plan = _nodeside_fact(nodeside_tunables, "tunables", "plan", dict(spec))
     for item in plan["not_applied"]:
-        record_note(f"{item['key']}: not applied: {item['reason']}")
+        record_note(not_applied(item))
     if plan["files"] or plan["writes"] or plan["restores"] or plan["record_changed"]:
         for f in plan["files"]:
             host.noop(f"{f['path']}: {'removed' if f['after'] is None else 'written'}")
@@ -435,9 +433,7 @@ def gpu_settings(gpu: Mapping[str, Any]) -> Iterator[StringCommand]:
         raise OperationError(f"swarm-gpu: {(found or {}).get('error', 'the node-side GPU code failed')}")
     label = "SIMULATED " if found["simulated"] else ""
     if found["reboot_required"]:
-        pending = {m for modes in found["pending_reset"].values() for m in modes}
-        keys = sorted({c["key"] for c in found["changes"] if c.get("note")} | pending)
-        record_note(f"{label}reboot or GPU reset required for: {', '.join(keys)}")
+        record_note(gpu_reset_required(found))
     if found["changes"]:
         for c in found["changes"]:
             host.noop(f"{label}gpu {c['gpu']} {c['key']}: {c['before']} -> {c['after']}")
