@@ -78,7 +78,7 @@ LAYERS: tuple[Layer, ...] = (
     Layer(
         name="gpu",
         role="gpu_tuning",
-        hosts="gpu",
+        hosts="all",
         state="gpu",
         summary="GPU settings through NVML, persisted and re-applied at boot",
         files=("lib_dir", "etc_dir", "gpu_code", "gpu_settings", "gpu_unit"),
