@@ -24,15 +24,18 @@ from ...nodeside.facts import scratch_device_problem
 from ...resolve import notes
 from ...resolve.files import layer_files, static_file, tunables_spec, wireguard_dropin_items
 from ...resolve.layers import NAMES, node_packages
+from ...resolve.types import NodeState
 from . import facts as F
 from . import operations as ops
 
 
-def _node() -> dict[str, Any]:
-    return host.data.swarm
+def _node() -> NodeState:
+    """The current host's NodeState (the inventory puts it in ``host.data.swarm``)."""
+    node: NodeState = host.data.swarm
+    return node
 
 
-def put(node: dict[str, Any], name: str, text: str, what: str, **kwargs: Any) -> Any:
+def put(node: NodeState, name: str, text: str, what: str, **kwargs: Any) -> Any:
     """The layout's file ``name`` holding ``text``, with its owner and mode."""
     f = node["layout"]["files"][name]
     return ops.managed_file(
@@ -40,14 +43,14 @@ def put(node: dict[str, Any], name: str, text: str, what: str, **kwargs: Any) ->
     )
 
 
-def directory(node: dict[str, Any], name: str, what: str) -> Any:
+def directory(node: NodeState, name: str, what: str) -> Any:
     f = node["layout"]["files"][name]
     return ops.managed_directory(
         name=what, path=f["path"], owner=f["owner"], group=f["group"], mode=f["mode"]
     )
 
 
-def layer_items(node: dict[str, Any], layer: str, what: str) -> dict[str, Any]:
+def layer_items(node: NodeState, layer: str, what: str) -> dict[str, Any]:
     """Every file and directory ``layer`` manages (:func:`swarm_infra.resolve.files.
     layer_files`, what the Ansible roles give their ``swarm_files`` task), each by its
     operation; returns ``{path: operation}`` for what depends on a change."""

@@ -46,6 +46,7 @@ from ...nodeside.facts import requirements_missing
 from ...resolve.files import layer_files, wireguard_peer_keys, wireguard_running_differs
 from ...resolve.layers import known_packages, read_back
 from ...resolve.notes import gpu_reset_required, not_applied
+from ...resolve.types import NodeState
 from .facts import BOOTSTRAP, DpkgSelections, MdadmBrief, NodesideCall, nodeside_payload
 
 _NOTES: WeakKeyDictionary[Any, dict[str, list[str]]] = WeakKeyDictionary()
@@ -96,7 +97,7 @@ def _nodeside_fact(module: Any, label: str, call: str, *args: Any, **kwargs: Any
     return host.get_fact(NodesideCall, label=label, _stdin=_payload(module, call, *args, **kwargs))
 
 
-def snapshot_spec(node: Mapping[str, Any]) -> dict[str, Any]:
+def snapshot_spec(node: NodeState) -> dict[str, Any]:
     """What the snapshot of ``node`` reads: its layout's paths and units, the layers'
     packages, its mesh interface and key, scratch devices and mount, Ray's virtualenv, and
     the files whose text the deploys compare."""
