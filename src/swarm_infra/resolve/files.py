@@ -14,10 +14,12 @@ engines only ask for a layer's files where NodeState declares that layer.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+from .keys import checked_keys, wireguard_key_problem
 from .layers import declared
 from .layers import layer as registry
 from .types import GpuState, ManagedPath, NodeState
@@ -33,6 +35,28 @@ DRIVER_PINNED_PACKAGES = (
     "libnvidia-pkcs11* libcuda* cuda-drivers* firmware-nvidia-gsp xserver-xorg-video-nvidia "
     "libglx-nvidia* libegl-nvidia* libgles-nvidia* libgl1-nvidia*"
 )
+
+
+class UnsafeValue(ValueError):
+    """A value that would change the structure of the file it is written into (a line
+    break or another control character; in an INI-style file, a section header)."""
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def line_value(value: object, what: str) -> str:
+    """``value`` as text for one line of a line-oriented file (wg-quick, systemd units,
+    sysctl.d, tmpfiles.d, fstab, apt sources), checked here whatever the schema already
+    refused: no line break or other control character can start a new line, section or
+    directive. Raises :class:`UnsafeValue` naming ``what``."""
+    text = str(value)
+    bad = _CONTROL.search(text)
+    if bad:
+        shown = text[:60].encode("unicode_escape").decode("ascii")
+        raise UnsafeValue(f"{what}: refusing to write {shown!r}: a control character ({bad.group()!r}) "
+                          "would change the file's structure")  # fmt: skip
+    return text
 
 
 def _header(what: str) -> str:
@@ -85,13 +109,14 @@ def driver_preferences(node: NodeState) -> str:
     """apt_preferences(5) file pinning the NVIDIA driver packages to NodeState's
     ``gpu.driver.apt_version`` at priority 1001 (wins over newer and installed versions)."""
     driver = node["gpu"]["driver"]
+    version = line_value(driver["apt_version"], "driver apt_version")
     return (
         _header("NVIDIA driver pin")
         + "# The NVIDIA driver moves only when the GPU profile says so (apt_preferences(5)):\n"
         "# priority 1001 selects this version even when a newer one is published, or an older one\n"
         "# is installed.\n"
         f"Package: {DRIVER_PINNED_PACKAGES}\n"
-        f"Pin: version {driver['apt_version']}\n"
+        f"Pin: version {version}\n"
         "Pin-Priority: 1001\n"
     )
 
@@ -107,7 +132,7 @@ def nouveau_blacklist(node: NodeState) -> str:
 
 def reboot_required(node: NodeState) -> str:
     """Debian's pending-reboot marker (layout ``reboot_required``), naming the new driver."""
-    version = node["gpu"]["driver"]["apt_version"]
+    version = line_value(node["gpu"]["driver"]["apt_version"], "driver apt_version")
     return f"*** System restart required: NVIDIA driver {version} (swarm) ***\n"
 
 
@@ -129,7 +154,7 @@ def gpu_unit(node: NodeState) -> str:
         _header("GPU layer")
         + "# Power limits and clocks reset when a GPU resets or the node reboots: set them again.\n"
         "[Unit]\n"
-        f"Description=Apply Swarm GPU settings ({gpu['backend']})\n"
+        f"Description=Apply Swarm GPU settings ({line_value(gpu['backend'], 'GPU backend')})\n"
         f"After={layout['units']['persistenced']}\n"
         f"ConditionPathExists={files['gpu_settings']['path']}\n"
         "\n"
@@ -152,10 +177,18 @@ def wireguard_peer_keys(
     """The public key of every declared peer that is known: those read from the peers in
     this run (``fresh``, by node name) over those recorded on the node before (``recorded``,
     the peers file), keeping declared peers only, so that a run limited to some hosts keeps
-    the others' keys and a removed peer's key leaves the file."""
-    declared = {p["name"] for p in node["mesh"]["peers"]}
-    keys = {**recorded, **{k: v for k, v in fresh.items() if v}}
-    return {name: str(keys[name]) for name in sorted(declared & set(keys))}
+    the others' keys and a removed peer's key leaves the file. Keys are what nodes report:
+    one that is not a WireGuard public key, or that two peers share, is left out (that
+    peer stays a comment), never written."""
+    mesh = node["mesh"]
+    assert mesh is not None
+    declared = {p["name"] for p in mesh["peers"]}
+    # Each source checked on its own (:func:`.keys.checked_keys`: the format, and one key
+    # per node): a malformed or duplicated fresh key never replaces a good recorded one.
+    good_recorded, _ = checked_keys({k: v for k, v in recorded.items() if k in declared})
+    good_fresh, _ = checked_keys({k: v for k, v in fresh.items() if k in declared})
+    keys, _ = checked_keys({**good_recorded, **good_fresh})
+    return {name: keys[name] for name in sorted(declared & set(keys))}
 
 
 def wireguard_peers(node: NodeState, peer_keys: Mapping[str, str]) -> str:
@@ -168,28 +201,35 @@ def wireguard_conf(node: NodeState, peer_keys: Mapping[str, str]) -> str:
     is generated on the node and set from its own file by ``PostUp``. A declared peer whose
     public key is not known yet is a comment until that peer is converged."""
     mesh, files = node["mesh"], node["layout"]["files"]
+    assert mesh is not None
+    v = line_value
+    name = v(node["name"], "node name")
     lines = [
         _header("mesh").rstrip("\n"),
-        f"# Mesh interface of {node['name']}, from the resolved topology. The private key is",
+        f"# Mesh interface of {name}, from the resolved topology. The private key is",
         "# generated on this node and set from its own file, so it never appears here.",
         "[Interface]",
-        f"Address = {mesh['address']}",
-        f"ListenPort = {mesh['listen_port']}",
-        f"MTU = {mesh['mtu']}",
-        f"PostUp = wg set %i private-key {files['wireguard_key']['path']}",
+        f"Address = {v(mesh['address'], 'mesh address')}",
+        f"ListenPort = {int(mesh['listen_port'])}",
+        f"MTU = {int(mesh['mtu'])}",
+        f"PostUp = wg set %i private-key {v(files['wireguard_key']['path'], 'key path')}",
     ]
     for peer in mesh["peers"]:
         lines.append("")
+        peer_name = v(peer["name"], "peer name")
         key = peer_keys.get(peer["name"])
+        if key and wireguard_key_problem(key):
+            raise UnsafeValue(f"{peer_name}: public key refused: {wireguard_key_problem(key)}")
         if not key:
-            lines.append(f"# {peer['name']}: public key not known yet (converge {peer['name']} first)")
+            lines.append(f"# {peer_name}: public key not known yet (converge {peer_name} first)")
             continue
-        lines += ["[Peer]", f"# {peer['name']}", f"PublicKey = {key}"]
-        lines.append(f"AllowedIPs = {', '.join(peer['allowed_ips'])}")
+        lines += ["[Peer]", f"# {peer_name}", f"PublicKey = {key}"]
+        allowed = ", ".join(v(ip, f"{peer_name} AllowedIPs") for ip in peer["allowed_ips"])
+        lines.append(f"AllowedIPs = {allowed}")
         if peer["endpoint"]:
-            lines.append(f"Endpoint = {peer['endpoint']}")
+            lines.append(f"Endpoint = {v(peer['endpoint'], f'{peer_name} endpoint')}")
         if peer["persistent_keepalive_s"]:
-            lines.append(f"PersistentKeepalive = {peer['persistent_keepalive_s']}")
+            lines.append(f"PersistentKeepalive = {int(peer['persistent_keepalive_s'])}")
     return "\n".join(lines) + "\n"
 
 
@@ -289,6 +329,10 @@ def ray_unit(node: NodeState) -> str:
     units, files = layout["units"], layout["files"]
     venv = files["ray_venv"]["path"]
     role = ray["role"]
+    for what in ("cluster", "node_ip", "version"):
+        line_value(cast(Mapping[str, Any], ray)[what], f"Ray {what}")
+    for arg in ray["start_args"]:
+        line_value(arg, "Ray start argument")
     lines = [
         _header("Ray layer").rstrip("\n"),
         f"# Ray {role} of cluster {ray['cluster']} on {ray['node_ip']} (the mesh address).",

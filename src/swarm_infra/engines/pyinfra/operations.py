@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 from weakref import WeakKeyDictionary
 
-from pyinfra import host
+from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, OperationError, QuoteString, StringCommand, operation
 
 from ...nodeside import gpu as nodeside_gpu
@@ -44,6 +44,7 @@ from ...nodeside import snapshot as nodeside_snapshot
 from ...nodeside import tunables as nodeside_tunables
 from ...nodeside.facts import requirements_missing
 from ...resolve.files import layer_files, wireguard_peer_keys, wireguard_running_differs
+from ...resolve.keys import wireguard_key_problem
 from ...resolve.layers import known_packages, read_back
 from ...resolve.notes import gpu_reset_required, not_applied
 from ...resolve.types import NodeState
@@ -454,18 +455,33 @@ def wireguard_key(path: str) -> Iterator[StringCommand | FunctionCommand]:
     **Example:** ``wireguard_key(name="WireGuard key", path=files["wireguard_key"]["path"])``"""
     key = snapshot()["public_keys"].get(path)
     if key:
-        public_keys(host.state)[host.name] = key
+        _publish(host.state, host.name, key)
         return
     changing()
     yield StringCommand("umask", "077", "&&", "wg", "genkey", ">", QuoteString(path))
 
     def read(state: Any, host: Any) -> bool:
         ok, out = host.run_shell_command(StringCommand("wg", "pubkey", "<", QuoteString(path)))
-        if ok and out.stdout_lines:
-            public_keys(state)[host.name] = out.stdout_lines[0].strip()
-        return ok
+        if not ok:
+            return False
+        try:
+            _publish(state, host.name, "\n".join(out.stdout_lines))
+        except OperationError as refused:
+            logger.error(str(refused))  # the host fails here; its name and why are printed
+            return False
+        return True
 
     yield FunctionCommand(read, (), {})
+
+
+def _publish(state: Any, name: str, reported: str) -> None:
+    """Keep the public key node ``name`` reported for its peers' files, once it is checked
+    to be a WireGuard key (the node's root can make ``wg pubkey`` print anything); else fail
+    the host, naming it: it gets no peers and no peer's file changes because of it."""
+    problem = wireguard_key_problem(reported)
+    if problem:
+        raise OperationError(f"{name}: WireGuard public key refused: {problem}")
+    public_keys(state)[name] = reported
 
 
 def peer_keys(node: Mapping[str, Any]) -> dict[str, str]:

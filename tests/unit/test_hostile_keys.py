@@ -1,0 +1,77 @@
+"""A node that reports a poisoned WireGuard public key (issue #22): both engines refuse it,
+naming the node, and no peer's configuration gets its lines.
+
+The poisoned key is what a hostile provider's root returns from `wg pubkey`: a valid key,
+then lines that would route every address to that node and run a command as root on each
+peer at its next `wg-quick up`. The lab test (tests/lab/test_hostile_node.py) shows the
+same on real nodes; these show each engine's step without one.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from swarm_infra.engines.pyinfra import operations as O
+from tests.unit.role_reader import run_layer
+from tests.unit.test_node_files import NODES, POISONED, key
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "plugins" / "filter"))
+import swarm as swarm_filters  # noqa: E402  (the Ansible filter plugin, as Ansible loads it)
+
+
+class _State:
+    """Stands for pyinfra's State (the operations keep per-state data in weak maps)."""
+
+
+def test_the_wireguard_role_fails_the_node_that_reports_a_poisoned_key() -> None:
+    node = json.loads(json.dumps(NODES["lab-gpu-2"]))
+    registered = {
+        "wireguard_module": {"stat": {"exists": False}},
+        "wireguard_pubkey": {"stdout": POISONED, "stderr": ""},
+    }
+    hostvars = {"swarm": node, "inventory_hostname": "lab-gpu-2", "hostvars": {}}
+    calls = run_layer("mesh", hostvars, {"all"}, registered)
+    fails = [c for c in calls if c.module == "ansible.builtin.fail"]
+    assert len(fails) == 1
+    assert fails[0].args["msg"].startswith("lab-gpu-2: WireGuard public key refused: expected a WireGuard")
+    # With its own key, nothing fails.
+    registered["wireguard_pubkey"] = {"stdout": key("lab-gpu-2"), "stderr": ""}
+    assert not [
+        c for c in run_layer("mesh", hostvars, {"all"}, registered) if c.module == "ansible.builtin.fail"
+    ]
+
+
+def test_the_peer_keys_filter_leaves_a_poisoned_key_out_of_every_peers_file() -> None:
+    node = NODES["lab-gpu-1"]
+    peers = [p["name"] for p in node["mesh"]["peers"]]
+    hostvars = {
+        peers[0]: {"wireguard_public_key": POISONED},
+        peers[1]: {"wireguard_public_key": key(peers[1])},
+    }
+    keys = swarm_filters.swarm_wireguard_peer_keys(node, {peers[0]: key(peers[0])}, hostvars)
+    assert dict(keys) == {peers[0]: key(peers[0]), peers[1]: key(peers[1])}
+    text = str(swarm_filters.swarm_wireguard_conf(node, keys))
+    assert "PostUp = curl" not in text and text.count("[Interface]") == 1
+
+
+def test_pyinfra_refuses_the_key_naming_the_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    state = _State()
+    with pytest.raises(O.OperationError, match="lab-gpu-2: WireGuard public key refused"):
+        O._publish(state, "lab-gpu-2", POISONED)
+    assert "lab-gpu-2" not in O.public_keys(state)
+    O._publish(state, "lab-gpu-2", key("lab-gpu-2"))
+    assert O.public_keys(state) == {"lab-gpu-2": key("lab-gpu-2")}
+
+
+def test_pyinfra_refuses_a_poisoned_key_read_from_the_snapshot(monkeypatch: pytest.MonkeyPatch) -> None:
+    path = NODES["lab-gpu-2"]["layout"]["files"]["wireguard_key"]["path"]
+    monkeypatch.setattr(O, "snapshot", lambda: {"public_keys": {path: POISONED}})
+    monkeypatch.setattr(O, "host", SimpleNamespace(state=_State(), name="lab-gpu-2"))
+    with pytest.raises(O.OperationError, match="lab-gpu-2"):
+        list(O.wireguard_key._inner(path=path))
