@@ -112,6 +112,8 @@ class HostProfile:
     transparent_hugepages: str | None
     swappiness: int | None
     cpu_governor: str | None
+    # sysctl key -> why the operator allows a value that opens or endangers the node
+    allow_unsafe: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -501,6 +503,7 @@ def _build(
             spec.get("transparent_hugepages"),
             spec.get("swappiness"),
             spec.get("cpu_governor"),
+            _frozen(spec.get("allow_unsafe_sysctls")),
         )
     if kind == "Assignment":
         return Assignment(

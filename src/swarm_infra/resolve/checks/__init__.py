@@ -1,10 +1,10 @@
 """Semantic checks: what JSON Schema cannot say. Each module checks one area.
 
 Every check is a function ``(analysis) -> Iterator[Finding]`` over the built model; the
-rule identifiers are listed in README.md (Validation rules).
+rule identifiers are listed in docs/fleet.md (Validation rules).
 """
 
-from . import allocation, cluster, network, nodes, profiles, ray, references, storage
+from . import allocation, cluster, host_safety, network, nodes, profiles, ray, references, storage
 
 ALL = (
     *references.CHECKS,
@@ -12,6 +12,7 @@ ALL = (
     *network.CHECKS,
     *allocation.CHECKS,
     *profiles.CHECKS,
+    *host_safety.CHECKS,
     *storage.CHECKS,
     *cluster.CHECKS,
     *ray.CHECKS,

@@ -4,6 +4,7 @@ endpoints that can exist."""
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Iterator
 
 from ...fleet.diagnostics import Finding, excerpt
@@ -222,4 +223,27 @@ def endpoints(a: Analysis) -> Iterator[Finding]:
         owner[key] = (node.name, declared)
 
 
-CHECKS = (underlay, mesh_network, endpoints)
+# Interface names the underlay or the host already uses by convention (systemd's predictable
+# names en*/wl*/ww*/ib*, the kernel's eth*, loopback, bridges, bonds, VLANs, tunnels and the
+# container runtimes' own): a mesh interface named so would be one of them, and Ray's
+# firewall, which admits the mesh interface, would open Ray's ports there.
+UNDERLAY_INTERFACE = re.compile(
+    r"(lo|eth|en|wl|ww|ib|bond|br|team|vlan|veth|virbr|docker|cni|flannel|cali|vxlan|tun|tap|ppp)[a-z0-9]*"
+)
+
+
+def mesh_interface(a: Analysis) -> Iterator[Finding]:
+    """``mesh.interface-underlay``: the mesh's interface is named like an underlay, loopback
+    or container interface (:data:`UNDERLAY_INTERFACE`)."""
+    mesh = a.fleet.mesh
+    if mesh is not None and UNDERLAY_INTERFACE.fullmatch(mesh.interface):
+        yield Finding(
+            mesh.source,
+            ("spec", "interface"),
+            "mesh.interface-underlay",
+            f"interface {mesh.interface!r} is named like an underlay, loopback or container interface; "
+            "the mesh needs a WireGuard interface of its own (wg0): Ray's firewall admits it",
+        )
+
+
+CHECKS = (underlay, mesh_network, endpoints, mesh_interface)

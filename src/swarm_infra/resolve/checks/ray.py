@@ -8,7 +8,8 @@ keepalives and relays, so the head needs a public endpoint when they exist;
 ``ray.object-store-conflict``: a percent and a size both given;
 ``ray.object-store-too-large``: a fixed object store beyond 80% of a node's memory (Ray's cap);
 ``ray.ports-conflict``: two of Ray's ports equal (the dashboard's among them), or the worker
-port range empty or holding another port.
+port range empty or holding another port, or a port (or the range) holding SSH's: 22 or a
+member's declared SSH port (Ray's firewall drops its ports off the mesh).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ def ray_cluster(a: Analysis) -> Iterator[Finding]:
     if ray is None:
         return
     yield from _ports(ray)
+    if a.fleet.complete("Node"):
+        yield from _ssh_ports(ray, a)
     if ray.object_store_memory_mib is not None and "object_store_percent" in ray.declared_keys:
         yield Finding(
             ray.source,
@@ -97,6 +100,29 @@ def _ports(ray: RayCluster) -> Iterator[Finding]:
             yield Finding(ray.source, where, "ray.ports-conflict",
                           f"{name} ({port}) is inside the worker port range {low}-{high}")  # fmt: skip
         seen[port] = name
+
+
+def _ssh_ports(ray: RayCluster, a: Analysis) -> Iterator[Finding]:
+    """Ray's firewall drops its ports on every interface but the mesh: a Ray port that is a
+    member's SSH port (or 22) would cut SSH to every member but over the mesh."""
+    heads, workers = members(ray, a.fleet)
+    ssh = {22: "SSH's port 22"}
+    for name in [*heads, *workers]:
+        port = a.fleet.nodes[name].ssh_port
+        ssh.setdefault(port, f"node {name}'s SSH port {port}")
+    ports = dict(ray.ports)
+    low, high = ports.pop("min_worker"), ports.pop("max_worker")
+    if ray.dashboard_enabled:
+        ports["dashboard"] = ray.dashboard_port
+    for port, what in sorted(ssh.items()):
+        clash = [n for n, p in sorted(ports.items()) if p == port]
+        if clash:
+            message = f"{clash[0]} ({port}) is {what}: Ray's firewall would cut SSH"
+        elif low <= port <= high:
+            message = f"the worker port range {low}-{high} holds {what}: Ray's firewall would cut SSH"
+        else:
+            continue
+        yield Finding(ray.source, ("spec", "ports"), "ray.ports-conflict", message)
 
 
 CHECKS = (ray_cluster,)

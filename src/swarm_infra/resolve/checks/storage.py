@@ -36,6 +36,24 @@ SYSTEM_DIRS = (
 # filesystems and the system's own trees.
 NO_MOUNTS_INSIDE = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc",
                     "/run", "/sbin", "/sys", "/usr")  # fmt: skip
+# Directories whose contents a scratch mount on them (or above them) would hide or replace:
+# the kubelet's and the container runtimes' state, the logs, the package manager's state
+# and the project's own record of what it set (layout STATE_DIR; issue #22).
+NO_MOUNTS_AT_OR_INSIDE = (
+    "/var/lib/kubelet",
+    "/var/lib/containerd",
+    "/var/lib/docker",
+    "/var/log",
+    "/var/lib/apt",
+    "/var/lib/dpkg",
+    "/var/lib/swarm",
+    "/var/lib/systemd",
+)
+
+
+def _overlaps(path: str, directory: str) -> bool:
+    """``path`` is ``directory``, lies in it or contains it."""
+    return path == directory or path.startswith(directory + "/") or directory.startswith(path + "/")
 
 
 def scratch_mount(a: Analysis) -> Iterator[Finding]:
@@ -56,8 +74,11 @@ def scratch_mount(a: Analysis) -> Iterator[Finding]:
         problem = "is a system directory; mount scratch on a directory of its own (/scratch)"
     else:
         inside = next((d for d in NO_MOUNTS_INSIDE if path.startswith(d + "/")), None)
+        covers = next((d for d in NO_MOUNTS_AT_OR_INSIDE if _overlaps(path, d)), None)
         if inside:
             problem = f"is inside {inside}, which must not be mounted over"
+        elif covers:
+            problem = f"would cover {covers} (system, kubelet, container runtime, log or swarm state)"
     if problem:
         yield Finding(
             st.source,
