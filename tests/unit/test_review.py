@@ -712,3 +712,18 @@ def test_batches_are_ansibles_serial_batches() -> None:
                 expected.append(hosts[start : start + size])
                 start, i = start + size, i + 1
             assert plan == expected, (count, serial)
+
+
+def test_an_ssh_target_change_is_a_risk_flag(repo: Path) -> None:
+    """Issue #22: where the controller takes the operator's key is reviewed state."""
+    path = "inventory/example/nodes/tyo1.yaml"
+    before, after, r = change(
+        repo, lambda: replace(repo, path, "ssh: {user: swarm}", "ssh: {user: swarm, port: 2222}")
+    )
+    changed = [n for n in after["nodes"] if after["nodes"][n]["ssh"] != before["nodes"][n]["ssh"]]
+    assert len(changed) == 1
+    (flag,) = flags(r)["ssh-target-changed"]
+    old, new = before["nodes"][changed[0]]["ssh"], after["nodes"][changed[0]]["ssh"]
+    assert flag.action == "warn"
+    assert f"swarm@{old['host']}:22 to swarm@{new['host']}:2222" in flag.reason
+    assert [w.file for w in flag.where] == [path]

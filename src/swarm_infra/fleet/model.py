@@ -55,6 +55,7 @@ class Site:
     underlay: ipaddress.IPv4Network
     wan: Mapping[str, Any]
     gateway: ipaddress.IPv4Address | None = None
+    management: ipaddress.IPv4Network | None = None  # where SSH may reach nodes besides the underlay
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,6 +271,7 @@ REVIEW_FLAG_DEFAULTS: Mapping[str, str] = MappingProxyType(
         "quota-over-capacity": "block",
         "node-removed-backing-quota": "warn",
         "mesh-restart-on-relay-or-hub": "block",
+        "ssh-target-changed": "warn",
     }
 )
 
@@ -457,6 +459,11 @@ def _build(
         if underlay is None:
             return None
         gateway = spec["underlay"].get("gateway")
+        management = None
+        if "management" in spec:
+            management = net(("spec", "management", "cidr"), spec["management"]["cidr"])
+            if management is None:
+                return None
         return Site(
             name,
             src,
@@ -464,6 +471,7 @@ def _build(
             underlay,
             _frozen(spec.get("wan")),
             ipaddress.IPv4Address(gateway) if gateway else None,
+            management,
         )
     if kind == "Node":
         ssh, hw, mesh = spec.get("ssh", {}), spec["hardware"], spec.get("mesh", {})

@@ -171,6 +171,7 @@ def review_fleet(
     raiser.quota(base_snap.exists)
     raiser.removed_nodes()
     raiser.mesh(fr.mesh)
+    raiser.ssh_targets()
     fr.flags = raiser.flags
     return fr
 

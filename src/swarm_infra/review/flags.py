@@ -9,7 +9,8 @@ flag ``block`` (exit 1), ``warn`` or ``off``; defaults in
 - ``preemption-gained``: a tenant can preempt another that it could not before;
 - ``quota-over-capacity``: nominalQuota counts on GPUs the fleet does not have yet;
 - ``node-removed-backing-quota``: a removed gpu-worker's flavor backs a tenant's quota;
-- ``mesh-restart-on-relay-or-hub``: a relay or hub restarts its interface (tunnels drop).
+- ``mesh-restart-on-relay-or-hub``: a relay or hub restarts its interface (tunnels drop);
+- ``ssh-target-changed``: a node's SSH host, port or user changes.
 """
 
 from __future__ import annotations
@@ -288,6 +289,24 @@ class FlagRaiser:
                 f"{peers} peers drop, and every node routed through it loses the mesh until they "
                 "handshake again",
                 pick(self.index.where("Node", name), self.index.where("Mesh"), fallback=self.index.all()),
+            )
+
+    def ssh_targets(self) -> None:
+        """``ssh-target-changed``: a node's SSH host, port or user changes (the controller
+        would take the operator's key, and the node's state, to whatever answers there)."""
+        for name, node in sorted(self.head["nodes"].items()):
+            before = self.base["nodes"].get(name)
+            if before is None:
+                continue
+            b, a = before["ssh"], node["ssh"]
+            if (b["host"], b["port"], b["user"]) == (a["host"], a["port"], a["user"]):
+                continue
+            self.raise_flag(
+                "ssh-target-changed",
+                f"{name}'s SSH target changes from {b['user']}@{b['host']}:{b['port']} to "
+                f"{a['user']}@{a['host']}:{a['port']}: the controller will apply {name}'s state there "
+                "with the operator's key; check that this machine is the node",
+                pick(self.index.where("Node", name), fallback=self.index.all()),
             )
 
 

@@ -1,7 +1,8 @@
-"""Nodes: names and labels that belong to someone else, hardware declared twice."""
+"""Nodes: names and labels that belong to someone else, hardware declared twice, SSH targets."""
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterator
 
 from ...fleet.diagnostics import Finding
@@ -73,4 +74,46 @@ def hardware(a: Analysis) -> Iterator[Finding]:
                 seen[device] = i
 
 
-CHECKS = (names_and_labels, hardware)
+def ssh_targets(a: Analysis) -> Iterator[Finding]:
+    """Where the controller takes the operator's key (issue #22: SSH targets are part of the
+    declared, reviewed state). ``node.ssh-target-outside-site``: ``ssh.host`` is not an IPv4
+    address in the node's site underlay or the site's declared management network (a host
+    name cannot be checked, and another provider's machine, ``localhost`` or a metadata
+    address would receive this node's state as root); ``node.ssh-target-duplicate``: two
+    nodes at one host and port (one machine would get both nodes' states)."""
+    seen: dict[tuple[str, int], str] = {}
+    for node in a.fleet.nodes.values():
+        if node.ssh_host == str(node.address):
+            # The default (or the same): the address's own rules judge it, one mistake one error.
+            seen.setdefault((node.ssh_host, node.ssh_port), node.name)
+            continue
+        site = a.fleet.sites.get(node.site)
+        declared = ("spec", "ssh", "host")
+        try:
+            host = ipaddress.IPv4Address(node.ssh_host)
+        except ValueError:
+            host = None
+        if site is not None:
+            networks = [site.underlay, *([site.management] if site.management else [])]
+            if host is None or not any(host in n for n in networks):
+                where = " or ".join(str(n) for n in networks)
+                what = f"{node.ssh_host!r} is not an IPv4 address" if host is None else f"{host} is not"
+                yield Finding(
+                    node.source,
+                    declared,
+                    "node.ssh-target-outside-site",
+                    f"SSH target {what} in site {site.name}'s networks ({where}); the controller would "
+                    "apply this node's state to whatever answers there",
+                )
+        key = (node.ssh_host, node.ssh_port)
+        if key in seen:
+            yield Finding(
+                node.source,
+                declared,
+                "node.ssh-target-duplicate",
+                f"node {seen[key]} has the same SSH target {node.ssh_host}:{node.ssh_port}",
+            )
+        seen.setdefault(key, node.name)
+
+
+CHECKS = (names_and_labels, hardware, ssh_targets)

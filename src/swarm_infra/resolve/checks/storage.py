@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 from ...fleet.diagnostics import Finding, excerpt
 from ..analysis import Analysis
+from ..layout import STATE_DIR
 
 # Mounting scratch on (or inside) these would hide or replace the system's own files.
 SYSTEM_DIRS = (
@@ -46,7 +47,7 @@ NO_MOUNTS_AT_OR_INSIDE = (
     "/var/log",
     "/var/lib/apt",
     "/var/lib/dpkg",
-    "/var/lib/swarm",
+    STATE_DIR,
     "/var/lib/systemd",
 )
 
