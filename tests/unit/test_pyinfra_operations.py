@@ -35,6 +35,7 @@ its ``get_fact`` and ``noop`` are replaced.
 
 from __future__ import annotations
 
+import base64
 import copy
 import hashlib
 import json
@@ -64,6 +65,12 @@ SECTIONS = (
     "paths", "texts", "units", "packages", "interfaces", "devices", "venvs", "public_keys",
     "wireguard", "mounts", "modules",
 )  # fmt: skip
+
+
+def wgkey(label: str) -> str:
+    """A well-formed WireGuard public key (32 bytes, base64) standing for ``label``: keys a
+    node reports are checked (resolve/keys.py), so stand-ins must be keys."""
+    return base64.b64encode(hashlib.sha256(label.encode()).digest()).decode()
 
 
 def node_fixture() -> dict[str, Any]:
@@ -226,9 +233,10 @@ def test_snapshot_spec_asks_for_what_the_node_declares() -> None:
     assert spec["paths"] == sorted(
         {f["path"] for f in node["layout"]["files"].values()} | {"/dev/md/scratch"}
     )
-    # The texts compared: the peers file, the storage record, mdadm.conf and fstab.
+    # The texts compared: the layers' read-back files (the registry's order: the storage
+    # record, mdadm.conf, the peers file), and fstab.
     assert spec["texts"] == [
-        "/etc/wireguard/peers.json", "/var/lib/swarm/storage.json", "/etc/mdadm/mdadm.conf", "/etc/fstab",
+        "/var/lib/swarm/storage.json", "/etc/mdadm/mdadm.conf", "/etc/wireguard/peers.json", "/etc/fstab",
     ]  # fmt: skip
     assert spec["units"] == ["ray-head.service", "wg-quick@wg0.service"]  # a bare name is a .service
     layers = {p for names in PACKAGES.values() for p in names} | set(FILESYSTEM_PACKAGES.values())
@@ -386,16 +394,16 @@ def test_wireguard_key_callback_keeps_the_public_key_made_on_the_node() -> None:
 
     assert read(run.state, shell(False, [])) is False
     assert ops.public_keys(run.state) == {}
-    assert read(run.state, shell(True, ["PUBKEY=\n"])) is True
-    assert ops.public_keys(run.state) == {HOST: "PUBKEY="}
+    assert read(run.state, shell(True, [wgkey("pubkey") + "\n"])) is True
+    assert ops.public_keys(run.state) == {HOST: wgkey("pubkey")}
     assert asked == ["wg pubkey < /etc/wireguard/wg0.key"] * 2  # the private key only on stdin
 
 
 def test_wireguard_key_found_is_kept_for_the_peers() -> None:
     node = Node({})
-    ops._SNAPSHOTS[node.state] = {HOST: full_snapshot({"public_keys": {"/k": "PUB="}})}
+    ops._SNAPSHOTS[node.state] = {HOST: full_snapshot({"public_keys": {"/k": wgkey("pub")}})}
     assert node(ops.wireguard_key, path="/k").commands == []
-    assert ops.public_keys(node.state) == {HOST: "PUB="}
+    assert ops.public_keys(node.state) == {HOST: wgkey("pub")}
 
 
 def lab_node(name: str) -> dict[str, Any]:
@@ -414,11 +422,11 @@ def gpu1() -> dict[str, Any]:
     [
         # this run's keys over the recorded ones; undeclared and own keys left out
         (
-            '{"lab-gpu-2": "OLD2", "lab-head-1": "HEAD", "gone": "X"}',
-            {"lab-gpu-2": "NEW2", "lab-head-1": "HEAD"},
+            json.dumps({"lab-gpu-2": wgkey("old2"), "lab-head-1": wgkey("head"), "gone": wgkey("x")}),
+            {"lab-gpu-2": wgkey("new2"), "lab-head-1": wgkey("head")},
         ),
-        (None, {"lab-gpu-2": "NEW2"}),
-        ("{not json", {"lab-gpu-2": "NEW2"}),
+        (None, {"lab-gpu-2": wgkey("new2")}),
+        ("{not json", {"lab-gpu-2": wgkey("new2")}),
     ],
 )
 def test_wireguard_peers_file(gpu1: dict[str, Any], recorded: str | None, want: dict[str, str]) -> None:
@@ -429,7 +437,7 @@ def test_wireguard_peers_file(gpu1: dict[str, Any], recorded: str | None, want: 
     }
     node = Node(facts, node=gpu1)
     ops._SNAPSHOTS[node.state] = {HOST: full_snapshot({"texts": {peers: recorded}})}
-    ops.public_keys(node.state).update({"lab-gpu-2": "NEW2", "lab-gpu-1": "SELF"})
+    ops.public_keys(node.state).update({"lab-gpu-2": wgkey("new2"), "lab-gpu-1": wgkey("self")})
     run = node(ops.wireguard_file, node=gpu1, which="peers")
     upload, *rest = [render(c) for c in run.commands]
     assert upload[0::2] == ["upload", peers] and json.loads(upload[1]) == want
@@ -441,7 +449,7 @@ def test_wireguard_peers_file(gpu1: dict[str, Any], recorded: str | None, want: 
         "owner": "root", "group": "root", "mode": "0644",
     }  # fmt: skip
     ops._SNAPSHOTS[again.state] = {HOST: full_snapshot({"texts": {peers: recorded}, "paths": {peers: found}})}
-    ops.public_keys(again.state).update({"lab-gpu-2": "NEW2", "lab-gpu-1": "SELF"})
+    ops.public_keys(again.state).update({"lab-gpu-2": wgkey("new2"), "lab-gpu-1": wgkey("self")})
     assert again(ops.wireguard_file, node=gpu1, which="peers").commands == []
 
 
@@ -455,17 +463,20 @@ def test_wireguard_conf_holds_the_known_peers_and_never_a_private_key(gpu1: dict
         },
         node=gpu1,
     )
-    ops._SNAPSHOTS[node.state] = {HOST: full_snapshot({"texts": {peers: '{"lab-head-1": "HEAD="}'}})}
-    ops.public_keys(node.state).update({"lab-gpu-2": "NEW2=", "lab-gpu-1": "SELF="})
+    ops._SNAPSHOTS[node.state] = {
+        HOST: full_snapshot({"texts": {peers: json.dumps({"lab-head-1": wgkey("head")})}})
+    }
+    ops.public_keys(node.state).update({"lab-gpu-2": wgkey("new2"), "lab-gpu-1": wgkey("self")})
     commands = [render(c) for c in node(ops.wireguard_file, node=gpu1, which="conf").commands]
     assert commands[1:] == [f"chown root:root {conf}", f"chmod 600 {conf}"]  # mode 0600
     text = commands[0][1]
     assert f"Address = {gpu1['mesh']['address']}" in text
-    assert "PublicKey = NEW2=" in text and "PublicKey = HEAD=" in text
-    assert "SELF=" not in text and "PrivateKey" not in text
+    assert f"PublicKey = {wgkey('new2')}" in text and f"PublicKey = {wgkey('head')}" in text
+    assert wgkey("self") not in text and "PrivateKey" not in text
 
 
-SYNC_NODE_PEERS = '{"node-2": "P2=", "node-3": "P3="}'
+P2, P3 = wgkey("p2"), wgkey("p3")
+SYNC_NODE_PEERS = json.dumps({"node-2": P2, "node-3": P3})
 
 
 def sync_case(running: str | None, meta: Meta) -> Run:
@@ -484,21 +495,21 @@ def test_wireguard_sync_leaves_an_interface_that_is_down() -> None:
 
 
 def test_wireguard_sync_nothing_when_unchanged_and_running_as_declared() -> None:
-    run = sync_case("P2=\t10.210.0.2/32\nP3=\t10.99.0.0/16 10.210.0.3/32\n", Meta(True, False))
+    run = sync_case(f"{P2}\t10.210.0.2/32\n{P3}\t10.99.0.0/16 10.210.0.3/32\n", Meta(True, False))
     assert (run.commands, run.noops) == ([], [])
 
 
 @pytest.mark.parametrize(
     ("running", "meta", "noops"),
     [
-        ("P2=\t10.210.0.2/32\nP3=\t10.99.0.0/16 10.210.0.3/32\n", Meta(True, True), []),  # file changed
-        ("P2=\t10.210.0.2/32\nP3=\t10.99.0.0/16 10.210.0.3/32\n", Meta(False, True), []),  # check run
+        (f"{P2}\t10.210.0.2/32\n{P3}\t10.99.0.0/16 10.210.0.3/32\n", Meta(True, True), []),  # file changed
+        (f"{P2}\t10.210.0.2/32\n{P3}\t10.99.0.0/16 10.210.0.3/32\n", Meta(False, True), []),  # check run
         (
-            "P2=\t10.210.0.2/32\nP3=\t(none)\n",
+            f"{P2}\t10.210.0.2/32\n{P3}\t(none)\n",
             Meta(True, False),
             ["running peers differ from wg0.conf: syncing"],
         ),
-        ("P2=\t10.210.0.2/32\n", Meta(True, False), ["running peers differ from wg0.conf: syncing"]),
+        (f"{P2}\t10.210.0.2/32\n", Meta(True, False), ["running peers differ from wg0.conf: syncing"]),
     ],
 )
 def test_wireguard_sync_syncs_when_the_file_changed_or_the_running_peers_drifted(
@@ -520,7 +531,7 @@ def test_wireguard_sync_script_splices_the_key_from_its_file_under_the_interface
     key.write_text("PRIVATEKEY=\n")
     bin_ = tmp_path / "bin"
     bin_.mkdir()
-    stripped = "[Interface]\nListenPort = 51820\n\n[Peer]\nPublicKey = P2=\nAllowedIPs = 10.210.0.2/32\n"
+    stripped = f"[Interface]\nListenPort = 51820\n\n[Peer]\nPublicKey = {P2}\nAllowedIPs = 10.210.0.2/32\n"
     tools = {
         "systemctl": f'echo "systemctl $*" >> {tmp_path}/argv; exit 0',
         "wg-quick": f'echo "wg-quick $*" >> {tmp_path}/argv; printf %s {shlex.quote(stripped)}',

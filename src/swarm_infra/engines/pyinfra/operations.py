@@ -465,7 +465,7 @@ def wireguard_key(path: str) -> Iterator[StringCommand | FunctionCommand]:
         if not ok:
             return False
         try:
-            _publish(state, host.name, "\n".join(out.stdout_lines))
+            _publish(state, host.name, "\n".join(out.stdout_lines).rstrip())
         except OperationError as refused:
             logger.error(str(refused))  # the host fails here; its name and why are printed
             return False
@@ -682,8 +682,11 @@ def mount(source: str, path: str, fstype: str, options: list[str]) -> Iterator[S
     if not line_changed and mounted:
         return
     changing()
-    if line_changed:
+    # The mount point may be gone even when the line is in place (ansible.posix.mount makes
+    # it whenever it is missing); the snapshot does not say, and mkdir -p is harmless.
+    if line_changed or not mounted:
         yield StringCommand("mkdir", "-p", QuoteString(path))
+    if line_changed:
         yield StringCommand("sh", "-c", QuoteString(_fstab_script(path, line)))
     if not mounted:
         yield StringCommand("mount", QuoteString(path))
