@@ -7,6 +7,8 @@ import base64
 import hashlib
 import json
 import shlex
+import socket
+import subprocess
 
 import pytest
 
@@ -14,6 +16,8 @@ from swarm_infra.resolve import desired_state, load_fleet
 from swarm_infra.resolve.files import (
     STATIC,
     UnsafeValue,
+    apt_cache_conf,
+    apt_cache_detect,
     static_file,
     wireguard_conf,
     wireguard_peer_keys,
@@ -206,3 +210,45 @@ def test_two_peers_reporting_one_key_are_both_left_out() -> None:
 )
 def test_wireguard_key_format(value: object, ok: bool) -> None:
     assert (wireguard_key_problem(value) is None) == ok
+
+
+# ------------------------------------------------------------------- package cache
+
+
+def _cached(node: dict, host: str, port: int) -> dict:
+    return {**node, "package_cache": {"apt_proxy": f"http://{host}:{port}", "host": host, "port": port}}
+
+
+def test_apts_own_parser_reads_the_package_cache_drop_in(tmp_path) -> None:
+    """The real oracle: apt-config(8) parses the drop-in as apt will."""
+    node = _cached(NODES["lab-gpu-1"], "192.0.2.1", 3142)
+    conf = tmp_path / "80swarm-package-cache"
+    conf.write_text(apt_cache_conf(node))
+    out = subprocess.run(["apt-config", "-c", str(conf), "dump"], capture_output=True, text=True, check=True)
+    detect = node["layout"]["files"]["apt_cache_detect"]["path"]
+    assert f'Acquire::http::Proxy-Auto-Detect "{detect}";' in out.stdout.splitlines()
+
+
+def test_the_detect_program_answers_the_cache_while_it_listens_else_direct(tmp_path) -> None:
+    """Run for real with bash: a listening socket on loopback is the cache; once closed, the
+    mirror itself (DIRECT), without waiting."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    script = tmp_path / "detect"
+    script.write_text(apt_cache_detect(_cached(NODES["lab-gpu-1"], "127.0.0.1", port)))
+    script.chmod(0o755)
+
+    def run() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(script), "http://deb.debian.org/debian/"], capture_output=True, text=True)
+
+    assert run().stdout == f"http://127.0.0.1:{port}\n"
+    server.close()
+    assert run().stdout == "DIRECT\n"
+
+
+def test_a_hostile_cache_address_cannot_add_a_line() -> None:
+    node = _cached(NODES["lab-gpu-1"], '10.0.0.1\nAcquire::http::Proxy "http://evil"', 3142)
+    with pytest.raises(UnsafeValue):
+        apt_cache_detect(node)

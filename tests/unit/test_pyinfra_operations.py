@@ -54,6 +54,7 @@ from pyinfra.context import ctx_host, ctx_state
 
 from swarm_infra.engines.pyinfra import operations as ops
 from swarm_infra.engines.pyinfra.facts import BOOTSTRAP
+from swarm_infra.resolve.layout import node_layout
 from swarm_infra.resolve.packages import FILESYSTEM_PACKAGES, PACKAGES
 
 from .conftest import ROOT, fleet_dirs
@@ -65,6 +66,10 @@ SECTIONS = (
     "paths", "texts", "units", "packages", "interfaces", "devices", "venvs", "public_keys",
     "wireguard", "mounts", "modules",
 )  # fmt: skip
+
+
+# The on-node paths, from the layout (never spelled here: tests/unit/test_layout.py).
+L = {name: f["path"] for name, f in node_layout("wg0")["files"].items()}
 
 
 def wgkey(label: str) -> str:
@@ -236,7 +241,7 @@ def test_snapshot_spec_asks_for_what_the_node_declares() -> None:
     # The texts compared: the layers' read-back files (the registry's order: the storage
     # record, mdadm.conf, the peers file), and fstab.
     assert spec["texts"] == [
-        "/var/lib/swarm/storage.json", "/etc/mdadm/mdadm.conf", "/etc/wireguard/peers.json", "/etc/fstab",
+        f"{L['storage_record']}", f"{L['mdadm_conf']}", f"{L['wireguard_peers']}", "/etc/fstab",
     ]  # fmt: skip
     assert spec["units"] == ["ray-head.service", "wg-quick@wg0.service"]  # a bare name is a .service
     layers = {p for names in PACKAGES.values() for p in names} | set(FILESYSTEM_PACKAGES.values())
@@ -244,8 +249,8 @@ def test_snapshot_spec_asks_for_what_the_node_declares() -> None:
     assert {"wireguard-tools", "mdadm", "xfsprogs", "python3-venv"} <= set(spec["packages"])
     assert spec["devices"] == ["/dev/md/scratch", "/dev/nvme0n1", "/dev/nvme1n1"]  # members and target
     assert (spec["interfaces"], spec["wireguard"], spec["mounts"]) == (["wg0"], ["wg0"], ["/scratch"])
-    assert spec["venvs"] == ["/usr/local/lib/swarm/ray-venv"]
-    assert spec["public_keys"] == ["/etc/wireguard/wg0.key"]
+    assert spec["venvs"] == [f"{L['ray_venv']}"]
+    assert spec["public_keys"] == [f"{L['wireguard_key']}"]
     assert spec["modules"] == ["wireguard"]
 
 
@@ -309,7 +314,7 @@ def test_unit_state_reads_systemctl_show(enabled: str, active: str, want: dict[s
 )
 def test_storage_record(text: str | None, want: dict[str, Any]) -> None:
     node = Node({})
-    ops._SNAPSHOTS[node.state] = {HOST: full_snapshot({"texts": {"/var/lib/swarm/storage.json": text}})}
+    ops._SNAPSHOTS[node.state] = {HOST: full_snapshot({"texts": {f"{L['storage_record']}": text}})}
     with ctx_state.use(node.state), ctx_host.use(node.host):
         assert ops.storage_record() == want
 
@@ -358,18 +363,18 @@ def test_changed_once_run_or_while_preparing_a_check(complete: bool, change: boo
 def test_a_new_file_in_a_new_directory_shows_its_diff_before_the_first_command(caplog: Any) -> None:
     node = Node(
         {
-            "files.File": {"path=/etc/swarm/a.conf": None},
-            "files.Directory": {"path=/etc/swarm/a.conf": None, "path=/etc/swarm": None},
+            "files.File": {f"path={L['etc_dir']}/a.conf": None},
+            "files.Directory": {f"path={L['etc_dir']}/a.conf": None, f"path={L['etc_dir']}": None},
         },
         diff=True,
     )
     ops._SNAPSHOTS[node.state] = {HOST: full_snapshot({})}
     with caplog.at_level(logging.INFO), ctx_state.use(node.state), ctx_host.use(node.host):
-        first = next(ops.managed_file._inner(path="/etc/swarm/a.conf", text="a = 1\n", **ROOT_0644))
+        first = next(ops.managed_file._inner(path=f"{L['etc_dir']}/a.conf", text="a = 1\n", **ROOT_0644))
     # A check run stops at the first command (mkdir): the diff must be logged by then.
-    assert render(first) == "mkdir -p /etc/swarm"
+    assert render(first) == f"mkdir -p {L['etc_dir']}"
     logged = "\n".join(r.getMessage() for r in caplog.records)
-    assert "Will create /etc/swarm/a.conf" in logged and "a = 1" in logged
+    assert f"Will create {L['etc_dir']}/a.conf" in logged and "a = 1" in logged
 
 
 ROOT_0644 = {"owner": "root", "group": "root", "mode": "0644"}
@@ -380,8 +385,8 @@ ROOT_0644 = {"owner": "root", "group": "root", "mode": "0644"}
 
 def test_wireguard_key_callback_keeps_the_public_key_made_on_the_node() -> None:
     node = Node({})
-    ops._SNAPSHOTS[node.state] = {HOST: full_snapshot({"public_keys": {"/etc/wireguard/wg0.key": None}})}
-    run = node(ops.wireguard_key, path="/etc/wireguard/wg0.key")
+    ops._SNAPSHOTS[node.state] = {HOST: full_snapshot({"public_keys": {f"{L['wireguard_key']}": None}})}
+    run = node(ops.wireguard_key, path=f"{L['wireguard_key']}")
     read = run.commands[1].function
     asked = []
 
@@ -396,7 +401,7 @@ def test_wireguard_key_callback_keeps_the_public_key_made_on_the_node() -> None:
     assert ops.public_keys(run.state) == {}
     assert read(run.state, shell(True, [wgkey("pubkey") + "\n"])) is True
     assert ops.public_keys(run.state) == {HOST: wgkey("pubkey")}
-    assert asked == ["wg pubkey < /etc/wireguard/wg0.key"] * 2  # the private key only on stdin
+    assert asked == [f"wg pubkey < {L['wireguard_key']}"] * 2  # the private key only on stdin
 
 
 def test_wireguard_key_found_is_kept_for_the_peers() -> None:
@@ -433,7 +438,10 @@ def test_wireguard_peers_file(gpu1: dict[str, Any], recorded: str | None, want: 
     peers = gpu1["layout"]["files"]["wireguard_peers"]["path"]
     facts = {
         "files.File": {f"path={peers}": None},
-        "files.Directory": {f"path={peers}": None, "path=/etc/wireguard": {"user": "root", "mode": 700}},
+        "files.Directory": {
+            f"path={peers}": None,
+            f"path={L['wireguard_dir']}": {"user": "root", "mode": 700},
+        },
     }
     node = Node(facts, node=gpu1)
     ops._SNAPSHOTS[node.state] = {HOST: full_snapshot({"texts": {peers: recorded}})}
@@ -459,7 +467,7 @@ def test_wireguard_conf_holds_the_known_peers_and_never_a_private_key(gpu1: dict
     node = Node(
         {
             "files.File": {f"path={conf}": None},
-            "files.Directory": {f"path={conf}": None, "path=/etc/wireguard": {}},
+            "files.Directory": {f"path={conf}": None, f"path={L['wireguard_dir']}": {}},
         },
         node=gpu1,
     )
@@ -483,7 +491,7 @@ def sync_case(running: str | None, meta: Meta) -> Run:
     node = Node({})
     ops._SNAPSHOTS[node.state] = {
         HOST: full_snapshot(
-            {"wireguard": {"wg0": running}, "texts": {"/etc/wireguard/peers.json": SYNC_NODE_PEERS}}
+            {"wireguard": {"wg0": running}, "texts": {f"{L['wireguard_peers']}": SYNC_NODE_PEERS}}
         )
     }
     return node(ops.wireguard_sync, node=node_fixture(), when_config_changed=meta)

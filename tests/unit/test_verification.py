@@ -123,8 +123,10 @@ def test_a_node_without_host_profile_must_have_no_host_tuning_files() -> None:
     fleet = desired_state(load_fleet([str(p) for p in fleet_dirs("lab")]))
     node = fleet["nodes"]["lab-head-1"]
     stripped = {**fleet, "nodes": {"lab-head-1": {**node, "host": None}}}
-    checks = [c for c in checks_for(stripped) if c.layer == "host"]
     files = node["layout"]["files"]
+    # The host layer's other part, the site's package cache, has checks of its own (below).
+    cache = {files[f]["path"] for f in ("apt_cache_conf", "apt_cache_detect")}
+    checks = [c for c in checks_for(stripped) if c.layer == "host" and c.args.get("path") not in cache]
     assert [(c.kind, c.args["path"]) for c in checks] == [
         ("absent", files["sysctl_conf"]["path"]),
         ("absent", files["tmpfiles_conf"]["path"]),
@@ -148,3 +150,21 @@ def test_the_pinned_driver_matches_the_debian_versions_apt_installs() -> None:
     versions = PACKAGES["nvidia-driver"]  # 570.86.15-1, 570.124.06-1, 575.51.03-1
     assert [matches(exact, v) for v in versions] == [True, False, False]
     assert [matches(branch, v) for v in versions] == [True, True, False]
+
+
+def test_the_package_cache_is_checked_where_declared_and_absent_elsewhere() -> None:
+    fleet = desired_state(load_fleet([str(p) for p in fleet_dirs("lab")]))
+    node = fleet["nodes"]["lab-head-1"]
+    files = node["layout"]["files"]
+    cache = {"apt_proxy": "http://192.0.2.1:3142", "host": "192.0.2.1", "port": 3142}
+    with_cache = {**fleet, "nodes": {"lab-head-1": {**node, "package_cache": cache}}}
+    checks = {c.key: c for c in checks_for(with_cache) if c.layer == "host"}
+    proxy = checks["apt uses the site's package cache"]
+    assert (
+        proxy.desired == "http://192.0.2.1:3142" and proxy.args["detect"] == files["apt_cache_detect"]["path"]
+    )
+    assert matches(proxy, "http://192.0.2.1:3142") and not matches(proxy, "DIRECT")
+    assert f"file {files['apt_cache_detect']['path']}" in checks
+    without = {**fleet, "nodes": {"lab-head-1": {**node, "package_cache": None}}}
+    absent = [c.args["path"] for c in checks_for(without) if c.layer == "host" and c.kind == "absent"]
+    assert files["apt_cache_conf"]["path"] in absent and files["apt_cache_detect"]["path"] in absent

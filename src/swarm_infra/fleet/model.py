@@ -56,6 +56,7 @@ class Site:
     wan: Mapping[str, Any]
     gateway: ipaddress.IPv4Address | None = None
     management: ipaddress.IPv4Network | None = None  # where SSH may reach nodes besides the underlay
+    apt_proxy: str | None = None  # the site's package cache (http://HOST:PORT), or none
 
 
 @dataclass(frozen=True, slots=True)
@@ -472,6 +473,7 @@ def _build(
             _frozen(spec.get("wan")),
             ipaddress.IPv4Address(gateway) if gateway else None,
             management,
+            spec.get("package_cache", {}).get("apt_proxy"),
         )
     if kind == "Node":
         ssh, hw, mesh = spec.get("ssh", {}), spec["hardware"], spec.get("mesh", {})

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from .keys import checked_keys, wireguard_key_problem
-from .layers import declared
+from .layers import PACKAGE_CACHE_FILES, declared
 from .layers import layer as registry
 from .types import GpuState, ManagedPath, NodeState
 
@@ -100,6 +100,40 @@ def tunables_spec(node: NodeState, layer: str) -> dict[str, Any]:
             "label": "mesh forwarding",
         }
     raise ValueError(f"no tunables for layer {layer!r}")
+
+
+# ----------------------------------------------------------------------- package cache
+
+
+def apt_cache_detect(node: NodeState) -> str:
+    """The program apt runs before each http fetch (apt.conf(5), ``Acquire::http::
+    Proxy-Auto-Detect``, its argument the URI): it prints the site's package cache when the
+    cache accepts a connection within 2 s, else ``DIRECT`` (the mirror itself), so a cache
+    that is down costs a converge 2 s per fetch, not a failure."""
+    cache = node["package_cache"]
+    assert cache is not None
+    host, port = line_value(cache["host"], "package cache host"), int(cache["port"])
+    proxy = line_value(cache["apt_proxy"], "package cache")
+    return (
+        "#!/bin/bash\n"
+        + _header("host layer, package cache")
+        + "# apt asks which proxy to use for the URI in $1: the site's cache while it answers.\n"
+        f"if timeout 2 bash -c 'exec 3<>/dev/tcp/{host}/{port}' 2>/dev/null; then\n"
+        f"  echo {proxy}\n"
+        "else\n"
+        "  echo DIRECT\n"
+        "fi\n"
+    )
+
+
+def apt_cache_conf(node: NodeState) -> str:
+    """apt.conf(5) drop-in sending apt's http fetches through the detect program above."""
+    detect = node["layout"]["files"]["apt_cache_detect"]["path"]
+    return (
+        _header("host layer, package cache")
+        + "// The site's package cache while it answers, else the mirror itself.\n"
+        f'Acquire::http::Proxy-Auto-Detect "{line_value(detect, "detect program")}";\n'
+    )
 
 
 # ---------------------------------------------------------------------------- drivers
@@ -444,13 +478,23 @@ def layer_files(
     content, owner, group, mode), in the order to apply them: what the node must hold, and
     what a declaration no longer made must not (the declared state is the whole truth).
 
-    ``layer``: ``gpu``, ``storage``, ``ray``, or ``mesh`` (which needs ``peer_keys``: the
+    ``layer``: ``host`` (the package cache's files; the tunables code owns the rest),
+    ``gpu``, ``storage``, ``ray``, or ``mesh`` (which needs ``peer_keys``: the
     peers' public keys known in this run, :func:`wireguard_peer_keys`). The WireGuard
     private key is an item without content (made on the node; its mode is managed); the
     wg-quick drop-in is the caller's (it depends on the node's kernel).
 
     Raises ValueError for another layer."""
     f = node["layout"]["files"]
+    if layer == "host":
+        cache = node["package_cache"]
+        if not cache:
+            return [_item(f[n], "absent") for n in PACKAGE_CACHE_FILES]
+        return [
+            _item(f["lib_dir"], "directory"),
+            _item(f["apt_cache_detect"], "file", apt_cache_detect(node)),
+            _item(f["apt_cache_conf"], "file", apt_cache_conf(node)),
+        ]
     if layer in ("gpu", "storage", "ray") and not declared(node, layer):
         return [_item(f[n], "absent") for n in registry(layer).removed]
     if layer == "gpu":

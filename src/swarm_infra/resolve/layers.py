@@ -60,10 +60,20 @@ LAYERS: tuple[Layer, ...] = (
         role="host_tuning",
         hosts="all",
         state="host",
-        summary="sysctls, hugepages, transparent hugepages, CPU governor of the HostProfile",
-        files=("sysctl_conf", "tmpfiles_conf", "state_dir", "host_tunables_record"),
-        # The node-side tunables code removes the files and restores the recorded values.
-        removed=("sysctl_conf", "tmpfiles_conf"),
+        summary="sysctls, hugepages, transparent hugepages, CPU governor of the HostProfile; "
+        "apt through the site's package cache",
+        files=(
+            "sysctl_conf",
+            "tmpfiles_conf",
+            "state_dir",
+            "host_tunables_record",
+            "lib_dir",
+            "apt_cache_detect",
+            "apt_cache_conf",
+        ),
+        # The node-side tunables code removes the sysctl and tmpfiles files (and restores the
+        # recorded values); the package cache's files go when the site declares none.
+        removed=("sysctl_conf", "tmpfiles_conf", "apt_cache_conf", "apt_cache_detect"),
     ),
     Layer(
         name="drivers",
@@ -163,6 +173,22 @@ def declared(node: NodeState, name: str) -> bool:
     if name == "drivers":
         return bool(value and value["driver"])
     return bool(value)
+
+
+# The host layer's two parts, each removed on its own when the node no longer declares it.
+_HOST_TUNING_FILES = ("sysctl_conf", "tmpfiles_conf")  # removed by the node-side tunables code
+PACKAGE_CACHE_FILES = ("apt_cache_conf", "apt_cache_detect")
+
+
+def removed_files(node: NodeState, name: str) -> tuple[str, ...]:
+    """Layout names of the files layer ``name`` removes on ``node``: those of the parts the
+    node does not declare (the host layer's HostProfile files and package cache files go
+    each on its own; another layer's ``removed`` go when the layer is not declared)."""
+    if name == "host":
+        return (() if node["host"] else _HOST_TUNING_FILES) + (
+            () if node["package_cache"] else PACKAGE_CACHE_FILES
+        )
+    return () if declared(node, name) else layer(name).removed
 
 
 def node_packages(node: NodeState, name: str, *, userspace_wireguard: bool = True) -> list[str]:

@@ -47,6 +47,8 @@ def node_layout(interface: str = "wg0") -> LayoutState:
       ``wireguard_dir``, ``wireguard_key`` (the private key, never read back),
       ``wireguard_conf`` (no private key in it), ``wireguard_peers`` (public keys of peers);
       ``wireguard_dropin``: selects wireguard-go where the kernel has no WireGuard module;
+      ``apt_cache_conf``, ``apt_cache_detect``: apt through the site's package cache while it
+      answers, else straight to the mirror;
       ``apt_keyrings_dir``, ``driver_preferences``: the NVIDIA repositories' signing keys and
       the apt pin of the NVIDIA driver;
       ``nouveau_blacklist``: keeps nouveau off NVIDIA GPUs;
@@ -82,6 +84,9 @@ def node_layout(interface: str = "wg0") -> LayoutState:
             "wireguard_dropin_dir": _dir(f"{UNIT_DIR}/{wg_unit}.service.d"),
             "wireguard_dropin": _file(f"{UNIT_DIR}/{wg_unit}.service.d/userspace.conf"),
             "apt_keyrings_dir": _dir("/etc/apt/keyrings"),
+            # apt.conf(5): the site's package cache, used while it answers (the detect script).
+            "apt_cache_conf": _file("/etc/apt/apt.conf.d/80swarm-package-cache"),
+            "apt_cache_detect": _file(f"{LIB_DIR}/apt-proxy-detect", "0755"),
             "driver_preferences": _file("/etc/apt/preferences.d/swarm-nvidia-driver"),
             "nouveau_blacklist": _file("/etc/modprobe.d/swarm-blacklist-nouveau.conf"),
             # Debian's marker for a pending reboot (update-notifier, needrestart read it).

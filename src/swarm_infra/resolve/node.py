@@ -12,7 +12,7 @@ from .labels import FLAVOR_LABEL, SITE_LABEL
 from .layout import node_layout
 from .ray import bare_node_ray
 from .ray import members as ray_members
-from .types import DriverState, GpuDevice, GpuSettings, HostState, NodeState, PeerState
+from .types import DriverState, GpuDevice, GpuSettings, HostState, NodeState, PackageCacheState, PeerState
 
 FORWARDING_SYSCTLS = {"net.ipv4.ip_forward": "1"}
 # Scratch: the md array's name (mdadm(8) /dev/md/NAME) and the filesystem label, which fits
@@ -59,6 +59,15 @@ def driver_state(driver: dict[str, Any]) -> DriverState:
             for name, key, url in DRIVER_APT_SOURCES
         ],
     }
+
+
+def package_cache(apt_proxy: str | None) -> PackageCacheState | None:
+    """A site's package cache as its nodes use it: the proxy URL and the host and port the
+    node probes before each apt run (the schema's form: ``http://HOST:PORT``)."""
+    if not apt_proxy:
+        return None
+    host, _, port = apt_proxy.removeprefix("http://").rpartition(":")
+    return {"apt_proxy": apt_proxy, "host": host, "port": int(port)}
 
 
 class NodeResolver:
@@ -126,6 +135,7 @@ class NodeResolver:
             "mesh": None,
             "storage": None,
             "ray": None,
+            "package_cache": package_cache(fleet.sites[node.site].apt_proxy),
             "layout": node_layout(fleet.mesh.interface if fleet.mesh else "wg0"),
         }
         choice = choices.get("gpu_profile")

@@ -244,6 +244,12 @@ class RayNodeState(TypedDict):
     start_args: list[str]  # `ray start ...` arguments after `ray`: the units' ExecStart, for both engines
 
 
+class PackageCacheState(TypedDict):
+    apt_proxy: str  # http://HOST:PORT of the site's apt cache (apt-cacher-ng)
+    host: str  # its host and port, which the node probes before using it
+    port: int
+
+
 class NodeState(TypedDict):
     name: str
     site: str
@@ -258,6 +264,7 @@ class NodeState(TypedDict):
     mesh: MeshState | None  # None: the fleet has no Mesh
     storage: StorageState | None  # None: no scratch declared or no NVMe
     ray: RayNodeState | None  # None: not in the fleet's Ray cluster
+    package_cache: PackageCacheState | None  # None: the site declares no package cache
     layout: LayoutState
 
 

@@ -24,8 +24,7 @@ from typing import Any
 
 from ..nodeside.facts import sysctl_fields
 from ..resolve.host import sysctl_text
-from ..resolve.layers import NAMES
-from ..resolve.layers import layer as registry
+from ..resolve.layers import NAMES, removed_files
 from ..resolve.packages import packages
 from ..resolve.types import DesiredState, ManagedPath, NodeState
 
@@ -132,9 +131,9 @@ def _absent(name: str, layer: str, path: ManagedPath) -> Check:
 
 
 def _removed(name: str, node: NodeState, layer: str) -> list[Check]:
-    """What ``layer`` removes once no longer declared (the registry's ``removed``) is absent."""
+    """What ``layer`` removes on this node (the registry's :func:`removed_files`) is absent."""
     files = node["layout"]["files"]
-    return [_absent(name, layer, files[f]) for f in registry(layer).removed]
+    return [_absent(name, layer, files[f]) for f in removed_files(node, layer)]
 
 
 def _ray_checks(name: str, node: NodeState, state: DesiredState) -> tuple[list[Check], list[Check]]:
@@ -280,8 +279,17 @@ def checks_for(state: DesiredState, nodes: list[str] | None = None) -> list[Chec
         if nodes is not None and name not in nodes:
             continue
         h, files, units = node["host"], node["layout"]["files"], node["layout"]["units"]
-        if not h:  # no HostProfile: none of the layer's files, so no value the project set
-            local += _removed(name, node, "host")
+        # No HostProfile: none of its files, so no value the project set; no package cache:
+        # none of its files.
+        local += _removed(name, node, "host")
+        cache = node["package_cache"]
+        if cache:
+            detect = files["apt_cache_detect"]
+            local.append(_file_check(name, "host", detect))
+            # What apt asks before each http fetch: the site's cache while it answers.
+            needs = (f"{name}/host/file {detect['path']}",)
+            local.append(Check(name, "host", "apt uses the site's package cache", "apt_proxy",
+                               cache["apt_proxy"], {"detect": detect["path"]}, needs))  # fmt: skip
         if h:
             sysctl_conf = files["sysctl_conf"]
             local.append(_file_check(name, "host", sysctl_conf))

@@ -154,6 +154,13 @@ def tcp_port(host: Host, check: Check, cache: Cache) -> str:
     return "open" if probe.rc == 0 else "closed"
 
 
+def apt_proxy(host: Host, check: Check, cache: Cache) -> str:
+    """What the node's apt proxy detect program answers for a Debian URI: the proxy apt would
+    use now (the site's package cache, or ``DIRECT``)."""
+    out = host.run(f"{shlex.quote(check.args['detect'])} http://deb.debian.org/debian/")
+    return out.stdout.strip() if out.rc == 0 else f"unreadable: rc {out.rc}"
+
+
 def ray_member(host: Host, check: Check, cache: Cache) -> dict[str, Any] | str:
     """The node as the head's state API lists it (run on the head): state, total resources
     and labels; "absent" when the head does not list it."""

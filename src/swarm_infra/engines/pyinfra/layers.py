@@ -80,7 +80,9 @@ def any_changed(*op_metas: Any) -> Any:
 
 
 def host_layer() -> None:
-    """Sysctls, hugepages, THP and the CPU governor of the node's HostProfile, or none."""
+    """apt through the site's package cache (first: every later apt run uses it), then the
+    sysctls, hugepages, THP and the CPU governor of the node's HostProfile, or none."""
+    layer_items(_node(), "host", "Point apt at the site's package cache")
     ops.tunables(
         name="Converge sysctls, hugepages, THP and the CPU governor to the declared set",
         spec=tunables_spec(_node(), "host"),
