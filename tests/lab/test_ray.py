@@ -150,7 +150,9 @@ def test_a_job_places_by_gpu_model_tunes_across_nodes_moves_data_over_the_mesh_a
     conn = read_connections()[HEAD]
     submit = (
         f"{VENV}/bin/ray job submit --address {DASHBOARD} --working-dir {JOB_DIR} "
-        f"-- python mesh_proof.py --mib {MIB} --trials {TRIALS}"
+        # Ray's driver folds log lines that differ only in numbers ("TRIAL-RUNNING lab-gpu-1" and
+        # "... lab-gpu-2" alike): the test reads every trial's line, so none is folded.
+        f"-- RAY_DEDUP_LOGS=0 python mesh_proof.py --mib {MIB} --trials {TRIALS}"
     )
     proc = subprocess.Popen(
         ssh_command(conn, [submit]), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
