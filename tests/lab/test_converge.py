@@ -1,9 +1,11 @@
 """Node convergence with Ansible on the real 3-node lab (root; CI runs these as root).
 
-Runs in file order on one lab: check mode on the fresh fleet (reports, applies nothing),
-converge, converge again (changed=0), mesh reachability, a fourth node added while a
-ping between two others runs, then an invalid fleet that must stop before any host is
-touched.
+Runs in file order on a fresh lab (LAB_NEEDS) whose node UNSEEDED has no prebuilt Ray
+virtualenv: check mode on the fresh fleet (reports, applies nothing), converge (UNSEEDED
+installs Ray with pip: the product's install path, proven here), converge again
+(changed=0), pyinfra after Ansible (changes nothing), mesh reachability, a fourth node
+added while a ping between two others runs, then an invalid fleet that must stop before any
+host is touched. The fresh lab's pyinfra converge is tests/lab/test_pyinfra.py's.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from swarm_infra.fleet.sources import fleet_paths
-from swarm_infra.lab.state import connection_file, ssh_command
+from swarm_infra.lab.state import connection_file, ssh_command, state_dir
 from swarm_infra.resolve import desired_state, load_fleet
 from tests.labkit import (
     FILES,
@@ -33,6 +35,12 @@ from tests.labkit import (
 
 pytestmark = [pytest.mark.root, pytest.mark.lab]
 LAB_ORDER = 20
+LAB_NEEDS = "fresh"  # leaves the nodes with a fourth node's peer: dirty
+# The node whose Ray comes from pip at the converge, not from the lab's prebuilt virtualenv.
+UNSEEDED = "lab-gpu-1"
+LAB_UNSEEDED = (UNSEEDED,)
+PIP_TASK = "TASK [ray : Install the pinned Ray in its virtualenv from the declared package index]"
+RAY_VERSION = next(s["ray"]["version"] for s in LAB_STATE["nodes"].values() if s["ray"])
 # Mesh addresses as the library resolves them (the test checks them, it does not decide them).
 MESH = {name: node["mesh"]["address"].split("/")[0] for name, node in LAB_STATE["nodes"].items()}
 
@@ -66,12 +74,35 @@ def test_converge_succeeds_on_every_host(lab) -> None:
     r = recap(proc.stdout)
     assert set(r) == set(MESH) and all(v["failed"] == 0 and v["unreachable"] == 0 for v in r.values())
     assert "SIMULATED NVML backend" in proc.stdout
+    # pip ran on the unseeded node only; the others found Ray's requirements met.
+    # (The task runs in the head's play and in the workers'.)
+    pip_task = "".join(
+        re.split(r"^(?:TASK|PLAY|RUNNING HANDLER) \[", chunk, maxsplit=1, flags=re.M)[0]
+        for chunk in proc.stdout.split(PIP_TASK)[1:]
+    )
+    assert f"changed: [{UNSEEDED}]" in pip_task, pip_task
+    seeded = sorted(n for n, s in LAB_STATE["nodes"].items() if s["ray"] and n != UNSEEDED)
+    assert seeded and all(f"skipping: [{n}]" in pip_task for n in seeded), pip_task
+    # pip's virtualenv is the node's own (its overlay's upper directory), and Ray runs from it.
+    venv = FILES["ray_venv"].lstrip("/")
+    assert (state_dir() / "nodes" / UNSEEDED / "upper" / venv / "bin" / "ray").is_file()
+    assert on_node(UNSEEDED, f"{FILES['ray_venv']}/bin/ray --version").stdout.strip().endswith(RAY_VERSION)
 
 
 def test_second_converge_changes_nothing(lab) -> None:
     proc = swarm("converge")
     summary = converge_summary(proc.stdout)
     assert {h: (v["status"], v["changed"]) for h, v in summary.items()} == dict.fromkeys(MESH, ("ok", 0))
+
+
+def test_after_ansible_pyinfra_finds_nothing_to_change(lab) -> None:
+    """The engines' equivalence, this way round (tests/lab/test_pyinfra.py: the other)."""
+    nodes = set(MESH)
+    for args in (("--check",), ()):
+        proc = swarm("converge", "--engine", "pyinfra", *args, check=False)
+        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+        summary = converge_summary(proc.stdout)
+        assert {h: int(v["changed"]) for h, v in summary.items()} == dict.fromkeys(nodes, 0), args
 
 
 def test_check_diff_on_a_converged_fleet_reports_no_change(lab) -> None:
@@ -124,7 +155,7 @@ def test_adding_a_fourth_node_keeps_a_running_ping_at_zero_loss(lab, tmp_path: P
     (inventory / "nodes-4.yaml").write_text(FOURTH)
     state = desired_state(load_fleet(fleet_paths(inventory)))
     assert set(state["nodes"]) == {*MESH, "lab-cpu-4"}
-    swarm("lab", "up", *fleet_paths(inventory))
+    swarm("lab", "up", *fleet_paths(inventory), f"--unseeded={UNSEEDED}")
     # lab-gpu-2 (site B, through the WAN link) pings lab-head-1's mesh address for the whole
     # re-converge, which adds lab-cpu-4 as a peer on every node with `wg syncconf`.
     conn = json.loads(connection_file().read_text())["nodes"]["lab-gpu-2"]

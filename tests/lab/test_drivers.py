@@ -20,6 +20,7 @@ from . import standin_repo
 
 pytestmark = [pytest.mark.root, pytest.mark.lab]
 LAB_ORDER = 30
+LAB_NEEDS = "running"
 NODE = "lab-gpu-1"
 REPO = "/srv/swarm-standin"
 

@@ -1,6 +1,6 @@
 """The local lab on systemd-nspawn, real namespaces and SSH (root; CI runs these as root).
 
-First of the lab modules (LAB_ORDER), so the nodes are fresh; tests run in file order.
+On a fresh lab (LAB_NEEDS); tests run in file order.
 """
 
 from __future__ import annotations
@@ -13,10 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.labkit import on_node, swarm
+from swarm_infra.lab.state import LabState, state_dir
+from tests.labkit import FILES, LAB_STATE, on_node, swarm
 
 pytestmark = [pytest.mark.root, pytest.mark.lab]
 LAB_ORDER = 10
+LAB_NEEDS = LAB_LEAVES = "fresh"  # never converged: markers in /root and a restart only
 # Linux capability numbers (linux/capability.h).
 CAP_SYS_MODULE, CAP_SYS_RAWIO, CAP_SYS_TIME, CAP_NET_ADMIN, CAP_SYS_ADMIN = 16, 17, 25, 12, 21
 # x86-64 system call numbers (arch/x86/entry/syscalls/syscall_64.tbl).
@@ -177,3 +179,26 @@ def test_a_stopped_node_starts_again_with_its_own_filesystem(lab) -> None:
     assert on_node("lab-head-1", "cat /root/restart-marker").stdout.strip() == "kept"
     # Its neighbours reach it at once: the node kept its MAC address on the new link.
     assert " 0% packet loss" in on_node("lab-gpu-1", f"ping -c 2 -W 2 {NODES['lab-head-1']}").stdout
+
+
+def test_the_seeded_ray_venv_is_shared_read_only_and_a_node_writes_only_its_own_copy(lab) -> None:
+    """Ray nodes get the lab's prebuilt Ray virtualenv as a read-only overlay layer: a node
+    that writes into it changes its own copy (its upper directory), never the shared one."""
+    lowers = {name: node["lower"].split(":") for name, node in LabState.load().nodes.items()}
+    ray_nodes = sorted(n for n, s in LAB_STATE["nodes"].items() if s["ray"])
+    assert all(len(lowers[n]) == 2 for n in ray_nodes), lowers  # the venv's layer over the image
+    (layer,) = {lowers[n][0] for n in ray_nodes}  # one copy for all
+    writer, reader = ray_nodes[0], ray_nodes[1]
+    cfg = f"{FILES['ray_venv']}/pyvenv.cfg"
+    shared = Path(layer) / cfg.lstrip("/")
+    original = shared.read_text()
+    on_node(writer, f"echo '# written by {writer}' >> {cfg}")
+    assert shared.read_text() == original
+    assert (
+        (state_dir() / "nodes" / writer / "upper" / cfg.lstrip("/"))
+        .read_text()
+        .endswith(f"# written by {writer}\n")
+    )
+    assert on_node(reader, f"cat {cfg}").stdout == original
+    on_node(writer, f"sed -i '$d' {cfg}")  # back to what the virtualenv had
+    assert on_node(writer, f"cat {cfg}").stdout == original

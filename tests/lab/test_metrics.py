@@ -25,7 +25,8 @@ from swarm_infra.resolve import load_fleet
 from tests.labkit import LAB_STATE, ROOT, edit, fleet_copy, on_node, swarm
 
 pytestmark = [pytest.mark.root, pytest.mark.lab]
-LAB_ORDER = 36  # after Ray (35) and before the end-to-end removals (40): the mesh is up
+LAB_ORDER = 36
+LAB_NEEDS = LAB_LEAVES = "converged"  # measuring changes no declared state
 
 FLEET = load_fleet(fleet_paths(ROOT / "inventory/lab")).fleet
 TARGETS = {t.name: t for t in fleet_targets(FLEET, LAB_STATE)}
@@ -37,9 +38,6 @@ SLOW = sorted(n for n, t in TARGETS.items() if t.site == SLOW_SITE.name)
 @pytest.fixture(scope="module")
 def run(lab, tmp_path_factory) -> dict:
     """One measured run of the whole lab: {"json": the report, "dir": its files, "stderr": progress}."""
-    for layer in ("storage", "mesh", "ray"):  # what the measurements need (no-ops after the site converge)
-        converged = swarm("converge", "--engine", "pyinfra", "--layer", layer, check=False)
-        assert converged.returncode == 0, converged.stdout[-2000:]
     out = tmp_path_factory.mktemp("metrics")
     proc = swarm(
         "metrics", "run", "--fleet", "lab", "--db", str(out / "m.db"), "--plots", str(out / "plots"),

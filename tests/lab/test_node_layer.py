@@ -1,7 +1,7 @@
 """The node layer as the whole truth on the real lab (root; CI runs it): MIG mode waits for a
 reset and the geometry follows it; locked clocks, MIG and scratch storage converge twice
 without change; storage refuses a device holding what swarm did not make, and unmounts
-scratch no longer declared. Runs after convergence (LAB_ORDER), on a copy of the lab fleet.
+scratch no longer declared. Needs the lab converged (LAB_NEEDS); converges a copy of the lab fleet.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from tests.labkit import FILES, converge_summary, edit, fleet_copy, on_node, swa
 
 pytestmark = [pytest.mark.root, pytest.mark.lab]
 LAB_ORDER = 25
+LAB_NEEDS = "converged"
 MIG = ["3g.40gb", "3g.40gb"]
 
 

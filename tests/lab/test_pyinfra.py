@@ -1,12 +1,11 @@
 """The pyinfra engine against Ansible on the real lab (root; CI runs these as root): the same
 desired state gives the same node state, whichever engine converges it.
 
-In file order, on the session's lab, right after the Ansible convergence module
-(LAB_ORDER): converge with Ansible, then pyinfra finds nothing to change; a fresh lab
-(down, up) checked with ``--check --diff`` reports changes and writes nothing; pyinfra
-converges it, a second pyinfra run changes nothing, Ansible then reports ``changed=0`` and
-``swarm verify`` passes; injected drift is reported by verify and repaired by pyinfra. The
-lab is left converged (by pyinfra), as the modules after this one expect.
+In file order, on a fresh lab (LAB_NEEDS): ``--check --diff`` reports changes and writes
+nothing; pyinfra converges it, a second pyinfra run changes nothing, Ansible then reports
+``changed=0`` and ``swarm verify`` passes; injected drift is reported by verify and
+repaired by pyinfra. The other way round (pyinfra after Ansible finds nothing to change) is
+in tests/lab/test_converge.py, after its fresh Ansible converge. The lab is left converged.
 """
 
 from __future__ import annotations
@@ -30,6 +29,7 @@ from tests.labkit import (
 
 pytestmark = [pytest.mark.root, pytest.mark.lab]
 LAB_ORDER = 22
+LAB_NEEDS, LAB_LEAVES = "fresh", "converged"
 NODES = set(LAB_STATE["nodes"])
 
 
@@ -45,15 +45,7 @@ def changes(summary: dict[str, dict[str, int | str]]) -> dict[str, int]:
     return {host: int(row["changed"]) for host, row in summary.items()}
 
 
-def test_after_ansible_pyinfra_finds_nothing_to_change(lab) -> None:
-    converge()  # Ansible, with the lab fleet as declared (an earlier module added a node)
-    assert changes(converge("--engine", "pyinfra", "--check")) == dict.fromkeys(NODES, 0)
-    assert changes(converge("--engine", "pyinfra")) == dict.fromkeys(NODES, 0)
-
-
 def test_check_diff_on_a_fresh_lab_reports_changes_and_writes_nothing(lab) -> None:
-    swarm("lab", "down")
-    swarm("lab", "up", "--fleet", "lab")
     before = {node: upper_snapshot(node) for node in NODES}
     proc = swarm("converge", "--engine", "pyinfra", "--check", "--diff", check=False)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]

@@ -24,7 +24,8 @@ from swarm_infra.resolve import desired_state, load_fleet
 from tests.labkit import fleet_copy, on_node, swarm
 
 pytestmark = [pytest.mark.root, pytest.mark.lab]
-LAB_ORDER = 38  # after the metrics (36), before the end-to-end job (40), which converges afresh
+LAB_ORDER = 38
+LAB_NEEDS = LAB_LEAVES = "converged"  # it restores the lab's shape and mesh at the end
 
 SRC, DST, FAR, NEAR = "lab-gpu-2", "lab-nat-3", "lab-far-relay", "lab-head-1"
 EXTRA = """---

@@ -8,6 +8,7 @@ from tests.labkit import assert_nothing_left, swarm
 
 pytestmark = [pytest.mark.root, pytest.mark.lab]
 LAB_ORDER = 99
+LAB_NEEDS, LAB_LEAVES = "running", "down"
 
 
 def test_down_leaves_nothing_behind(lab) -> None:

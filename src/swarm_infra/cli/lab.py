@@ -35,7 +35,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         print("swarm lab up: the fleet is invalid; nothing was created", file=sys.stderr)
         return EXIT_INVALID
     try:
-        manager.up(analysis, log=_log)
+        manager.up(analysis, log=_log, unseeded=args.unseeded)
     except ValueError as exc:
         print(f"swarm lab up: {exc}", file=sys.stderr)
         return EXIT_INVALID
@@ -127,6 +127,16 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "swarm lab up --fleet lab-16",
     )
     fleet_args(p)
+    p.add_argument(
+        "--unseeded",
+        action="append",
+        default=[],
+        metavar="NODE",
+        help="a Ray node that gets no prebuilt Ray virtualenv and installs Ray with pip at its "
+        "converge, as a real node does (repeatable; `all`: every node). By default the lab "
+        "builds Ray's virtualenv once from its wheelhouse and lays it under each Ray node, "
+        "read-only, so converges find Ray installed",
+    )
     p.set_defaults(func=_guarded(cmd_up))
     p = labsub.add_parser(
         "fleet",

@@ -9,16 +9,17 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from ..resolve import desired_state
 from ..resolve.analysis import Analysis
 from ..resolve.ray import ray_requirements
-from . import mirror, network, node
+from . import mirror, network, node, rayvenv
 from .image import ensure_image
 from .plan import PREFIX, LabNode, LabSite, LabSpec, lab_spec
 from .state import (
@@ -58,11 +59,13 @@ def _run_netns_is_mount() -> bool:
     )
 
 
-def up(analysis: Analysis, log: Log = print) -> dict[str, str]:
+def up(analysis: Analysis, log: Log = print, unseeded: Collection[str] = ()) -> dict[str, str]:
     """Make the lab match the fleet; returns {node: created|restarted|replaced|unchanged}.
 
     Idempotent: nodes that run with the same spec are left alone; nodes no longer in the spec
-    are stopped and removed. Raises :class:`LabError` (nothing half-done is left running
+    are stopped and removed. Ray nodes get Ray's prebuilt virtualenv as a read-only layer
+    (lab/rayvenv.py) unless named in ``unseeded`` ("all": none of them); a node whose
+    seeding changes is replaced. Raises :class:`LabError` (nothing half-done is left running
     unnoticed: ``status`` shows it and ``down`` removes it).
     """
     _preflight()
@@ -82,8 +85,10 @@ def up(analysis: Analysis, log: Log = print) -> dict[str, str]:
         state.host["image"] = str(image)
         state.save()
 
-        outcome = _reconcile(spec, state, image, pubkey, log)
-        _ensure_index(analysis, state, log)
+        wheels = _wheelhouse(analysis, log)
+        seeds = _ray_seeds(analysis, image, wheels, unseeded, log)
+        outcome = _reconcile(spec, state, image, pubkey, log, seeds)
+        _ensure_index(analysis, state, log, wheels)
         state.save()
     took = time.monotonic() - started
     counts = {k: sum(1 for v in outcome.values() if v == k) for k in sorted(set(outcome.values()))}
@@ -95,19 +100,52 @@ def up(analysis: Analysis, log: Log = print) -> dict[str, str]:
     return outcome
 
 
-def _ensure_index(analysis: Analysis, state: LabState, log: Log) -> None:
-    """Serve the fleet's Ray packages from this host when its RayCluster names the lab's
-    package index (lab/mirror.py); stop a served index the fleet no longer names."""
+def _wheelhouse(analysis: Analysis, log: Log) -> Path | None:
+    """The wheelhouse of the fleet's Ray packages (downloaded once) when its RayCluster
+    names the lab's package index; None otherwise."""
+    ray = analysis.fleet.ray
+    if ray is None or not mirror.serves(ray.package_index):
+        return None
+    return mirror.ensure_wheelhouse(
+        cache_dir() / "wheelhouse", ray_requirements(ray.ray_version, ray.packages), log
+    )
+
+
+def _ray_seeds(
+    analysis: Analysis, image: Path, wheels: Path | None, unseeded: Collection[str], log: Log
+) -> dict[str, Path]:
+    """{node: the layer holding its Ray virtualenv} for the fleet's Ray nodes not named in
+    ``unseeded`` (none with "all", or when the lab serves no wheelhouse): the requirements
+    and venv path are the node's own desired state (NodeState.ray.requirements,
+    layout.files.ray_venv)."""
+    if wheels is None or "all" in unseeded:
+        return {}
+    nodes = desired_state(analysis)["nodes"]
+    seeds: dict[str, Path] = {}
+    built: dict[str, Path] = {}
+    for name, ns in sorted(nodes.items()):
+        if not ns["ray"] or name in unseeded:
+            continue
+        venv, requirements = ns["layout"]["files"]["ray_venv"]["path"], ns["ray"]["requirements"]
+        key = rayvenv.venv_key(image, venv, requirements)
+        if key not in built:
+            built[key] = rayvenv.ensure_ray_venv(
+                cache_dir() / "ray-venv", image, wheels, venv, requirements, log
+            )
+        seeds[name] = built[key]
+    return seeds
+
+
+def _ensure_index(analysis: Analysis, state: LabState, log: Log, wheels: Path | None) -> None:
+    """Serve the fleet's Ray packages (``wheels``) from this host when its RayCluster names
+    the lab's package index (lab/mirror.py); stop a served index the fleet no longer names."""
     ray = analysis.fleet.ray
     old = state.host.get("index") or {}
-    if ray is None or not mirror.serves(ray.package_index):
+    if ray is None or wheels is None:
         mirror.stop_index(old.get("pid"), old.get("port", 0))
         state.host.pop("index", None)
         return
     port = urlparse(ray.package_index).port or 80
-    wheels = mirror.ensure_wheelhouse(
-        cache_dir() / "wheelhouse", ray_requirements(ray.ray_version, ray.packages), log
-    )
     mirror.ensure_service_address()
     if old.get("wheels") == str(wheels) and mirror.index_is_running(old.get("pid"), port):
         return
@@ -118,7 +156,9 @@ def _ensure_index(analysis: Analysis, state: LabState, log: Log) -> None:
     log(f"index  {ray.package_index} serves {wheels.name} (pypiserver, pid {pid})")
 
 
-def _reconcile(spec: LabSpec, state: LabState, image: Path, pubkey: str, log: Log) -> dict[str, str]:
+def _reconcile(
+    spec: LabSpec, state: LabState, image: Path, pubkey: str, log: Log, seeds: dict[str, Path]
+) -> dict[str, str]:
     # Sites whose structure (not just wan) changed are rebuilt, and their nodes with them.
     def structure(d: dict[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in d.items() if k not in ("wan", "link_pid")}
@@ -128,7 +168,11 @@ def _reconcile(spec: LabSpec, state: LabState, image: Path, pubkey: str, log: Lo
         for name, old in state.sites.items()
         if name not in spec.sites or structure(old) != structure(spec.sites[name].as_dict())
     }
-    wanted = {name: {**n.as_dict(), "image": str(image)} for name, n in spec.nodes.items()}
+    # The overlay's lower directories, top first: Ray's virtualenv where seeded, the image.
+    wanted = {
+        name: {**n.as_dict(), "image": str(image), "lower": ":".join(map(str, [*_seed(seeds, name), image]))}
+        for name, n in spec.nodes.items()
+    }
     outcome: dict[str, str] = {}
     for name, old in list(state.nodes.items()):
         same = {k: old.get(k) for k in wanted.get(name, {})} == wanted.get(name)
@@ -182,7 +226,7 @@ def _reconcile(spec: LabSpec, state: LabState, image: Path, pubkey: str, log: Lo
             )
             outcome.setdefault(name, "created")
         network.ensure_node_link(lab_node, spec.sites[lab_node.site])
-        pid, notify = node.start(lab_node, dirs, image)
+        pid, notify = node.start(lab_node, dirs, wanted[name]["lower"])
         state.nodes[name] = {**wanted[name], "pid": pid, "host_key": host_key}
         state.save()
         booting.append((name, pid, notify))
@@ -206,6 +250,10 @@ def _reconcile(spec: LabSpec, state: LabState, image: Path, pubkey: str, log: Lo
         for line in pool.map(boot, booting):
             log(line)
     return outcome
+
+
+def _seed(seeds: dict[str, Path], name: str) -> list[Path]:
+    return [seeds[name]] if name in seeds else []
 
 
 def down(log: Log = print) -> list[str]:

@@ -179,8 +179,9 @@ def nspawn_args(node: LabNode, dirs: NodeDirs, disks: dict[str, str]) -> list[st
     ]
 
 
-def start(node: LabNode, dirs: NodeDirs, image: Path) -> tuple[int, socket.socket]:
-    """Boot the node; returns (systemd-nspawn's host PID, the notify socket).
+def start(node: LabNode, dirs: NodeDirs, lower: str | Path) -> tuple[int, socket.socket]:
+    """Boot the node; returns (systemd-nspawn's host PID, the notify socket). ``lower``: the
+    overlay's read-only lower directories, top first, ``:``-separated (the image last).
 
     The launcher runs in its own session, so the node outlives ``swarm lab up``; nspawn
     reports boot completion on the returned datagram socket (``$NOTIFY_SOCKET``), which
@@ -196,7 +197,7 @@ def start(node: LabNode, dirs: NodeDirs, image: Path) -> tuple[int, socket.socke
         "NOTIFY_SOCKET": str(dirs.notify),
         "SYSTEMD_NSPAWN_API_VFS_WRITABLE": "network",
     }
-    argv = [str(dirs.cgroup), str(image), str(dirs.upper), str(dirs.work), str(dirs.root), "--"]
+    argv = [str(dirs.cgroup), str(lower), str(dirs.upper), str(dirs.work), str(dirs.root), "--"]
     with resources.as_file(script) as path, open(dirs.log, "a") as log:
         proc = subprocess.Popen(
             ["/bin/sh", str(path), *argv, *nspawn_args(node, dirs, attach_disks(node, dirs))],

@@ -6,7 +6,8 @@
 # Joins the node's own cgroup v2 directory (nspawn makes its supervisor/payload cgroups
 # below it, so `swarm lab down` finds every process of the node there), then, in a private
 # mount namespace, mounts the node's root filesystem (an overlay: the cached image, read-only,
-# under the node's own upper directory) and execs systemd-nspawn on it. The overlay mount
+# and any read-only layers above it (LOWER is overlayfs' lowerdir list, top first), under the
+# node's own upper directory) and execs systemd-nspawn on it. The overlay mount
 # lives only in that namespace: it disappears with the node, whatever happens to the lab.
 # Each step execs the next, so this process's PID is systemd-nspawn's.
 set -eu
