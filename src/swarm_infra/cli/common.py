@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TextIO
 
@@ -13,7 +14,7 @@ from ..fleet.diagnostics import Diagnostic, FleetInvalid, Report
 from ..fleet.sources import UnknownFleet, named_fleet_paths
 from ..fleet.sources import fleet_paths as inventory_fleet_paths
 from ..resolve import desired_state, load_fleet
-from ..resolve.types import DesiredState
+from ..resolve.types import DesiredState, NodeState
 
 EXIT_OK, EXIT_FAILURE, EXIT_INVALID = 0, 1, 2
 
@@ -69,9 +70,9 @@ def fleet_paths(args: argparse.Namespace) -> list[str]:
         raise FleetInvalid(Report([Diagnostic(where, 0, 0, "$", "fleet.unknown", str(exc))])) from None
 
 
-def simulated_nodes(state: DesiredState) -> list[str]:
+def simulated_nodes(nodes: Mapping[str, NodeState]) -> list[str]:
     """Names of the nodes whose GPUs use the simulated NVML backend (said in every output)."""
-    return [n for n, s in state["nodes"].items() if s["gpu"] and s["gpu"]["backend"] == "simulated"]
+    return [n for n, s in nodes.items() if s["gpu"] and s["gpu"]["backend"] == "simulated"]
 
 
 def fleet_inventory(args: argparse.Namespace, command: str) -> tuple[Path, DesiredState] | int:

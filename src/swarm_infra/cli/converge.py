@@ -19,7 +19,7 @@ def cmd_converge(args: argparse.Namespace) -> int:
     if isinstance(found, int):
         return found
     inventory, state = found
-    simulated = simulated_nodes(state)
+    simulated = simulated_nodes(state["nodes"])
     mode = " ".join(m for m, on in (("check", args.check), ("diff", args.diff)) if on)
     what = f"playbooks/{args.layer}.yml" if args.engine == "ansible" else f"pyinfra deploys ({args.layer})"
     print(

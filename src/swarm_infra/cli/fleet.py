@@ -148,7 +148,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     except FleetInvalid as exc:
         print(exc.report.text(), file=sys.stderr)
         return EXIT_INVALID
-    state: dict[str, Any] = desired_state(analysis)  # type: ignore[assignment]
+    state: dict[str, Any] = dict(desired_state(analysis))  # narrowed to the nodes asked for below
     if args.node:
         unknown = [n for n in args.node if n not in state["nodes"]]
         if unknown:
@@ -165,7 +165,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     blocks = [render_node(s) for s in state["nodes"].values()]
     if "cluster" in state:
         blocks.append(render_cluster(state["cluster"]))
-    simulated = simulated_nodes(state)
+    simulated = simulated_nodes(state["nodes"])
     if simulated:
         n = len(simulated)
         blocks.append(f"note: {n} node(s) use the SIMULATED NVML backend (no real GPU is touched)")

@@ -17,7 +17,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ..engines.inventory import inventory_hosts, ssh_argv
+from ..engines.inventory import Connection, inventory_hosts, ssh_argv
 from ..fleet.diagnostics import FleetInvalid
 from ..lab.state import read_connections
 from ..metrics import fleetrun, probes
@@ -135,9 +135,9 @@ def _record(
     return run_id, previous, changes
 
 
-def _ssh_shell(connections: dict[str, object]) -> fleetrun.Shell:
+def _ssh_shell(connections: dict[str, Connection]) -> fleetrun.Shell:
     def shell(node: str, command: str, timeout_s: float, stdin: str | None = None) -> fleetrun.Result:
-        argv = ssh_argv(connections[node], command)  # type: ignore[arg-type]
+        argv = ssh_argv(connections[node], command)
         try:
             proc = subprocess.run(
                 argv,
@@ -199,7 +199,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         print(f"swarm metrics run: cannot read the lab's connection file: {exc}", file=sys.stderr)
         return EXIT_INVALID
-    simulated = [n for n in simulated_nodes(state) if n in {t.name for t in targets}]
+    simulated = [n for n in simulated_nodes(state["nodes"]) if n in {t.name for t in targets}]
     progress(f"measuring {', '.join(parts)} on {len(targets)} node(s) of fleet {args.fleet}")
     if simulated and "gpu" in parts:
         progress(f"note: {', '.join(simulated)} have SIMULATED GPUs: not measured (simulated)")

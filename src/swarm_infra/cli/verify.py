@@ -21,7 +21,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if unknown:
         print(f"swarm verify: no node named {', '.join(unknown)}", file=sys.stderr)
         return EXIT_INVALID
-    simulated = simulated_nodes(state)
+    simulated = simulated_nodes(state["nodes"])
     print(f"verify: {len(nodes) or len(state['nodes'])} node(s) of {inventory} against the declared state")
     if simulated:
         print(f"note: GPU checks on {', '.join(simulated)} read the SIMULATED NVML backend")

@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from ..resolve.labels import SITE_LABEL
-from ..resolve.types import CapsState, ClusterState, NodeState
+from ..resolve.types import CapsState, ClusterState, ComputeState, NodeState
 from .admission import ALLOWED
 from .meta import PRIORITY_LABEL_PREFIX, TENANT_LABEL, K8sObject, cpu, k8s_object, memory
 
@@ -79,7 +79,7 @@ def priority_classes(cluster: ClusterState) -> list[K8sObject]:
     ]
 
 
-def _compute(c: dict[str, int] | None) -> dict[str, str] | None:
+def _compute(c: ComputeState | None) -> dict[str, str] | None:
     if not c:
         return None
     out = {}
@@ -115,9 +115,9 @@ def caps(cluster: ClusterState) -> list[K8sObject]:
         if container is not None:
             limit = {
                 "type": "Container",
-                "defaultRequest": _compute(container["default_request"]),  # type: ignore[arg-type]
-                "default": _compute(container["default_limit"]),  # type: ignore[arg-type]
-                "max": _compute(container["max"]),  # type: ignore[arg-type]
+                "defaultRequest": _compute(container["default_request"]),
+                "default": _compute(container["default_limit"]),
+                "max": _compute(container["max"]),
             }
             out.append(
                 k8s_object(

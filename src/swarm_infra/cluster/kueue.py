@@ -3,14 +3,18 @@ ClusterQueues and LocalQueues."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from ..resolve.types import ClusterQueueState, ClusterState, ResourceAmountState
 from .meta import TENANT_LABEL, K8sObject, cpu, k8s_object, memory, weight
 
 # The resources every ClusterQueue covers, in this order (Kueue requires each flavor to list
 # exactly the covered resources; this project also keeps their order).
-COVERED_RESOURCES = ("nvidia.com/gpu", "cpu", "memory")
+COVERED_RESOURCES: tuple[Literal["nvidia.com/gpu", "cpu", "memory"], ...] = (
+    "nvidia.com/gpu",
+    "cpu",
+    "memory",
+)
 
 
 def workload_priority_classes(cluster: ClusterState) -> list[K8sObject]:

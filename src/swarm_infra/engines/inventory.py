@@ -37,8 +37,9 @@ def node_groups(node: NodeState) -> list[str]:
         groups += [group_name("gpu", g["model"]) for g in node["hardware"]["gpus"]]
         if node["gpu"]["backend"] == "simulated":
             groups.append("simulated_gpu")
-    if node.get("ray"):
-        groups.append(f"ray_{node['ray']['role']}")
+    ray = node.get("ray")
+    if ray:
+        groups.append(f"ray_{ray['role']}")
     return groups
 
 

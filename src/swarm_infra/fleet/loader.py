@@ -32,11 +32,11 @@ import math
 import os
 import re
 import stat
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
@@ -107,7 +107,7 @@ def _hint(parent: Node | None, index: Any) -> Any:
     return parent.start_mark
 
 
-class FleetLoader(_Base):  # type: ignore[misc, valid-type]
+class FleetLoader(_Base):  # type: ignore[misc]  # _Base is picked at run time: mypy sees a plain type
     """``CSafeLoader`` with this module's limits, duplicate-key detection and a record of
     integral and non-finite floats. Give it the file's bytes (libyaml decodes them)."""
 
@@ -159,13 +159,13 @@ class FleetLoader(_Base):  # type: ignore[misc, valid-type]
                     _PLAIN_TAGS.clear()
                 tag = _PLAIN_TAGS[value] = super().resolve(kind, value, implicit)
             return tag
-        return super().resolve(kind, value, implicit)
+        return cast(str, super().resolve(kind, value, implicit))
 
     # -- construction ------------------------------------------------------------------------
 
     def construct_sequence(self, node: Node, deep: bool = False) -> list[Any]:
         if not isinstance(node, SequenceNode):
-            return super().construct_sequence(node, deep)
+            return cast("list[Any]", super().construct_sequence(node, deep))
         construct = self.construct_object
         out = []
         for child in node.value:
@@ -182,7 +182,7 @@ class FleetLoader(_Base):  # type: ignore[misc, valid-type]
         """A mapping's value; a key given twice is recorded (and the later value kept, as
         YAML loaders do), merge keys (``<<``) are applied like PyYAML's ``SafeLoader``."""
         if not isinstance(node, MappingNode):
-            return super().construct_mapping(node, deep)
+            return cast("dict[Any, Any]", super().construct_mapping(node, deep))
         pairs = node.value
         mapping = {}
         construct = self.construct_object
@@ -215,7 +215,7 @@ class FleetLoader(_Base):  # type: ignore[misc, valid-type]
 
     def _construct_merged(self, node: MappingNode, deep: bool) -> dict[Any, Any]:
         explicit = [(k, v) for k, v in node.value if k.tag != _MERGE]
-        mapping = super().construct_mapping(node, deep)  # flattens the merge into node.value
+        mapping: dict[Any, Any] = super().construct_mapping(node, deep)  # flattens the merge into node.value
         keys = [_hashable(self.construct_object(k, deep=deep)) for k, _ in explicit]
         if len(set(keys)) != len(keys):
             self._record_duplicates(node, explicit)
@@ -231,7 +231,7 @@ class FleetLoader(_Base):  # type: ignore[misc, valid-type]
                 seen[key] = key_node
 
     def construct_yaml_float(self, node: Node) -> float:
-        value = _explicit(super().construct_yaml_float, node, "a float")
+        value: float = _explicit(super().construct_yaml_float, node, "a float")
         if not math.isfinite(value) or value.is_integer():
             self.odd_numbers = True
         return value
@@ -239,10 +239,10 @@ class FleetLoader(_Base):  # type: ignore[misc, valid-type]
     # PyYAML's scalar constructors raise ValueError, KeyError, IndexError or AttributeError
     # for a value an explicit tag (!!int x, !!bool x, !!timestamp 2020-13-45) cannot hold.
     def construct_yaml_int(self, node: Node) -> int:
-        return _explicit(super().construct_yaml_int, node, "an integer")
+        return cast(int, _explicit(super().construct_yaml_int, node, "an integer"))
 
     def construct_yaml_bool(self, node: Node) -> bool:
-        return _explicit(super().construct_yaml_bool, node, "a boolean")
+        return cast(bool, _explicit(super().construct_yaml_bool, node, "a boolean"))
 
     def construct_yaml_timestamp(self, node: Node) -> Any:
         return _explicit(super().construct_yaml_timestamp, node, "a timestamp")
@@ -331,6 +331,9 @@ def check_aliases(root: Node) -> None:
     open_: set[int] = set()
     spent = 0
     # frames: node, depth, path, children iterator, [size, height] so far
+    stack: list[
+        tuple[Node, int, tuple[PathPart, ...], Iterator[tuple[Node, PathPart | None, Any]], list[int]]
+    ]
     stack = [(root, 1, (), iter(_children(root)), [1, 1])]
     open_.add(id(root))
     while stack:
@@ -593,9 +596,9 @@ def find_files(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[Path], lis
     """
     found: set[Path] = set()
     problems: list[Diagnostic] = []
-    paths = [Path(p) for p in paths]
-    roots = [os.path.realpath(p) for p in paths if p.is_dir()]
-    for p in paths:
+    given = [Path(p) for p in paths]
+    roots = [os.path.realpath(p) for p in given if p.is_dir()]
+    for p in given:
         try:
             st = p.stat()
         except OSError as exc:

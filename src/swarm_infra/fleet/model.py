@@ -11,7 +11,7 @@ import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Literal
 
 from .diagnostics import Finding, Source
 from .loader import RawDocument
@@ -76,7 +76,7 @@ class Node:
     ssh_port: int
     ssh_user: str
     roles: tuple[str, ...]
-    gpu_backend: str
+    gpu_backend: Literal["nvml", "simulated"]
     cpus: int
     memory_gib: int
     gpus: tuple[GpuSlot, ...]
@@ -256,7 +256,7 @@ class Rollout:
     """Rolling batches for node convergence (Ansible ``serial``/``max_fail_percentage``)."""
 
     name: str
-    source: Source
+    source: Source | None  # None: the defaults, no document
     canary_hosts: int = 1
     batch_percent: int = 25
     max_fail_percentage: int = 0
@@ -678,13 +678,13 @@ def build_fleet(
         name = meta["name"]
         seen = by_kind[kind]
         if name in seen:
-            first = seen[name].source
+            earlier = seen[name].source
             findings.append(
                 Finding(
                     doc.source,
                     ("metadata", "name"),
                     "name.duplicate",
-                    f"{kind} {name!r} is already declared at {first.file} (document {first.index + 1})",
+                    f"{kind} {name!r} is already declared at {earlier.file} (document {earlier.index + 1})",
                 )
             )
             continue

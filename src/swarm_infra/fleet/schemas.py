@@ -14,7 +14,7 @@ from functools import cache
 from importlib import resources
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import jsonschema_rs
 
@@ -59,7 +59,7 @@ def schema_dir() -> Path:
 @cache
 def load_schema(filename: str) -> dict[str, Any]:
     """One schema file as a dict. Raises ``FileNotFoundError`` if the install lacks it."""
-    return json.loads((schema_dir() / filename).read_text(encoding="utf-8"))
+    return cast("dict[str, Any]", json.loads((schema_dir() / filename).read_text(encoding="utf-8")))
 
 
 @cache
@@ -87,9 +87,10 @@ def _subschema(kind: str, schema_path: list[PathPart]) -> Any:
 def _describe_alternative(alt: dict[str, Any]) -> str:
     if "required" in alt:
         return ", ".join(alt["required"])
-    kind = alt.get("type", "value")
+    kind: str = alt.get("type", "value")
     if kind == "array":
-        return "a list of " + alt.get("items", {}).get("type", "value") + "s"
+        item: str = alt.get("items", {}).get("type", "value")
+        return "a list of " + item + "s"
     return {"integer": "an integer", "string": "a string"}.get(kind, kind)
 
 

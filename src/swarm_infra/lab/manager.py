@@ -185,9 +185,9 @@ def _reconcile(
             if name in wanted:
                 outcome[name] = "replaced"
     for name in sorted(rebuilt_sites):
-        site = state.sites.pop(name)
+        gone = state.sites.pop(name)
         log(f"site   {name}: removing")
-        network.remove_site(LabSite.from_dict(site), site.get("link_pid"))
+        network.remove_site(LabSite.from_dict(gone), gone.get("link_pid"))
     state.save()
 
     for site in spec.sites.values():
@@ -208,7 +208,7 @@ def _reconcile(
 
     booting: list[tuple[str, int, socket.socket]] = []
     for name, lab_node in spec.nodes.items():
-        old = state.nodes.get(name)
+        old = state.nodes.get(name, {})  # {}: a node new to the lab
         if old and node.is_running(lab_node, old.get("pid")):
             outcome[name] = "unchanged"
             continue

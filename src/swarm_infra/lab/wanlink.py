@@ -110,8 +110,13 @@ def main(argv: list[str] | None = None) -> int:
     DelayLine(loop, host_fd, site_fd, *params)
     DelayLine(loop, site_fd, host_fd, *params)
     stop = loop.create_future()
+
+    def _stop() -> None:
+        if not stop.done():
+            stop.set_result(None)
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, lambda: stop.done() or stop.set_result(None))
+        loop.add_signal_handler(sig, _stop)
     print(f"ready {os.getpid()}", flush=True)
     sys.stdout.close()
     loop.run_until_complete(stop)

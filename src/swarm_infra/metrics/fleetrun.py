@@ -295,7 +295,8 @@ class _Run:
         workers = [t for t in self.targets.values() if t.ray_gpu_worker and t.mesh]
         head = self.targets.get(self.ray.head) if self.ray else None
         away = [t for t in workers if head is None or t.site != head.site]
-        return (away or workers or [None])[0]
+        candidates = away or workers
+        return candidates[0] if candidates else None
 
     def inference(self) -> None:
         o = self.options

@@ -21,7 +21,7 @@ def site_rtt_ms(measurements: list[Measurement], site_of: Mapping[str, str]) -> 
         src, dst = m.label("src"), m.label("dst")
         if m.tool != "ping" or m.field != "rtt.p50" or m.label("path") not in (None, "underlay"):
             continue
-        if src not in site_of or dst not in site_of:
+        if src is None or dst is None or src not in site_of or dst not in site_of:
             continue
         a, b = sorted((site_of[src], site_of[dst]))
         out[(a, b)] = min(out.get((a, b), m.value), m.value)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import dataclasses
+from dataclasses import dataclass
 
 
 class MeasurementParseError(ValueError):
@@ -33,7 +34,7 @@ class Measurement:
     field: str
     value: float
     unit: str
-    labels: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+    labels: tuple[tuple[str, str], ...] = dataclasses.field(default_factory=tuple)  # `field` is a member
 
     def label(self, key: str) -> str | None:
         """The value of one label, or None."""

@@ -124,6 +124,7 @@ def scratch_device_problem(device: str, probe: dict[str, str], scratch: dict[str
 
 def _normalised(name: str) -> str:
     # PEP 503: runs of -, _ and . are one "-", case-insensitive.
+    out: list[str]
     out, dash = [], False
     for ch in name.strip().lower():
         if ch in "-_.":

@@ -44,6 +44,8 @@ import json
 import os
 import re
 import sys
+from collections.abc import Mapping
+from typing import Any, Protocol, cast
 
 COMPUTE_MODES = {"DEFAULT": 0, "EXCLUSIVE_THREAD": 1, "PROHIBITED": 2, "EXCLUSIVE_PROCESS": 3}
 COMPUTE_NAMES = {v: k for k, v in COMPUTE_MODES.items()}
@@ -107,15 +109,15 @@ def _boot_id() -> str:
         return "unknown"
 
 
-def _load_json(path: str) -> dict:
+def _load_json(path: str) -> dict[str, Any]:
     try:
         with open(path) as fh:
-            return json.load(fh)
+            return cast("dict[str, Any]", json.load(fh))
     except (FileNotFoundError, ValueError):
         return {}
 
 
-def _save_json(path: str, data: dict) -> None:
+def _save_json(path: str, data: dict[str, Any]) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = path + ".tmp"
     with open(tmp, "w") as fh:
@@ -124,6 +126,23 @@ def _save_json(path: str, data: dict) -> None:
 
 
 # ---------------------------------------------------------------------------- backends
+
+
+class GpuBackend(Protocol):
+    """What :func:`converge` needs of a backend (:class:`NvmlBackend`,
+    :class:`SimulatedBackend`). Settings and readings are JSON data: ``read`` reports a
+    GPU's settings, limits and MIG state by key (the shape :func:`diff` and :func:`check`
+    take as ``current``); ``set`` changes one setting (a key of the desired settings, or
+    ``mig_geometry``) to a value as the settings document spells it."""
+
+    @property
+    def simulated(self) -> bool: ...
+
+    def count(self) -> int: ...
+
+    def read(self, index: int) -> dict[str, Any]: ...
+
+    def set(self, index: int, key: str, value: Any) -> None: ...
 
 
 class NvmlBackend:
@@ -141,7 +160,7 @@ class NvmlBackend:
         self.record_path = os.path.join(root, LOCKED_CLOCKS_RECORD.lstrip("/"))
         self._call("nvmlInit")
 
-    def _call(self, name: str, *args: object) -> object:
+    def _call(self, name: str, *args: object) -> Any:  # pynvml is untyped
         try:
             return getattr(self.nvml, name)(*args)
         except self.nvml.NVMLError as exc:
@@ -163,7 +182,7 @@ class NvmlBackend:
     def _h(self, index: int) -> object:
         return self._call("nvmlDeviceGetHandleByIndex", index)
 
-    def _optional(self, name: str, *args: object, default: object) -> object:
+    def _optional(self, name: str, *args: object, default: object) -> Any:
         try:
             return self._call(name, *args)
         except GpuError as exc:
@@ -171,7 +190,7 @@ class NvmlBackend:
                 return default
             raise
 
-    def _identity(self, h: object) -> dict:
+    def _identity(self, h: object) -> dict[str, str]:
         """What a locked-clocks record must match: this GPU, this boot, this driver."""
         return {
             "uuid": str(self._call("nvmlDeviceGetUUID", h)),
@@ -179,14 +198,14 @@ class NvmlBackend:
             "driver": str(self._call("nvmlSystemGetDriverVersion")),
         }
 
-    def _locked_clocks(self, h: object) -> dict | None:
+    def _locked_clocks(self, h: object) -> dict[str, Any] | None:
         ident = self._identity(h)
         entry = _load_json(self.record_path).get(ident["uuid"])
         if entry and entry.get("boot_id") == ident["boot_id"] and entry.get("driver") == ident["driver"]:
             return {"min_mhz": entry["min_mhz"], "max_mhz": entry["max_mhz"]}
         return None
 
-    def read(self, index: int) -> dict:
+    def read(self, index: int) -> dict[str, Any]:
         """Current settings and limits of GPU ``index`` (W, MHz)."""
         h, n = self._h(index), self.nvml
         lo, hi = self._call("nvmlDeviceGetPowerManagementLimitConstraints", h)
@@ -225,7 +244,7 @@ class NvmlBackend:
 
     # -- MIG (the sequence NVIDIA's mig-parted uses: pkg/mig/config/config.go)
 
-    def _mig_profiles(self, h: object) -> dict:
+    def _mig_profiles(self, h: object) -> dict[str, Any]:
         """{profile name: GPU instance profile info} this device offers (MIG enabled)."""
         n, out = self.nvml, {}
         for index in range(n.NVML_GPU_INSTANCE_PROFILE_COUNT):
@@ -323,7 +342,7 @@ class NvmlBackend:
                 restored = "the GPU has no MIG instances now"
             raise GpuError(exc.code, f"{exc}; {restored}") from exc
 
-    def set(self, index: int, key: str, value: object) -> None:
+    def set(self, index: int, key: str, value: Any) -> None:
         if self.readonly:
             raise GpuError("INVALID_ARGUMENT", "read-only backend: nothing may be set")
         h, n = self._h(index), self.nvml
@@ -366,7 +385,9 @@ class SimulatedBackend:
 
     simulated = True
 
-    def __init__(self, models: list[str], limits: dict, root: str = "/", readonly: bool = False) -> None:
+    def __init__(
+        self, models: list[str], limits: dict[str, Any], root: str = "/", readonly: bool = False
+    ) -> None:
         self.models, self.limits, self.readonly = models, limits, readonly
         self.volatile = os.path.join(root, SIM_VOLATILE.lstrip("/"))
         self.persistent = os.path.join(root, SIM_PERSISTENT.lstrip("/"))
@@ -408,7 +429,7 @@ class SimulatedBackend:
     def count(self) -> int:
         return len(self.models)
 
-    def read(self, index: int) -> dict:
+    def read(self, index: int) -> dict[str, Any]:
         lim, v, p = self.limits[self.models[index]], self.vol[str(index)], self.per[str(index)]
         has_mig = bool(lim["mig_profiles"])
         return {
@@ -431,7 +452,7 @@ class SimulatedBackend:
             "locked_clocks": v["locked_clocks"],
         }
 
-    def set(self, index: int, key: str, value: object) -> None:
+    def set(self, index: int, key: str, value: Any) -> None:
         if self.readonly:
             raise GpuError("INVALID_ARGUMENT", "read-only backend: nothing may be set")
         lim, v, p = self.limits[self.models[index]], self.vol[str(index)], self.per[str(index)]
@@ -466,7 +487,7 @@ class SimulatedBackend:
 # ------------------------------------------------------------------------ constraints
 
 
-def graphics_clocks(clocks: dict) -> list:
+def graphics_clocks(clocks: Mapping[str, Any]) -> list[int]:
     """The graphics clocks (MHz) a model offers by its catalog limits, highest first: from
     ``graphics_max_mhz`` down to ``graphics_min_mhz`` in ``graphics_step_mhz`` steps. This
     is the supported-clock list the simulated backend reports (NVML reports a GPU's own)."""
@@ -474,7 +495,7 @@ def graphics_clocks(clocks: dict) -> list:
     return list(range(clocks["graphics_max_mhz"], clocks["graphics_min_mhz"] - 1, -step))
 
 
-def catalog_constraints(limits: dict) -> dict:
+def catalog_constraints(limits: Mapping[str, Any]) -> dict[str, Any]:
     """What a GPU of these catalog limits (NodeState.gpu.limits[model]) accepts, in the shape
     a backend's ``read`` reports it: ``power_limits_w`` [min, max] and ``supported_clocks``
     {memory MHz (text): [graphics MHz, ...]}."""
@@ -485,12 +506,12 @@ def catalog_constraints(limits: dict) -> dict:
     }
 
 
-def _nearest(value: int, offered: list) -> str:
+def _nearest(value: int, offered: list[int]) -> str:
     near = sorted(offered, key=lambda c: (abs(c - value), c))[:2]
     return " or ".join(str(c) for c in sorted(near))
 
 
-def setting_problem(key: str, value: object, constraints: dict) -> tuple:
+def setting_problem(key: str, value: Any, constraints: dict[str, Any]) -> tuple[str | None, str | None]:
     """Why a GPU with these ``constraints`` (a backend's ``read``, or
     :func:`catalog_constraints`) refuses ``value`` for ``key``: ``(field, message)``, where
     ``field`` is the part of the setting at fault (``memory_mhz``, ``graphics_mhz``,
@@ -531,7 +552,7 @@ def setting_problem(key: str, value: object, constraints: dict) -> tuple:
 # ------------------------------------------------------------------------- diff / apply
 
 
-def check(index: int, key: str, value: object, current: dict) -> None:
+def check(index: int, key: str, value: Any, current: dict[str, Any]) -> None:
     """Raise GpuError(INVALID_ARGUMENT) when ``value`` is outside what this GPU supports
     (power limit constraints, supported clock lists, offered MIG profiles), as NVML would
     refuse it; the rule for power and clocks is :func:`setting_problem`."""
@@ -548,7 +569,7 @@ def check(index: int, key: str, value: object, current: dict) -> None:
             )
 
 
-def diff(index: int, desired: dict, current: dict) -> list[dict]:
+def diff(index: int, desired: dict[str, Any], current: dict[str, Any]) -> list[dict[str, Any]]:
     """Changes needed on GPU ``index``: [{gpu, key, before, after, note}].
 
     ECC and MIG mode compare against the pending mode (a change already made waits for a
@@ -586,7 +607,7 @@ def diff(index: int, desired: dict, current: dict) -> list[dict]:
     return changes
 
 
-def reset_pending(current: dict) -> list[str]:
+def reset_pending(current: dict[str, Any]) -> list[str]:
     """Modes changed but not yet in effect on this GPU (they wait for a reboot or reset)."""
     out = []
     if current.get("ecc") is not None and current["ecc"] != current["ecc_pending"]:
@@ -601,7 +622,7 @@ def reset_pending(current: dict) -> list[str]:
 WRITE_ONLY = ("locked_clocks",)
 
 
-def converge(backend: object, devices: list[dict], check_mode: bool = False) -> dict:
+def converge(backend: GpuBackend, devices: list[dict[str, Any]], check_mode: bool = False) -> dict[str, Any]:
     """Bring every GPU in ``devices`` ([{index, settings}]) to its settings.
 
     Returns {changes, reboot_required, pending_reset {gpu: [modes]}, simulated, before};
@@ -634,7 +655,7 @@ def converge(backend: object, devices: list[dict], check_mode: bool = False) -> 
     }
 
 
-def backend_for(spec: dict, root: str = "/", readonly: bool = False) -> object:
+def backend_for(spec: dict[str, Any], root: str = "/", readonly: bool = False) -> GpuBackend:
     """The backend a settings document asks for: NodeState.gpu's shape, {"backend":
     "nvml"|"simulated", "devices": [{index, model, settings}], "limits": {model: ...}}.
     ``readonly`` backends change nothing, on the GPU or on disk (check mode, diff, read)."""
@@ -644,7 +665,7 @@ def backend_for(spec: dict, root: str = "/", readonly: bool = False) -> object:
     return NvmlBackend(readonly=readonly, root=root)
 
 
-def run_spec(spec: dict, apply: bool = False) -> dict:
+def run_spec(spec: dict[str, Any], apply: bool = False) -> dict[str, Any]:
     """:func:`converge` on the backend a settings document asks for (NodeState.gpu), as JSON
     data: ``{"changes", "reboot_required", "pending_reset" {gpu index as text: [modes]},
     "simulated"}``; with ``apply`` false the backend is read-only and nothing is written.

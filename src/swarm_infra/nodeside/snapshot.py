@@ -70,7 +70,7 @@ def path_state(path: str) -> dict | None:
         if stat.S_ISLNK(st.st_mode)
         else "other"
     )
-    out = {
+    out: dict[str, str | None] = {
         "type": kind,
         "mode": f"{stat.S_IMODE(st.st_mode):04o}",
         "owner": _name(pwd.getpwuid, st.st_uid),

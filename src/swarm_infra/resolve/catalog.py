@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -38,14 +38,14 @@ def gpu_catalog() -> dict[str, dict[str, Any]]:
     ``application_clocks`` (bool), ``ecc`` (bool), ``mig`` ({``compute_slices``,
     ``profiles``} or None) and ``source`` (datasheet URL).
     """
-    return _data("gpu_catalog.yaml")
+    return cast("dict[str, dict[str, Any]]", _data("gpu_catalog.yaml"))
 
 
 @cache
 def sysctl_catalog() -> dict[str, dict[str, Any]]:
     """Known sysctls by dotted name: ``type`` (int | ints | str), ``count``, ``min``, ``max``
     (every integer entry has both: the kernel's own bounds, or its C type's), ``enum``."""
-    return _data("sysctls.yaml")
+    return cast("dict[str, dict[str, Any]]", _data("sysctls.yaml"))
 
 
 def sysctl_value_problem(key: str, value: Any) -> str | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from . import ray
 from .analysis import Analysis
@@ -32,6 +32,7 @@ from .types import (
     QuotaState,
     RayClusterState,
     ResourceAmountState,
+    ScratchPolicy,
     TaintState,
     TenantState,
     TolerationState,
@@ -59,7 +60,7 @@ def settings_state(a: Analysis) -> ClusterSettingsState:
                 {**c.labels, MANAGED_BY_LABEL: MANAGER, PART_OF_LABEL: MANAGER, FLEET_LABEL: c.name}.items()
             )
         ),
-        "gpu_taint": dict(GPU_TAINT) if c.gpu_taint else None,  # type: ignore[typeddict-item]
+        "gpu_taint": GPU_TAINT.copy() if c.gpu_taint else None,
     }
 
 
@@ -295,7 +296,7 @@ def cluster_state(a: Analysis, peers: Mapping[str, list[PeerState]] | None = Non
     if fleet.storage is not None:
         st = fleet.storage
         storage = {
-            "scratch": dict(st.scratch) if st.scratch else None,  # type: ignore[typeddict-item]
+            "scratch": cast(ScratchPolicy, dict(st.scratch)) if st.scratch else None,
             "classes": sorted(
                 (
                     {

@@ -22,7 +22,7 @@ from typing import Any, cast
 from .keys import checked_keys, wireguard_key_problem
 from .layers import PACKAGE_CACHE_FILES, declared
 from .layers import layer as registry
-from .types import GpuState, ManagedPath, NodeState
+from .types import ManagedPath, NodeState
 
 # How long a Ray worker waits for the head's GCS port at start, before systemd retries (s).
 RAY_HEAD_WAIT_S = 120
@@ -142,7 +142,9 @@ def apt_cache_conf(node: NodeState) -> str:
 def driver_preferences(node: NodeState) -> str:
     """apt_preferences(5) file pinning the NVIDIA driver packages to NodeState's
     ``gpu.driver.apt_version`` at priority 1001 (wins over newer and installed versions)."""
-    driver = node["gpu"]["driver"]
+    gpu = node["gpu"]
+    assert gpu is not None and gpu["driver"] is not None  # rendered for nodes with a driver only
+    driver = gpu["driver"]
     version = line_value(driver["apt_version"], "driver apt_version")
     return (
         _header("NVIDIA driver pin")
@@ -166,7 +168,9 @@ def nouveau_blacklist(node: NodeState) -> str:
 
 def reboot_required(node: NodeState) -> str:
     """Debian's pending-reboot marker (layout ``reboot_required``), naming the new driver."""
-    version = line_value(node["gpu"]["driver"]["apt_version"], "driver apt_version")
+    gpu = node["gpu"]
+    assert gpu is not None and gpu["driver"] is not None  # rendered for nodes with a driver only
+    version = line_value(gpu["driver"]["apt_version"], "driver apt_version")
     return f"*** System restart required: NVIDIA driver {version} (swarm) ***\n"
 
 
@@ -175,7 +179,8 @@ def reboot_required(node: NodeState) -> str:
 
 def gpu_settings(node: NodeState) -> str:
     """The desired GPU settings the boot-time unit re-applies: NodeState.gpu as JSON."""
-    gpu: GpuState = node["gpu"]
+    gpu = node["gpu"]
+    assert gpu is not None  # rendered for nodes with GPUs only
     return _json(gpu)
 
 
@@ -183,6 +188,7 @@ def gpu_unit(node: NodeState) -> str:
     """systemd unit re-applying the GPU settings at boot (power limits and clocks reset
     when a GPU resets or the node reboots)."""
     layout, gpu = node["layout"], node["gpu"]
+    assert gpu is not None  # rendered for nodes with GPUs only
     files = layout["files"]
     return (
         _header("GPU layer")
@@ -283,15 +289,15 @@ def wireguard_running_differs(node: NodeState, peer_keys: Mapping[str, str], all
     allowed-ips`` output (one line per peer: public key, then its CIDRs or ``(none)``)
     against the declared peers whose keys are known. A difference (``wg set`` at runtime, a
     drifted node) is repaired with ``wg syncconf``, which keeps tunnels up."""
+    mesh = node["mesh"]
+    assert mesh is not None  # asked of nodes in the mesh only
     running = {}
     for line in allowed_ips_output.splitlines():
         fields = line.split()
         if fields:
             running[fields[0]] = sorted(f for f in fields[1:] if f != "(none)")
     declared = {
-        peer_keys[p["name"]]: sorted(p["allowed_ips"])
-        for p in node["mesh"]["peers"]
-        if p["name"] in peer_keys
+        peer_keys[p["name"]]: sorted(p["allowed_ips"]) for p in mesh["peers"] if p["name"] in peer_keys
     }
     return running != declared
 
@@ -304,6 +310,7 @@ def ray_firewall_rules(node: NodeState) -> str:
     (Ray binds every interface even with --node-ip-address). The first two lines make a
     reload replace the table whole."""
     ray, units = node["ray"], node["layout"]["units"]
+    assert ray is not None  # rendered for nodes in the Ray cluster only
     fw = ray["firewall"]
     lines = [
         _header("Ray layer").rstrip("\n"),
@@ -360,6 +367,7 @@ def ray_unit(node: NodeState) -> str:
     """systemd unit running ``ray start --block`` with NodeState.ray.start_args, after the
     mesh and the firewall; a worker first waits for the head's GCS over the mesh."""
     ray, layout = node["ray"], node["layout"]
+    assert ray is not None  # rendered for nodes in the Ray cluster only
     units, files = layout["units"], layout["files"]
     venv = files["ray_venv"]["path"]
     role = ray["role"]
@@ -420,8 +428,12 @@ def ray_unit(node: NodeState) -> str:
 def storage_record(node: NodeState) -> str:
     """What scratch the project made on the node (so that removing the declaration
     unmounts it): mount path, target device and label, as JSON."""
-    scratch = node["storage"]["scratch"]
-    return _json({k: scratch[k] for k in ("mount_path", "target", "label")})
+    storage = node["storage"]
+    assert storage is not None  # rendered for nodes with scratch only
+    scratch = storage["scratch"]
+    return _json(
+        {"mount_path": scratch["mount_path"], "target": scratch["target"], "label": scratch["label"]}
+    )
 
 
 # Files whose text depends on NodeState alone, by their layout name: what the engines and

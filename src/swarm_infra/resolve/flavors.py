@@ -14,13 +14,14 @@ from .analysis import Analysis
 from .catalog import gpu_catalog
 from .gpu import sharing_state
 from .ray import NodeShape
+from .types import GpuSharingState
 
 
-def node_sharing(a: Analysis) -> dict[str, dict[str, Any]]:
+def node_sharing(a: Analysis) -> dict[str, GpuSharingState]:
     """:class:`~swarm_infra.resolve.types.GpuSharingState` of every node with GPUs, by name
     (one shared dict per GpuProfile). A node whose profile is unknown or absent: no sharing."""
-    by_profile: dict[str | None, dict[str, Any]] = {}
-    out: dict[str, dict[str, Any]] = {}
+    by_profile: dict[str | None, GpuSharingState] = {}
+    out: dict[str, GpuSharingState] = {}
     for node in a.fleet.nodes.values():
         if not node.gpus:
             continue
@@ -33,7 +34,7 @@ def node_sharing(a: Analysis) -> dict[str, dict[str, Any]]:
     return out
 
 
-def flavor_nodes(a: Analysis, sharing: dict[str, dict[str, Any]]) -> dict[str, list[tuple[Any, int | None]]]:
+def flavor_nodes(a: Analysis, sharing: dict[str, GpuSharingState]) -> dict[str, list[tuple[Any, int | None]]]:
     """Flavor → [(gpu-worker Node, nvidia.com/gpu per GPU or None)], nodes in name order."""
     catalog = gpu_catalog()
     out: dict[str, list[tuple[Any, int | None]]] = defaultdict(list)
@@ -46,7 +47,7 @@ def flavor_nodes(a: Analysis, sharing: dict[str, dict[str, Any]]) -> dict[str, l
     return dict(out)
 
 
-def flavor_shapes(a: Analysis, sharing: dict[str, dict[str, Any]]) -> dict[str, list[NodeShape]]:
+def flavor_shapes(a: Analysis, sharing: dict[str, GpuSharingState]) -> dict[str, list[NodeShape]]:
     """Flavor → what each of its gpu-worker nodes offers a pod (GPUs in device units; a node
     whose GPUs are not advertised as nvidia.com/gpu offers 0)."""
     catalog = gpu_catalog()

@@ -8,10 +8,11 @@ them; the resolver never sees an invalid profile).
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, Literal, cast
 
 from ..nodeside import gpu as nodeside_gpu
 from .catalog import gpu_catalog, mig_fit_problem
+from .types import ClockLimits, GpuLimits, GpuSettings, GpuSharingState, PowerLimits
 
 
 def power_limit_w(spec: Mapping[str, Any], model: str) -> int | None:
@@ -22,7 +23,7 @@ def power_limit_w(spec: Mapping[str, Any], model: str) -> int | None:
     if "power_limit_w" in spec:
         return int(spec["power_limit_w"])
     if "power_limit_percent" in spec:
-        return gpu_catalog()[model]["power"]["default_w"] * int(spec["power_limit_percent"]) // 100
+        return int(gpu_catalog()[model]["power"]["default_w"]) * int(spec["power_limit_percent"]) // 100
     return None
 
 
@@ -64,11 +65,13 @@ def problems(spec: Mapping[str, Any], model: str) -> Iterator[tuple[tuple[str, .
         else:
             field, problem = nodeside_gpu.setting_problem("application_clocks", dict(app), constraints)
             if problem:
+                assert field is not None  # a clock problem names its field
                 yield (("application_clocks", field), "gpu.clocks-unsupported", f"{model}: {problem}")
     locked = spec.get("locked_clocks")
     if locked:
         field, problem = nodeside_gpu.setting_problem("locked_clocks", dict(locked), constraints)
         if problem:
+            assert field is not None  # a clock problem names its field
             yield (("locked_clocks", field), "gpu.clocks-unsupported", f"{model}: {problem}")
     if spec.get("ecc") and not limits["ecc"]:
         yield (("ecc",), "gpu.ecc-unsupported", f"{model} has no ECC memory")
@@ -79,7 +82,7 @@ def problems(spec: Mapping[str, Any], model: str) -> Iterator[tuple[tuple[str, .
             yield (("mig",), "gpu.mig-unsupported", problem)
 
 
-def settings_for(spec: Mapping[str, Any], model: str) -> dict[str, Any]:
+def settings_for(spec: Mapping[str, Any], model: str) -> GpuSettings:
     """Desired settings of one ``model`` GPU under profile ``spec``; only declared keys.
 
     Keys: ``persistence_mode`` (bool), ``power_limit_w`` (int, W), ``application_clocks``
@@ -99,18 +102,18 @@ def settings_for(spec: Mapping[str, Any], model: str) -> dict[str, Any]:
             out[key] = dict(spec[key])
     if "mig" in spec:
         out["mig"] = {"enabled": spec["mig"]["enabled"], "profiles": list(spec["mig"]["profiles"])}
-    return out
+    return cast(GpuSettings, out)  # the keys above, from the validated profile
 
 
-def model_limits(model: str) -> dict[str, Any]:
+def model_limits(model: str) -> GpuLimits:
     """The catalog limits the node-side code (and the simulated backend) enforces for
     ``model`` (NodeState.gpu.limits[model]); the validator judges profiles by the same."""
     entry = gpu_catalog()[model]
     return {
         "product_name": entry["product_name"],
         "memory_mib": entry["memory_mib"],
-        "power": dict(entry["power"]),
-        "clocks": dict(entry["clocks"]),
+        "power": cast(PowerLimits, dict(entry["power"])),
+        "clocks": cast(ClockLimits, dict(entry["clocks"])),
         "application_clocks": entry["application_clocks"],
         "ecc": entry["ecc"],
         "mig_profiles": list(entry["mig"]["profiles"]) if entry["mig"] else [],
@@ -118,7 +121,7 @@ def model_limits(model: str) -> dict[str, Any]:
     }
 
 
-def sharing_state(profile: str | None, spec: Mapping[str, Any]) -> dict[str, Any]:
+def sharing_state(profile: str | None, spec: Mapping[str, Any]) -> GpuSharingState:
     """How the NVIDIA device plugin advertises GPUs under GpuProfile ``profile`` (``spec``).
 
     Returns a :class:`~swarm_infra.resolve.types.GpuSharingState`:
@@ -135,6 +138,8 @@ def sharing_state(profile: str | None, spec: Mapping[str, Any]) -> dict[str, Any
     """
     mig = spec.get("mig")
     replicas = spec.get("sharing", {}).get("time_slicing_replicas")
+    strategy: Literal["none", "single", "mixed"]
+    units: int | None
     strategy, units, mig_config = "none", 1, None
     if mig is not None:
         mig_config = profile if mig["enabled"] else "all-disabled"
@@ -148,7 +153,7 @@ def sharing_state(profile: str | None, spec: Mapping[str, Any]) -> dict[str, Any
         units *= replicas
     custom = profile is not None and (strategy != "none" or replicas is not None)
     return {
-        "device_plugin_config": profile if custom else "default",
+        "device_plugin_config": profile if custom and profile is not None else "default",
         "mig_strategy": strategy,
         "mig_config": mig_config,
         "time_slicing_replicas": replicas,

@@ -32,6 +32,7 @@ from typing import Any
 
 from ..fleet.diagnostics import Finding
 from ..fleet.model import Fleet, Mesh, Node
+from .types import PeerState
 
 
 def derived_address(cidr: ipaddress.IPv4Network, name: str) -> ipaddress.IPv4Address:
@@ -190,11 +191,11 @@ def plan_topology(fleet: Fleet) -> tuple[Topology, list[Finding]]:
         hubs[site] = hub.name
     spokes = {hub: tuple(n.name for n in by_site[site] if n.name != hub) for site, hub in hubs.items()}
     topo = Topology(hubs, spokes, ())
-    relays = tuple(
+    relay_names = tuple(
         n.name for n in fleet.nodes.values() if "relay" in n.roles and not n.nat and not topo.is_spoke(n)
     )
-    topo = Topology(hubs, spokes, relays)
-    if not relays:
+    topo = Topology(hubs, spokes, relay_names)
+    if not relay_names:
         natted_sites = sorted({n.site for n in fleet.nodes.values() if n.nat and not topo.is_spoke(n)})
         if len(natted_sites) > 1 and complete:
             findings.append(
@@ -268,7 +269,7 @@ def peers(
     topo: Topology,
     addresses: Mapping[str, ipaddress.IPv4Address],
     measured_rtt_ms: SiteRtt | None = None,
-) -> tuple[dict[str, list[dict[str, Any]]], set[str]]:
+) -> tuple[dict[str, list[PeerState]], set[str]]:
     """Peer list of every node, and the nodes that route for others (they need IP forwarding).
 
     Peer lists: ``{node: [{name, allowed_ips, endpoint, persistent_keepalive_s}]}``.
@@ -299,7 +300,7 @@ def peers(
     relay_sites = [(r, nodes[r].site) for r in topo.relays]
     chosen: dict[tuple[str, str], str] = {}  # (source site, destination site) -> relay
 
-    result: dict[str, list[dict[str, Any]]] = {}
+    result: dict[str, list[PeerState]] = {}
     forwarders = {hub for hub, spokes in topo.spokes.items() if spokes}
     whole_mesh = [str(mesh.cidr)]
     for n in nodes.values():
@@ -328,7 +329,7 @@ def peers(
                 forwarders.add(chosen[key])
         for s in topo.spokes.get(n.name, ()):
             routes[s].append([f"{addresses[s]}/32"])
-        entries = []
+        entries: list[PeerState] = []
         for name in sorted(routes):
             p = nodes[name]
             same_site = p.site == n.site

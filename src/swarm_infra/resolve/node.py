@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, cast
 
 from ..fleet.model import Node
 from . import gpu, host
@@ -12,7 +12,16 @@ from .labels import FLAVOR_LABEL, SITE_LABEL
 from .layout import node_layout
 from .ray import bare_node_ray
 from .ray import members as ray_members
-from .types import DriverState, GpuDevice, GpuSettings, HostState, NodeState, PackageCacheState, PeerState
+from .types import (
+    DriverState,
+    GpuDevice,
+    GpuSettings,
+    GpuSharingState,
+    HostState,
+    NodeState,
+    PackageCacheState,
+    PeerState,
+)
 
 FORWARDING_SYSCTLS = {"net.ipv4.ip_forward": "1"}
 # Scratch: the md array's name (mdadm(8) /dev/md/NAME) and the filesystem label, which fits
@@ -77,15 +86,15 @@ class NodeResolver:
     def __init__(self, a: Analysis, peers: dict[str, list[PeerState]], forwarders: set[str]) -> None:
         self.a, self.peers, self.forwarders = a, peers, forwarders
         # The fleet's own Ray cluster: its head and workers (validated: one head).
-        self.ray_roles: dict[str, str] = {}
+        self.ray_roles: dict[str, Literal["head", "worker"]] = {}
         if a.fleet.ray is not None and a.fleet.mesh is not None:
             heads, workers = ray_members(a.fleet.ray, a.fleet)
             self.ray_roles = {heads[0]: "head", **dict.fromkeys(workers, "worker")}
         self._gpu: dict[tuple[str, str], GpuSettings] = {}
         self._host: dict[str, dict[str, Any]] = {}
-        self._sharing: dict[str | None, dict[str, Any]] = {}
+        self._sharing: dict[str | None, GpuSharingState] = {}
 
-    def _gpu_sharing(self, profile: str | None) -> dict[str, Any]:
+    def _gpu_sharing(self, profile: str | None) -> GpuSharingState:
         if profile not in self._sharing:
             spec = self.a.fleet.gpu_profiles[profile].spec if profile else {}
             self._sharing[profile] = gpu.sharing_state(profile, spec)
@@ -141,30 +150,34 @@ class NodeResolver:
         choice = choices.get("gpu_profile")
         if node.gpus:
             profile = choice.profile if choice else None
-            devices: list[GpuDevice] = []
+            gpu_devices: list[GpuDevice] = []
             for slot in node.gpus:
                 settings = self._gpu_settings(profile, slot.model)
-                devices += [
-                    {"index": len(devices) + i, "model": slot.model, "settings": settings}
+                gpu_devices += [
+                    {"index": len(gpu_devices) + i, "model": slot.model, "settings": settings}
                     for i in range(slot.count)
                 ]
             driver = fleet.gpu_profiles[profile].spec.get("driver") if profile else None
             state["gpu"] = {
-                "backend": node.gpu_backend,  # type: ignore[typeddict-item]
+                "backend": node.gpu_backend,
                 "profile": profile,
                 "assignment": choice.assignment if choice else None,
                 "driver": driver_state(driver) if driver else None,
-                "devices": devices,
+                "devices": gpu_devices,
                 "limits": {m: gpu.model_limits(m) for m in sorted(set(node.gpu_models))},
-                "sharing": self._gpu_sharing(profile),  # type: ignore[typeddict-item]
+                "sharing": self._gpu_sharing(profile),
             }
         choice = choices.get("host_profile")
         if choice:
-            host_state: HostState = {
-                "profile": choice.profile,
-                "assignment": choice.assignment,
-                **self._host_state(choice.profile),  # type: ignore[typeddict-item]
-            }
+            # The flattened HostProfile has the rest of HostState's keys (host.flatten).
+            host_state = cast(
+                HostState,
+                {
+                    "profile": choice.profile,
+                    "assignment": choice.assignment,
+                    **self._host_state(choice.profile),
+                },
+            )
             state["host"] = host_state
         if fleet.mesh is not None:
             m = fleet.mesh

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from ..fleet.model import Fleet, Node, RayCluster, RayRequest
 from .labels import FLAVOR_LABEL, REGION_LABEL, SITE_LABEL
@@ -264,7 +265,13 @@ def start_args(state: RayNodeState) -> list[str]:
 
 
 def bare_node_ray(
-    ray: RayCluster, node: Node, role: str, node_ip: str, head_ip: str, region: str, interface: str
+    ray: RayCluster,
+    node: Node,
+    role: Literal["head", "worker"],
+    node_ip: str,
+    head_ip: str,
+    region: str,
+    interface: str,
 ) -> RayNodeState:
     """NodeState.ray of ``node`` in the bare-node Ray cluster ``ray`` (``role``: head or
     worker; ``node_ip``/``head_ip``: mesh addresses, which Ray advertises and joins on).
@@ -284,7 +291,7 @@ def bare_node_ray(
     ports = dict(sorted(ray.ports.items()))
     state: RayNodeState = {
         "cluster": ray.name,
-        "role": role,  # type: ignore[typeddict-item]
+        "role": role,
         "version": ray.ray_version,
         "requirements": ray_requirements(ray.ray_version, ray.packages),
         "package_index": ray.package_index,

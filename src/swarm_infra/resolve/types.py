@@ -111,6 +111,7 @@ class GpuLimits(TypedDict):
     application_clocks: bool  # the model supports application clocks
     ecc: bool
     mig_profiles: list[str]
+    mig_compute_slices: int  # the whole GPU's compute slices for MIG; 0: no MIG
 
 
 class GpuSharingState(TypedDict):

@@ -7,6 +7,7 @@ raises :class:`~swarm_infra.diagnostics.FleetInvalid` carrying the same report.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from ..fleet.schemas import check_document
 from . import checks
 from .analysis import Analysis
 from .assign import assign_profiles
-from .mesh import assign_addresses, plan_topology
+from .mesh import Topology, assign_addresses, plan_topology
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,8 @@ def validate(paths: Iterable[str | os.PathLike[str]], load: DocumentLoader = loa
     docs, syntax = load(files)
     syntax = unreadable + syntax
     findings: list[Finding] = []
-    valid, invalid = [], []
+    valid: list[RawDocument] = []
+    invalid: list[RawDocument] = []
     for doc in docs:
         doc_findings = list(check_document(doc))
         (invalid if doc_findings or doc.loader_errors else valid).append(doc)
@@ -70,7 +72,8 @@ def validate(paths: Iterable[str | os.PathLike[str]], load: DocumentLoader = loa
     findings.extend(built)
     choices, assigned = assign_profiles(fleet)
     findings.extend(assigned)
-    addresses, topology = {}, None
+    addresses: dict[str, ipaddress.IPv4Address] = {}
+    topology: Topology | None = None
     if fleet.mesh is not None:
         addresses, addr_findings = assign_addresses(fleet.mesh, fleet.nodes)
         topology, topo_findings = plan_topology(fleet)

@@ -14,14 +14,15 @@ Pure decision code over the library's own decisions: nothing is applied.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from ..cluster.meta import no_gc
 from ..fleet.model import ReviewPolicy
 from .diff import capacity_rows, mesh_impact, node_changes, object_changes
 from .flags import FlagRaiser
-from .git import GitError, fleet_dirs, fleet_names, resolve_ref, tree_files
+from .git import GitError, TreeFile, fleet_dirs, fleet_names, resolve_ref, tree_files
 from .load import ParseCache, Snapshot, load_snapshot
 from .locate import ChangeIndex, pick
 from .model import LAYER_TITLES, LAYERS, FleetReview, Location, Problem, Review
@@ -56,11 +57,11 @@ _OBJECT_KINDS = {
 }
 
 
-def changed_fleets(before: dict[str, object], after: dict[str, object]) -> list[str]:
+def changed_fleets(before: dict[str, TreeFile], after: dict[str, TreeFile]) -> list[str]:
     """Fleets (at either side) with a file that differs between the two trees."""
     changed = {p for p in before.keys() | after.keys() if before.get(p) != after.get(p)}
     out = []
-    for name in sorted(set(fleet_names(before)) | set(fleet_names(after))):  # type: ignore[arg-type]
+    for name in sorted(set(fleet_names(before)) | set(fleet_names(after))):
         dirs = tuple(d + "/" for d in fleet_dirs(name))
         if any(p.startswith(dirs) for p in changed):
             out.append(name)
@@ -84,7 +85,8 @@ def _problems(snap: Snapshot) -> list[Problem]:
 
 def _attribute(fr: FleetReview, base: Snapshot, head: Snapshot, index: ChangeIndex) -> None:
     """Fill in ``where`` of node, peer and object changes."""
-    bn, hn = (base.state or {}).get("nodes", {}), (head.state or {}).get("nodes", {})
+    bn = base.state["nodes"] if base.state else {}
+    hn = head.state["nodes"] if head.state else {}
     cache: dict[tuple[str, ...], list[Location]] = {}
 
     def where(kind: str, name: str | None = None) -> list[Location]:
@@ -101,6 +103,8 @@ def _attribute(fr: FleetReview, base: Snapshot, head: Snapshot, index: ChangeInd
             for s in (hn.get(n), bn.get(n)):
                 if not s:
                     continue
+                gpu: Mapping[str, Any]
+                host: Mapping[str, Any]
                 gpu, host = s.get("gpu") or {}, s.get("host") or {}
                 names = {
                     "GpuProfile": gpu.get("profile"),
@@ -162,7 +166,9 @@ def review_fleet(
     fr.objects_error = head_snap.objects_error or base_snap.objects_error
     fr.capacity = capacity_rows(bs["cluster"], hs["cluster"])
     _attribute(fr, base_snap, head_snap, index)
-    policy: ReviewPolicy = (base_snap.analysis or head_snap.analysis).fleet.review  # type: ignore[union-attr]
+    analysis = base_snap.analysis or head_snap.analysis
+    assert analysis is not None  # one side at least loaded a fleet to get here
+    policy: ReviewPolicy = analysis.fleet.review
     fr.policy_changed = bool(index.where("ReviewPolicy"))
     raiser = FlagRaiser(bs, hs, policy, index, fr.nodes)
     raiser.rollout(touched)
@@ -237,7 +243,7 @@ def review(
     directory that is not a repository; fleet content never raises (it is reported)."""
     b, h = resolve_ref(repo, base), resolve_ref(repo, head)
     files = (tree_files(repo, b), tree_files(repo, h))
-    names: Iterable[str] = fleets if fleets else changed_fleets(files[0], files[1])  # type: ignore[arg-type]
+    names: Iterable[str] = fleets if fleets else changed_fleets(files[0], files[1])
     cache = ParseCache()
     out = Review(b, h, [], repo_url=repo_url)
     # Two fleets' documents, models and desired states are built and all stay alive until

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, Literal
 
 from ..cluster.meta import K8sObject
 from ..resolve.mesh import mesh_apply
@@ -233,7 +233,9 @@ def mesh_impact(
                 old, new = sorted(set(old) - set(new)), sorted(set(new) - set(old))
             folder.add((what, peer, old, new), name, (what, peer, old, new))
     for n in impact.joining + impact.leaving:
-        for p in (after.get(n) or before[n])["mesh"]["peers"]:
+        mesh = (after.get(n) or before[n])["mesh"]
+        assert mesh is not None  # joining or leaving: in the mesh on one side
+        for p in mesh["peers"]:
             pairs.add((min(n, p["name"]), max(n, p["name"])))
     impact.peerings_changed = len(pairs)
     states = [after, before]
@@ -243,8 +245,8 @@ def mesh_impact(
         impact.peers.append(PeerChange(what, peer, old, new, nodes, sites))
     kinds = ("added", "removed", "endpoint", "allowed_ips", "keepalive")
     impact.peers.sort(key=lambda c: (kinds.index(c.what), c.peer, _key(c.before), _key(c.after)))
-    mb = (cluster_before or {}).get("mesh") or {"relays": [], "hubs": {}}
-    ma = (cluster_after or {}).get("mesh") or {"relays": [], "hubs": {}}
+    mb: Mapping[str, Any] = (cluster_before["mesh"] if cluster_before else None) or {"relays": [], "hubs": {}}
+    ma: Mapping[str, Any] = (cluster_after["mesh"] if cluster_after else None) or {"relays": [], "hubs": {}}
     impact.relays_gained = sorted(set(ma["relays"]) - set(mb["relays"]))
     impact.relays_lost = sorted(set(mb["relays"]) - set(ma["relays"]))
     hb = {f"{s}: {h}" for s, h in mb["hubs"].items()}
@@ -283,7 +285,9 @@ def object_changes(
         b, a = before.get(key), after.get(key)
         if b == a:
             continue
-        change = "added" if b is None else "removed" if a is None else "changed"
+        change: Literal["added", "removed", "changed"] = (
+            "added" if b is None else "removed" if a is None else "changed"
+        )
         fields = [] if b is None or a is None else [FieldChange(dotted(p), o, n) for p, o, n in _fields(b, a)]
         out.append(ObjectChange(change, key[0], key[1], key[2], key[3], fields))
     return out
@@ -319,8 +323,8 @@ def _cohort_rows(cluster: ClusterState | None) -> dict[tuple[str, str], dict[str
 def capacity_rows(before: ClusterState | None, after: ClusterState | None) -> list[CapacityRow]:
     """Per GPU flavor, the fleet's GPUs, nominalQuota and what is unallocated, then per
     cohort what its queues hold, lend and may borrow; before and after."""
-    cap_b = (before or {}).get("capacity") or {}
-    cap_a = (after or {}).get("capacity") or {}
+    cap_b = (before["capacity"] if before else None) or {}
+    cap_a = (after["capacity"] if after else None) or {}
     co_b, co_a = _cohort_rows(before), _cohort_rows(after)
     rows = []
     for flavor in sorted(cap_b.keys() | cap_a.keys()):
@@ -343,10 +347,10 @@ def capacity_rows(before: ClusterState | None, after: ClusterState | None) -> li
                     flavor,
                     cohort,
                     [None, None],
-                    [rb and rb["nominal"], ra and ra["nominal"]],
+                    [rb["nominal"] if rb else None, ra["nominal"] if ra else None],
                     [None, None],
-                    [rb and rb["lendable"], ra and ra["lendable"]],
-                    [rb and rb["borrowable"], ra and ra["borrowable"]],
+                    [rb["lendable"] if rb else None, ra["lendable"] if ra else None],
+                    [rb["borrowable"] if rb else None, ra["borrowable"] if ra else None],
                 )
             )
     return rows

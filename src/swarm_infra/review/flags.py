@@ -17,12 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any, cast
 
 from ..fleet.model import ReviewPolicy
 from ..resolve.rollout import rollout_batches as batches
-from ..resolve.types import ClusterState, DesiredState, NodeState, PriorityState, RolloutState
+from ..resolve.types import ClusterState, DesiredState, GpuState, NodeState, PriorityState, RolloutState
 from .locate import ChangeIndex, pick
-from .model import Flag, Location, MeshImpact, NodeChange
+from .model import Action, Flag, Location, MeshImpact, NodeChange
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,13 @@ def preemptions(cluster: ClusterState | None) -> dict[tuple[str, str], Preemptio
     return out
 
 
+def _gpu(node: NodeState) -> GpuState:
+    """The node's GpuState, asked of nodes with GPUs only."""
+    gpu = node["gpu"]
+    assert gpu is not None
+    return gpu
+
+
 def _fmt_counts(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{n} {k}" for k, n in counts.items())
 
@@ -118,8 +126,8 @@ class FlagRaiser:
 
     def raise_flag(self, rule: str, reason: str, where: list[Location]) -> None:
         action = self.policy.flags[rule]
-        if action != "off":
-            self.flags.append(Flag(rule, action, reason, where))  # type: ignore[arg-type]
+        if action != "off":  # else block or warn: all the policy's schema allows
+            self.flags.append(Flag(rule, cast(Action, action), reason, where))
 
     def _node_where(self, nodes: set[str]) -> list[Location]:
         return pick(
@@ -160,7 +168,7 @@ class FlagRaiser:
             if n in before
             and s["gpu"]
             and before[n]["gpu"]
-            and s["gpu"]["driver"] != before[n]["gpu"]["driver"]
+            and _gpu(s)["driver"] != _gpu(before[n])["driver"]
         }
         if not changed or not rollout:
             return
@@ -171,7 +179,7 @@ class FlagRaiser:
             return
         models = sorted({g["model"] for n in changed for g in after[n]["hardware"]["gpus"]})
         landing = sorted(changed.intersection(plan[first]))
-        profiles = sorted({after[n]["gpu"]["profile"] or "" for n in changed})
+        profiles = sorted({_gpu(after[n])["profile"] or "" for n in changed})
         where = [loc for p in profiles for loc in self.index.where("GpuProfile", p, ("spec", "driver"))]
         self.raise_flag(
             "driver-without-canary",
@@ -268,7 +276,7 @@ class FlagRaiser:
         change restarts its interface."""
         routers: dict[str, str] = {}
         for cluster in (self.base.get("cluster"), self.head.get("cluster")):
-            topo = (cluster or {}).get("mesh") or {}
+            topo: Mapping[str, Any] = (cluster or {}).get("mesh") or {}
             for r in topo.get("relays", ()):
                 routers.setdefault(r, "relay")
             for site, hub in (topo.get("hubs") or {}).items():
@@ -277,6 +285,7 @@ class FlagRaiser:
             if name not in routers:
                 continue
             b, a = self.base["nodes"][name]["mesh"], self.head["nodes"][name]["mesh"]
+            assert b is not None and a is not None  # a restart: in the mesh before and after
             what = (
                 f"address {b['address']} → {a['address']}"
                 if b["address"] != a["address"]

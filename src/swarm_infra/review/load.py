@@ -12,7 +12,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..cluster import build
 from ..cluster.meta import K8sObject
@@ -147,7 +147,8 @@ def load_snapshot(
     """
     dirs = fleet_dirs(fleet)
     if not any(p.startswith(dirs[0] + "/") for p in files):
-        empty: DesiredState = {"nodes": {}, "cluster": None, "rollout": None}  # type: ignore[typeddict-item]
+        # No fleet on this side: no cluster and no rollout (review reads both as optional).
+        empty = cast(DesiredState, {"nodes": {}, "cluster": None, "rollout": None})
         return Snapshot(fleet, commit, root, False, Report([]), state=empty, objects={})
     problems = extract(repo, commit, files, root)
     paths = [root / d for d in dirs if (root / d).is_dir()]

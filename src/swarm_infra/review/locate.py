@@ -10,7 +10,7 @@ changed). Findings then ask for the changed lines of the documents behind them.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, Literal
 
 from ..fleet.diagnostics import Finding, PathPart
 from ..fleet.marks import locate_all
@@ -81,7 +81,7 @@ class ChangeIndex:
         findings.sort(key=lambda kf: kf[1].source.file)
         located = locate_all(f for _, f, _, _ in findings)
         for (key, finding, side, whole), diag in zip(findings, located, strict=True):
-            ref = "head" if side is head else "base"
+            ref: Literal["base", "head"] = "head" if side is head else "base"
             loc = Location(side.rel(diag.file), diag.line, ref, side.commit)
             self.changed[key].append(((() if whole else finding.path), loc))
 

@@ -69,7 +69,7 @@ def value(v: Any) -> str:
         return "(none)"
     if isinstance(v, dict) and set(v) in ({"removed"}, {"added"}):
         sign = "\N{MINUS SIGN}" if "removed" in v else "+"
-        items = v.get("removed", v.get("added"))
+        items = v["removed"] if "removed" in v else v["added"]
         return code(", ".join(f"{sign}{x}" for x in items) or "(nothing)")
     if isinstance(v, str):
         return code(v)

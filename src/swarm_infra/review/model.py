@@ -7,6 +7,7 @@ sorted, so the same refs give the same review.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -50,7 +51,7 @@ class NodeChange:
     nodes: list[str]
     sites: dict[str, int]
     gpu_models: dict[str, int]
-    where: list[Location] = field(default_factory=list)
+    where: list[Location] = dataclasses.field(default_factory=list)  # `field` is a member here
 
 
 @dataclass

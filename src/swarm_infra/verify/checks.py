@@ -161,10 +161,12 @@ def _ray_checks(name: str, node: NodeState, state: DesiredState) -> tuple[list[C
     head = next(n for n, s in state["nodes"].items() if s["ray"] and s["ray"]["role"] == "head")
     head_unit = units["ray_head"]
     resources = {"GPU": float(r["num_gpus"]), **{k: float(v) for k, v in r["resources"].items()}}
+    head_ray = state["nodes"][head]["ray"]
+    assert head_ray is not None  # the head is in the Ray cluster
     remote = [
         Check(name, "ray", "alive in the cluster", "ray_member",
               {"state": "ALIVE", "resources": resources, "labels": r["labels"]},
-              {"on": head, "node_ip": r["node_ip"], "dashboard": state["nodes"][head]["ray"]["dashboard"],
+              {"on": head, "node_ip": r["node_ip"], "dashboard": head_ray["dashboard"],
                "venv": files["ray_venv"]["path"]},
               (service.id, f"{head}/ray/service {head_unit}")),
     ]  # fmt: skip
@@ -297,8 +299,9 @@ def checks_for(state: DesiredState, nodes: list[str] | None = None) -> list[Chec
             # Exactly the declared keys: one removed from the profile is gone from the file too.
             local.append(Check(name, "host", f"keys of {sysctl_conf['path']}", "conf_keys", sorted(keys),
                                {"path": sysctl_conf["path"]}))  # fmt: skip
+            value: Any  # a sysctl's value here, a GPU setting's below (JSON data)
             for key, value in h["sysctls"].items():
-                args = {"key": key, "all_keys": keys, "path": sysctl_conf["path"]}
+                args: dict[str, Any] = {"key": key, "all_keys": keys, "path": sysctl_conf["path"]}
                 local.append(Check(name, "host", f"sysctl {key}", "sysctl", value, args))
             for item in h["sysfs"]:
                 args = {**item, "tmpfiles": files["tmpfiles_conf"]["path"]}

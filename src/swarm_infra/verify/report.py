@@ -62,6 +62,7 @@ class Collector:
         r = Result(m["node"], m["layer"], m["key"], outcome, json.loads(props.get("drift", "null")), message)
         self.results.append(r)
         if outcome == "drift":
+            assert r.drift is not None  # a drift outcome carries its record
             print(f"DRIFT  {_drift_line(r.drift)}", file=self.out, flush=True)
         elif outcome == "error":
             print(f"ERROR  {r.node} {r.layer} {r.key}: {message}", file=self.out, flush=True)

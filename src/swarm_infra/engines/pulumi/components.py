@@ -54,10 +54,10 @@ def _add(
     return out
 
 
-def _repository(url: str | None, conf: cfg.StackConfig) -> dict[str, Any] | None:
+def _repository(url: str | None, conf: cfg.StackConfig) -> k8s.helm.v3.RepositoryOptsArgsDict | None:
     if url is None:
         return None
-    repo: dict[str, Any] = {"repo": url}
+    repo: k8s.helm.v3.RepositoryOptsArgsDict = {"repo": url}
     if conf.helm_username:
         repo["username"] = conf.helm_username
         repo["password"] = conf.helm_password

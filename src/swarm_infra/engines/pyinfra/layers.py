@@ -214,6 +214,7 @@ def storage_layer() -> None:
     problems = [scratch_device_problem(d, devices[d]["probe"], dict(scratch)) for d in scratch["devices"]]
     ops.refuse(name="Refuse devices holding anything swarm did not make", problems=[p for p in problems if p])
     if scratch["raid0"]:
+        assert scratch["array"] is not None  # set whenever raid0 is
         ops.md_raid0(name="Assemble the RAID 0 array", array=scratch["array"], devices=scratch["devices"])
         ops.mdadm_conf(
             name="Persist the array for boot",
@@ -332,6 +333,7 @@ def ray_layer() -> None:
     if not ray:
         layer_items(node, "ray", "Remove what the Ray layer made on a node outside the Ray cluster")
         return
+    assert own is not None  # set whenever ray is
     if ray["simulated_gpus"]:
         ops.record_note(notes.ray_simulated_gpus(node))
     ops.apt_install(name="Install the venv module and nftables", packages=node_packages(node, "ray"))

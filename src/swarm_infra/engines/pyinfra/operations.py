@@ -30,10 +30,10 @@ import fnmatch
 import hashlib
 import json
 import shlex
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Mapping
 from io import StringIO
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from weakref import WeakKeyDictionary
 
 from pyinfra import host, logger
@@ -152,7 +152,7 @@ def _lines(text: str | None) -> list[str]:
 
 
 @operation()
-def managed_file(path: str, text: str, owner: str, group: str, mode: str) -> Iterator[Any]:
+def managed_file(path: str, text: str, owner: str, group: str, mode: str) -> Generator[Any, None, None]:
     """The file ``path`` holding exactly ``text``, with its owner, group and mode: nothing
     when the snapshot shows it so, else pyinfra's ``files.put`` (which diffs under
     ``--diff``).
@@ -196,7 +196,7 @@ def _diff_new_file(path: str, text: str) -> None:
 
 
 @operation()
-def managed_mode(path: str, owner: str, group: str, mode: str) -> Iterator[StringCommand]:
+def managed_mode(path: str, owner: str, group: str, mode: str) -> Generator[StringCommand, None, None]:
     """An existing file's owner, group and mode (a file made on the node, such as a private
     key: its content is never read here). Nothing when it is absent.
 
@@ -210,7 +210,7 @@ def managed_mode(path: str, owner: str, group: str, mode: str) -> Iterator[Strin
 
 
 @operation()
-def managed_directory(path: str, owner: str, group: str, mode: str) -> Iterator[Any]:
+def managed_directory(path: str, owner: str, group: str, mode: str) -> Generator[Any, None, None]:
     """The directory ``path`` with its owner, group and mode (else ``files.directory``).
 
     **Example:**
@@ -233,7 +233,7 @@ def managed_directory(path: str, owner: str, group: str, mode: str) -> Iterator[
 
 
 @operation()
-def absent_path(path: str) -> Iterator[StringCommand]:
+def absent_path(path: str) -> Generator[StringCommand, None, None]:
     """Nothing at ``path`` (a file, or a directory with what it holds).
 
     **Example:** ``absent_path(name="Old unit", path=files["ray_worker_unit"]["path"])``"""
@@ -260,7 +260,7 @@ def unit(
     enabled: bool | None = None,
     restarted: bool = False,
     daemon_reload: bool = False,
-) -> Iterator[Any]:
+) -> Generator[Any, None, None]:
     """A systemd unit enabled or not, running or not, restarted (when running): nothing when
     the snapshot shows it so, else pyinfra's ``systemd.service`` (``daemon_reload`` first
     when asked).
@@ -287,7 +287,7 @@ def unit(
 
 
 @operation()
-def note_if(text: str) -> Iterator[FunctionCommand]:
+def note_if(text: str) -> Generator[FunctionCommand, None, None]:
     """Report ``text`` about the host when the operation runs (with ``_if``, only when an
     earlier operation changed something): e.g. a reboot the policy does not allow.
 
@@ -305,7 +305,7 @@ def note_if(text: str) -> Iterator[FunctionCommand]:
 
 
 @operation()
-def apt_install(packages: list[str], cache_time_s: int = 3600) -> Iterator[StringCommand]:
+def apt_install(packages: list[str], cache_time_s: int = 3600) -> Generator[StringCommand, None, None]:
     """Install the ``packages`` that are not installed (without recommends), refreshing apt's
     package lists first when they are older than ``cache_time_s`` (their update stamp, else
     the lists directory, as Ansible's ``apt`` with ``cache_valid_time`` reads them).
@@ -333,7 +333,7 @@ def apt_install(packages: list[str], cache_time_s: int = 3600) -> Iterator[Strin
 
 
 @operation()
-def apt_pinned(packages: list[str], version: str) -> Iterator[StringCommand]:
+def apt_pinned(packages: list[str], version: str) -> Generator[StringCommand, None, None]:
     """Install ``packages`` at the Debian version glob ``version`` (``570.86.15-*``), up or
     down, through holds; installed versions matching the glob yield nothing (pyinfra's
     ``apt.packages`` compares versions exactly, and a pin is a glob).
@@ -351,7 +351,7 @@ def apt_pinned(packages: list[str], version: str) -> Iterator[StringCommand]:
 
 
 @operation()
-def dpkg_hold(packages: list[str]) -> Iterator[StringCommand]:
+def dpkg_hold(packages: list[str]) -> Generator[StringCommand, None, None]:
     """Hold ``packages`` (``dpkg --set-selections``), so that ``apt upgrade`` cannot move them;
     a package whose selection is already ``hold`` yields nothing.
 
@@ -365,7 +365,7 @@ def dpkg_hold(packages: list[str]) -> Iterator[StringCommand]:
 @operation()
 def pip_requirements(
     venv: str, requirements: list[str], index_url: str, trusted_host: str
-) -> Iterator[StringCommand]:
+) -> Generator[StringCommand, None, None]:
     """Make the virtualenv ``venv`` (``python3 -m venv``) and install ``requirements`` in it
     from the package index ``index_url``, when a package is missing or not at its pinned
     version (:func:`swarm_infra.nodeside.facts.requirements_missing`, the Ansible role's
@@ -396,7 +396,7 @@ def pip_requirements(
 
 
 @operation()
-def tunables(spec: Mapping[str, Any]) -> Iterator[StringCommand]:
+def tunables(spec: Mapping[str, Any]) -> Generator[StringCommand, None, None]:
     """Converge sysctls and sysfs values to exactly ``spec`` (one managed sysctl.d file, one
     tmpfiles.d file, live values where they differ, removed keys restored to their value
     before the project set them): the node-side code the Ansible module ``swarm_tunables``
@@ -423,7 +423,7 @@ def tunables(spec: Mapping[str, Any]) -> Iterator[StringCommand]:
 
 
 @operation()
-def gpu_settings(gpu: Mapping[str, Any]) -> Iterator[StringCommand]:
+def gpu_settings(gpu: Mapping[str, Any]) -> Generator[StringCommand, None, None]:
     """Converge the node's GPUs to NodeState.gpu (power management limit, clocks, persistence,
     compute, ECC and MIG modes) with the node-side GPU code the Ansible module ``swarm_gpu``
     runs (:mod:`swarm_infra.nodeside.gpu`): validate every setting, then apply; changes that
@@ -447,7 +447,7 @@ def gpu_settings(gpu: Mapping[str, Any]) -> Iterator[StringCommand]:
 
 
 @operation()
-def wireguard_key(path: str) -> Iterator[StringCommand | FunctionCommand]:
+def wireguard_key(path: str) -> Generator[StringCommand | FunctionCommand, None, None]:
     """Make the node's WireGuard private key where there is none (``wg genkey`` on the node,
     written under umask 077: mode 0600 from the start, never printed, never in argv), and
     remember its public key for the peers' configuration.
@@ -493,11 +493,11 @@ def peer_keys(node: Mapping[str, Any]) -> dict[str, str]:
     except ValueError:
         recorded = {}
     fresh = {name: key for name, key in public_keys(host.state).items() if name != node["name"]}
-    return wireguard_peer_keys(node, recorded if isinstance(recorded, dict) else {}, fresh)
+    return wireguard_peer_keys(cast(NodeState, node), recorded if isinstance(recorded, dict) else {}, fresh)
 
 
 @operation()
-def wireguard_file(node: Mapping[str, Any], which: str) -> Iterator[Any]:
+def wireguard_file(node: Mapping[str, Any], which: str) -> Generator[Any, None, None]:
     """Write the mesh file ``which`` (``"peers"``: the peers' public keys; ``"conf"``: the
     wg-quick configuration) of ``node``, with the keys of its declared peers known now: the
     hosts' in this run (:func:`wireguard_key`) over those recorded on the node. Computed
@@ -505,14 +505,14 @@ def wireguard_file(node: Mapping[str, Any], which: str) -> Iterator[Any]:
 
     **Example:** ``conf = wireguard_file(name="wg-quick configuration", node=node, which="conf")``"""
     path = node["layout"]["files"]["wireguard_peers" if which == "peers" else "wireguard_conf"]["path"]
-    item = next(i for i in layer_files(node, "mesh", peer_keys(node)) if i["path"] == path)
+    item = next(i for i in layer_files(cast(NodeState, node), "mesh", peer_keys(node)) if i["path"] == path)
     yield from managed_file._inner(
         path=path, text=item["content"], owner=item["owner"], group=item["group"], mode=item["mode"]
     )
 
 
 @operation()
-def wireguard_sync(node: Mapping[str, Any], when_config_changed: Any) -> Iterator[StringCommand]:
+def wireguard_sync(node: Mapping[str, Any], when_config_changed: Any) -> Generator[StringCommand, None, None]:
     """Apply the configuration to the running interface with ``wg syncconf`` when it changed
     in this run (``when_config_changed``: that operation) or the running peers differ from
     it (``wg set`` at runtime, a drifted node): only what differs changes, so tunnels stay
@@ -526,7 +526,7 @@ def wireguard_sync(node: Mapping[str, Any], when_config_changed: Any) -> Iterato
     if running is None:
         return  # not up: wg-quick reads the file when it starts
     if not changed(when_config_changed):
-        if not wireguard_running_differs(node, peer_keys(node), running):
+        if not wireguard_running_differs(cast(NodeState, node), peer_keys(node), running):
             return
         host.noop(f"running peers differ from {interface}.conf: syncing")
     layout = node["layout"]
@@ -543,7 +543,7 @@ def wireguard_sync(node: Mapping[str, Any], when_config_changed: Any) -> Iterato
 
 
 @operation()
-def wireguard_mtu(mesh: Mapping[str, Any]) -> Iterator[StringCommand]:
+def wireguard_mtu(mesh: Mapping[str, Any]) -> Generator[StringCommand, None, None]:
     """Set the declared MTU on the running interface (``ip link set``: no tunnel drops).
 
     **Example:** ``wireguard_mtu(name="MTU", mesh=node["mesh"])``"""
@@ -556,7 +556,7 @@ def wireguard_mtu(mesh: Mapping[str, Any]) -> Iterator[StringCommand]:
 
 
 @operation()
-def wireguard_address(mesh: Mapping[str, Any], unit: str) -> Iterator[StringCommand]:
+def wireguard_address(mesh: Mapping[str, Any], unit: str) -> Generator[StringCommand, None, None]:
     """Restart the interface when its running address is not the declared one (peers
     address this node by it; the one mesh change that drops its tunnels).
 
@@ -581,7 +581,7 @@ def storage_record() -> dict[str, Any]:
 
 
 @operation()
-def refuse(problems: list[str]) -> Iterator[StringCommand]:
+def refuse(problems: list[str]) -> Generator[StringCommand, None, None]:
     """Fail the host with ``problems`` (one message each), when there are any: e.g. devices
     holding data swarm did not make, which must never be formatted.
 
@@ -592,7 +592,7 @@ def refuse(problems: list[str]) -> Iterator[StringCommand]:
 
 
 @operation()
-def md_raid0(array: str, devices: list[str]) -> Iterator[StringCommand]:
+def md_raid0(array: str, devices: list[str]) -> Generator[StringCommand, None, None]:
     """Create the md RAID 0 ``array`` over ``devices`` (mdadm), unless it exists.
 
     **Example:** ``md_raid0(name="Scratch array", array="/dev/md/scratch", devices=[...])``"""
@@ -606,7 +606,7 @@ def md_raid0(array: str, devices: list[str]) -> Iterator[StringCommand]:
 
 
 @operation()
-def mdadm_conf(array: str, path: str) -> Iterator[StringCommand]:
+def mdadm_conf(array: str, path: str) -> Generator[StringCommand, None, None]:
     """Keep the array's ``ARRAY`` line (``mdadm --detail --brief``) in mdadm.conf(5), so it
     is assembled at boot; the line of the same array is replaced, others are kept.
 
@@ -628,7 +628,7 @@ def mdadm_conf(array: str, path: str) -> Iterator[StringCommand]:
 
 
 @operation()
-def filesystem(device: str, fstype: str, label: str) -> Iterator[StringCommand]:
+def filesystem(device: str, fstype: str, label: str) -> Generator[StringCommand, None, None]:
     """Make a ``fstype`` filesystem labelled ``label`` on ``device`` when it holds none (as
     ``community.general.filesystem``: an existing filesystem of that type is kept; another
     type fails, never reformatted).
@@ -665,7 +665,7 @@ def _fstab_script(path: str, line: str | None) -> str:
 
 
 @operation()
-def mount(source: str, path: str, fstype: str, options: list[str]) -> Iterator[StringCommand]:
+def mount(source: str, path: str, fstype: str, options: list[str]) -> Generator[StringCommand, None, None]:
     """Mount ``source`` at ``path`` and keep it in /etc/fstab, as ``ansible.posix.mount``
     with ``state: mounted`` does (the same fstab line, ``SOURCE PATH FSTYPE OPTIONS 0 0``):
     the mount point is made, a changed line remounts.
@@ -697,7 +697,7 @@ def mount(source: str, path: str, fstype: str, options: list[str]) -> Iterator[S
 
 
 @operation()
-def unmount(path: str) -> Iterator[StringCommand]:
+def unmount(path: str) -> Generator[StringCommand, None, None]:
     """Unmount ``path``, drop its /etc/fstab line and remove the (empty) mount point, as
     ``ansible.posix.mount`` with ``state: absent`` does; data on the device stays.
 

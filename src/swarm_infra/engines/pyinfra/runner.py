@@ -46,7 +46,7 @@ def plan(layer: str, hosts: list[InventoryHost]) -> list[Step]:
     ``hosts``, mirroring the playbooks: batches per layer, keys before the mesh, the Ray
     head alone before the workers, then the nodes outside the Ray cluster."""
     names = tuple(h.name for h in hosts)
-    role = {h.name: (h.state.get("ray") or {}).get("role") for h in hosts}
+    role = {h.name: ray["role"] if (ray := h.state.get("ray")) else None for h in hosts}
     layers = list(L.LAYERS) if layer == "site" else [layer]
     steps: list[Step] = []
     for name in layers:
@@ -121,7 +121,7 @@ class _DiffCapture(logging.Handler):
         text = record.getMessage()
         host = ctx_host.get() if ctx_host.isset() else None  # None: a log outside any host
         op = getattr(host, "current_op_hash", None) if host else None
-        if op and (text.startswith("  ") or text.startswith("@@")):
+        if host and op and (text.startswith("  ") or text.startswith("@@")):
             from click import unstyle
 
             self.reporter.diffs.setdefault((host.name, op), []).append(unstyle(text).rstrip())

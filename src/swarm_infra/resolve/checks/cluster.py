@@ -23,7 +23,7 @@ Rules (README, Validation):
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, Literal
 
 from ...fleet.diagnostics import Finding
 from ...fleet.model import Tenant
@@ -31,6 +31,7 @@ from .. import ray
 from ..analysis import Analysis
 from ..cluster import caps_state
 from ..flavors import flavor_nodes, flavor_shapes, node_sharing
+from ..types import ComputeState
 
 
 def sharing(a: Analysis) -> Iterator[Finding]:
@@ -116,8 +117,9 @@ def namespaces(a: Analysis) -> Iterator[Finding]:
             f"tenant {owner[t.namespace]!r}'s namespace" if t.namespace in owner else None
         )
         if other:
+            assert alloc is not None  # the tenant is one of its own
             yield Finding(
-                alloc.source,  # type: ignore[union-attr]
+                alloc.source,
                 ("spec", "tenants", ti, "namespace" if t.namespace != t.name else "name"),
                 "name.duplicate",
                 f"namespace {t.namespace!r} is already {other}; each tenant needs its own",
@@ -139,11 +141,16 @@ def namespaces(a: Analysis) -> Iterator[Finding]:
         )
 
 
-def _over(a: Mapping[str, int] | None, b: Mapping[str, int] | None) -> list[str]:
+# A bound of a LimitRange (ContainerCapsState's keys).
+_ContainerKey = Literal["default_request", "default_limit", "max"]
+
+
+def _over(a: ComputeState | None, b: ComputeState | None) -> list[str]:
     """Keys where ``a`` is above ``b`` (both present)."""
     if not a or not b:
         return []
-    return [k for k in ("cpu_millicores", "memory_mib") if k in a and k in b and a[k] > b[k]]  # type: ignore[literal-required]
+    keys: tuple[Literal["cpu_millicores", "memory_mib"], ...] = ("cpu_millicores", "memory_mib")
+    return [k for k in keys if k in a and k in b and a[k] > b[k]]
 
 
 def limit_ranges(a: Analysis) -> Iterator[Finding]:
@@ -154,15 +161,17 @@ def limit_ranges(a: Analysis) -> Iterator[Finding]:
         if caps is None or caps["container"] is None:
             continue
         c = caps["container"]
-        for low, high in (
+        pairs: tuple[tuple[_ContainerKey, _ContainerKey], ...] = (
             ("default_request", "default_limit"),
             ("default_limit", "max"),
             ("default_request", "max"),
-        ):
-            bad = _over(c[low], c[high])  # type: ignore[literal-required]
+        )
+        for low, high in pairs:
+            bad = _over(c[low], c[high])
             if bad:
+                assert alloc is not None  # the tenant is one of its own
                 yield Finding(
-                    alloc.source,  # type: ignore[union-attr]
+                    alloc.source,
                     ("spec", "tenants", ti, "caps", "container", low),
                     "allocation.limit-range-invalid",
                     f"{low} is above {high} for {', '.join(k.split('_')[0] for k in bad)}; "
@@ -289,32 +298,33 @@ def _ray_caps(a: Analysis, ti: int, t: Tenant, shapes: Mapping[str, Any]) -> Ite
     if cluster is None:
         return
     alloc = a.fleet.allocation
+    assert alloc is not None  # the tenant is one of its own
     groups = [cluster["head"], *cluster["workers"]]
-    limit = (caps["container"] or {}).get("max")
+    limit = caps["container"]["max"] if caps["container"] else None
     for g in groups:
-        pod = {"cpu_millicores": g["cpus"] * 1000, "memory_mib": g["memory_gib"] * 1024}
+        pod: ComputeState = {"cpu_millicores": g["cpus"] * 1000, "memory_mib": g["memory_gib"] * 1024}
         bad = _over(pod, limit)
         if bad:
             yield Finding(
-                alloc.source,  # type: ignore[union-attr]
+                alloc.source,
                 ("spec", "tenants", ti, "caps", "container", "max"),
                 "allocation.caps-too-small",
                 f"Ray group {g['name']!r} ({g['cpus']} CPUs, {g['memory_gib']} GiB per pod) is above the "
                 "container max; the LimitRange would refuse its pods",
             )
             return
-    need = {
+    need: dict[Literal["gpus", "cpu_millicores", "memory_mib", "pods"], int] = {
         "gpus": sum(g["gpus"] * g["replicas"] for g in groups),
         "cpu_millicores": sum(g["cpus"] * 1000 * g["replicas"] for g in groups),
         "memory_mib": sum(g["memory_gib"] * 1024 * g["replicas"] for g in groups),
         "pods": sum(g["replicas"] for g in groups),
     }
     for key, value in need.items():
-        cap = caps[key]  # type: ignore[literal-required]
+        cap = caps[key]
         if cap is not None and value > cap:
             field = {"cpu_millicores": "cpu", "memory_mib": "memory_gib"}.get(key, key)
             yield Finding(
-                alloc.source,  # type: ignore[union-attr]
+                alloc.source,
                 ("spec", "tenants", ti, "caps", field),
                 "allocation.caps-too-small",
                 f"the Ray cluster at min_replicas needs {value} {key.replace('_', ' ')}, above the cap of "

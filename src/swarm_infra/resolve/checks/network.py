@@ -108,9 +108,9 @@ def underlay(a: Analysis) -> Iterator[Finding]:
         else:
             seen[(site.name, str(gw))] = f"the gateway of site {site.name}"
     for node in a.fleet.nodes.values():
-        site = a.fleet.sites.get(node.site)
-        if site is None:
+        if node.site not in a.fleet.sites:
             continue
+        site = a.fleet.sites[node.site]
         if node.address not in site.underlay:
             yield Finding(
                 node.source,

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from ...fleet.diagnostics import Finding
 from ..analysis import Analysis
-from ..node import FLAVOR_LABEL, SITE_LABEL
+from ..labels import FLAVOR_LABEL, SITE_LABEL
 
 # Ansible's implicit groups and host: a node with one of these names breaks inventory
 # patterns (``--limit all``) or is silently taken for the controller (``localhost``). ``gpu``

@@ -196,6 +196,7 @@ def metrics_refs(a: Analysis) -> Iterator[Finding]:
     (a rule that can match no node would pass every node unjudged)."""
     matrix = a.fleet.latency
     if matrix is not None:
+        assert matrix.source is not None  # a declared matrix has its document
         for site in sorted({s for pair in matrix.rtt_ms for s in pair}):
             if not a.known("Site", site):
                 yield Finding(
@@ -204,6 +205,7 @@ def metrics_refs(a: Analysis) -> Iterator[Finding]:
     acceptance = a.fleet.acceptance
     if acceptance is None:
         return
+    assert acceptance.source is not None  # declared thresholds have their document
     catalog = gpu_catalog()
     for i, (match, _) in enumerate(acceptance.rules):
         where = ("spec", "rules", i, "match")
