@@ -1,24 +1,24 @@
 """The typed, immutable fleet model built from schema-valid documents.
 
 Every object keeps its ``source`` (file and document index) so that semantic checks can
-point at the exact place. Defaults stated in ``schemas/`` (each field's description says
-"default ...") are applied here, once: later layers read every field as present.
+point at the exact place. Defaults stated in ``schemas/`` (each field's ``default`` and its
+description) are applied here, once: a field the documents leave out takes the dataclass
+field's default, and a nested policy mapping takes the ``*_DEFAULTS`` mapping below; later
+layers read every field as present. tests/unit/test_model_defaults.py holds the schemas'
+``default`` values to these.
 """
 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Literal
 
 from .diagnostics import Finding, Source
 from .loader import RawDocument
 
-DEFAULT_LISTEN_PORT = 51820
-DEFAULT_MTU = 1420  # 1500 - 80 bytes of WireGuard-over-IPv6 overhead (wg-quick's choice)
-DEFAULT_KEEPALIVE_S = 25  # wg(8): "a sensible interval ... is 25"
 # Defaults of nested policy objects, by what they belong to (as stated in schemas/).
 HUGEPAGES_DEFAULTS = {"size_kib": 2048}
 MIG_DEFAULTS = {"profiles": ()}
@@ -32,7 +32,6 @@ STORAGE_CLASS_DEFAULTS = {
 VOLUME_DEFAULTS = {"purpose": "other", "access_modes": ("ReadWriteMany",)}
 # Cluster layer (schemas/cluster.schema.json; allocation.schema.json tenants[].ray).
 DEFAULT_FLEET_NAME = "swarm"  # swarm.io/fleet when no Cluster document names the fleet
-RAY_HEAD_DEFAULTS = {"cpus": 4, "memory_gib": 16}
 RAY_OBJECT_STORE_PERCENT = 30  # Ray's own default share of memory for the object store
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
@@ -47,7 +46,7 @@ def _defaulted(d: Mapping[str, Any], defaults: Mapping[str, Any]) -> Mapping[str
     return MappingProxyType({**defaults, **d})
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Site:
     name: str
     source: Source
@@ -59,33 +58,33 @@ class Site:
     apt_proxy: str | None = None  # the site's package cache (http://HOST:PORT), or none
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GpuSlot:
     model: str
     count: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Node:
     name: str
     source: Source
     labels: Mapping[str, str]
     site: str
     address: ipaddress.IPv4Address
-    ssh_host: str
-    ssh_port: int
-    ssh_user: str
+    ssh_host: str  # default: the address (set by the builder)
+    ssh_port: int = 22
+    ssh_user: str = "root"
     roles: tuple[str, ...]
-    gpu_backend: Literal["nvml", "simulated"]
+    gpu_backend: Literal["nvml", "simulated"] = "nvml"
     cpus: int
     memory_gib: int
-    gpus: tuple[GpuSlot, ...]
-    nvme: tuple[tuple[str, int], ...]
-    nic_speed_gbps: float | None
-    nat: bool
-    endpoint: str | None  # as declared; see public_endpoint
-    listen_port: int | None  # None: the Mesh's default
-    mesh_address: ipaddress.IPv4Address | None
+    gpus: tuple[GpuSlot, ...] = ()
+    nvme: tuple[tuple[str, int], ...] = ()
+    nic_speed_gbps: float | None = None
+    nat: bool = False
+    endpoint: str | None = None  # as declared; see public_endpoint
+    listen_port: int | None = None  # None: the Mesh's default
+    mesh_address: ipaddress.IPv4Address | None = None
 
     @property
     def public_endpoint(self) -> str | None:
@@ -97,28 +96,28 @@ class Node:
         return tuple(slot.model for slot in self.gpus)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GpuProfile:
     name: str
     source: Source
     spec: Mapping[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class HostProfile:
     name: str
     source: Source
-    include: tuple[str, ...]
-    sysctls: Mapping[str, Any]
-    hugepages: Mapping[str, int] | None
-    transparent_hugepages: str | None
-    swappiness: int | None
-    cpu_governor: str | None
+    include: tuple[str, ...] = ()
+    sysctls: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    hugepages: Mapping[str, int] | None = None  # HUGEPAGES_DEFAULTS filled in
+    transparent_hugepages: str | None = None
+    swappiness: int | None = None
+    cpu_governor: str | None = None
     # sysctl key -> why the operator allows a value that opens or endangers the node
     allow_unsafe: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Selector:
     nodes: frozenset[str] | None = None
     sites: frozenset[str] | None = None
@@ -137,112 +136,112 @@ class Selector:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Assignment:
     name: str
     source: Source
     selector: Selector
-    gpu_profile: str | None
-    host_profile: str | None
-    precedence: int
+    gpu_profile: str | None = None
+    host_profile: str | None = None
+    precedence: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class MeshSite:
-    topology: str
-    hub: str | None
+    topology: str  # default: the Mesh's topology
+    hub: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Mesh:
     name: str
     source: Source
     cidr: ipaddress.IPv4Network
-    interface: str
-    listen_port: int
-    mtu: int
-    persistent_keepalive_s: int
-    topology: str
-    sites: Mapping[str, MeshSite]
+    interface: str = "wg0"
+    listen_port: int = 51820  # UDP
+    mtu: int = 1420  # 1500 - 80 bytes of WireGuard-over-IPv6 overhead (wg-quick's choice)
+    persistent_keepalive_s: int = 25  # wg(8): "a sensible interval ... is 25"
+    topology: str = "full-mesh"
+    sites: Mapping[str, MeshSite] = field(default_factory=lambda: _EMPTY)
 
     def site(self, name: str) -> MeshSite:
-        return self.sites.get(name) or MeshSite(self.topology, None)
+        return self.sites.get(name) or MeshSite(topology=self.topology)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Priority:
     name: str
     source: Source
     value: int
-    preemption_policy: str
-    global_default: bool
-    description: str
+    preemption_policy: str = "PreemptLowerPriority"
+    global_default: bool = False
+    description: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Quota:
     flavor: str
     nominal_quota: int
-    borrowing_limit: int | None
-    lending_limit: int | None
+    borrowing_limit: int | None = None  # None: unlimited within the cohort
+    lending_limit: int | None = None  # None: all of nominal_quota may be lent
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Queue:
     name: str
-    cohort: str | None
-    fair_sharing_weight: float
-    within_cluster_queue: str
-    reclaim_within_cohort: str
-    borrow_within_cohort: str
+    cohort: str | None = None
+    fair_sharing_weight: float = 1
+    within_cluster_queue: str = "Never"
+    reclaim_within_cohort: str = "Never"
+    borrow_within_cohort: str = "Never"
     quotas: tuple[Quota, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RayWorkers:
     """One worker group of a tenant's RayCluster (sizes None: derived from the flavor's nodes)."""
 
     flavor: str
-    min_replicas: int
+    min_replicas: int = 0
     max_replicas: int
-    gpus: int | None
-    cpus: int | None
-    memory_gib: int | None
+    gpus: int | None = None
+    cpus: int | None = None
+    memory_gib: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RayRequest:
     """A Ray cluster as a policy asks for it (``tenants[].ray``); decided by ``resolve.ray``."""
 
     version: str
-    image: str | None  # None: rayproject/ray:<version>-gpu
-    priority: str | None  # None: the global default Priority
-    object_store_percent: int
-    head_cpus: int
-    head_memory_gib: int
+    image: str | None = None  # None: rayproject/ray:<version>-gpu
+    priority: str | None = None  # None: the global default Priority
+    object_store_percent: int = RAY_OBJECT_STORE_PERCENT
+    head_cpus: int = 4
+    head_memory_gib: int = 16
     workers: tuple[RayWorkers, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Tenant:
     name: str
-    namespace: str
+    namespace: str  # default: the tenant's name (set by the builder)
     queue: str
-    priorities: tuple[str, ...] | None  # None: all
+    priorities: tuple[str, ...] | None = None  # None: all
     caps: Mapping[str, Any] | None = None  # as declared (schema: tenants[].caps); None: no caps
     ray: RayRequest | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Cohort:
     """A Kueue Cohort that needs an object (a parent or a weight)."""
 
     name: str
-    parent: str | None
-    fair_sharing_weight: float
+    parent: str | None = None
+    fair_sharing_weight: float = 1
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Allocation:
     name: str
     source: Source
@@ -251,12 +250,12 @@ class Allocation:
     cohorts: tuple[Cohort, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Rollout:
     """Rolling batches for node convergence (Ansible ``serial``/``max_fail_percentage``)."""
 
     name: str
-    source: Source | None  # None: the defaults, no document
+    source: Source | None  # None: the defaults, no Rollout declared
     canary_hosts: int = 1
     batch_percent: int = 25
     max_fail_percentage: int = 0
@@ -277,7 +276,7 @@ REVIEW_FLAG_DEFAULTS: Mapping[str, str] = MappingProxyType(
 )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ReviewPolicy:
     """What `swarm review` does with each risk flag (kind ReviewPolicy): flag id -> block |
     warn | off, every flag present (the defaults filled in)."""
@@ -287,16 +286,16 @@ class ReviewPolicy:
     flags: Mapping[str, str] = field(default_factory=lambda: REVIEW_FLAG_DEFAULTS)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Storage:
     name: str
     source: Source
-    scratch: Mapping[str, Any] | None
-    classes: tuple[Mapping[str, Any], ...]
-    volumes: tuple[Mapping[str, Any], ...]
+    scratch: Mapping[str, Any] | None = None  # SCRATCH_DEFAULTS filled in
+    classes: tuple[Mapping[str, Any], ...] = ()  # STORAGE_CLASS_DEFAULTS filled in
+    volumes: tuple[Mapping[str, Any], ...] = ()  # VOLUME_DEFAULTS filled in
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ClusterSettings:
     """How the fleet appears in Kubernetes (kind Cluster); defaults when no document declares it."""
 
@@ -326,7 +325,7 @@ RAY_DASHBOARD_PORT = 8265
 RAY_DEFAULT_WORKERS = {"roles": ["gpu-worker"]}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RayCluster:
     """One Ray cluster on the fleet's own nodes over the mesh (kind RayCluster); defaults applied."""
 
@@ -334,18 +333,18 @@ class RayCluster:
     source: Source
     ray_version: str
     head: Selector
-    workers: Selector
-    object_store_percent: int | None  # exactly one of these two is set
-    object_store_memory_mib: int | None
-    dashboard_enabled: bool
-    dashboard_port: int
-    ports: Mapping[str, int]
+    workers: Selector  # default: _selector(RAY_DEFAULT_WORKERS)
+    object_store_percent: int | None = RAY_OBJECT_STORE_PERCENT  # exactly one of these two is set
+    object_store_memory_mib: int | None = None
+    dashboard_enabled: bool = True
+    dashboard_port: int = RAY_DASHBOARD_PORT
+    ports: Mapping[str, int] = field(default_factory=lambda: MappingProxyType(RAY_PORTS))
     package_index: str
-    packages: tuple[str, ...]
+    packages: tuple[str, ...] = ()
     declared_keys: frozenset[str] = frozenset()  # spec keys the document gave (the rest defaulted)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LatencyMatrix:
     """Measured site-to-site RTT (kind LatencyMatrix): ``rtt_ms[(a, b)]`` in ms, both orders present."""
 
@@ -354,7 +353,7 @@ class LatencyMatrix:
     rtt_ms: Mapping[tuple[str, str], float]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class NodeAcceptance:
     """Admission thresholds (kind NodeAcceptance): each rule is ``(match, thresholds)``.
 
@@ -367,7 +366,7 @@ class NodeAcceptance:
     rules: tuple[tuple[Mapping[str, str], Mapping[str, float]], ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Fleet:
     """Everything declared, by kind and name, in name order. Singletons may be None."""
 
@@ -382,8 +381,10 @@ class Fleet:
     storage: Storage | None
     rollout: Rollout | None = None
     ray: RayCluster | None = None
-    cluster: ClusterSettings = field(default_factory=lambda: ClusterSettings(DEFAULT_FLEET_NAME, None))
-    review: ReviewPolicy = field(default_factory=lambda: ReviewPolicy(DEFAULT_FLEET_NAME, None))
+    cluster: ClusterSettings = field(
+        default_factory=lambda: ClusterSettings(name=DEFAULT_FLEET_NAME, source=None)
+    )
+    review: ReviewPolicy = field(default_factory=lambda: ReviewPolicy(name=DEFAULT_FLEET_NAME, source=None))
     latency: LatencyMatrix | None = None
     acceptance: NodeAcceptance | None = None
     # Names of documents that failed schema validation, by kind: references to them are
@@ -411,27 +412,36 @@ class Fleet:
         )
 
 
-def _ray_request(r: Mapping[str, Any]) -> RayRequest:
-    head = {**RAY_HEAD_DEFAULTS, **r.get("head", {})}
-    return RayRequest(
-        version=r["version"],
-        image=r.get("image"),
-        priority=r.get("priority"),
-        object_store_percent=r.get("object_store_percent", RAY_OBJECT_STORE_PERCENT),
-        head_cpus=head["cpus"],
-        head_memory_gib=head["memory_gib"],
-        workers=tuple(
-            RayWorkers(
-                w["flavor"],
-                w.get("min_replicas", 0),
-                w["max_replicas"],
-                w.get("gpus"),
-                w.get("cpus"),
-                w.get("memory_gib"),
+# ---------------------------------------------------------------------------- builders
+# One small builder per kind (the dispatch table _BUILDERS below). A builder passes on what
+# the document declares; what it leaves out takes the dataclass field's default.
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Doc:
+    """One schema-valid document as the builders read it."""
+
+    name: str
+    source: Source
+    spec: Mapping[str, Any]
+    meta: Mapping[str, Any]
+    findings: list[Finding]  # where a builder reports what the schema cannot check
+
+    def network(self, path: tuple[str, ...], text: str) -> ipaddress.IPv4Network | None:
+        """``text`` as an IPv4 network, or None with a ``network.invalid`` finding."""
+        try:
+            return ipaddress.IPv4Network(text, strict=True)
+        except ValueError as exc:
+            self.findings.append(
+                Finding(self.source, path, "network.invalid", f"{text!r} is not a valid IPv4 network: {exc}")
             )
-            for w in r["workers"]
-        ),
-    )
+            return None
+
+
+def _given(d: Mapping[str, Any], **fields: str) -> dict[str, Any]:
+    """``{field: d[key]}`` for each ``field=key`` that ``d`` declares: the keyword arguments
+    that override the dataclass's defaults."""
+    return {f: d[k] for f, k in fields.items() if k in d}
 
 
 def _selector(sel: Mapping[str, Any]) -> Selector:
@@ -440,200 +450,284 @@ def _selector(sel: Mapping[str, Any]) -> Selector:
     def opt(key: str) -> frozenset[str] | None:
         return frozenset(sel[key]) if key in sel else None
 
-    return Selector(opt("nodes"), opt("sites"), opt("roles"), opt("gpu_models"), _frozen(sel.get("labels")))
+    return Selector(
+        nodes=opt("nodes"),
+        sites=opt("sites"),
+        roles=opt("roles"),
+        gpu_models=opt("gpu_models"),
+        labels=_frozen(sel.get("labels")),
+    )
 
 
-def _build(
-    kind: str, name: str, src: Source, spec: dict[str, Any], meta: dict[str, Any], findings: list[Finding]
-) -> Any:
-    def net(path: tuple[Any, ...], text: str) -> ipaddress.IPv4Network | None:
-        try:
-            return ipaddress.IPv4Network(text, strict=True)
-        except ValueError as exc:
-            findings.append(
-                Finding(src, path, "network.invalid", f"{text!r} is not a valid IPv4 network: {exc}")
-            )
+def _site(doc: _Doc) -> Site | None:
+    spec = doc.spec
+    underlay = doc.network(("spec", "underlay", "cidr"), spec["underlay"]["cidr"])
+    if underlay is None:
+        return None
+    gateway = spec["underlay"].get("gateway")
+    management = None
+    if "management" in spec:
+        management = doc.network(("spec", "management", "cidr"), spec["management"]["cidr"])
+        if management is None:
             return None
+    return Site(
+        name=doc.name,
+        source=doc.source,
+        region=spec["region"],
+        underlay=underlay,
+        wan=_frozen(spec.get("wan")),
+        gateway=ipaddress.IPv4Address(gateway) if gateway else None,
+        management=management,
+        apt_proxy=spec.get("package_cache", {}).get("apt_proxy"),
+    )
 
-    if kind == "Site":
-        underlay = net(("spec", "underlay", "cidr"), spec["underlay"]["cidr"])
-        if underlay is None:
-            return None
-        gateway = spec["underlay"].get("gateway")
-        management = None
-        if "management" in spec:
-            management = net(("spec", "management", "cidr"), spec["management"]["cidr"])
-            if management is None:
-                return None
-        return Site(
-            name,
-            src,
-            spec["region"],
-            underlay,
-            _frozen(spec.get("wan")),
-            ipaddress.IPv4Address(gateway) if gateway else None,
-            management,
-            spec.get("package_cache", {}).get("apt_proxy"),
-        )
-    if kind == "Node":
-        ssh, hw, mesh = spec.get("ssh", {}), spec["hardware"], spec.get("mesh", {})
-        nat = mesh.get("nat", False)
-        return Node(
-            name=name,
-            source=src,
-            labels=_frozen(meta.get("labels")),
-            site=spec["site"],
-            address=ipaddress.IPv4Address(spec["address"]),
-            ssh_host=ssh.get("host", spec["address"]),
-            ssh_port=ssh.get("port", 22),
-            ssh_user=ssh.get("user", "root"),
-            roles=tuple(sorted(spec["roles"])),
-            gpu_backend=spec.get("gpu_backend", "nvml"),
-            cpus=hw["cpus"],
-            memory_gib=hw["memory_gib"],
-            gpus=tuple(GpuSlot(g["model"], g["count"]) for g in hw.get("gpus", ())),
-            nvme=tuple((d["device"], d["size_gib"]) for d in hw.get("nvme", ())),
-            nic_speed_gbps=hw.get("nic_speed_gbps"),
-            nat=nat,
-            endpoint=mesh.get("endpoint"),
-            listen_port=mesh.get("listen_port"),
-            mesh_address=ipaddress.IPv4Address(mesh["address"]) if "address" in mesh else None,
-        )
-    if kind == "GpuProfile":
-        if "mig" in spec:
-            spec = {**spec, "mig": _defaulted(spec["mig"], MIG_DEFAULTS)}
-        return GpuProfile(name, src, _frozen(spec))
-    if kind == "HostProfile":
-        return HostProfile(
-            name,
-            src,
-            tuple(spec.get("include", ())),
-            _frozen(spec.get("sysctls")),
-            _defaulted(spec["hugepages"], HUGEPAGES_DEFAULTS) if "hugepages" in spec else None,
-            spec.get("transparent_hugepages"),
-            spec.get("swappiness"),
-            spec.get("cpu_governor"),
-            _frozen(spec.get("allow_unsafe_sysctls")),
-        )
-    if kind == "Assignment":
-        return Assignment(
-            name,
-            src,
-            _selector(spec["selector"]),
-            spec.get("gpu_profile"),
-            spec.get("host_profile"),
-            spec.get("precedence", 0),
-        )
-    if kind == "RayCluster":
-        store = spec.get("object_store_memory_mib")
-        dashboard = spec.get("dashboard", {})
-        return RayCluster(
-            name=name,
-            source=src,
-            ray_version=spec["ray_version"],
-            head=_selector(spec["head"]["selector"]),
-            workers=_selector(spec.get("workers", {}).get("selector", RAY_DEFAULT_WORKERS)),
-            object_store_percent=None
+
+def _node(doc: _Doc) -> Node:
+    spec = doc.spec
+    ssh, hw, mesh = spec.get("ssh", {}), spec["hardware"], spec.get("mesh", {})
+    return Node(
+        name=doc.name,
+        source=doc.source,
+        labels=_frozen(doc.meta.get("labels")),
+        site=spec["site"],
+        address=ipaddress.IPv4Address(spec["address"]),
+        ssh_host=ssh.get("host", spec["address"]),
+        roles=tuple(sorted(spec["roles"])),
+        cpus=hw["cpus"],
+        memory_gib=hw["memory_gib"],
+        gpus=tuple(GpuSlot(model=g["model"], count=g["count"]) for g in hw.get("gpus", ())),
+        nvme=tuple((d["device"], d["size_gib"]) for d in hw.get("nvme", ())),
+        mesh_address=ipaddress.IPv4Address(mesh["address"]) if "address" in mesh else None,
+        **_given(ssh, ssh_port="port", ssh_user="user"),
+        **_given(spec, gpu_backend="gpu_backend"),
+        **_given(hw, nic_speed_gbps="nic_speed_gbps"),
+        **_given(mesh, nat="nat", endpoint="endpoint", listen_port="listen_port"),
+    )
+
+
+def _gpu_profile(doc: _Doc) -> GpuProfile:
+    spec = doc.spec
+    if "mig" in spec:
+        spec = {**spec, "mig": _defaulted(spec["mig"], MIG_DEFAULTS)}
+    return GpuProfile(name=doc.name, source=doc.source, spec=_frozen(spec))
+
+
+def _host_profile(doc: _Doc) -> HostProfile:
+    spec = doc.spec
+    return HostProfile(
+        name=doc.name,
+        source=doc.source,
+        include=tuple(spec.get("include", ())),
+        sysctls=_frozen(spec.get("sysctls")),
+        hugepages=_defaulted(spec["hugepages"], HUGEPAGES_DEFAULTS) if "hugepages" in spec else None,
+        **_given(
+            spec,
+            transparent_hugepages="transparent_hugepages",
+            swappiness="swappiness",
+            cpu_governor="cpu_governor",
+        ),
+        allow_unsafe=_frozen(spec.get("allow_unsafe_sysctls")),
+    )
+
+
+def _assignment(doc: _Doc) -> Assignment:
+    return Assignment(
+        name=doc.name,
+        source=doc.source,
+        selector=_selector(doc.spec["selector"]),
+        **_given(doc.spec, gpu_profile="gpu_profile", host_profile="host_profile", precedence="precedence"),
+    )
+
+
+def _ray_cluster(doc: _Doc) -> RayCluster:
+    spec = doc.spec
+    store = spec.get("object_store_memory_mib")
+    return RayCluster(
+        name=doc.name,
+        source=doc.source,
+        ray_version=spec["ray_version"],
+        head=_selector(spec["head"]["selector"]),
+        workers=_selector(spec.get("workers", {}).get("selector", RAY_DEFAULT_WORKERS)),
+        object_store_memory_mib=store,
+        ports=MappingProxyType({**RAY_PORTS, **spec.get("ports", {})}),
+        package_index=spec["package_index"]["url"],
+        packages=tuple(spec.get("packages", ())),
+        declared_keys=frozenset(spec),
+        **(
+            {"object_store_percent": None}
             if store
-            else spec.get("object_store_percent", RAY_OBJECT_STORE_PERCENT),
-            object_store_memory_mib=store,
-            dashboard_enabled=dashboard.get("enabled", True),
-            dashboard_port=dashboard.get("port", RAY_DASHBOARD_PORT),
-            ports=MappingProxyType({**RAY_PORTS, **spec.get("ports", {})}),
-            package_index=spec["package_index"]["url"],
-            packages=tuple(spec.get("packages", ())),
-            declared_keys=frozenset(spec),
-        )
-    if kind == "Mesh":
-        cidr = net(("spec", "cidr"), spec["cidr"])
-        if cidr is None:
-            return None
-        sites = {
-            site: MeshSite(o.get("topology", spec.get("topology", "full-mesh")), o.get("hub"))
-            for site, o in spec.get("sites", {}).items()
-        }
-        return Mesh(
-            name,
-            src,
-            cidr,
-            spec.get("interface", "wg0"),
-            spec.get("listen_port", DEFAULT_LISTEN_PORT),
-            spec.get("mtu", DEFAULT_MTU),
-            spec.get("persistent_keepalive_s", DEFAULT_KEEPALIVE_S),
-            spec.get("topology", "full-mesh"),
-            MappingProxyType(sites),
-        )
-    if kind == "Priority":
-        return Priority(
-            name,
-            src,
-            spec["value"],
-            spec.get("preemption_policy", "PreemptLowerPriority"),
-            spec.get("global_default", False),
-            spec.get("description", ""),
-        )
-    if kind == "Allocation":
-        queues = tuple(
-            Queue(
-                q["name"],
-                q.get("cohort"),
-                q.get("fair_sharing_weight", 1),
-                q.get("preemption", {}).get("within_cluster_queue", "Never"),
-                q.get("preemption", {}).get("reclaim_within_cohort", "Never"),
-                q.get("preemption", {}).get("borrow_within_cohort", "Never"),
-                tuple(
-                    Quota(x["flavor"], x["nominal_quota"], x.get("borrowing_limit"), x.get("lending_limit"))
-                    for x in q["quotas"]
-                ),
+            else _given(spec, object_store_percent="object_store_percent")
+        ),
+        **_given(spec.get("dashboard", {}), dashboard_enabled="enabled", dashboard_port="port"),
+    )
+
+
+def _mesh(doc: _Doc) -> Mesh | None:
+    spec = doc.spec
+    cidr = doc.network(("spec", "cidr"), spec["cidr"])
+    if cidr is None:
+        return None
+    mesh = Mesh(
+        name=doc.name,
+        source=doc.source,
+        cidr=cidr,
+        **_given(
+            spec,
+            interface="interface",
+            listen_port="listen_port",
+            mtu="mtu",
+            persistent_keepalive_s="persistent_keepalive_s",
+            topology="topology",
+        ),
+    )
+    sites = {
+        site: MeshSite(topology=o.get("topology", mesh.topology), hub=o.get("hub"))
+        for site, o in spec.get("sites", {}).items()
+    }
+    return replace(mesh, sites=MappingProxyType(sites))
+
+
+def _priority(doc: _Doc) -> Priority:
+    return Priority(
+        name=doc.name,
+        source=doc.source,
+        value=doc.spec["value"],
+        **_given(
+            doc.spec,
+            preemption_policy="preemption_policy",
+            global_default="global_default",
+            description="description",
+        ),
+    )
+
+
+def _queue(q: Mapping[str, Any]) -> Queue:
+    return Queue(
+        name=q["name"],
+        quotas=tuple(
+            Quota(
+                flavor=x["flavor"],
+                nominal_quota=x["nominal_quota"],
+                **_given(x, borrowing_limit="borrowing_limit", lending_limit="lending_limit"),
             )
-            for q in spec["queues"]
-        )
-        tenants = tuple(
-            Tenant(
-                t["name"],
-                t.get("namespace", t["name"]),
-                t["queue"],
-                tuple(t["priorities"]) if "priorities" in t else None,
-                _frozen(t["caps"]) if "caps" in t else None,
-                _ray_request(t["ray"]) if "ray" in t else None,
+            for x in q["quotas"]
+        ),
+        **_given(q, cohort="cohort", fair_sharing_weight="fair_sharing_weight"),
+        **_given(
+            q.get("preemption", {}),
+            within_cluster_queue="within_cluster_queue",
+            reclaim_within_cohort="reclaim_within_cohort",
+            borrow_within_cohort="borrow_within_cohort",
+        ),
+    )
+
+
+def _ray_request(r: Mapping[str, Any]) -> RayRequest:
+    return RayRequest(
+        version=r["version"],
+        workers=tuple(
+            RayWorkers(
+                flavor=w["flavor"],
+                max_replicas=w["max_replicas"],
+                **_given(w, min_replicas="min_replicas", gpus="gpus", cpus="cpus", memory_gib="memory_gib"),
             )
-            for t in spec.get("tenants", ())
-        )
-        cohorts = tuple(
-            Cohort(c["name"], c.get("parent"), c.get("fair_sharing_weight", 1))
+            for w in r["workers"]
+        ),
+        **_given(r, image="image", priority="priority", object_store_percent="object_store_percent"),
+        **_given(r.get("head", {}), head_cpus="cpus", head_memory_gib="memory_gib"),
+    )
+
+
+def _tenant(t: Mapping[str, Any]) -> Tenant:
+    return Tenant(
+        name=t["name"],
+        namespace=t.get("namespace", t["name"]),
+        queue=t["queue"],
+        priorities=tuple(t["priorities"]) if "priorities" in t else None,
+        caps=_frozen(t["caps"]) if "caps" in t else None,
+        ray=_ray_request(t["ray"]) if "ray" in t else None,
+    )
+
+
+def _allocation(doc: _Doc) -> Allocation:
+    spec = doc.spec
+    return Allocation(
+        name=doc.name,
+        source=doc.source,
+        queues=tuple(_queue(q) for q in spec["queues"]),
+        tenants=tuple(_tenant(t) for t in spec.get("tenants", ())),
+        cohorts=tuple(
+            Cohort(name=c["name"], **_given(c, parent="parent", fair_sharing_weight="fair_sharing_weight"))
             for c in spec.get("cohorts", ())
+        ),
+    )
+
+
+def _storage(doc: _Doc) -> Storage:
+    spec = doc.spec
+    return Storage(
+        name=doc.name,
+        source=doc.source,
+        scratch=_defaulted(spec["scratch"], SCRATCH_DEFAULTS) if "scratch" in spec else None,
+        classes=tuple(_defaulted(c, STORAGE_CLASS_DEFAULTS) for c in spec.get("classes", ())),
+        volumes=tuple(_defaulted(v, VOLUME_DEFAULTS) for v in spec.get("volumes", ())),
+    )
+
+
+def _rollout(doc: _Doc) -> Rollout:
+    # The schema admits only the dataclass's fields.
+    return Rollout(name=doc.name, source=doc.source, **doc.spec)
+
+
+def _review_policy(doc: _Doc) -> ReviewPolicy:
+    flags = _defaulted(doc.spec.get("flags", {}), REVIEW_FLAG_DEFAULTS)
+    return ReviewPolicy(name=doc.name, source=doc.source, flags=flags)
+
+
+def _latency_matrix(doc: _Doc) -> LatencyMatrix:
+    rtt: dict[tuple[str, str], float] = {}
+    for p in doc.spec["pairs"]:
+        rtt[(p["a"], p["b"])] = rtt[(p["b"], p["a"])] = float(p["rtt_ms"])
+    return LatencyMatrix(name=doc.name, source=doc.source, rtt_ms=MappingProxyType(rtt))
+
+
+def _node_acceptance(doc: _Doc) -> NodeAcceptance:
+    rules = tuple(
+        (
+            _frozen(r.get("match", {})),
+            MappingProxyType({k: float(v) for k, v in r.items() if k != "match"}),
         )
-        return Allocation(name, src, queues, tenants, cohorts)
-    if kind == "Storage":
-        return Storage(
-            name,
-            src,
-            _defaulted(spec["scratch"], SCRATCH_DEFAULTS) if "scratch" in spec else None,
-            tuple(_defaulted(c, STORAGE_CLASS_DEFAULTS) for c in spec.get("classes", ())),
-            tuple(_defaulted(v, VOLUME_DEFAULTS) for v in spec.get("volumes", ())),
-        )
-    if kind == "Rollout":
-        return Rollout(name, src, **spec)  # the schema admits only the dataclass's fields
-    if kind == "ReviewPolicy":
-        return ReviewPolicy(name, src, _defaulted(spec.get("flags", {}), REVIEW_FLAG_DEFAULTS))
-    if kind == "LatencyMatrix":
-        rtt: dict[tuple[str, str], float] = {}
-        for p in spec["pairs"]:
-            rtt[(p["a"], p["b"])] = rtt[(p["b"], p["a"])] = float(p["rtt_ms"])
-        return LatencyMatrix(name, src, MappingProxyType(rtt))
-    if kind == "NodeAcceptance":
-        rules = tuple(
-            (
-                _frozen(r.get("match", {})),
-                MappingProxyType({k: float(v) for k, v in r.items() if k != "match"}),
-            )
-            for r in spec["rules"]
-        )
-        return NodeAcceptance(name, src, rules)
-    if kind == "Cluster":
-        # The schema admits only the dataclass's fields.
-        return ClusterSettings(name, src, **{**spec, "labels": _frozen(spec.get("labels"))})
-    raise ValueError(f"unknown kind {kind}")  # unreachable: schemas admit only known kinds
+        for r in doc.spec["rules"]
+    )
+    return NodeAcceptance(name=doc.name, source=doc.source, rules=rules)
+
+
+def _cluster(doc: _Doc) -> ClusterSettings:
+    # The schema admits only the dataclass's fields.
+    spec = {**doc.spec, "labels": _frozen(doc.spec.get("labels"))}
+    return ClusterSettings(name=doc.name, source=doc.source, **spec)
+
+
+# kind -> its builder; None: the document is left out (a finding says why).
+_BUILDERS: Mapping[str, Callable[[_Doc], object | None]] = MappingProxyType(
+    {
+        "Site": _site,
+        "Node": _node,
+        "GpuProfile": _gpu_profile,
+        "HostProfile": _host_profile,
+        "Assignment": _assignment,
+        "RayCluster": _ray_cluster,
+        "Mesh": _mesh,
+        "Priority": _priority,
+        "Allocation": _allocation,
+        "Storage": _storage,
+        "Rollout": _rollout,
+        "ReviewPolicy": _review_policy,
+        "LatencyMatrix": _latency_matrix,
+        "NodeAcceptance": _node_acceptance,
+        "Cluster": _cluster,
+    }
+)
 
 
 SINGLETONS = (
@@ -658,7 +752,7 @@ _FIELD = {
 }
 
 
-_KNOWN_KINDS = frozenset((*SINGLETONS, "Site", "Node", "GpuProfile", "HostProfile", "Assignment", "Priority"))
+_KNOWN_KINDS = frozenset(_BUILDERS)
 
 
 def build_fleet(
@@ -699,7 +793,8 @@ def build_fleet(
                 )
             )
             continue
-        obj = _build(kind, name, doc.source, doc.data.get("spec", {}), meta, findings)
+        spec = doc.data.get("spec", {})
+        obj = _BUILDERS[kind](_Doc(name=name, source=doc.source, spec=spec, meta=meta, findings=findings))
         if obj is not None:
             seen[name] = obj
     invalid_names: dict[str, set[str]] = {}
@@ -730,8 +825,8 @@ def build_fleet(
         storage=first("Storage"),
         rollout=first("Rollout"),
         ray=first("RayCluster"),
-        cluster=first("Cluster") or ClusterSettings(DEFAULT_FLEET_NAME, None),
-        review=first("ReviewPolicy") or ReviewPolicy(DEFAULT_FLEET_NAME, None),
+        cluster=first("Cluster") or ClusterSettings(name=DEFAULT_FLEET_NAME, source=None),
+        review=first("ReviewPolicy") or ReviewPolicy(name=DEFAULT_FLEET_NAME, source=None),
         latency=first("LatencyMatrix"),
         acceptance=first("NodeAcceptance"),
         invalid_names=MappingProxyType({k: frozenset(v) for k, v in invalid_names.items()}),

@@ -11,7 +11,8 @@ def rollout_state(a: Analysis | None) -> RolloutState:
     """``serial`` (canary batch first, then a percentage of the hosts) and
     ``max_fail_percentage``, from the fleet's Rollout, or the Rollout defaults when it has
     none (or ``a`` is None: no fleet)."""
-    r = (a and a.fleet.rollout) or Rollout("default", None)
+    rollout = a.fleet.rollout if a is not None else None
+    r = rollout or Rollout(name="default", source=None)
     return {"serial": [r.canary_hosts, f"{r.batch_percent}%"], "max_fail_percentage": r.max_fail_percentage}
 
 
