@@ -216,6 +216,19 @@ RESOURCE_CASES: dict[str, tuple[Callable[[Path], None], str, int | Callable[[Pat
     "depth-100k": (lambda p: _deep(p, 100_000), "yaml.depth", 1),
     "depth-7m": (lambda p: _deep(p, 7 * MiB), "yaml.depth", 1),
     "alias-bomb": (lambda p: p.write_bytes(BOMB.read_bytes()), "yaml.alias-budget", expectation(BOMB)[0]),
+    # Issue #22: few nodes, many bytes. A 10 MB anchored scalar used 100,000 times stands for
+    # 1 TB of text while counting 100,000 nodes; refused at the alias that crosses 16 MiB.
+    "alias-scalar-10mb-x-100k": (
+        lambda p: write_chunks(
+            p,
+            SITE + "  provider: &big ",
+            "a",
+            10_000_000,
+            "\n  underlay: {cidr: 10.99.0.0/24}\n  labels: [" + ", ".join(["*big"] * 100_000) + "]\n",
+        ),
+        "yaml.alias-budget",
+        8,  # the labels line, where the aliases are
+    ),
     "documents-over-the-limit": (
         lambda p: write_chunks(p, "", "--- 1\n", 6 * (MAX_DOCUMENTS + 5)),
         "yaml.documents",

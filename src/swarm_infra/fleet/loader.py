@@ -10,8 +10,9 @@ composes), so a hostile file is refused *before* its value is built, at the line
   recurses in C: 100,000 levels overflow its stack);
 * ``yaml.nodes``: more than :data:`MAX_NODES` nodes in one file;
 * ``yaml.documents``: more than :data:`MAX_DOCUMENTS` documents (``---``) in one file;
-* ``yaml.alias-budget``: aliases that stand for more than :data:`MAX_ALIAS_NODES` nodes in
-  all (an alias bomb is a few lines that expand to billions of nodes);
+* ``yaml.alias-budget``: aliases that stand for more than :data:`MAX_ALIAS_NODES` nodes, or
+  :data:`MAX_ALIAS_BYTES` characters of scalar text, in all (an alias bomb is a few lines
+  that expand to billions of nodes, or one long scalar used a hundred thousand times);
 * ``yaml.alias-cycle``: an alias inside the node it names (a value that contains itself);
 * ``yaml.duplicate-key``: a mapping key given twice (YAML forbids it; PyYAML keeps the last);
 * ``yaml.syntax`` and ``yaml.encoding`` (not UTF-8, or a control character such as NUL), at
@@ -56,6 +57,7 @@ MAX_FILE_BYTES = 16 * 2**20  # a 10,000-node fleet is 3.7 MiB in all
 MAX_DEPTH = 64  # fleet documents nest about 8 levels
 MAX_NODES = 250_000  # per file: ~4,500 fleet nodes (one site is ~200); ~100 MiB of node graph at most
 MAX_ALIAS_NODES = 100_000  # per file: nodes that aliases stand for, counted at every use
+MAX_ALIAS_BYTES = MAX_FILE_BYTES  # per file: scalar text that aliases stand for, at every use
 MAX_DOCUMENTS = 20_000  # per file: four times the documents of a file at MAX_NODES
 
 _STR = "tag:yaml.org,2002:str"
@@ -306,17 +308,23 @@ def _hashable(key: Any) -> Any:
 
 def _children(node: Node) -> Iterable[tuple[Node, PathPart | None, Any]]:
     """(child, its path part or None for a key, the mark nearest to where it is used)."""
+    # An alias's node is the anchored one, whose marks lie where it was anchored (earlier in
+    # the file): the nearest mark only moves forward.
     if isinstance(node, SequenceNode):
         prev = node.start_mark
         for i, child in enumerate(node.value):
             yield child, i, prev
-            prev = child.end_mark
+            prev = max(prev, child.end_mark, key=lambda m: m.index)
     elif isinstance(node, MappingNode):
         prev = node.start_mark
         for key, value in node.value:
             yield key, None, prev
             yield value, key.value if isinstance(key, ScalarNode) else "?", key.start_mark
-            prev = value.end_mark
+            prev = max(prev, value.end_mark, key=lambda m: m.index)
+
+
+def _text_len(node: Node) -> int:
+    return len(node.value) if isinstance(node, ScalarNode) else 0
 
 
 def check_aliases(root: Node) -> None:
@@ -328,13 +336,14 @@ def check_aliases(root: Node) -> None:
     """
     size: dict[int, int] = {}  # id -> nodes in the expanded subtree
     height: dict[int, int] = {}  # id -> levels in the expanded subtree
+    weight: dict[int, int] = {}  # id -> characters of scalar text in the expanded subtree
     open_: set[int] = set()
-    spent = 0
-    # frames: node, depth, path, children iterator, [size, height] so far
+    spent = spent_bytes = 0
+    # frames: node, depth, path, children iterator, [size, height, weight] so far
     stack: list[
         tuple[Node, int, tuple[PathPart, ...], Iterator[tuple[Node, PathPart | None, Any]], list[int]]
     ]
-    stack = [(root, 1, (), iter(_children(root)), [1, 1])]
+    stack = [(root, 1, (), iter(_children(root)), [1, 1, _text_len(root)])]
     open_.add(id(root))
     while stack:
         node, depth, path, children, acc = stack[-1]
@@ -343,6 +352,16 @@ def check_aliases(root: Node) -> None:
             cid = id(child)
             if cid in size:
                 spent += size[cid]
+                spent_bytes += weight[cid]
+                if spent_bytes > MAX_ALIAS_BYTES:
+                    # A few nodes can stand for gigabytes: one long anchored scalar, used often.
+                    raise LimitExceeded(
+                        "yaml.alias-budget",
+                        f"aliases in this file stand for more than {MAX_ALIAS_BYTES // 2**20} MiB of text "
+                        "(an alias bomb?); write the values out or use fewer aliases",
+                        mark,
+                        where,
+                    )
                 if spent > MAX_ALIAS_NODES:
                     raise LimitExceeded(
                         "yaml.alias-budget",
@@ -360,6 +379,7 @@ def check_aliases(root: Node) -> None:
                     )
                 acc[0] += size[cid]
                 acc[1] = max(acc[1], height[cid] + 1)
+                acc[2] += weight[cid]
             elif cid in open_:
                 raise LimitExceeded(
                     "yaml.alias-cycle",
@@ -369,16 +389,17 @@ def check_aliases(root: Node) -> None:
                 )
             else:
                 open_.add(cid)
-                stack.append((child, depth + 1, where, iter(_children(child)), [1, 1]))
+                stack.append((child, depth + 1, where, iter(_children(child)), [1, 1, _text_len(child)]))
                 break
         else:
             stack.pop()
             open_.discard(id(node))
-            size[id(node)], height[id(node)] = acc
+            size[id(node)], height[id(node)], weight[id(node)] = acc
             if stack:
                 parent_acc = stack[-1][4]
                 parent_acc[0] += acc[0]
                 parent_acc[1] = max(parent_acc[1], acc[1] + 1)
+                parent_acc[2] += acc[2]
 
 
 def _node_paths(root: Node, wanted: set[int]) -> dict[int, tuple[PathPart, ...]]:
