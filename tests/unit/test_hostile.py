@@ -14,6 +14,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -424,6 +425,56 @@ def test_converge_and_verify_refuse_an_unknown_fleet(repo: Path, command: str) -
     code, out, err, *_ = measured(command, "--fleet", "../alpha", cwd=repo)
     assert code == 2 and "Traceback" not in out + err
     assert "not a fleet name" in err and "alpha, beta" in err
+
+
+# Issue #22: a fleet directory that is a link out of the repository, and a *.swarm.yml
+# inside a fleet directory, are refused by every entry point, and nothing is echoed.
+SECRET = "root:$6$not-a-real-hash:19000:0:99999:7:::"
+
+
+def _escaping_fleet(repo: Path, tmp_path: Path) -> str:
+    outside = Path(tempfile.mkdtemp(prefix="outside-the-repo-"))  # not under the repository
+    (outside / "shadow.yaml").write_text(SECRET + "\n")
+    (repo / "inventory" / "gamma").symlink_to(outside, target_is_directory=True)
+    return "gamma"
+
+
+@pytest.mark.parametrize("command", ["validate", "plan"])
+def test_a_fleet_directory_linking_out_of_the_repository_is_refused_unread(
+    repo: Path, tmp_path: Path, command: str
+) -> None:
+    name = _escaping_fleet(repo, tmp_path)
+    code, out, err, *_ = measured(command, "--fleet", name, cwd=repo)
+    assert code == 2 and "Traceback" not in out + err
+    assert "not-a-real-hash" not in out + err
+    m = only_error(out if command == "validate" else err)
+    assert m["rule"] == "file.outside-fleet" and "leaving the repository" in m["message"]
+
+
+@pytest.mark.parametrize("command", ["converge", "verify"])
+def test_converge_and_verify_refuse_a_fleet_directory_linking_out(
+    repo: Path, tmp_path: Path, command: str
+) -> None:
+    name = _escaping_fleet(repo, tmp_path)
+    code, out, err, *_ = measured(command, "--fleet", name, cwd=repo)
+    assert code == 2 and "Traceback" not in out + err and "not-a-real-hash" not in out + err
+    assert "leaving the repository" in err
+
+
+def test_a_swarm_yml_inside_a_fleet_directory_is_refused(repo: Path) -> None:
+    """The inventory plugin takes every file of inventory/NAME; a config there would point it
+    at other files (another provider's fleet) while validate reads this one."""
+    from swarm_infra.engines.inventory import InventorySourceError, fleet_state
+
+    other = repo / "elsewhere"
+    other.mkdir()
+    config = repo / "inventory" / "alpha" / "redirect.swarm.yml"
+    config.write_text(f"plugin: swarm\nfleet_paths: [{other}]\n")
+    with pytest.raises(InventorySourceError, match="inside a fleet directory"):
+        fleet_state(config)
+    # Read as the fleet directory, the config is no fleet document: the fleet is invalid.
+    with pytest.raises(InventorySourceError, match=r"redirect\.swarm\.yml:1:1: error\[schema\.kind\]"):
+        fleet_state(repo / "inventory" / "alpha")
 
 
 @pytest.mark.parametrize(("args", "expected"), [(["validate"], 2), (["plan"], 0)])

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TextIO
 
 from ..fleet.diagnostics import Diagnostic, FleetInvalid, Report
-from ..fleet.sources import UnknownFleet, named_fleet_paths
+from ..fleet.sources import FleetEscapes, UnknownFleet, named_fleet_paths
 from ..fleet.sources import fleet_paths as inventory_fleet_paths
 from ..resolve import desired_state, load_fleet
 from ..resolve.types import DesiredState, NodeState
@@ -68,6 +68,9 @@ def fleet_paths(args: argparse.Namespace) -> list[str]:
     except UnknownFleet as exc:
         where = str(Path("inventory") / args.fleet) if "/" not in args.fleet else args.fleet
         raise FleetInvalid(Report([Diagnostic(where, 0, 0, "$", "fleet.unknown", str(exc))])) from None
+    except FleetEscapes as exc:
+        where = str(Path("inventory") / args.fleet)
+        raise FleetInvalid(Report([Diagnostic(where, 0, 0, "$", "file.outside-fleet", str(exc))])) from None
 
 
 def simulated_nodes(nodes: Mapping[str, NodeState]) -> list[str]:
@@ -84,7 +87,7 @@ def fleet_inventory(args: argparse.Namespace, command: str) -> tuple[Path, Desir
     if not args.inventory:
         try:
             named_fleet_paths(root, args.fleet)
-        except UnknownFleet as exc:
+        except (UnknownFleet, FleetEscapes) as exc:
             print(f"swarm {command}: {exc}", file=sys.stderr)
             return EXIT_INVALID
     inventory = Path(args.inventory or f"inventory/{args.fleet}")

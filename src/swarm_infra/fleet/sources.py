@@ -38,6 +38,26 @@ def fleet_names(base: Path) -> list[str]:
     return sorted(p.name for p in inventory.iterdir() if FLEET_NAME.fullmatch(p.name) and p.is_dir())
 
 
+class FleetEscapes(ValueError):
+    """A fleet directory that is a link leaving the repository, or a ``*.swarm.yml`` inside
+    a fleet directory (it would point the inventory at other files than the fleet's own)."""
+
+
+def _inside(base: Path, convention: list[Path]) -> list[Path]:
+    """The existing ``convention`` directories, each refused (:class:`FleetEscapes`) when it
+    resolves outside ``base``: a pull request that makes ``inventory/NAME`` a link to
+    ``/etc`` must not make CI read and echo what is there. Nothing is read to decide."""
+    root = base.resolve()
+    out = []
+    for c in convention:
+        if not c.is_dir():
+            continue
+        if not c.resolve().is_relative_to(root):
+            raise FleetEscapes(f"{c} is a link leaving the repository ({root}); a fleet's files live in it")
+        out.append(c)
+    return out
+
+
 def named_fleet_paths(base: Path, name: str) -> list[Path]:
     """The existing convention paths of fleet ``name`` under ``base``.
 
@@ -53,7 +73,7 @@ def named_fleet_paths(base: Path, name: str) -> list[Path]:
         )
     if not (base / "inventory" / name).is_dir():
         raise UnknownFleet(f"no fleet named {name!r} ({listing})")
-    return [p for p in convention_paths(base, name) if p.is_dir()]
+    return _inside(base, convention_paths(base, name))
 
 
 def fleet_root(source: str | Path) -> Path | None:
@@ -71,10 +91,17 @@ def fleet_paths(source: str | Path) -> list[str]:
     """Absolute fleet paths for an inventory source; [] when it is not a swarm fleet source.
 
     Raises ``ValueError`` for a ``*.swarm.yml`` config that is not a mapping with a list of
-    strings as ``fleet_paths``, and ``OSError`` when it cannot be read.
+    strings as ``fleet_paths``, :class:`FleetEscapes` (a ``ValueError``) for one inside a
+    fleet directory or a fleet directory that links out of the repository, and ``OSError``
+    when it cannot be read.
     """
     p = Path(os.path.abspath(source))
     if p.name.endswith(CONFIG_SUFFIXES):
+        if fleet_root(p) is not None:
+            raise FleetEscapes(
+                f"{p}: a *.swarm.yml inside a fleet directory would point the inventory at other "
+                "files than the fleet's; remove it (the directory is the fleet)"
+            )
         from .loader import parse, read
 
         data, problem = read(str(p))
@@ -91,4 +118,5 @@ def fleet_paths(source: str | Path) -> list[str]:
     root = fleet_root(p)
     if root is None:
         return []
-    return [str(c) for c in convention_paths(root.parent.parent, root.name) if c.is_dir()]
+    base = root.parent.parent
+    return [str(c) for c in _inside(base, convention_paths(base, root.name))]
