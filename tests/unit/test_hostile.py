@@ -10,6 +10,7 @@ system (links, FIFOs, odd names) or megabytes are made here, in a temporary dire
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -25,6 +26,7 @@ from swarm_infra import cli
 from swarm_infra.fleet.diagnostics import SHOWN_PER_FILE
 from swarm_infra.fleet.loader import MAX_DOCUMENTS, MAX_FILE_BYTES, MAX_NODES
 
+ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).resolve().parents[1] / "data"
 CORPUS = sorted((DATA / "hostile").glob("*.yaml"))
 MARKER = re.compile(r"#\s*<-\s*(?P<rule>\S+)\s+(?P<path>\S+)\s*$")
@@ -550,3 +552,27 @@ def test_mutated_fleets_never_crash(tmp_path: Path) -> None:
             desired_state(result.analysis)
         outcomes["valid" if result.report.ok else "invalid"] += 1
     assert outcomes["invalid"] > 300  # the edits do break files (the test is not vacuous)
+
+
+def test_a_full_mesh_too_large_is_refused_before_its_peer_lists_are_built(tmp_path: Path) -> None:
+    """Issue #22: 1,500 extra full-mesh nodes made `swarm plan` die of a MemoryError (peer
+    lists grow with the square of the fleet). The generated 2,000-node fleet with its mesh
+    switched to full-mesh is refused with the rule that names the way out, in bounds."""
+    spec = importlib.util.spec_from_file_location("gen_fleet", ROOT / "benchmarks" / "gen_fleet.py")
+    assert spec and spec.loader
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    gen.generate(tmp_path / "fleet", 2000, 10)
+    mesh_files = [
+        p for p in (tmp_path / "fleet").rglob("*.yaml") if "topology: hub-and-spoke" in p.read_text()
+    ]
+    assert len(mesh_files) == 1
+    mesh_files[0].write_text(
+        mesh_files[0].read_text().replace("topology: hub-and-spoke", "topology: full-mesh")
+    )
+    for command in ("validate", "plan"):
+        code, out, err, _wall, cpu, peak = measured(command, str(tmp_path / "fleet"))
+        assert code == 2 and "Traceback" not in out + err and "MemoryError" not in out + err
+        m = only_error(out if command == "validate" else err)
+        assert m["rule"] == "mesh.full-mesh-too-large" and "hub-and-spoke" in m["message"]
+        assert cpu <= MAX_SECONDS and peak <= MAX_PEAK_MIB, (command, cpu, peak)

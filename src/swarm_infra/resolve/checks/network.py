@@ -246,4 +246,32 @@ def mesh_interface(a: Analysis) -> Iterator[Finding]:
         )
 
 
-CHECKS = (underlay, mesh_network, endpoints, mesh_interface)
+# Nodes that each peer with every other (full-mesh sites, and one hub per hub-and-spoke
+# site): their peer lists grow with the square of their number. At 1,000 such nodes each
+# node's WireGuard holds about 1,000 peers and the desired state about a million peer
+# entries (~0.5 GiB); beyond, hub-and-spoke sites keep it linear.
+MAX_FULL_MESH_NODES = 1000
+
+
+def mesh_size(a: Analysis) -> Iterator[Finding]:
+    """``mesh.full-mesh-too-large``: more than :data:`MAX_FULL_MESH_NODES` nodes would each
+    peer with all the others (every node of a full-mesh site, the hub of a hub-and-spoke
+    one); refused before the resolver builds a peer list that grows with their square."""
+    mesh = a.fleet.mesh
+    if mesh is None:
+        return
+    per_site: dict[str, int] = {}
+    for node in a.fleet.nodes.values():
+        per_site[node.site] = per_site.get(node.site, 0) + 1
+    peering = sum(n if mesh.site(site).topology == "full-mesh" else 1 for site, n in per_site.items())
+    if peering > MAX_FULL_MESH_NODES:
+        yield Finding(
+            mesh.source,
+            ("spec", "topology"),
+            "mesh.full-mesh-too-large",
+            f"{peering} nodes would each peer with all the others (full-mesh sites, and hubs); at most "
+            f"{MAX_FULL_MESH_NODES}: make the large sites hub-and-spoke (spec.sites.SITE.topology)",
+        )
+
+
+CHECKS = (underlay, mesh_network, endpoints, mesh_interface, mesh_size)
