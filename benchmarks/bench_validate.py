@@ -22,7 +22,7 @@ at git REF (``git archive REF src schemas``) and as it is in this tree, alternat
 on hostile input slow the 10,000-node fleet by at most 5% (best of N, the figure least
 disturbed by other load on the machine).
 
-Hostile files (issue #11): each written to a temporary directory, then ``swarm validate
+Hostile files (issues #11 and #22: the alias budget in bytes, a full mesh too large): each written to a temporary directory, then ``swarm validate
 FILE`` in a child process waited for with wait4: wall time, CPU time (user + system) and
 peak RSS of that process, its exit code and the rule it reports. Target: any single file
 of at most 64 MiB refused in <= 5 s with a peak <= 512 MiB.
@@ -230,7 +230,28 @@ def hostile_cases() -> dict[str, Callable[[Path], None]]:
             "".join(node.format(i=i) for i in range(10_000))
         ),
         "15 MiB of comments, one error": lambda p: _chunks(p, "", "# comment\n", 15 * MiB, "--- [x]\n"),
+        # Issue #22: few nodes, many bytes (the alias budget counts the text aliases stand for).
+        "10 MB scalar aliased 100,000 times": lambda p: _chunks(
+            p,
+            site + "  provider: &big ",
+            "a",
+            10_000_000,
+            underlay + "  labels: [" + ", ".join(["*big"] * 100_000) + "]\n",
+        ),
+        "2,000-node full mesh (one file)": _full_mesh,
     }
+
+
+def _full_mesh(path: Path) -> None:
+    """gen_fleet's 2,000 nodes in one file, the mesh switched to full-mesh (issue #22: it died
+    of a MemoryError in `swarm plan`; now refused as mesh.full-mesh-too-large)."""
+    sys.path.insert(0, str(HERE))
+    from gen_fleet import generate
+
+    with tempfile.TemporaryDirectory() as tmp:
+        generate(Path(tmp) / "f", 2000, 10)
+        text = "".join(p.read_text() for p in sorted((Path(tmp) / "f").rglob("*.yaml")))
+    path.write_text(text.replace("topology: hub-and-spoke", "topology: full-mesh"))
 
 
 def measure(args: list[str]) -> dict:
