@@ -22,7 +22,7 @@ at git REF (``git archive REF src schemas``) and as it is in this tree, alternat
 on hostile input slow the 10,000-node fleet by at most 5% (best of N, the figure least
 disturbed by other load on the machine).
 
-Hostile files (issues #11 and #22: the alias budget in bytes, a full mesh too large): each written to a temporary directory, then ``swarm validate
+Hostile files (issues #11, #22): each written to a temporary directory, then ``swarm validate
 FILE`` in a child process waited for with wait4: wall time, CPU time (user + system) and
 peak RSS of that process, its exit code and the rule it reports. Target: any single file
 of at most 64 MiB refused in <= 5 s with a peak <= 512 MiB.
