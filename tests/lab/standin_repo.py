@@ -51,6 +51,9 @@ def _deb(out: Path, name: str, version: str) -> None:
     )
 
 
+KEY_FILE = "standin-key.asc"
+
+
 def build(out: Path) -> Path:
     """Build the flat repository in ``out``; returns ``out`` (holding ``Packages`` and debs)."""
     out.mkdir(parents=True, exist_ok=True)
@@ -61,4 +64,7 @@ def build(out: Path) -> Path:
         ["dpkg-scanpackages", "--multiversion", "."], cwd=out, check=True, capture_output=True
     ).stdout
     (out / "Packages").write_bytes(index)
+    # The role fetches every source's signing key (NodeState's AptSource requires one); this
+    # repository is unsigned and listed [trusted=yes], so its "key" is a placeholder file.
+    (out / KEY_FILE).write_text("# placeholder: the stand-in repository is unsigned ([trusted=yes])\n")
     return out

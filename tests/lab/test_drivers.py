@@ -31,7 +31,13 @@ def overrides(tmp: Path, version: str) -> str:
             "backend": "nvml",
             "driver": driver_state({"branch": version.split(".")[0], "version": version}),
         },
-        "drivers_apt_sources": [{"name": "swarm-standin", "repo": f"deb [trusted=yes] file:{REPO} /"}],
+        "drivers_apt_sources": [
+            {
+                "name": "swarm-standin",
+                "repo": f"deb [trusted=yes] file:{REPO} /",
+                "key_url": f"file://{REPO}/{standin_repo.KEY_FILE}",
+            }
+        ],
         "drivers_require_device": False,
     }
     path = tmp / f"drivers-{version}.json"
