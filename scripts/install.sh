@@ -9,8 +9,9 @@ PY=${PYTHON:-python3}
 # debootstrap builds the node image, systemd-container (systemd-nspawn) runs the nodes,
 # iproute2 and iptables wire namespaces and NAT, openssh-client talks to the nodes, dpkg-dev
 # builds the stand-in NVIDIA apt repository for the drivers test; iperf3 and fio for the
-# measurement probes' unit tests (run on this host, on loopback).
-APT_PKGS="debootstrap systemd-container iproute2 iptables openssh-client iputils-ping util-linux dpkg-dev iperf3 fio"
+# measurement probes' unit tests (run on this host, on loopback); apt-cacher-ng is the lab
+# sites' package cache (run by the lab with its own configuration, not as the system daemon).
+APT_PKGS="debootstrap systemd-container iproute2 iptables openssh-client iputils-ping util-linux dpkg-dev iperf3 fio apt-cacher-ng"
 missing=""
 for p in $APT_PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing="$missing $p"

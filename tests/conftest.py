@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 
 from swarm_infra.lab.state import state_dir
-from tests.labkit import converge_summary, host_facts, swarm
+from tests.labkit import converge_summary, host_facts, mark_package_cache_warm, swarm
 
 IS_ROOT = os.geteuid() == 0
 STATES = ("fresh", "converged", "running")
@@ -85,6 +85,7 @@ def converge_lab_fleet() -> None:
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     summary = converge_summary(proc.stdout)
     assert summary and all(row["failed"] == 0 and row["unreachable"] == 0 for row in summary.values())
+    mark_package_cache_warm()
 
 
 @pytest.fixture(scope="module")

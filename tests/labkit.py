@@ -17,7 +17,7 @@ from pathlib import Path
 
 from swarm_infra.fleet.sources import fleet_paths
 from swarm_infra.lab.node import NSPAWN_RUN_DIR
-from swarm_infra.lab.state import connection_file, ssh_command, state_dir
+from swarm_infra.lab.state import cache_dir, connection_file, ssh_command, state_dir
 from swarm_infra.resolve import desired_state, load_fleet
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -129,6 +129,16 @@ def assert_nothing_left(before: dict[str, object]) -> None:
 # does in check mode too. Everything else under a node's overlay upper directory is what a
 # run changed.
 UPPER_NOISE = ("var/log/", "root/.ansible/", "var/lib/systemd/", "tmp/", "var/tmp/", "var/cache/apt/")
+
+
+# Written once a converge of the lab fleet succeeded through the lab's package cache
+# (lab/pkgcache.py): the cache then holds every package the lab fleet's nodes install.
+PACKAGE_CACHE_WARM = cache_dir() / "apt-cacher-ng" / ".warmed-by-a-lab-converge"
+
+
+def mark_package_cache_warm() -> None:
+    PACKAGE_CACHE_WARM.parent.mkdir(parents=True, exist_ok=True)
+    PACKAGE_CACHE_WARM.touch()
 
 
 def upper_snapshot(node: str) -> dict[str, tuple]:

@@ -26,6 +26,7 @@ from tests.labkit import (
     changed_paths,
     converge_summary,
     fleet_copy,
+    mark_package_cache_warm,
     on_node,
     playbook,
     recap,
@@ -74,6 +75,7 @@ def test_converge_succeeds_on_every_host(lab) -> None:
     r = recap(proc.stdout)
     assert set(r) == set(MESH) and all(v["failed"] == 0 and v["unreachable"] == 0 for v in r.values())
     assert "SIMULATED NVML backend" in proc.stdout
+    mark_package_cache_warm()  # tests/lab/test_pyinfra.py converges a fresh lab with the mirror cut
     # pip ran on the unseeded node only; the others found Ray's requirements met.
     # (The task runs in the head's play and in the workers'.)
     pip_task = "".join(

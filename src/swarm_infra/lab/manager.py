@@ -19,8 +19,8 @@ from urllib.parse import urlparse
 from ..resolve import desired_state
 from ..resolve.analysis import Analysis
 from ..resolve.ray import ray_requirements
-from . import mirror, network, node, rayvenv
-from .image import ensure_image
+from . import mirror, network, node, pkgcache, rayvenv
+from .image import ensure_image, host_mirror
 from .plan import PREFIX, LabNode, LabSite, LabSpec, lab_spec
 from .state import (
     LabState,
@@ -89,6 +89,7 @@ def up(analysis: Analysis, log: Log = print, unseeded: Collection[str] = ()) -> 
         seeds = _ray_seeds(analysis, image, wheels, unseeded, log)
         outcome = _reconcile(spec, state, image, pubkey, log, seeds)
         _ensure_index(analysis, state, log, wheels)
+        _ensure_package_cache(analysis, state, log)
         state.save()
     took = time.monotonic() - started
     counts = {k: sum(1 for v in outcome.values() if v == k) for k in sorted(set(outcome.values()))}
@@ -154,6 +155,36 @@ def _ensure_index(analysis: Analysis, state: LabState, log: Log, wheels: Path | 
     pid = mirror.start_index(wheels, port, cgroup, state_dir() / "index.log")
     state.host["index"] = {"pid": pid, "port": port, "wheels": str(wheels)}
     log(f"index  {ray.package_index} serves {wheels.name} (pypiserver, pid {pid})")
+
+
+def _ensure_package_cache(analysis: Analysis, state: LabState, log: Log) -> None:
+    """Run the sites' package cache on this host when a site's ``package_cache.apt_proxy``
+    names the lab's service address (lab/pkgcache.py): offline while the image's mirror does
+    not answer, so a converge does not wait on it; stop it when no site names it."""
+    old = state.host.get("package_cache") or {}
+    proxies = {s.apt_proxy for s in analysis.fleet.sites.values() if pkgcache.serves(s.apt_proxy)}
+    if not proxies:
+        pkgcache.stop(old.get("pid"), old.get("port", 0))
+        state.host.pop("package_cache", None)
+        return
+    if len(proxies) > 1:
+        raise LabError(
+            f"the lab runs one package cache; the sites name {', '.join(sorted(map(str, proxies)))}"
+        )
+    port = pkgcache.port_of(str(proxies.pop()))
+    offline = not pkgcache.mirror_answers(host_mirror())
+    mirror.ensure_service_address()
+    if old.get("port") == port and pkgcache.is_running(old.get("pid"), port, offline):
+        return
+    pkgcache.stop(old.get("pid"), old.get("port", 0))
+    cache = cache_dir() / "apt-cacher-ng"
+    pid = pkgcache.start(
+        state_dir() / "apt-cacher-ng", cache, state_dir() / "apt-cacher-ng-log", port, offline,
+        node.cgroup2_root() / "swarm-lab" / "services",
+    )  # fmt: skip
+    state.host["package_cache"] = {"pid": pid, "port": port, "offline": offline}
+    mode = "offline: the mirror does not answer, serving what it holds" if offline else "online"
+    log(f"cache  http://{mirror.SERVICE_ADDRESS}:{port} apt-cacher-ng ({mode}; {cache}), pid {pid}")
 
 
 def _reconcile(
@@ -274,6 +305,8 @@ def down(log: Log = print) -> list[str]:
             log(f"node   {n.name}: {how}")
         index = state.host.get("index") or {}
         mirror.stop_index(index.get("pid"), index.get("port", 0))
+        cache = state.host.get("package_cache") or {}
+        pkgcache.stop(cache.get("pid"), cache.get("port", 0))
         _kill_strays()
         for n in lab_nodes:
             network.remove_namespace(n.netns)

@@ -15,17 +15,14 @@ import fcntl
 import hashlib
 import ipaddress
 import json
-import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from urllib.parse import urlparse
 
+from . import services
 from .plan import PREFIX
 from .system import LabError, run
 
@@ -40,7 +37,6 @@ NODE_PLATFORMS = (
     "manylinux_2_17_x86_64",
     "manylinux2014_x86_64",
 )
-READY_TIMEOUT_S = 60
 
 
 def serves(url: str) -> bool:
@@ -104,42 +100,19 @@ def ensure_service_address() -> None:
 
 
 def index_is_running(pid: int | None, port: int) -> bool:
-    if not pid:
-        return False
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return b"pypiserver" in argv and str(port).encode() in argv
+    return services.is_running(pid, b"pypiserver", port)
 
 
 def start_index(directory: Path, port: int, cgroup: Path, log_file: Path) -> int:
     """Serve ``directory`` with pypiserver on SERVICE_ADDRESS:``port`` (no uploads, no auth:
     read-only); returns its PID once it answers. The process runs in the lab's cgroup, so
     ``down`` ends it whatever happens."""
-    with open(log_file, "a") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "pypiserver", "run", "--host", str(SERVICE_ADDRESS), "--port", str(port),
-             "--authenticate", ".", "--passwords", ".", "--disable-fallback", str(directory)],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-        )  # fmt: skip
-    cgroup.mkdir(parents=True, exist_ok=True)
-    (cgroup / "cgroup.procs").write_text(f"{proc.pid}\n")
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while True:
-        try:
-            with socket.create_connection((str(SERVICE_ADDRESS), port), timeout=1):
-                return proc.pid
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise LabError(f"the lab's package index did not start; see {log_file}") from None
-            time.sleep(0.1)  # the server is binding its socket; nothing to wait on but a connect
+    return services.start(
+        [sys.executable, "-m", "pypiserver", "run", "--host", str(SERVICE_ADDRESS), "--port", str(port),
+         "--authenticate", ".", "--passwords", ".", "--disable-fallback", str(directory)],
+        str(SERVICE_ADDRESS), port, cgroup, log_file, "the lab's package index",
+    )  # fmt: skip
 
 
 def stop_index(pid: int | None, port: int) -> None:
-    if index_is_running(pid, port):
-        assert pid is not None
-        os.kill(pid, signal.SIGTERM)
+    services.stop(pid, b"pypiserver", port)

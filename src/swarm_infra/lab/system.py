@@ -21,6 +21,7 @@ REQUIRED_TOOLS = {
     "debootstrap": "debootstrap",
     "ssh": "openssh-client",
     "ssh-keygen": "openssh-client",
+    "apt-cacher-ng": "apt-cacher-ng",  # the sites' package cache (lab/pkgcache.py)
 }
 
 
