@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from swarm_infra.metrics.latency import latency_matrix_yaml, site_rtt_ms
+from swarm_infra.metrics.latency import current_relays, latency_matrix_yaml, site_rtt_ms
 from swarm_infra.metrics.measurement import Measurement, make_labels
 from swarm_infra.resolve import load_fleet
 
@@ -11,24 +11,65 @@ def _rtt(v: float, src: str, dst: str, path: str = "underlay") -> Measurement:
     return Measurement("ping", "rtt.p50", v, "ms", make_labels(src=src, dst=dst, path=path))
 
 
-def test_lowest_underlay_rtt_per_unordered_site_pair_round_trips_through_the_loader(tmp_path):
-    sites = {"a1": "a", "a2": "a", "b1": "b"}
-    ms = [
-        _rtt(30.0, "a1", "b1"),
-        _rtt(25.0, "b1", "a2"),
-        _rtt(1.0, "a1", "b1", "mesh"),
-        _rtt(0.3, "a1", "a2"),
-    ]
-    rtt = site_rtt_ms(ms, sites)
-    assert rtt == {("a", "b"): 25.0, ("a", "a"): 0.3}
-    (tmp_path / "lm.yaml").write_text(latency_matrix_yaml(rtt, measured_at="2026-11-24T22:00:00Z"))
+def _sites(tmp_path, names=("a", "b")) -> None:
     (tmp_path / "sites.yaml").write_text(  # a matrix's sites must be declared
         "".join(
             f"---\napiVersion: swarm.io/v1alpha1\nkind: Site\nmetadata: {{name: {s}}}\n"
             f"spec: {{region: r, underlay: {{cidr: 10.{i}.0.0/24}}}}\n"
-            for i, s in enumerate(("a", "b"), 1)
+            for i, s in enumerate(names, 1)
         )
     )
+
+
+def test_per_direction_lowest_then_the_slower_direction_round_trips_through_the_loader(tmp_path):
+    sites = {"a1": "a", "a2": "a", "b1": "b"}
+    ms = [
+        _rtt(30.0, "a1", "b1"),
+        _rtt(33.0, "a2", "b1"),  # a -> b: the lowest of the two, 30
+        _rtt(25.0, "b1", "a2"),  # b -> a: 25
+        _rtt(1.0, "a1", "b1", "mesh"),  # not the underlay: left out
+        _rtt(0.3, "a1", "a2"),
+    ]
+    rtt = site_rtt_ms(ms, sites)
+    assert rtt == {("a", "b"): max(min(30.0, 33.0), 25.0), ("a", "a"): 0.3}
+    (tmp_path / "lm.yaml").write_text(latency_matrix_yaml(rtt, measured_at="2026-11-24T22:00:00Z"))
+    _sites(tmp_path)
     fleet = load_fleet([tmp_path]).fleet
     assert fleet.latency is not None
-    assert fleet.latency.rtt_ms[("b", "a")] == 25.0 and fleet.latency.rtt_ms[("a", "a")] == 0.3
+    assert fleet.latency.rtt_ms[("b", "a")] == 30.0 and fleet.latency.rtt_ms[("a", "a")] == 0.3
+    assert dict(fleet.latency.relays) == {}
+
+
+def test_a_site_reporting_fast_pings_cannot_lower_a_pair_the_other_site_measured():
+    """Each figure is what its source node says. A relay site's node claiming 0.5 ms to
+    every site would, as the lowest of all, draw their pairs; the other side's own pings
+    bound it. A pair measured one way only (the other end behind NAT) keeps that figure."""
+    sites = {"relay-1": "r", "x1": "x", "y1": "y"}
+    ms = [
+        _rtt(0.5, "relay-1", "x1"),  # the claim
+        _rtt(42.0, "x1", "relay-1"),  # x's own measurement
+        _rtt(17.0, "y1", "relay-1"),  # y behind NAT: only y -> r is measured
+    ]
+    assert site_rtt_ms(ms, sites) == {("r", "x"): 42.0, ("r", "y"): 17.0}
+
+
+def test_the_matrix_records_the_fleets_current_relays_and_the_loader_reads_them(tmp_path):
+    """What `swarm metrics --write-latency-matrix` records: the relay each NAT-to-NAT site
+    pair goes through before the new figures (``current_relays``), for hysteresis."""
+    _sites(tmp_path, ("a", "b", "c"))
+    nodes = [("x", "a", "10.1.0.5", "cpu-worker", True), ("y", "b", "10.2.0.5", "cpu-worker", True)]
+    nodes.append(("r1", "c", "10.3.0.5", "relay", False))
+    (tmp_path / "nodes.yaml").write_text(
+        "".join(
+            f"---\napiVersion: swarm.io/v1alpha1\nkind: Node\nmetadata: {{name: {n}}}\n"
+            f"spec: {{site: {s}, address: {ip}, roles: [{role}], hardware: {{cpus: 1, memory_gib: 1}}, "
+            f"mesh: {{nat: {str(nat).lower()}}}}}\n"
+            for n, s, ip, role, nat in nodes
+        )
+        + "---\napiVersion: swarm.io/v1alpha1\nkind: Mesh\nmetadata: {name: m}\nspec: {cidr: 10.9.0.0/24}\n"
+    )
+    relays = current_relays(load_fleet([tmp_path]).topology)
+    assert relays == {("a", "b"): "r1"}  # the only relay, for the only NAT'd site pair
+    (tmp_path / "lm.yaml").write_text(latency_matrix_yaml({("a", "c"): 12.0}, relays=relays))
+    fleet = load_fleet([tmp_path]).fleet
+    assert fleet.latency is not None and dict(fleet.latency.relays) == {("a", "b"): "r1"}

@@ -727,3 +727,90 @@ def test_an_ssh_target_change_is_a_risk_flag(repo: Path) -> None:
     assert flag.action == "warn"
     assert f"swarm@{old['host']}:22 to swarm@{new['host']}:2222" in flag.reason
     assert [w.file for w in flag.where] == [path]
+
+
+# ------------------------------------------------------------- relays across providers
+
+NEW_SITES = "inventory/example/nodes/nat-sites.yaml"
+SITE = (
+    "---\napiVersion: swarm.io/v1alpha1\nkind: Site\nmetadata: {{name: {name}}}\nspec:\n  region: r\n"
+    "  provider: {provider}\n  underlay: {{cidr: {net}.0/24}}\n"
+)
+NAT_NODE = (
+    "---\napiVersion: swarm.io/v1alpha1\nkind: Node\nmetadata: {{name: {name}}}\nspec:\n  site: {site}\n"
+    "  address: {net}.10\n  roles: [cpu-worker]\n  hardware: {{cpus: 4, memory_gib: 16}}\n"
+    "  mesh: {{nat: true}}\n"
+)
+
+
+def nat_sites(repo: Path, providers: dict[str, str]) -> None:
+    """Two (or more) full-mesh sites, each with one NAT'd node: their pair needs a relay."""
+    text = ""
+    for i, (site, provider) in enumerate(providers.items()):
+        net = f"10.{60 + 10 * i}.0"
+        text += SITE.format(name=site, provider=provider, net=net)
+        text += NAT_NODE.format(name=f"{site}-cpu-01", site=site, net=net)
+    (repo / NEW_SITES).write_text(text)
+
+
+def declared_providers(repo: Path) -> dict[str, str]:
+    """Site -> provider as the fleet's YAML declares it (not as the resolver reports it)."""
+    import yaml
+
+    out = {}
+    for path in sorted((repo / "inventory/example").rglob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and doc.get("kind") == "Site":
+                out[doc["metadata"]["name"]] = doc["spec"].get("provider", doc["metadata"]["name"])
+    return out
+
+
+def test_a_relay_carrying_other_providers_nat_pair_is_a_risk_flag(repo: Path) -> None:
+    """Two new NAT'd sites of two new providers: whichever relay joins them is another
+    provider's, and WireGuard decrypts there."""
+    _, after, r = change(
+        repo, lambda: nat_sites(repo, {"lon1": "Thames Compute Ltd", "sea1": "Cascade GPU Inc"})
+    )
+    (route,) = after["cluster"]["mesh"]["relay_routes"]
+    relay = route["relay"]
+    providers = declared_providers(repo)
+    relay_provider = providers[after["nodes"][relay]["site"]]
+    assert relay_provider not in ("Thames Compute Ltd", "Cascade GPU Inc")
+    (flag,) = flags(r)["relay-crosses-provider"]
+    assert flag.action == "warn" and r.exit_code == 0
+    assert f"{relay} (site {after['nodes'][relay]['site']}, provider {relay_provider})" in flag.reason
+    assert "lon1 (Thames Compute Ltd) and sea1 (Cascade GPU Inc)" in flag.reason
+    assert "no measured path" in flag.reason
+    assert {w.file for w in flag.where} == {NEW_SITES}
+    # The next change leaves the route as it is: no flag again.
+    _, _, r2 = change(repo, lambda: replace(repo, NEW_SITES, "cpus: 4", "cpus: 8"))
+    assert "relay-crosses-provider" not in flags(r2)
+
+
+def test_a_relay_of_the_pairs_own_provider_is_no_risk_flag(repo: Path) -> None:
+    """Both new sites are Rheinwerk's, and so is fra1's relay: without measurements a relay
+    of the pair's own provider is preferred, and it relays nobody else's traffic."""
+    rheinwerk = declared_providers(repo)["fra1"]
+    _, after, r = change(repo, lambda: nat_sites(repo, {"lon1": rheinwerk, "sea1": rheinwerk}))
+    (route,) = after["cluster"]["mesh"]["relay_routes"]
+    assert declared_providers(repo)[after["nodes"][route["relay"]]["site"]] == rheinwerk
+    assert "relay-crosses-provider" not in flags(r)
+
+
+def test_a_measurement_that_moves_a_pair_to_another_providers_relay_is_a_risk_flag(repo: Path) -> None:
+    rheinwerk = declared_providers(repo)["fra1"]
+    nat_sites(repo, {"lon1": rheinwerk, "sea1": rheinwerk})
+    commit(repo, "two NAT'd Rheinwerk sites")
+    matrix = "policies/example/latency.yaml"
+    figures = {("lon1", "fra1"): 50, ("fra1", "sea1"): 50, ("lon1", "ams2"): 10, ("ams2", "sea1"): 10}
+    text = "apiVersion: swarm.io/v1alpha1\nkind: LatencyMatrix\nmetadata: {name: measured}\nspec:\n  pairs:\n"
+    text += "".join(f"    - {{a: {a}, b: {b}, rtt_ms: {ms}}}\n" for (a, b), ms in figures.items())
+    before, after, r = change(repo, lambda: (repo / matrix).write_text(text))
+    (old,), (new,) = before["cluster"]["mesh"]["relay_routes"], after["cluster"]["mesh"]["relay_routes"]
+    hub = after["cluster"]["mesh"]["hubs"]["ams2"]  # the only relay of ams2
+    assert declared_providers(repo)[after["nodes"][old["relay"]]["site"]] == rheinwerk
+    assert new["relay"] == hub and new["path_rtt_ms"] == 10 + 10
+    (flag,) = flags(r)["relay-crosses-provider"]
+    polder = declared_providers(repo)["ams2"]
+    assert f"{hub} (site ams2, provider {polder})" in flag.reason and "measured path 20 ms" in flag.reason
+    assert {w.file for w in flag.where} == {matrix}

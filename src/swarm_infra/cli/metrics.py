@@ -26,7 +26,7 @@ from ..metrics.compare import DEFAULT_THRESHOLD, Change, compare
 from ..metrics.fio import parse_fio
 from ..metrics.history import DEFAULT_DB, History
 from ..metrics.iperf3 import parse_iperf3
-from ..metrics.latency import latency_matrix_yaml, site_rtt_ms
+from ..metrics.latency import current_relays, latency_matrix_yaml, site_rtt_ms
 from ..metrics.measurement import Measurement, MeasurementParseError
 from ..metrics.ping import parse_ping
 from ..metrics.prometheus import TEXTFILE_PATH, render_textfile
@@ -82,14 +82,16 @@ def cmd_import(args: argparse.Namespace) -> int:
             print(error, file=sys.stderr)
         return EXIT_INVALID
     site_of: dict[str, str] = {}
+    relays: dict[tuple[str, str], str] = {}
     if args.write_latency_matrix:
         try:
-            fleet = load_fleet(fleet_paths(argparse.Namespace(paths=[], fleet=args.fleet))).fleet
+            analysis = load_fleet(fleet_paths(argparse.Namespace(paths=[], fleet=args.fleet)))
         except FleetInvalid as exc:
             print(exc.report.text(), file=sys.stderr)
             print("swarm metrics import: the fleet is invalid; nothing was recorded", file=sys.stderr)
             return EXIT_INVALID
-        site_of = {n.name: n.site for n in fleet.nodes.values()}
+        site_of = {n.name: n.site for n in analysis.fleet.nodes.values()}
+        relays = current_relays(analysis.topology)  # hysteresis holds on to them
     try:
         history = History(args.db)
         run_id = history.record(args.fleet, args.started_at or datetime.now(UTC).isoformat(), measurements)
@@ -101,7 +103,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     if args.write_latency_matrix:
         rtt = site_rtt_ms(measurements, site_of)
-        Path(args.write_latency_matrix).write_text(latency_matrix_yaml(rtt), encoding="utf-8")
+        Path(args.write_latency_matrix).write_text(latency_matrix_yaml(rtt, relays=relays), encoding="utf-8")
     if args.plots:
         from ..metrics.plots import bandwidth_bars
 
@@ -230,7 +232,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     site_of = {t.name: t.site for t in targets}
     if args.write_latency_matrix:
         rtt = site_rtt_ms(outcome.measurements, site_of)
-        Path(args.write_latency_matrix).write_text(latency_matrix_yaml(rtt, measured_at=at), encoding="utf-8")
+        # The routes the fleet had when measured (resolved before this run): hysteresis holds on to them.
+        relays = current_relays(loaded.topology)
+        text = latency_matrix_yaml(rtt, measured_at=at, relays=relays)
+        Path(args.write_latency_matrix).write_text(text, encoding="utf-8")
         progress(f"wrote a LatencyMatrix of {len(rtt)} site pair(s) to {args.write_latency_matrix}")
     if args.plots:
         from ..metrics.plots import bandwidth_bars, inference_latency, latency_heatmap, training_scaling

@@ -51,7 +51,12 @@ class Site:
     name: str
     source: Source
     region: str
+    # Who runs the site (default: the site's own name, a provider of its own). Relays are
+    # judged by it: a relay of one provider carrying another's traffic is a review flag.
+    provider: str
     underlay: ipaddress.IPv4Network
+    # As declared; an emulation input for the lab's WAN delay line and a hint for people,
+    # never used to choose relays (those come from the measured LatencyMatrix).
     wan: Mapping[str, Any]
     gateway: ipaddress.IPv4Address | None = None
     management: ipaddress.IPv4Network | None = None  # where SSH may reach nodes besides the underlay
@@ -163,6 +168,10 @@ class Mesh:
     persistent_keepalive_s: int = 25  # wg(8): "a sensible interval ... is 25"
     topology: str = "full-mesh"
     sites: Mapping[str, MeshSite] = field(default_factory=lambda: _EMPTY)
+    # Relays for NAT-to-NAT site pairs (schema spec.relays; resolve.mesh.plan_relays):
+    relay_max_site_pairs: int = 64  # site pairs one relay carries at most
+    relay_hysteresis_ms: float = 5  # a pair leaves its relay only for a path faster by more
+    relay_hysteresis_percent: float = 10  # ... than this many ms and this share of its RTT
 
     def site(self, name: str) -> MeshSite:
         return self.sites.get(name) or MeshSite(topology=self.topology)
@@ -272,6 +281,7 @@ REVIEW_FLAG_DEFAULTS: Mapping[str, str] = MappingProxyType(
         "node-removed-backing-quota": "warn",
         "mesh-restart-on-relay-or-hub": "block",
         "ssh-target-changed": "warn",
+        "relay-crosses-provider": "warn",
     }
 )
 
@@ -346,11 +356,14 @@ class RayCluster:
 
 @dataclass(frozen=True, kw_only=True)
 class LatencyMatrix:
-    """Measured site-to-site RTT (kind LatencyMatrix): ``rtt_ms[(a, b)]`` in ms, both orders present."""
+    """Measured site-to-site RTT (kind LatencyMatrix): ``rtt_ms[(a, b)]`` in ms, both orders
+    present; ``relays[(a, b)]`` (a <= b) the relay the NAT'd site pair went through when the
+    matrix was written (what hysteresis holds on to; stale entries are ignored)."""
 
     name: str
     source: Source | None
     rtt_ms: Mapping[tuple[str, str], float]
+    relays: Mapping[tuple[str, str], str] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -474,6 +487,7 @@ def _site(doc: _Doc) -> Site | None:
         name=doc.name,
         source=doc.source,
         region=spec["region"],
+        provider=spec.get("provider", doc.name),
         underlay=underlay,
         wan=_frozen(spec.get("wan")),
         gateway=ipaddress.IPv4Address(gateway) if gateway else None,
@@ -578,6 +592,12 @@ def _mesh(doc: _Doc) -> Mesh | None:
             mtu="mtu",
             persistent_keepalive_s="persistent_keepalive_s",
             topology="topology",
+        ),
+        **_given(
+            spec.get("relays", {}),
+            relay_max_site_pairs="max_site_pairs",
+            relay_hysteresis_ms="hysteresis_ms",
+            relay_hysteresis_percent="hysteresis_percent",
         ),
     )
     sites = {
@@ -685,10 +705,45 @@ def _review_policy(doc: _Doc) -> ReviewPolicy:
 
 
 def _latency_matrix(doc: _Doc) -> LatencyMatrix:
+    """Findings: ``latency.pair-duplicate`` (a site pair given twice, in either order: which
+    figure would count?), ``latency.rtt-implausible`` (0 ms between two different sites: a
+    WAN round trip takes time, so 0 is a claim, not a measurement)."""
     rtt: dict[tuple[str, str], float] = {}
-    for p in doc.spec["pairs"]:
-        rtt[(p["a"], p["b"])] = rtt[(p["b"], p["a"])] = float(p["rtt_ms"])
-    return LatencyMatrix(name=doc.name, source=doc.source, rtt_ms=MappingProxyType(rtt))
+    for i, p in enumerate(doc.spec["pairs"]):
+        a, b, ms = p["a"], p["b"], float(p["rtt_ms"])
+        if (a, b) in rtt:
+            doc.findings.append(
+                Finding(doc.source, ("spec", "pairs", i), "latency.pair-duplicate", f"{a}-{b} is given twice")
+            )
+            continue
+        if a != b and ms == 0:
+            doc.findings.append(
+                Finding(
+                    doc.source,
+                    ("spec", "pairs", i, "rtt_ms"),
+                    "latency.rtt-implausible",
+                    f"{a}-{b}: 0 ms between two different sites is not a measurement "
+                    "(swarm metrics writes the measured p50, above 0)",
+                )
+            )
+        rtt[(a, b)] = rtt[(b, a)] = ms
+    relays: dict[tuple[str, str], str] = {}
+    for i, r in enumerate(doc.spec.get("relays", ())):
+        pair = (min(r["a"], r["b"]), max(r["a"], r["b"]))
+        if pair in relays:
+            doc.findings.append(
+                Finding(
+                    doc.source,
+                    ("spec", "relays", i),
+                    "latency.pair-duplicate",
+                    f"{r['a']}-{r['b']} is given twice",
+                )
+            )
+            continue
+        relays[pair] = r["relay"]
+    return LatencyMatrix(
+        name=doc.name, source=doc.source, rtt_ms=MappingProxyType(rtt), relays=MappingProxyType(relays)
+    )
 
 
 def _node_acceptance(doc: _Doc) -> NodeAcceptance:

@@ -7,35 +7,56 @@ from collections.abc import Mapping
 import yaml
 
 from swarm_infra.metrics.measurement import Measurement
+from swarm_infra.resolve.mesh import Topology
 
 
 def site_rtt_ms(measurements: list[Measurement], site_of: Mapping[str, str]) -> dict[tuple[str, str], float]:
-    """The lowest ping ``rtt.p50`` (ms) per unordered site pair, keyed (a, b) with a <= b.
+    """Round-trip time (ms) per unordered site pair, keyed (a, b) with a <= b: per direction
+    (source site -> destination site) the lowest ping ``rtt.p50``, then the higher of the
+    two directions when both are measured.
 
     Uses underlay measurements (``path`` label ``underlay`` or absent) whose ``src`` and ``dst``
-    nodes ``site_of`` knows; the lowest, since the resolver wants the path's own RTT, not a
-    busy node's.
+    nodes ``site_of`` knows. The lowest per direction, since the resolver wants the path's
+    own RTT, not a busy node's. The higher of the two directions, because a figure is what
+    the *source* node reports, and relays are chosen from these figures: a node can claim a
+    fast path from its site to any other, but cannot make the other site's own pings
+    answer sooner. So a relay's site cannot draw other sites' pairs by its nodes' reports
+    alone. A pair measured one way only (the other end behind NAT) keeps that one figure.
     """
-    out: dict[tuple[str, str], float] = {}
+    directed: dict[tuple[str, str], float] = {}
     for m in measurements:
         src, dst = m.label("src"), m.label("dst")
         if m.tool != "ping" or m.field != "rtt.p50" or m.label("path") not in (None, "underlay"):
             continue
         if src is None or dst is None or src not in site_of or dst not in site_of:
             continue
-        a, b = sorted((site_of[src], site_of[dst]))
-        out[(a, b)] = min(out.get((a, b), m.value), m.value)
+        key = (site_of[src], site_of[dst])
+        directed[key] = min(directed.get(key, m.value), m.value)
+    out: dict[tuple[str, str], float] = {}
+    for (x, y), ms in directed.items():
+        pair = (min(x, y), max(x, y))
+        out[pair] = max(out.get(pair, ms), ms)
     return out
 
 
 def latency_matrix_yaml(
-    rtt: Mapping[tuple[str, str], float], name: str = "measured", measured_at: str = ""
+    rtt: Mapping[tuple[str, str], float],
+    name: str = "measured",
+    measured_at: str = "",
+    relays: Mapping[tuple[str, str], str] | None = None,
 ) -> str:
-    """The LatencyMatrix document (schemas/latencymatrix.schema.json) as YAML, pairs sorted."""
+    """The LatencyMatrix document (schemas/latencymatrix.schema.json) as YAML, pairs sorted.
+
+    ``relays``: the relay of each NAT-to-NAT site pair (a, b), a < b, as the fleet routes
+    them now (``Topology.routes``), recorded so that the resolver's hysteresis keeps a pair
+    on its relay unless the new figures beat it clearly; None or empty: none recorded.
+    """
     spec: dict[str, object] = {}
     if measured_at:
         spec["measured_at"] = measured_at
     spec["pairs"] = [{"a": a, "b": b, "rtt_ms": round(ms, 3)} for (a, b), ms in sorted(rtt.items())]
+    if relays:
+        spec["relays"] = [{"a": a, "b": b, "relay": r} for (a, b), r in sorted(relays.items())]
     doc = {
         "apiVersion": "swarm.io/v1alpha1",
         "kind": "LatencyMatrix",
@@ -43,3 +64,8 @@ def latency_matrix_yaml(
         "spec": spec,
     }
     return yaml.safe_dump(doc, sort_keys=False)
+
+
+def current_relays(topology: Topology | None) -> dict[tuple[str, str], str]:
+    """The relay of each NAT-to-NAT site pair as ``topology`` routes it (for ``relays``)."""
+    return {pair: route.relay for pair, route in topology.routes.items()} if topology else {}

@@ -31,6 +31,7 @@ from .types import (
     PeerState,
     QuotaState,
     RayClusterState,
+    RelayRouteState,
     ResourceAmountState,
     ScratchPolicy,
     TaintState,
@@ -183,12 +184,30 @@ def mesh_topology(a: Analysis, peers: Mapping[str, list[PeerState]]) -> MeshTopo
     if mesh is None or a.topology is None:
         return None
     edges = {tuple(sorted((node, p["name"]))) for node, plist in peers.items() for p in plist}
+    sites, nodes = a.fleet.sites, a.fleet.nodes
+
+    def provider(site: str) -> str:
+        return sites[site].provider if site in sites else site
+
+    routes: list[RelayRouteState] = [
+        {
+            "sites": [x, y],
+            "providers": [provider(x), provider(y)],
+            "relay": r.relay,
+            "relay_site": nodes[r.relay].site,
+            "relay_provider": provider(nodes[r.relay].site),
+            "path_rtt_ms": None if r.path_rtt_ms is None else round(r.path_rtt_ms, 3),
+            "basis": r.basis,
+        }
+        for (x, y), r in sorted(a.topology.routes.items())
+    ]
     return {
         "cidr": str(mesh.cidr),
         "interface": mesh.interface,
         "addresses": {n: str(a.addresses[n]) for n in sorted(a.addresses)},
         "hubs": dict(sorted(a.topology.hub.items())),
         "relays": sorted(a.topology.relays),
+        "relay_routes": routes,
         "edges": [list(e) for e in sorted(edges)],
     }
 

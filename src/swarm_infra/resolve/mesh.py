@@ -13,22 +13,33 @@ Topology
     node with every node of the site; in a *hub-and-spoke* site each node (a spoke) peers
     only with the site hub, which routes for it. Across sites, every node that is not a
     spoke peers with every other such node unless both are behind NAT; such a pair talks
-    through a relay (a node with role ``relay``, not behind NAT): the relay with the lowest
-    path RTT (source site -> relay site -> destination site; see ``relay_for``), ties going
-    to the destination's own site, then to the first relay by name. A peer's
-    AllowedIPs are the mesh addresses routed through it (its own, its spokes', and those
-    of NAT'd nodes it relays for); a spoke's only peer, its hub, gets the whole mesh CIDR.
-    PersistentKeepalive is set on the NAT'd side of every cross-site link.
+    through a relay (a node with role ``relay``, not behind NAT), one relay per site pair
+    for both directions (see ``plan_relays``). A peer's AllowedIPs are the mesh addresses
+    routed through it (its own, its spokes', and those of NAT'd nodes it relays for); a
+    spoke's only peer, its hub, gets the whole mesh CIDR. PersistentKeepalive is set on
+    the NAT'd side of every cross-site link.
+
+Relays
+    WireGuard decrypts at a relay: its provider can read, delay or drop what it carries. So
+    a relay is chosen from what the fleet *measured* (the LatencyMatrix), never from what a
+    site declares about itself (``wan.latency_ms`` is the lab's emulation input and a hint):
+    a new site declaring 0 ms cannot draw other providers' pairs. Without a measurement a
+    relay of the pair's own sites, then of their providers, is preferred; the rest is a
+    per-pair hash, so no name sorts first for every pair. A recorded relay is kept unless
+    a measured path is faster by more than a margin (hysteresis), and a relay carries at
+    most ``Mesh.relay_max_site_pairs`` pairs. ``swarm review`` flags a relay that starts
+    carrying another provider's pair (``relay-crosses-provider``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import ipaddress
-from collections import defaultdict
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Literal
 
 from ..fleet.diagnostics import Finding
 from ..fleet.model import Fleet, Mesh, Node
@@ -104,13 +115,34 @@ def assign_addresses(
     return out, findings
 
 
+SitePair = tuple[str, str]
+"""Two site names in name order (a NAT-to-NAT pair; one relay serves both directions)."""
+
+
+@dataclass(frozen=True)
+class RelayRoute:
+    """The relay of one NAT-to-NAT site pair and why.
+
+    ``path_rtt_ms``: the measured RTT source site -> relay site -> destination site (ms),
+    None when a leg is not in the LatencyMatrix. ``basis``: ``measured`` (the fastest
+    measured path), ``held`` (the recorded relay, kept because no path beats it by more
+    than the hysteresis margin), ``unmeasured`` (no measured path: the fallback order).
+    """
+
+    relay: str
+    path_rtt_ms: float | None
+    basis: Literal["measured", "held", "unmeasured"]
+
+
 @dataclass(frozen=True)
 class Topology:
-    """Who routes for whom: ``hub`` per hub-and-spoke site, ``spokes`` per hub, ``relays`` in name order."""
+    """Who routes for whom: ``hub`` per hub-and-spoke site, ``spokes`` per hub, ``relays``
+    (nodes that may relay) in name order, ``routes`` the relay of each NAT-to-NAT site pair."""
 
     hub: Mapping[str, str]
     spokes: Mapping[str, tuple[str, ...]]
     relays: tuple[str, ...]
+    routes: Mapping[SitePair, RelayRoute] = field(default_factory=lambda: MappingProxyType({}))
 
     def is_spoke(self, node: Node) -> bool:
         hub = self.hub.get(node.site)
@@ -124,7 +156,8 @@ def plan_topology(fleet: Fleet) -> tuple[Topology, list[Finding]]:
     ``mesh.hub-invalid`` (the named hub is not a node of the site),
     ``mesh.hub-unreachable`` (the hub is behind NAT while other sites exist),
     ``reference.unresolved`` (a per-site override names an unknown site),
-    ``mesh.relay-missing`` (NAT'd nodes in different sites and no relay to join them).
+    ``mesh.relay-missing`` (NAT'd nodes in different sites and no relay to join them),
+    ``mesh.relay-capacity`` (site pairs no relay has room for; see ``plan_relays``).
     """
     mesh = fleet.mesh
     assert mesh is not None
@@ -195,8 +228,8 @@ def plan_topology(fleet: Fleet) -> tuple[Topology, list[Finding]]:
         n.name for n in fleet.nodes.values() if "relay" in n.roles and not n.nat and not topo.is_spoke(n)
     )
     topo = Topology(hubs, spokes, relay_names)
+    natted_sites = sorted({n.site for n in fleet.nodes.values() if n.nat and not topo.is_spoke(n)})
     if not relay_names:
-        natted_sites = sorted({n.site for n in fleet.nodes.values() if n.nat and not topo.is_spoke(n)})
         if len(natted_sites) > 1 and complete:
             findings.append(
                 Finding(
@@ -207,7 +240,35 @@ def plan_topology(fleet: Fleet) -> tuple[Topology, list[Finding]]:
                     "other, but no node with role relay has a public endpoint",
                 )
             )
-    return topo, findings
+        return topo, findings
+    providers = {s: site.provider for s, site in fleet.sites.items()}
+    candidates = [
+        Relay(r, fleet.nodes[r].site, providers.get(fleet.nodes[r].site, fleet.nodes[r].site))
+        for r in relay_names
+    ]
+    pairs = [(a, b) for i, a in enumerate(natted_sites) for b in natted_sites[i + 1 :]]
+    latency = fleet.latency
+    routes, unplaced = plan_relays(
+        pairs,
+        candidates,
+        providers,
+        latency.rtt_ms if latency else {},
+        latency.relays if latency else {},
+        mesh,
+    )
+    if unplaced and complete:
+        shown = ", ".join(f"{a}-{b}" for a, b in unplaced[:5]) + (" ..." if len(unplaced) > 5 else "")
+        findings.append(
+            Finding(
+                mesh.source,
+                ("spec", "relays", "max_site_pairs"),
+                "mesh.relay-capacity",
+                f"{len(unplaced)} NAT-to-NAT site pair(s) ({shown}) find no relay with room: each of "
+                f"the {len(candidates)} relay(s) already carries {mesh.relay_max_site_pairs} site pairs "
+                "(spec.relays.max_site_pairs); add a relay or raise the cap",
+            )
+        )
+    return Topology(hubs, spokes, relay_names, MappingProxyType(routes)), findings
 
 
 def _endpoint(node: Node, same_site: bool, port: int) -> str | None:
@@ -231,44 +292,122 @@ def _merge(parts: list[list[str]]) -> list[str]:
 
 
 SiteRtt = Mapping[tuple[str, str], float]
-"""Round-trip time in ms between two sites, keyed (site, site) in either order."""
+"""Measured round-trip time in ms between two sites, keyed (site, site) in either order."""
 
 
-def declared_site_rtt(fleet: Fleet) -> dict[tuple[str, str], float]:
-    """RTT (ms) between every two sites from their declared ``wan.latency_ms`` (one-way to the core).
+@dataclass(frozen=True)
+class Relay:
+    """A node that may relay: its name, site, and the site's provider."""
 
-    a -> core -> b and back: ``2 * (latency_a + latency_b)``; a site with none declared counts 0.
-    Inside a site the RTT is 0.
+    name: str
+    site: str
+    provider: str
+
+
+def path_rtt(a: str, b: str, via: str, rtt: SiteRtt) -> float | None:
+    """Measured RTT (ms) from site ``a`` through a relay in site ``via`` to site ``b``:
+    ``rtt(a, via) + rtt(via, b)``; None when a leg is not measured. A leg inside the relay's
+    own site is the site LAN: its measured RTT, else 0 (nothing a site declares is read)."""
+    total = 0.0
+    for end in (a, b):
+        leg = rtt.get((end, via), rtt.get((via, end)))
+        if leg is None:
+            if end != via:
+                return None
+            leg = 0.0
+        total += leg
+    return total
+
+
+def _spread(a: str, b: str, relay: str) -> bytes:
+    """The last tie-break: a hash of the pair and the relay (rendezvous hashing), so that
+    no relay name comes first for every pair (a relay named ``aaa`` would, by name)."""
+    return hashlib.sha256(f"{a}\0{b}\0{relay}".encode()).digest()[:8]
+
+
+def rank_relays(
+    a: str, b: str, relays: Iterable[Relay], providers: Mapping[str, str], rtt: SiteRtt
+) -> list[tuple[Relay, float | None]]:
+    """The relays for site pair (``a``, ``b``), best first, each with its measured path RTT.
+
+    Order: measured paths by RTT (ms) before every unmeasured one; then a relay in ``a`` or
+    ``b`` itself, then one of their providers (``providers``: site -> provider; a site not
+    in it is its own provider), then the rest; then :func:`_spread`, then the name. The
+    sites' declared ``wan.latency_ms`` plays no part: a site could claim any figure.
     """
-    one_way = {name: float(site.wan.get("latency_ms", 0) or 0) for name, site in fleet.sites.items()}
-    return {(a, b): 0.0 if a == b else 2 * (one_way[a] + one_way[b]) for a in one_way for b in one_way}
+    own = {providers.get(a, a), providers.get(b, b)}
+
+    def key(item: tuple[Relay, float | None]) -> tuple[bool, float, int, bytes, str]:
+        r, ms = item
+        affinity = 0 if r.site in (a, b) else 1 if r.provider in own else 2
+        return (ms is None, ms or 0.0, affinity, _spread(a, b, r.name), r.name)
+
+    return sorted(((r, path_rtt(a, b, r.site, rtt)) for r in relays), key=key)
 
 
-def _rtt(rtt: SiteRtt, a: str, b: str) -> float:
-    if a == b:
-        return rtt.get((a, b), 0.0)
-    value = rtt.get((a, b), rtt.get((b, a)))
-    return float("inf") if value is None else value
+def hysteresis_margin_ms(current_ms: float, mesh: Mesh) -> float:
+    """How much faster (ms) another path must be before a pair leaves a relay whose path
+    takes ``current_ms``: the larger of ``relay_hysteresis_ms`` and
+    ``relay_hysteresis_percent`` of ``current_ms``. Measured RTTs jitter by a few ms and a
+    move re-routes every node pair of the two sites (``wg syncconf`` on each), so a small
+    gain is not worth it, and a pair must not flap between two near-equal relays."""
+    return max(mesh.relay_hysteresis_ms, current_ms * mesh.relay_hysteresis_percent / 100)
 
 
-def relay_for(src_site: str, dst_site: str, relays: list[tuple[str, str]], rtt: SiteRtt) -> str:
-    """The relay for traffic from a NAT'd node in ``src_site`` to one in ``dst_site``.
+def plan_relays(
+    pairs: Iterable[SitePair],
+    relays: Sequence[Relay],
+    providers: Mapping[str, str],
+    rtt: SiteRtt,
+    previous: Mapping[SitePair, str],
+    mesh: Mesh,
+) -> tuple[dict[SitePair, RelayRoute], list[SitePair]]:
+    """The relay of each NAT-to-NAT site pair, and the pairs no relay has room for.
 
-    ``relays``: (name, site) pairs, non-empty. The one with the lowest path RTT
-    ``rtt(src, relay) + rtt(relay, dst)`` (ms; a missing site pair is infinitely far), ties
-    to a relay in ``dst_site``, then by name.
+    ``pairs``: (a, b) with a < b; ``relays``: the candidates (non-empty for any pair to be
+    placed); ``rtt``: measured site RTTs in ms (the LatencyMatrix); ``previous``: the relay
+    each pair went through when the matrix was written (LatencyMatrix ``relays``).
+
+    First, in pair order, each pair whose recorded relay is still a candidate with a
+    measured path keeps it unless the best path (:func:`rank_relays`) is faster by more than
+    :func:`hysteresis_margin_ms`; held pairs claim their room first, so a new pair cannot
+    push an old one off its relay. Then every other pair, in pair order, takes the first
+    relay of its ranking with room: a relay carries at most ``mesh.relay_max_site_pairs``
+    pairs. Returns ``({pair: RelayRoute}, [unplaced pairs in order])``.
     """
-    return min(
-        relays,
-        key=lambda r: (_rtt(rtt, src_site, r[1]) + _rtt(rtt, r[1], dst_site), r[1] != dst_site, r[0]),
-    )[0]
+    cap = mesh.relay_max_site_pairs
+    by_name = {r.name: r for r in relays}
+    load: Counter[str] = Counter()
+    ranked = {p: rank_relays(p[0], p[1], relays, providers, rtt) for p in sorted(pairs)}
+    out: dict[SitePair, RelayRoute] = {}
+    for pair, ranking in ranked.items():
+        held = by_name.get(previous.get(pair, ""))
+        if held is None or not ranking:
+            continue
+        held_ms = path_rtt(pair[0], pair[1], held.site, rtt)
+        best, best_ms = ranking[0]
+        # An unmeasured recorded relay has no claim: the record alone must not route a pair.
+        if held_ms is None or best_ms is None or load[held.name] >= cap:
+            continue
+        if held_ms - best_ms <= hysteresis_margin_ms(held_ms, mesh):
+            out[pair] = RelayRoute(held.name, held_ms, "measured" if held is best else "held")
+            load[held.name] += 1
+    unplaced: list[SitePair] = []
+    for pair, ranking in ranked.items():
+        if pair in out:
+            continue
+        for relay, ms in ranking:
+            if load[relay.name] < cap:
+                out[pair] = RelayRoute(relay.name, ms, "unmeasured" if ms is None else "measured")
+                load[relay.name] += 1
+                break
+        else:
+            unplaced.append(pair)
+    return out, unplaced
 
 
 def peers(
-    fleet: Fleet,
-    topo: Topology,
-    addresses: Mapping[str, ipaddress.IPv4Address],
-    measured_rtt_ms: SiteRtt | None = None,
+    fleet: Fleet, topo: Topology, addresses: Mapping[str, ipaddress.IPv4Address]
 ) -> tuple[dict[str, list[PeerState]], set[str]]:
     """Peer list of every node, and the nodes that route for others (they need IP forwarding).
 
@@ -279,8 +418,7 @@ def peers(
     Peers are in name order. Cost is O(nodes + non-spokes^2). Lists may be shared
     between peers and must not be mutated.
 
-    Relays for NAT-to-NAT pairs are picked by ``relay_for`` from ``measured_rtt_ms`` (site
-    pairs measured by ``swarm metrics``), falling back per site pair to the declared RTT.
+    NAT-to-NAT pairs go through their site pair's relay in ``topo.routes`` (``plan_relays``).
     """
     mesh = fleet.mesh
     assert mesh is not None
@@ -294,11 +432,7 @@ def peers(
         n.name: _host_routes([addresses[n.name], *(addresses[s] for s in topo.spokes.get(n.name, ()))])
         for n in outward
     }
-    rtt: dict[tuple[str, str], float] = declared_site_rtt(fleet) if topo.relays else {}
-    for (a, b), ms in (measured_rtt_ms or {}).items():
-        rtt[(a, b)] = rtt[(b, a)] = ms
-    relay_sites = [(r, nodes[r].site) for r in topo.relays]
-    chosen: dict[tuple[str, str], str] = {}  # (source site, destination site) -> relay
+    relay_routes = topo.routes
 
     result: dict[str, list[PeerState]] = {}
     forwarders = {hub for hub, spokes in topo.spokes.items() if spokes}
@@ -321,12 +455,12 @@ def peers(
                 continue
             if n.site == p.site or not n.nat or not p.nat:
                 routes[p.name].append(behind[p.name])
-            elif relay_sites:
-                key = (n.site, p.site)
-                if key not in chosen:
-                    chosen[key] = relay_for(n.site, p.site, relay_sites, rtt)
-                routes[chosen[key]].append(behind[p.name])
-                forwarders.add(chosen[key])
+            else:
+                route = relay_routes.get((n.site, p.site) if n.site < p.site else (p.site, n.site))
+                if route is None:  # no relay (mesh.relay-missing) or none with room (mesh.relay-capacity)
+                    continue
+                routes[route.relay].append(behind[p.name])
+                forwarders.add(route.relay)
         for s in topo.spokes.get(n.name, ()):
             routes[s].append([f"{addresses[s]}/32"])
         entries: list[PeerState] = []

@@ -429,6 +429,18 @@ class GpuSharingClusterState(TypedDict):
     mig_configs: list[MigConfigState]  # by name; [] when no profile declares MIG
 
 
+class RelayRouteState(TypedDict):
+    """Which relay carries the NAT-to-NAT traffic between two sites (both directions)."""
+
+    sites: list[str]  # the two sites, in name order
+    providers: list[str]  # their providers, in the same order
+    relay: str  # the relay node
+    relay_site: str
+    relay_provider: str
+    path_rtt_ms: float | None  # measured site -> relay -> site RTT, ms; None: a leg unmeasured
+    basis: Literal["measured", "held", "unmeasured"]  # see resolve.mesh.RelayRoute
+
+
 class MeshTopologyState(TypedDict):
     """The mesh as in-cluster tools read it (ConfigMap in the system namespace)."""
 
@@ -436,7 +448,8 @@ class MeshTopologyState(TypedDict):
     interface: str
     addresses: dict[str, str]  # node -> mesh address (no prefix)
     hubs: dict[str, str]  # hub-and-spoke site -> hub node
-    relays: list[str]  # relays in use, by name
+    relays: list[str]  # nodes that may relay (role relay, public, not a spoke), by name
+    relay_routes: list[RelayRouteState]  # one per NAT-to-NAT site pair, by sites
     edges: list[list[str]]  # WireGuard peerings [a, b], a < b, sorted
 
 

@@ -10,7 +10,9 @@ flag ``block`` (exit 1), ``warn`` or ``off``; defaults in
 - ``quota-over-capacity``: nominalQuota counts on GPUs the fleet does not have yet;
 - ``node-removed-backing-quota``: a removed gpu-worker's flavor backs a tenant's quota;
 - ``mesh-restart-on-relay-or-hub``: a relay or hub restarts its interface (tunnels drop);
-- ``ssh-target-changed``: a node's SSH host, port or user changes.
+- ``ssh-target-changed``: a node's SSH host, port or user changes;
+- ``relay-crosses-provider``: a relay starts carrying a NAT-to-NAT site pair with a site of
+  another provider than its own.
 """
 
 from __future__ import annotations
@@ -21,7 +23,15 @@ from typing import Any, cast
 
 from ..fleet.model import ReviewPolicy
 from ..resolve.rollout import rollout_batches as batches
-from ..resolve.types import ClusterState, DesiredState, GpuState, NodeState, PriorityState, RolloutState
+from ..resolve.types import (
+    ClusterState,
+    DesiredState,
+    GpuState,
+    NodeState,
+    PriorityState,
+    RelayRouteState,
+    RolloutState,
+)
 from .locate import ChangeIndex, pick
 from .model import Action, Flag, Location, MeshImpact, NodeChange
 
@@ -316,6 +326,47 @@ class FlagRaiser:
                 f"{a['user']}@{a['host']}:{a['port']}: the controller will apply {name}'s state there "
                 "with the operator's key; check that this machine is the node",
                 pick(self.index.where("Node", name), fallback=self.index.all()),
+            )
+
+    def relays(self) -> None:
+        """``relay-crosses-provider``: a relay route of the head (one per NAT-to-NAT site pair,
+        ``ClusterState.mesh.relay_routes``) whose relay's provider is not the provider of
+        both sites, and which the base did not have with the same relay and providers (a
+        new pair, a pair moved to this relay, or a provider that changed). WireGuard
+        decrypts at the relay: its provider can read, delay or drop the pair's traffic."""
+
+        def crossing(state: DesiredState) -> dict[tuple[str, ...], RelayRouteState]:
+            topo: Mapping[str, Any] = (state.get("cluster") or {}).get("mesh") or {}
+            out: dict[tuple[str, ...], RelayRouteState] = {}
+            for r in topo.get("relay_routes", ()):
+                if any(p != r["relay_provider"] for p in r["providers"]):
+                    out[(r["relay"], r["relay_provider"], *r["sites"], *r["providers"])] = r
+            return out
+
+        before = crossing(self.base)
+        for key, r in sorted(crossing(self.head).items()):
+            if key in before:
+                continue
+            (a, b), (pa, pb) = r["sites"], r["providers"]
+            why = (
+                "no measured path: chosen by the fallback order (own sites, own providers, hash)"
+                if r["path_rtt_ms"] is None
+                else f"measured path {r['path_rtt_ms']:g} ms"
+            )
+            self.raise_flag(
+                "relay-crosses-provider",
+                f"{r['relay']} (site {r['relay_site']}, provider {r['relay_provider']}) would relay the "
+                f"NAT-to-NAT traffic between {a} ({pa}) and {b} ({pb}) ({why}): WireGuard decrypts "
+                f"at the relay, so {r['relay_provider']} can read, delay or drop it; check that both "
+                "providers accept this relay",
+                pick(
+                    self.index.where("Node", r["relay"]),
+                    self.index.where("LatencyMatrix"),
+                    [*self.index.where("Site", a), *self.index.where("Site", b)],
+                    self.index.where("Site", r["relay_site"]),
+                    self.index.where("Mesh"),
+                    fallback=self.index.all(),
+                ),
             )
 
 

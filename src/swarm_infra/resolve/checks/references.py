@@ -191,17 +191,20 @@ def storage_refs(a: Analysis) -> Iterator[Finding]:
 
 
 def metrics_refs(a: Analysis) -> Iterator[Finding]:
-    """``reference.unresolved`` for a LatencyMatrix pair's site or a NodeAcceptance rule's
-    ``match.site``; ``gpu.model-unknown`` for a rule's ``match.gpu_model`` not in the catalog
-    (a rule that can match no node would pass every node unjudged)."""
+    """``reference.unresolved`` for a LatencyMatrix pair's or recorded relay's site or a
+    NodeAcceptance rule's ``match.site``; ``gpu.model-unknown`` for a rule's
+    ``match.gpu_model`` not in the catalog (a rule that can match no node would pass every
+    node unjudged). A recorded relay that is no longer a relay is not an error: hysteresis
+    ignores it (nodes come and go; the next measurement records the routes again)."""
     matrix = a.fleet.latency
     if matrix is not None:
         assert matrix.source is not None  # a declared matrix has its document
-        for site in sorted({s for pair in matrix.rtt_ms for s in pair}):
-            if not a.known("Site", site):
-                yield Finding(
-                    matrix.source, ("spec", "pairs"), "reference.unresolved", _missing("Site", site)
-                )
+        for key, pairs in (("pairs", matrix.rtt_ms), ("relays", matrix.relays)):
+            for site in sorted({s for pair in pairs for s in pair}):
+                if not a.known("Site", site):
+                    yield Finding(
+                        matrix.source, ("spec", key), "reference.unresolved", _missing("Site", site)
+                    )
     acceptance = a.fleet.acceptance
     if acceptance is None:
         return
