@@ -63,6 +63,7 @@ MODEL_DEFAULTS: dict[tuple[str, str], Callable[[], Any]] = {
     ("Mesh", "topology"): _field(model.Mesh, "topology"),
     ("Node", "ssh.port"): _field(model.Node, "ssh_port"),
     ("Node", "ssh.user"): _field(model.Node, "ssh_user"),
+    ("Node", "ssh.host_keys"): _field(model.Node, "ssh_host_keys"),
     ("Node", "gpu_backend"): _field(model.Node, "gpu_backend"),
     ("Node", "mesh.nat"): _field(model.Node, "nat"),
     ("Priority", "preemption_policy"): _field(model.Priority, "preemption_policy"),
