@@ -273,6 +273,7 @@ REVIEW_FLAG_DEFAULTS: Mapping[str, str] = MappingProxyType(
         "node-removed-backing-quota": "warn",
         "mesh-restart-on-relay-or-hub": "block",
         "ssh-target-changed": "warn",
+        "ssh-host-key-changed": "warn",
     }
 )
 

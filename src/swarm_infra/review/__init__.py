@@ -178,6 +178,7 @@ def review_fleet(
     raiser.removed_nodes()
     raiser.mesh(fr.mesh)
     raiser.ssh_targets()
+    raiser.ssh_host_keys()
     fr.flags = raiser.flags
     return fr
 
