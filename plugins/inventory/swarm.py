@@ -33,7 +33,11 @@ description:
   - Groups C(site_<site>), C(role_<role>), C(gpu_<model>) (e.g. C(gpu_h100_sxm5_80gb)),
     C(gpu), C(simulated_gpu) (the same groups the pyinfra inventory has).
   - When a local lab is up (C(swarm lab up)), connection details (address, user, lab key,
-    known_hosts) come from its connection file, C($SWARM_LAB_DIR/connection.json).
+    host keys) come from its connection file, C($SWARM_LAB_DIR/connection.json).
+  - Host keys are checked strictly (C(StrictHostKeyChecking=yes), never trust on first
+    use), against a known_hosts file made from the nodes' declared C(spec.ssh.host_keys)
+    (or the lab's) in C($SWARM_KNOWN_HOSTS_DIR), default C(~/.cache/swarm/known_hosts);
+    a node without keys against the operator's own known_hosts.
 options:
   plugin:
     description: Must be C(swarm) in a C(*.swarm.yml) file.

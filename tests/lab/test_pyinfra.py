@@ -25,7 +25,6 @@ import pytest
 
 from swarm_infra.lab.image import host_mirror
 from swarm_infra.lab.state import state_dir
-
 from tests.labkit import (
     FILES,
     INJECTED,

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+import swarm_infra
 from swarm_infra import validate
 from swarm_infra.engines.inventory import node_groups
 from swarm_infra.fleet.sources import fleet_paths
@@ -27,13 +28,17 @@ from .conftest import ROOT
 
 BIN = Path(sys.executable).parent
 HOME = Path(tempfile.mkdtemp(prefix="swarm-test-ansible-home-"))  # no user configuration, no lab
+# The library these tests import (this checkout's), for the plugin in the Ansible processes
+# too: the venv may have been installed from another checkout.
+SRC = Path(swarm_infra.__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
 
 
 def ansible(
     tool: str, *args: str, cwd: Path = ROOT, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """An Ansible CLI of this venv, with no lab connection file and no user configuration."""
+    """An Ansible CLI of this venv, with no lab connection file and no user configuration,
+    reading this checkout's library."""
     base = {
         "PATH": f"{BIN}:/usr/sbin:/usr/bin:/sbin:/bin",
         "HOME": str(HOME),
@@ -41,6 +46,7 @@ def ansible(
         "SWARM_LAB_DIR": str(HOME / "no-lab"),
         "ANSIBLE_LOCAL_TEMP": str(HOME / "tmp"),
         "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
+        "PYTHONPATH": str(SRC),
     }
     env = {**base, **(env or {})}
     return subprocess.run(

@@ -66,6 +66,7 @@ MODEL_DEFAULTS: dict[tuple[str, str], Callable[[], Any]] = {
     ("Mesh", "relays.hysteresis_percent"): _field(model.Mesh, "relay_hysteresis_percent"),
     ("Node", "ssh.port"): _field(model.Node, "ssh_port"),
     ("Node", "ssh.user"): _field(model.Node, "ssh_user"),
+    ("Node", "ssh.host_keys"): _field(model.Node, "ssh_host_keys"),
     ("Node", "gpu_backend"): _field(model.Node, "gpu_backend"),
     ("Node", "mesh.nat"): _field(model.Node, "nat"),
     ("Priority", "preemption_policy"): _field(model.Priority, "preemption_policy"),

@@ -20,7 +20,7 @@ from swarm_infra.resolve import desired_state, load_fleet
 from swarm_infra.resolve.rollout import batch_failed, rollout_batches
 
 from .conftest import ROOT, fleet_dirs
-from .test_inventory_plugin import ansible
+from .test_inventory_plugin import SRC, ansible
 
 BIN = Path(sys.executable).parent
 
@@ -61,7 +61,12 @@ def test_pyinfra_sees_the_hosts_groups_and_data_ansible_sees(fleet: str, tmp_pat
         "data = {h.name: h.data.swarm for h in inv}\n"
         f"json.dump({{'groups': groups, 'data': data}}, open({str(out)!r}, 'w'))\n"
     )
-    env = {"PATH": f"{BIN}:/usr/bin:/bin", "HOME": str(tmp_path), "SWARM_LAB_DIR": str(tmp_path / "no-lab")}
+    env = {
+        "PATH": f"{BIN}:/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "SWARM_LAB_DIR": str(tmp_path / "no-lab"),
+        "PYTHONPATH": str(SRC),
+    }
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(out.read_text())
@@ -78,7 +83,12 @@ def test_an_invalid_fleet_stops_pyinfra_before_any_host_with_the_validators_repo
         "apiVersion: swarm.io/v1alpha1\nkind: Site\nmetadata: {name: BAD}\nspec: {}\n"
     )
     (inv / "bad.py").write_text((ROOT / "inventory/lab.py").read_text())
-    env = {"PATH": f"{BIN}:/usr/bin:/bin", "HOME": str(tmp_path), "SWARM_LAB_DIR": str(tmp_path / "no-lab")}
+    env = {
+        "PATH": f"{BIN}:/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "SWARM_LAB_DIR": str(tmp_path / "no-lab"),
+        "PYTHONPATH": str(SRC),
+    }
     proc = subprocess.run(
         [str(BIN / "pyinfra"), "-y", str(inv / "bad.py"), "exec", "--", "true"],
         cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120,

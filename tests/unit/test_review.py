@@ -814,3 +814,95 @@ def test_a_measurement_that_moves_a_pair_to_another_providers_relay_is_a_risk_fl
     polder = declared_providers(repo)["ams2"]
     assert f"{hub} (site ams2, provider {polder})" in flag.reason and "measured path 20 ms" in flag.reason
     assert {w.file for w in flag.where} == {matrix}
+
+
+# Host public keys made for these tests by ssh-keygen (the private parts are gone).
+NEW_ED25519 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIP8tXWs4NV8u5F99npYOWr/9Zka7Ayo2aVSp26m04pop"
+NEW_ED25519_SHA256 = "SHA256:jjbG+guMBdFnw93Hc1oOHkAQpwa+0y10JQM+vFNJDGc"  # ssh-keygen -lf
+
+
+def openssh_fingerprint(key: str, tmp: Path) -> str:
+    """The key's fingerprint as OpenSSH prints it (``ssh-keygen -l``)."""
+    (tmp / "key.pub").write_text(key + "\n")
+    out = subprocess.run(["ssh-keygen", "-l", "-f", str(tmp / "key.pub")], capture_output=True, text=True)
+    return f"{key.split()[0]} {out.stdout.split()[1]}"
+
+
+def host_key_flags(r: Review) -> list[Any]:
+    return flags(r).get("ssh-host-key-changed", [])
+
+
+@pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="needs OpenSSH's ssh-keygen")
+def test_a_host_key_added_changed_or_removed_is_a_risk_flag(repo: Path, tmp_path: Path) -> None:
+    """Issue #22: which machine the controller accepts as a node is reviewed state."""
+    path = "inventory/example/nodes/fra1.yaml"
+    head_key = state(repo)["nodes"]["fra1-head-01"]["ssh"]["host_keys"][0]
+    gpu_keys = state(repo)["nodes"]["fra1-gpu-01"]["ssh"]["host_keys"]
+    assert len(gpu_keys) == 2
+    assert openssh_fingerprint(NEW_ED25519, tmp_path) == f"ssh-ed25519 {NEW_ED25519_SHA256}"
+
+    # Changed: the head's key is replaced.
+    _, _, r = change(repo, lambda: replace(repo, path, head_key, NEW_ED25519))
+    (flag,) = host_key_flags(r)
+    assert flag.action == "warn"
+    assert flag.reason.startswith(
+        f"fra1-head-01's SSH host keys change (added ssh-ed25519 {NEW_ED25519_SHA256}; removed "
+        f"{openssh_fingerprint(head_key, tmp_path)})"
+    )
+    assert [(w.file, w.line) for w in flag.where] == [(path, line_of(repo, path, NEW_ED25519))]
+    assert r.exit_code == 0  # warn, the default
+
+    # Removed: the node falls back to the operator's known_hosts.
+    _, after, r = change(repo, lambda: replace(repo, path, f"host_keys: [{NEW_ED25519}]", "host_keys: []"))
+    assert after["nodes"]["fra1-head-01"]["ssh"]["host_keys"] == []
+    (flag,) = host_key_flags(r)
+    assert (
+        f"fra1-head-01's declared SSH host key(s) are removed (ssh-ed25519 {NEW_ED25519_SHA256})"
+        in flag.reason
+    )
+    assert "operator's own known_hosts" in flag.reason
+
+    # Added to a node that declared none.
+    _, _, r = change(repo, lambda: replace(repo, path, "host_keys: []", f"host_keys: [{NEW_ED25519}]"))
+    (flag,) = host_key_flags(r)
+    assert flag.reason.startswith(
+        f"fra1-head-01 now declares its SSH host key(s) (ssh-ed25519 {NEW_ED25519_SHA256})"
+    )
+
+    # The same keys in another order accept the same machines: no flag.
+    def swap() -> None:
+        replace(repo, path, f"- {gpu_keys[0]}", "- KEY-A")
+        replace(repo, path, f"- {gpu_keys[1]}", f"- {gpu_keys[0]}")
+        replace(repo, path, "- KEY-A", f"- {gpu_keys[1]}")
+
+    _, after, r = change(repo, swap)
+    assert after["nodes"]["fra1-gpu-01"]["ssh"]["host_keys"] == gpu_keys[::-1]
+    assert host_key_flags(r) == []
+
+    # A change elsewhere: no flag, and no SSH target flag for a key change either.
+    _, _, r = change(
+        repo,
+        lambda: replace(
+            repo, "policies/shared/gpu-profiles.yaml", "power_limit_w: 650", "power_limit_w: 600"
+        ),
+    )
+    assert host_key_flags(r) == [] and "ssh-target-changed" not in flags(r)
+
+
+def test_a_node_added_with_its_host_key_is_shown_as_an_added_node_not_a_key_change(repo: Path) -> None:
+    path = "inventory/example/nodes/fra1.yaml"
+
+    def add() -> None:
+        extra = (
+            document(repo, path, "fra1-gpu-10")
+            .replace("fra1-gpu-10", "fra1-gpu-11")
+            .replace("10.10.0.30", "10.10.0.31")
+            .replace("203.0.113.30", "203.0.113.31")
+            .replace("ssh: {user: swarm}", f"ssh: {{user: swarm, host_keys: [{NEW_ED25519}]}}")
+        )
+        (repo / path).write_text((repo / path).read_text() + extra)
+
+    _, after, r = change(repo, add)
+    assert after["nodes"]["fra1-gpu-11"]["ssh"]["host_keys"] == [NEW_ED25519]
+    assert host_key_flags(r) == []
+    assert ("node", "added", ["fra1-gpu-11"]) in [(c.layer, c.change, c.nodes) for c in r.fleets[0].nodes]

@@ -7,7 +7,7 @@
 The fleet is read from the inventory (``--swarm-fleet``, default the
 ``--ansible-inventory`` path) through the swarm_infra library, so the expected values are
 the NodeState's. Connections are the engines' (swarm_infra.engines.inventory: the declared
-SSH address, or a running lab's connection file with its key and known_hosts), over
+SSH address, or a running lab's connection file with its key; host keys checked strictly), over
 testinfra's SSH backend with one shared master connection per node.
 Each test is one ``Check`` (swarm_infra.verification), with id ``node/layer/key``.
 A failed check records ``drift`` (node, layer, key, desired, actual) in the test's
@@ -17,13 +17,14 @@ as "blocked".
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any
 
 import pytest
 import testinfra
 
-from swarm_infra.engines.inventory import inventory_hosts
+from swarm_infra.engines.inventory import inventory_hosts, ssh_option_args
 from swarm_infra.fleet.sources import fleet_paths
 from swarm_infra.lab.state import read_connections
 from swarm_infra.resolve import desired_state, load_fleet
@@ -76,13 +77,12 @@ def node_host(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     def get(name: str) -> testinfra.host.Host:
         if name not in hosts:
             c = conns[name]
-            extra = ["-o BatchMode=yes"]
-            if c.known_hosts_file:
-                extra += [f"-o UserKnownHostsFile={c.known_hosts_file}", "-o StrictHostKeyChecking=yes"]
+            # testinfra pastes these into a shell command line: quoted.
+            extra = ["-o", "BatchMode=yes", *ssh_option_args(c)]
             hosts[name] = testinfra.get_host(
                 f"ssh://{c.user}@{c.host}:{c.port}",
                 ssh_identity_file=c.private_key_file,
-                ssh_extra_args=" ".join(extra),
+                ssh_extra_args=shlex.join(extra),
                 controlpath=str(masters / name),
             )
         return hosts[name]

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..fleet.diagnostics import FleetInvalid
 from ..resolve import desired_state, load_fleet, validate
+from ..resolve.keys import ssh_host_key_fingerprint
 from ..resolve.types import ClusterState, GpuSettings, NodeState
 from .common import EXIT_INVALID, EXIT_OK, FLEET_HELP, emit, fleet_args, fleet_paths, simulated_nodes
 
@@ -34,9 +35,11 @@ def _fmt_settings(settings: GpuSettings) -> str:
 def render_node(state: NodeState) -> str:
     """A NodeState as readable text (what `swarm plan` prints per node)."""
     ssh = state["ssh"]
+    keys = ", ".join(ssh_host_key_fingerprint(k) for k in ssh["host_keys"])
     lines = [
         f"node {state['name']}  site={state['site']} roles={','.join(state['roles'])}",
-        f"  ssh      {ssh['user']}@{ssh['host']}:{ssh['port']}",
+        f"  ssh      {ssh['user']}@{ssh['host']}:{ssh['port']}  "
+        + (f"host keys {keys}" if keys else "host key: the operator's known_hosts"),
     ]
     g = state["gpu"]
     if g:

@@ -7,15 +7,21 @@ gives the same hosts, groups and data whichever engine runs.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
+import shlex
+import stat
+import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ..fleet.diagnostics import FleetInvalid, excerpt
 from ..fleet.sources import fleet_paths
 from ..resolve import desired_state, load_fleet
+from ..resolve.keys import known_hosts_text, strict_ssh_options
 from ..resolve.types import DesiredState, NodeState
 
 _UNSAFE = re.compile(r"[^a-z0-9_]")
@@ -45,14 +51,18 @@ def node_groups(node: NodeState) -> list[str]:
 
 @dataclass(frozen=True)
 class Connection:
-    """How the controller reaches a node over SSH. ``private_key_file`` and
-    ``known_hosts_file`` are set for the lab (its own key and strict host keys)."""
+    """How the controller reaches a node over SSH. Its host key is always checked strictly
+    (:func:`swarm_infra.resolve.keys.strict_ssh_options`; never ``accept-new``): against
+    ``known_hosts_file`` when the node's ``host_keys`` are known (declared in the fleet, or
+    the lab's), else against the operator's own known_hosts. ``private_key_file`` is set for
+    the lab (its own key)."""
 
     host: str
     port: int
     user: str
     private_key_file: str | None = None
-    known_hosts_file: str | None = None
+    host_keys: tuple[str, ...] = ()  # "<type> <base64>"
+    known_hosts_file: str | None = None  # inventory_hosts sets it for a node with host_keys
 
 
 @dataclass(frozen=True)
@@ -69,44 +79,113 @@ def inventory_hosts(
     """Every node of ``state`` as an inventory host, in name order.
 
     ``overrides``: connection details by node name that replace the declared SSH address,
-    port and user (the lab's connection file: ``{host, port, user, private_key_file,
-    known_hosts_file}``).
+    port, user and host keys (the lab's connection file: ``{host, port, user,
+    private_key_file, host_keys}``; the machine there is another, so are its keys).
+
+    The host keys of every host become one known_hosts file (:func:`write_known_hosts`,
+    the text made by :func:`swarm_infra.resolve.keys.known_hosts_text`), which each host
+    with keys names as its ``known_hosts_file``. Raises ValueError for an override's host
+    key that is not one (the fleet's keys were validated already).
     """
-    hosts = []
+    conns = {}
     for name, node in state["nodes"].items():
         o = (overrides or {}).get(name)
         if o:
-            conn = Connection(
-                o["host"], int(o["port"]), o["user"], o.get("private_key_file"), o.get("known_hosts_file")
+            conns[name] = Connection(
+                o["host"],
+                int(o["port"]),
+                o["user"],
+                o.get("private_key_file"),
+                tuple(o.get("host_keys", ())),
             )
         else:
-            conn = Connection(node["ssh"]["host"], node["ssh"]["port"], node["ssh"]["user"])
-        hosts.append(InventoryHost(name, node_groups(node), conn, node))
-    return hosts
+            ssh = node["ssh"]
+            conns[name] = Connection(ssh["host"], ssh["port"], ssh["user"], host_keys=tuple(ssh["host_keys"]))
+    text = known_hosts_text((c.host, c.port, c.host_keys) for c in conns.values())
+    known = write_known_hosts(text) if text else None
+    return [
+        InventoryHost(
+            name,
+            node_groups(node),
+            replace(conns[name], known_hosts_file=known if conns[name].host_keys else None),
+            node,
+        )
+        for name, node in state["nodes"].items()
+    ]
+
+
+def known_hosts_dir() -> Path:
+    """Where the controller keeps the known_hosts files it makes from fleets:
+    ``$SWARM_KNOWN_HOSTS_DIR``, else ``$XDG_CACHE_HOME/swarm/known_hosts`` (by default
+    ``~/.cache/swarm/known_hosts``). On the controller, never in Git: the fleet is the
+    source, each file is made again from it on every run."""
+    explicit = os.environ.get("SWARM_KNOWN_HOSTS_DIR")
+    if explicit:
+        return Path(explicit)
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "swarm" / "known_hosts"
+
+
+def write_known_hosts(text: str) -> str:
+    """``text`` as a known_hosts file (mode 0644) in :func:`known_hosts_dir`, named by its
+    SHA-256; returns its path. The name follows the content, so runs of different fleets
+    (or of one fleet before and after a key change) never share a file, and a file is
+    written whole (a temporary file renamed over it) or left as it is when it already holds
+    ``text``: whatever an engine reads is what this run made."""
+    d = known_hosts_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / hashlib.sha256(text.encode()).hexdigest()
+    try:
+        if path.read_text() == text and stat.S_IMODE(path.stat().st_mode) == 0o644:
+            return str(path)
+    except OSError:
+        pass
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".known_hosts.")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            os.fchmod(fh.fileno(), 0o644)
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return str(path)
+
+
+def ssh_option_args(conn: Connection) -> list[str]:
+    """``["-o", option, ...]``: the host key options of ``conn``
+    (:func:`swarm_infra.resolve.keys.strict_ssh_options`), as ssh's arguments."""
+    return [arg for option in strict_ssh_options(conn.known_hosts_file) for arg in ("-o", option)]
 
 
 def ansible_connection_vars(conn: Connection) -> dict[str, Any]:
-    """Ansible's connection variables for ``conn`` (ansible_host, port, user, key, SSH args)."""
-    out: dict[str, Any] = {"ansible_host": conn.host, "ansible_port": conn.port, "ansible_user": conn.user}
+    """Ansible's connection variables for ``conn`` (ansible_host, port, user, key, SSH args).
+
+    Host keys: the strict options as ``ansible_ssh_common_args``, and
+    ``ansible_ssh_host_key_checking`` pinned true: a host variable outranks the
+    environment's ``ANSIBLE_HOST_KEY_CHECKING``, which, set false, would make Ansible put
+    its own option that turns the check off before ours (ssh keeps the first value it
+    reads)."""
+    out: dict[str, Any] = {
+        "ansible_host": conn.host,
+        "ansible_port": conn.port,
+        "ansible_user": conn.user,
+        "ansible_ssh_host_key_checking": True,
+        "ansible_ssh_common_args": shlex.join(ssh_option_args(conn)),
+    }
     if conn.private_key_file:
         out["ansible_ssh_private_key_file"] = conn.private_key_file
-    if conn.known_hosts_file:
-        out["ansible_ssh_common_args"] = (
-            f"-o UserKnownHostsFile={conn.known_hosts_file} -o StrictHostKeyChecking=yes"
-        )
     return out
 
 
 def ssh_argv(conn: Connection, command: str) -> list[str]:
     """``ssh`` argv running ``command`` (one string, for the node's login shell) on ``conn``'s
-    node: no prompts (BatchMode), a 10 s connect timeout, and the lab's key and known_hosts
-    with strict checking when ``conn`` has them (the same as the engines' SSH settings)."""
+    node: no prompts (BatchMode), a 10 s connect timeout, the lab's key when ``conn`` has
+    it, and the host key checked strictly (the same options as the engines')."""
     argv = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-p", str(conn.port)]
     if conn.private_key_file:
         argv += ["-i", conn.private_key_file, "-o", "IdentitiesOnly=yes"]
-    if conn.known_hosts_file:
-        argv += ["-o", f"UserKnownHostsFile={conn.known_hosts_file}", "-o", "StrictHostKeyChecking=yes"]
-    return [*argv, "--", f"{conn.user}@{conn.host}", command]
+    return [*argv, *ssh_option_args(conn), "--", f"{conn.user}@{conn.host}", command]
 
 
 class InventorySourceError(Exception):

@@ -79,6 +79,7 @@ class Node:
     ssh_host: str  # default: the address (set by the builder)
     ssh_port: int = 22
     ssh_user: str = "root"
+    ssh_host_keys: tuple[str, ...] = ()  # "<type> <base64>"; none: the operator's known_hosts decides
     roles: tuple[str, ...]
     gpu_backend: Literal["nvml", "simulated"] = "nvml"
     cpus: int
@@ -282,6 +283,7 @@ REVIEW_FLAG_DEFAULTS: Mapping[str, str] = MappingProxyType(
         "mesh-restart-on-relay-or-hub": "block",
         "ssh-target-changed": "warn",
         "relay-crosses-provider": "warn",
+        "ssh-host-key-changed": "warn",
     }
 )
 
@@ -499,6 +501,7 @@ def _site(doc: _Doc) -> Site | None:
 def _node(doc: _Doc) -> Node:
     spec = doc.spec
     ssh, hw, mesh = spec.get("ssh", {}), spec["hardware"], spec.get("mesh", {})
+    host_keys: dict[str, Any] = {"ssh_host_keys": tuple(ssh["host_keys"])} if "host_keys" in ssh else {}
     return Node(
         name=doc.name,
         source=doc.source,
@@ -513,6 +516,7 @@ def _node(doc: _Doc) -> Node:
         nvme=tuple((d["device"], d["size_gib"]) for d in hw.get("nvme", ())),
         mesh_address=ipaddress.IPv4Address(mesh["address"]) if "address" in mesh else None,
         **_given(ssh, ssh_port="port", ssh_user="user"),
+        **host_keys,
         **_given(spec, gpu_backend="gpu_backend"),
         **_given(hw, nic_speed_gbps="nic_speed_gbps"),
         **_given(mesh, nat="nat", endpoint="endpoint", listen_port="listen_port"),

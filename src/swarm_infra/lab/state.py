@@ -3,10 +3,17 @@
 ``$SWARM_LAB_DIR`` (default ``/var/lib/swarm-lab``, mode 0700)::
 
     state.json          what `up` created (sites, nodes, PIDs, host settings to restore)
-    connection.json     per node: host, port, user, private key, known_hosts (read by inventory)
+    connection.json     per node: host, port, user, private key, host keys (read by the
+                        inventory: the lab's overlay of the fleet's spec.ssh), known_hosts
     ssh/id_ed25519      the lab's SSH key (0600), made at the first `up`, removed by `down`
     ssh/known_hosts     every node's host key, so SSH checks host keys strictly
     nodes/<name>/       each node's overlay upper/work directories and console.log
+
+The lab's nodes get new host keys at each `up` that creates them, so the lab fleet
+(inventory/lab, in Git) cannot declare them: the connection file does, per node, as it
+replaces the declared SSH address. The engines make their known_hosts from those keys with
+the same function as from a fleet's declared ones (``resolve.keys.known_hosts_text``);
+``ssh/known_hosts``, for ``swarm lab ssh`` and the lab's own checks, is made by it too.
 
 The base image is cached separately, in ``$SWARM_LAB_CACHE`` (default ``/var/cache/swarm-lab``),
 and survives ``down``.
@@ -20,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..resolve.keys import known_hosts_text, strict_ssh_options
 from .system import run
 
 
@@ -69,20 +77,28 @@ class LabState:
                 "port": n["ssh_port"],
                 "user": n["ssh_user"],
                 "private_key_file": str(key),
+                "host_keys": [public_key(n["host_key"])],
                 "known_hosts_file": str(known),
             }
             for name, n in sorted(self.nodes.items())
         }
         known.parent.mkdir(parents=True, exist_ok=True)
-        known.write_text(
-            "".join(f"{n['address'].split('/')[0]} {n['host_key']}\n" for n in self.nodes.values())
-        )
+        known.write_text(known_hosts_text((c["host"], c["port"], c["host_keys"]) for c in conns.values()))
+        os.chmod(known, 0o644)
         connection_file().write_text(json.dumps({"nodes": conns}, indent=2) + "\n")
 
 
+def public_key(line: str) -> str:
+    """``<type> <base64>`` of a ``.pub`` line (``ssh-keygen`` adds a comment, ``root@NODE``):
+    the form the fleet declares host keys in."""
+    return " ".join(line.split()[:2])
+
+
 def read_connections() -> dict[str, dict[str, Any]]:
-    """Per lab node: ``{host, port, user, private_key_file, known_hosts_file}`` from the
-    connection file; empty when no lab is up (the inventory then uses the declared SSH)."""
+    """Per lab node: ``{host, port, user, private_key_file, host_keys, known_hosts_file}``
+    from the connection file; empty when no lab is up (the inventory then uses the declared
+    SSH). The inventory reads the host keys; ``known_hosts_file`` (the same keys, made by
+    the same function) is for :func:`ssh_command`."""
     path = connection_file()
     if not path.exists():
         return {}
@@ -106,15 +122,14 @@ def ensure_ssh_key() -> str:
 
 
 def ssh_command(node: dict[str, Any], command: list[str] | None = None) -> list[str]:
-    """``ssh`` argv for a node from the connection file, with strict host key checking."""
+    """``ssh`` argv for a node from the connection file, with strict host key checking
+    against the lab's known_hosts (the options the engines use:
+    ``resolve.keys.strict_ssh_options``)."""
     return [
         "ssh",
         "-i",
         node["private_key_file"],
-        "-o",
-        f"UserKnownHostsFile={node['known_hosts_file']}",
-        "-o",
-        "StrictHostKeyChecking=yes",
+        *(arg for option in strict_ssh_options(node["known_hosts_file"]) for arg in ("-o", option)),
         "-o",
         "BatchMode=yes",
         "-o",

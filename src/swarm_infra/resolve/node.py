@@ -131,7 +131,12 @@ class NodeResolver:
             "roles": list(node.roles),
             "labels": dict(sorted(labels.items())),
             "address": str(node.address),
-            "ssh": {"host": node.ssh_host, "port": node.ssh_port, "user": node.ssh_user},
+            "ssh": {
+                "host": node.ssh_host,
+                "port": node.ssh_port,
+                "user": node.ssh_user,
+                "host_keys": list(node.ssh_host_keys),
+            },
             "hardware": {
                 "cpus": node.cpus,
                 "memory_gib": node.memory_gib,

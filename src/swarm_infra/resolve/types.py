@@ -19,6 +19,9 @@ class SshState(TypedDict):
     host: str  # address or name the controller connects to
     port: int
     user: str
+    # "<type> <base64>" as declared: the only keys the engines accept from the node (empty:
+    # the operator's own known_hosts decides, still strictly)
+    host_keys: list[str]
 
 
 class GpuSlotState(TypedDict):

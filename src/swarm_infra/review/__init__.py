@@ -179,6 +179,7 @@ def review_fleet(
     raiser.mesh(fr.mesh)
     raiser.ssh_targets()
     raiser.relays()
+    raiser.ssh_host_keys()
     fr.flags = raiser.flags
     return fr
 

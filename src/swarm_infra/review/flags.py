@@ -13,6 +13,7 @@ flag ``block`` (exit 1), ``warn`` or ``off``; defaults in
 - ``ssh-target-changed``: a node's SSH host, port or user changes;
 - ``relay-crosses-provider``: a relay starts carrying a NAT-to-NAT site pair with a site of
   another provider than its own.
+- ``ssh-host-key-changed``: a node's declared SSH host keys are added, changed or removed.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from ..fleet.model import ReviewPolicy
+from ..resolve.keys import ssh_host_key_fingerprint
 from ..resolve.rollout import rollout_batches as batches
 from ..resolve.types import (
     ClusterState,
@@ -365,6 +367,55 @@ class FlagRaiser:
                     [*self.index.where("Site", a), *self.index.where("Site", b)],
                     self.index.where("Site", r["relay_site"]),
                     self.index.where("Mesh"),
+                    fallback=self.index.all(),
+                ),
+            )
+
+    def ssh_host_keys(self) -> None:
+        """``ssh-host-key-changed``: a node of both sides whose declared SSH host keys
+        differ (added, changed or removed), shown as fingerprints. The keys decide which
+        machine the controller accepts as the node: a changed key is also exactly what
+        another machine answering in its place looks like. A new node's keys come with the
+        node, which the review shows as added."""
+        for name, node in sorted(self.head["nodes"].items()):
+            before = self.base["nodes"].get(name)
+            if before is None:
+                continue
+            old, new = before["ssh"]["host_keys"], node["ssh"]["host_keys"]
+            if set(old) == set(new):  # the order of the keys accepts nothing more or less
+                continue
+            gone = [ssh_host_key_fingerprint(k) for k in old if k not in new]
+            added = [ssh_host_key_fingerprint(k) for k in new if k not in old]
+            if not old:
+                what = (
+                    f"{name} now declares its SSH host key(s) ({', '.join(added)}): the controller will "
+                    f"connect to {name} only if it proves it holds one (before: whatever the operator's "
+                    "known_hosts held)"
+                )
+            elif not new:
+                what = (
+                    f"{name}'s declared SSH host key(s) are removed ({', '.join(gone)}): the controller "
+                    "will check it against the operator's own known_hosts instead"
+                )
+            else:
+                change = "; ".join(
+                    [
+                        *([f"added {', '.join(added)}"] if added else []),
+                        *([f"removed {', '.join(gone)}"] if gone else []),
+                    ]
+                )
+                what = (
+                    f"{name}'s SSH host keys change ({change}): the controller will accept only the "
+                    "new set, and a key that changes is also what another machine answering in its "
+                    "place looks like"
+                )
+            self.raise_flag(
+                "ssh-host-key-changed",
+                f"{what}; check the fingerprints on the node itself (ssh-keygen -lf "
+                "/etc/ssh/ssh_host_*_key.pub on its console)",
+                pick(
+                    self.index.where("Node", name, ("spec", "ssh")),
+                    self.index.where("Node", name),
                     fallback=self.index.all(),
                 ),
             )

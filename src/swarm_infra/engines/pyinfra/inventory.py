@@ -19,13 +19,25 @@ from ..inventory import Connection, InventoryHost, InventorySourceError, fleet_s
 
 
 def ssh_data(conn: Connection) -> dict[str, Any]:
-    """pyinfra's SSH connector settings for ``conn``: address, port, user; for the lab its
-    key and its known_hosts with strict checking (the same as Ansible's SSH arguments)."""
-    data: dict[str, Any] = {"ssh_hostname": conn.host, "ssh_port": conn.port, "ssh_user": conn.user}
+    """pyinfra's SSH connector settings for ``conn``: address, port, user, the lab's key when
+    it has one, and the host key checked strictly as Ansible checks it
+    (:func:`swarm_infra.resolve.keys.strict_ssh_options`).
+
+    ``ssh_strict_host_key_checking="yes"`` always: pyinfra's own default is ``accept-new``
+    (it would trust, and append to known_hosts, whatever key a node first shows), and an
+    explicit value also outranks ``~/.ssh/config``. ``ssh_known_hosts_file`` when the node's
+    keys are known: pyinfra (paramiko) then reads that file only. Without it, paramiko reads
+    the operator's ``~/.ssh/known_hosts`` (or ``UserKnownHostsFile`` of ``~/.ssh/config``)."""
+    data: dict[str, Any] = {
+        "ssh_hostname": conn.host,
+        "ssh_port": conn.port,
+        "ssh_user": conn.user,
+        "ssh_strict_host_key_checking": "yes",
+    }
     if conn.private_key_file:
         data.update(ssh_key=conn.private_key_file, ssh_allow_agent=False, ssh_look_for_keys=False)
     if conn.known_hosts_file:
-        data.update(ssh_known_hosts_file=conn.known_hosts_file, ssh_strict_host_key_checking="yes")
+        data["ssh_known_hosts_file"] = conn.known_hosts_file
     return data
 
 

@@ -1,4 +1,5 @@
-"""Nodes: names and labels that belong to someone else, hardware declared twice, SSH targets."""
+"""Nodes: names and labels that belong to someone else, hardware declared twice, SSH targets
+and host keys."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Iterator
 
 from ...fleet.diagnostics import Finding
 from ..analysis import Analysis
+from ..keys import ssh_host_key_fingerprint, ssh_host_key_problem
 from ..labels import FLAVOR_LABEL, SITE_LABEL
 
 # Ansible's implicit groups and host: a node with one of these names breaks inventory
@@ -116,4 +118,32 @@ def ssh_targets(a: Analysis) -> Iterator[Finding]:
         seen.setdefault(key, node.name)
 
 
-CHECKS = (names_and_labels, hardware, ssh_targets)
+def ssh_host_keys(a: Analysis) -> Iterator[Finding]:
+    """The keys the engines accept from a node (issue #22: host keys are declared, reviewed
+    state). ``node.ssh-host-key-invalid``: a key the schema's pattern lets through whose
+    type is not allowed, whose base64 does not decode (canonically), whose data holds
+    another type or is no key of its type, or an RSA key under 2048 bits
+    (``resolve.keys.ssh_host_key_problem``); ``node.ssh-host-key-duplicate``: a key another
+    node declares too (two nodes cannot be one machine: a provider copied a key, or one
+    machine would answer for both)."""
+    owners: dict[str, str] = {}
+    for node in a.fleet.nodes.values():
+        for i, key in enumerate(node.ssh_host_keys):
+            where = ("spec", "ssh", "host_keys", i)
+            problem = ssh_host_key_problem(key)
+            if problem:
+                yield Finding(node.source, where, "node.ssh-host-key-invalid", problem)
+                continue
+            # Canonical base64 (checked above): one key has one spelling.
+            owner = owners.setdefault(key, node.name)
+            if owner != node.name:
+                yield Finding(
+                    node.source,
+                    where,
+                    "node.ssh-host-key-duplicate",
+                    f"node {owner} declares the same host key ({ssh_host_key_fingerprint(key)}); "
+                    "two nodes cannot be one machine",
+                )
+
+
+CHECKS = (names_and_labels, hardware, ssh_targets, ssh_host_keys)
