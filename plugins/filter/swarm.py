@@ -157,6 +157,13 @@ def swarm_requirements_missing(requirements: list, installed_json: str) -> list[
     return requirements_missing([str(r) for r in requirements], str(installed_json))
 
 
+def swarm_ray_token_command(path: str) -> str:
+    """The shell command making the Ray cluster's token on the head (resolve.ray.token_command)."""
+    from swarm_infra.resolve.ray import token_command
+
+    return token_command(str(path))
+
+
 def swarm_ip_link(output: str) -> dict:
     """``ip -j addr show dev IFACE`` as ``{mtu, inet: [CIDR, ...]}`` ({} when absent)."""
     from swarm_infra.nodeside.facts import ip_link
@@ -202,4 +209,5 @@ class FilterModule:
             "swarm_scratch_filesystem_made": swarm_scratch_filesystem_made,
             "swarm_installed_distributions_argv": swarm_installed_distributions_argv,
             "swarm_requirements_missing": swarm_requirements_missing,
+            "swarm_ray_token_command": swarm_ray_token_command,
         }

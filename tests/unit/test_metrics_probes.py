@@ -192,11 +192,14 @@ def test_a_ray_job_script_is_saved_from_stdin_submitted_and_its_directory_remove
     fake = venv / "bin" / "ray"
     fake.write_text(
         "#!/bin/sh\n# ray job submit --address A --working-dir D -- python S ARGS\n"
+        # Ray's token authentication reaches the client through its environment (the path).
+        'test "$RAY_AUTH_MODE" = token && test "$RAY_AUTH_TOKEN_PATH" = /srv/ray/tok || exit 9\n'
         'cd "$6" && shift 8 && exec python3 "$@"\n'
     )
     fake.chmod(0o755)
     script = "import sys, os; print('TRAINING', sys.argv[1:], os.getcwd())"
-    result = sh(probes.ray_job(str(venv), "http://10.0.0.1:8265", "job.py", ["--epochs", "3"]), stdin=script)
+    command = probes.ray_job(str(venv), "http://10.0.0.1:8265", "job.py", ["--epochs", "3"], "/srv/ray/tok")
+    result = sh(command, stdin=script)
     assert result.rc == 0, result.stderr
     args, cwd = result.stdout.split(" ", 1)[1].rsplit(" ", 1)
     assert args == "['--epochs', '3']" and not os.path.exists(cwd.strip())

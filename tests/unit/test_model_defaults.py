@@ -75,6 +75,7 @@ MODEL_DEFAULTS: dict[tuple[str, str], Callable[[], Any]] = {
     ("RayCluster", "object_store_percent"): _field(model.RayCluster, "object_store_percent"),
     ("RayCluster", "dashboard.enabled"): _field(model.RayCluster, "dashboard_enabled"),
     ("RayCluster", "dashboard.port"): _field(model.RayCluster, "dashboard_port"),
+    ("RayCluster", "dashboard.clients"): _field(model.RayCluster, "dashboard_clients"),
     **{("RayCluster", f"ports.{k}"): _entry(model.RAY_PORTS, k) for k in model.RAY_PORTS},
     **{
         ("ReviewPolicy", f"flags.{k}"): _entry(model.REVIEW_FLAG_DEFAULTS, k)

@@ -107,14 +107,46 @@ def test_ray_unit_runs_the_start_args_each_quoted_whole() -> None:
         assert path.removeprefix("Environment=PATH=").split(":")[0] == f"{venv}/bin"
 
 
-def test_ray_firewall_drops_every_ray_port_outside_the_allowed_interfaces() -> None:
-    node = next(n for n in NODES.values() if n["ray"])
-    fw = node["ray"]["firewall"]
-    text = static_file(node, "ray_firewall_rules")
-    assert "iifname { " + ", ".join(f'"{i}"' for i in fw["allowed_interfaces"]) + " } accept" in text
-    assert "tcp dport { " + ", ".join(map(str, fw["tcp_ports"])) + " } drop" in text
-    for first, last in fw["tcp_ranges"]:
-        assert f"tcp dport {first}-{last} drop" in text
+def test_ray_firewall_lets_only_the_clusters_members_reach_rays_ports() -> None:
+    """Issue #22: any mesh peer could reach Ray's job API. The members (the nodes with a Ray
+    part in the desired state, by their mesh address) and nobody else; replies first."""
+    members = sorted(
+        (n["mesh"]["address"].split("/")[0] for n in NODES.values() if n["ray"]),
+        key=lambda a: tuple(map(int, a.split("."))),
+    )
+    for node in (n for n in NODES.values() if n["ray"]):
+        fw = node["ray"]["firewall"]
+        text = static_file(node, "ray_firewall_rules")
+        lines = [ln.strip() for ln in text.splitlines()]
+        chain = lines[lines.index("chain input {") + 1 :]
+        assert chain[1] == "ct state established,related accept"  # replies to what Ray opened
+        assert f"elements = {{ {', '.join(members)} }}" in lines
+        iface = node["mesh"]["interface"]
+        ports = ", ".join(map(str, fw["tcp_ports"]))
+        assert f'iifname "{iface}" ip saddr @members tcp dport {{ {ports} }} accept' in chain
+        assert f"tcp dport {{ {ports} }} drop" in chain
+        for first, last in fw["tcp_ranges"]:
+            assert f'iifname "{iface}" ip saddr @members tcp dport {first}-{last} accept' in chain
+            assert f"tcp dport {first}-{last} drop" in chain
+        # Nothing else is accepted on the mesh: no interface-wide accept as before.
+        assert [ln for ln in chain[1:] if "accept" in ln and "@members" not in ln] == [
+            "ct state established,related accept",
+            'iifname "lo" accept',
+        ]
+
+
+def test_ray_units_run_as_the_unprivileged_user_with_the_token_as_a_credential() -> None:
+    for node in (n for n in NODES.values() if n["ray"]):
+        unit = static_file(node, "ray_unit").splitlines()
+        user = node["ray"]["user"]
+        assert f"User={user}" in unit and f"Group={user}" in unit and "PrivateTmp=yes" in unit
+        token = node["layout"]["files"]["ray_auth_token"]["path"]
+        assert f"LoadCredential=ray-auth-token:{token}" in unit
+        assert "Environment=RAY_AUTH_MODE=token" in unit
+        assert "Environment=RAY_AUTH_TOKEN_PATH=%d/ray-auth-token" in unit
+        assert not any(ln.startswith("Environment=RAY_AUTH_TOKEN=") for ln in unit)
+        sysusers = static_file(node, "ray_sysusers").splitlines()[-1].split()
+        assert sysusers[:3] == ["u", user, "-"] and sysusers[-1] == "/usr/sbin/nologin"
 
 
 def test_gpu_settings_are_the_nodes_gpu_slice() -> None:

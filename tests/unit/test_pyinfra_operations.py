@@ -64,7 +64,7 @@ NODESIDE = ROOT / "src" / "swarm_infra" / "nodeside"
 HOST = "node-1"
 SECTIONS = (
     "paths", "texts", "units", "packages", "interfaces", "devices", "venvs", "public_keys",
-    "wireguard", "mounts", "modules",
+    "wireguard", "mounts", "modules", "users",
 )  # fmt: skip
 
 

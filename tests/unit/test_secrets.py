@@ -64,5 +64,19 @@ def test_wireguard_private_key_never_leaves_the_node_in_pyinfra() -> None:
     """The pyinfra engine makes the key on the node with umask 077 and reads back only the
     public half (the same one task as the wireguard role)."""
     text = (ROOT / "src/swarm_infra/engines/pyinfra/operations.py").read_text()
-    assert '"umask", "077", "&&", "wg", "genkey"' in text and '"wg", "pubkey", "<"' in text
-    assert "wg showconf" not in text and "cat " not in text
+    mesh = text[
+        text.index("# ------------------------------------------------------------------------------- mesh") :
+    ]
+    assert '"umask", "077", "&&", "wg", "genkey"' in mesh and '"wg", "pubkey", "<"' in mesh
+    assert "wg showconf" not in mesh and "cat " not in mesh and '"cat"' not in mesh
+
+
+def test_the_ray_token_is_never_logged_nor_in_argv() -> None:
+    """The Ray token passes the controller (made on the head, copied to the workers): the
+    Ansible tasks that read or write it have ``no_log``; pyinfra writes it through stdin
+    under umask 077 (resolve.ray.token_command makes it the same way on the head)."""
+    tasks = yaml.safe_load((ROOT / "roles/ray/tasks/main.yml").read_text())
+    touching = [t for t in tasks if any(m in t for m in ("ansible.builtin.slurp", "ansible.builtin.copy"))]
+    assert touching and all(t.get("no_log") is True for t in touching), [t["name"] for t in touching]
+    text = (ROOT / "src/swarm_infra/engines/pyinfra/operations.py").read_text()
+    assert '"umask 077 && cat > {shlex.quote(path)}"), _stdin=text)' in text

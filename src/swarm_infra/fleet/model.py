@@ -350,6 +350,7 @@ class RayCluster:
     object_store_memory_mib: int | None = None
     dashboard_enabled: bool = True
     dashboard_port: int = RAY_DASHBOARD_PORT
+    dashboard_clients: tuple[str, ...] = ()  # CIDRs besides the members allowed to the dashboard
     ports: Mapping[str, int] = field(default_factory=lambda: MappingProxyType(RAY_PORTS))
     package_index: str
     packages: tuple[str, ...] = ()
@@ -577,6 +578,7 @@ def _ray_cluster(doc: _Doc) -> RayCluster:
             else _given(spec, object_store_percent="object_store_percent")
         ),
         **_given(spec.get("dashboard", {}), dashboard_enabled="enabled", dashboard_port="port"),
+        dashboard_clients=tuple(spec.get("dashboard", {}).get("clients", ())),
     )
 
 

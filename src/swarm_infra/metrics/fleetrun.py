@@ -272,7 +272,7 @@ class _Run:
         if ray is None:
             self._miss("-", part, what, "the fleet declares no RayCluster", False)
             return
-        command = probes.ray_job(ray.venv, ray.dashboard, script, args)
+        command = probes.ray_job(ray.venv, ray.dashboard, script, args, ray.token)
         result = self.shell(ray.head, command, 900, (JOBS / script).read_text())
         try:
             if result.rc != 0:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from swarm_infra.metrics.measurement import Measurement, MeasurementParseError, make_labels
+from swarm_infra.resolve.ray import client_env_prefix
 
 T = TypeVar("T")
 
@@ -154,15 +155,18 @@ def textfile_upload(path: str) -> str:
     )
 
 
-def ray_job(venv: str, dashboard: str, script: str, args: list[str]) -> str:
+def ray_job(venv: str, dashboard: str, script: str, args: list[str], token: str) -> str:
     """Submit the job script read from stdin (saved as ``script`` in a temporary working
     directory, removed afterwards) with ``VENV/bin/ray job submit``, waiting for its end; the
-    job's log comes back on stdout and the exit status is the job's."""
+    job's log comes back on stdout and the exit status is the job's. ``token``: the path of
+    the cluster's token on the node (Ray's token authentication; the job API refuses a
+    client without it)."""
     argv = " ".join(shlex.quote(a) for a in args)
     return (
         "d=$(mktemp -d) || exit 1\n"
         f'cat > "$d"/{shlex.quote(script)}\n'
-        f"{shlex.quote(venv)}/bin/ray job submit --address {shlex.quote(dashboard)} "
+        f"{client_env_prefix(token)} {shlex.quote(venv)}/bin/ray job submit "
+        f"--address {shlex.quote(dashboard)} "
         f'--working-dir "$d" -- python {shlex.quote(script)} {argv}\n'
         'rc=$?; rm -rf "$d"; exit $rc\n'
     )

@@ -53,6 +53,7 @@ class RayTarget:
     venv: str
     dashboard: str
     head_ip: str
+    token: str  # the path of the cluster's token on the head (Ray's token authentication)
 
 
 def ray_target(state: DesiredState) -> RayTarget | None:
@@ -61,10 +62,11 @@ def ray_target(state: DesiredState) -> RayTarget | None:
         ray = node["ray"]
         if ray and ray["role"] == "head" and ray["dashboard"]:
             dash = ray["dashboard"]
-            venv = node["layout"]["files"]["ray_venv"]["path"]
+            files = node["layout"]["files"]
             return RayTarget(
-                ray["cluster"], name, venv, f"http://{dash['host']}:{dash['port']}", ray["node_ip"]
-            )
+                ray["cluster"], name, files["ray_venv"]["path"], f"http://{dash['host']}:{dash['port']}",
+                ray["node_ip"], files["ray_auth_token"]["path"],
+            )  # fmt: skip
     return None
 
 

@@ -9,7 +9,8 @@ rest of ``nodeside``; read-only: it never changes the node.
 SPEC (JSON): ``{"paths": [path, ...], "texts": [path, ...], "units": [unit, ...],
 "packages": [name, ...], "interfaces": [name, ...], "devices": [path, ...],
 "venvs": [path, ...], "public_keys": [private key path, ...], "wireguard": [interface, ...],
-"mounts": [mount point, ...], "modules": [kernel module, ...]}`` (every key optional). The
+"mounts": [mount point, ...], "modules": [kernel module, ...], "users": [name, ...]}`` (every
+key optional). The
 result has the same keys:
 
 * ``paths``: ``{path: {"type": "file"|"directory"|"link"|"other", "mode": "0644", "owner",
@@ -25,7 +26,8 @@ result has the same keys:
   on the node: the private key never leaves it);
 * ``wireguard``: ``{interface: "wg show IFACE allowed-ips" output, or None when down}``;
 * ``mounts``: ``{mount point: {"source", "fstype", "options"} or None}`` (/proc/self/mounts);
-* ``modules``: ``{module: loaded}`` (/sys/module/NAME exists).
+* ``modules``: ``{module: loaded}`` (/sys/module/NAME exists);
+* ``users``: ``{name: uid or None}`` (the password database).
 """
 
 from __future__ import annotations
@@ -215,7 +217,15 @@ def snapshot(spec: dict) -> dict:
         "wireguard": _wireguard(list(spec.get("wireguard", []))),
         "mounts": _mounts(list(spec.get("mounts", []))),
         "modules": {m: os.path.isdir(os.path.join("/sys/module", m)) for m in spec.get("modules", [])},
+        "users": {u: _uid(u) for u in spec.get("users", [])},
     }
+
+
+def _uid(name: str) -> int | None:
+    try:
+        return pwd.getpwnam(name).pw_uid
+    except KeyError:
+        return None
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ engines only ask for a layer's files where NodeState declares that layer.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 from collections.abc import Callable, Mapping
@@ -22,6 +23,7 @@ from typing import Any, cast
 from .keys import checked_keys, wireguard_key_problem
 from .layers import PACKAGE_CACHE_FILES, declared
 from .layers import layer as registry
+from .ray import client_env
 from .types import ManagedPath, NodeState
 
 # How long a Ray worker waits for the head's GCS port at start, before systemd retries (s).
@@ -306,28 +308,58 @@ def wireguard_running_differs(node: NodeState, peer_keys: Mapping[str, str], all
 
 
 def ray_firewall_rules(node: NodeState) -> str:
-    """nftables rules keeping Ray's ports off every interface but loopback and the mesh
-    (Ray binds every interface even with --node-ip-address). The first two lines make a
-    reload replace the table whole."""
+    """nftables rules letting only the Ray cluster's members (and, on the head, the
+    dashboard's declared clients) open connections to Ray's ports: replies to connections
+    already made pass first, then loopback, then the members over the mesh interface; every
+    other new connection to a Ray port is dropped, on every interface (Ray binds every
+    interface even with --node-ip-address). The first two lines make a reload replace the
+    table whole."""
     ray, units = node["ray"], node["layout"]["units"]
     assert ray is not None  # rendered for nodes in the Ray cluster only
     fw = ray["firewall"]
+    iface = json.dumps(line_value(fw["mesh_interface"], "mesh interface"))
+    ports = ", ".join(str(int(p)) for p in fw["tcp_ports"])
+    ranges = [f"{int(first)}-{int(last)}" for first, last in fw["tcp_ranges"]]
+    members = ", ".join(str(ipaddress.IPv4Address(a)) for a in fw["members"])
     lines = [
         _header("Ray layer").rstrip("\n"),
-        "# Ray binds every interface even with --node-ip-address: its ports answer only on",
-        f"# {' and '.join(fw['allowed_interfaces'])}. Loaded by {units['ray_firewall']}.",
+        "# Only the Ray cluster's members (over the mesh) open connections to Ray's ports; every",
+        f"# other host, on every interface, is dropped. Loaded by {units['ray_firewall']}.",
         "# The first two lines make a reload replace the table whole (create it if absent, drop it).",
         "table inet swarm_ray",
         "delete table inet swarm_ray",
         "table inet swarm_ray {",
+        "  set members {",
+        "    type ipv4_addr",
+        *([f"    elements = {{ {members} }}"] if members else []),
+        "  }",
         "  chain input {",
         "    type filter hook input priority filter; policy accept;",
-        f"    iifname {{ {', '.join(json.dumps(i) for i in fw['allowed_interfaces'])} }} accept",
-        f"    tcp dport {{ {', '.join(str(p) for p in fw['tcp_ports'])} }} drop",
+        "    ct state established,related accept",
+        '    iifname "lo" accept',
+        f"    iifname {iface} ip saddr @members tcp dport {{ {ports} }} accept",
+        *(f"    iifname {iface} ip saddr @members tcp dport {r} accept" for r in ranges),
     ]
-    lines += [f"    tcp dport {first}-{last} drop" for first, last in fw["tcp_ranges"]]
-    lines += ["  }", "}"]
+    if fw["dashboard_port"] is not None and fw["dashboard_clients"]:
+        clients = ", ".join(str(ipaddress.IPv4Network(c)) for c in fw["dashboard_clients"])
+        lines.append(
+            f"    iifname {iface} ip saddr {{ {clients} }} tcp dport {int(fw['dashboard_port'])} accept"
+        )
+    lines += [f"    tcp dport {{ {ports} }} drop", *(f"    tcp dport {r} drop" for r in ranges), "  }", "}"]
     return "\n".join(lines) + "\n"
+
+
+def ray_sysusers(node: NodeState) -> str:
+    """sysusers.d(5) file declaring Ray's unprivileged system user (no login shell, its home
+    the units' state directory); ``systemd-sysusers`` makes it from this file."""
+    ray = node["ray"]
+    assert ray is not None
+    user = line_value(ray["user"], "Ray user")
+    return (
+        _header("Ray layer")
+        + "# Ray and its jobs run as this user: no job reads root's files (WireGuard's key, Ray's token).\n"
+        f'u {user} - "Swarm Ray cluster" /var/lib/{user} /usr/sbin/nologin\n'
+    )
 
 
 def ray_firewall_unit(node: NodeState) -> str:
@@ -371,6 +403,8 @@ def ray_unit(node: NodeState) -> str:
     units, files = layout["units"], layout["files"]
     venv = files["ray_venv"]["path"]
     role = ray["role"]
+    user = line_value(ray["user"], "Ray user")
+    token = line_value(files["ray_auth_token"]["path"], "Ray token path")
     for what in ("cluster", "node_ip", "version"):
         line_value(cast(Mapping[str, Any], ray)[what], f"Ray {what}")
     for arg in ray["start_args"]:
@@ -385,6 +419,20 @@ def ray_unit(node: NodeState) -> str:
         "",
         "[Service]",
         "Type=simple",
+        "# Ray and every job it runs: an unprivileged user (ray_sysusers) with a /tmp of its own,",
+        "# no new privileges, /usr and /etc read-only; no job reads WireGuard's key or the token file.",
+        f"User={user}",
+        f"Group={user}",
+        f"StateDirectory={user}",
+        f"Environment=HOME=/var/lib/{user}",
+        "PrivateTmp=yes",
+        "NoNewPrivileges=yes",
+        "ProtectSystem=full",
+        "ProtectHome=yes",
+        "# Ray's token authentication (Ray >= 2.52): the token reaches Ray as a systemd credential,",
+        "# readable by this unit's user only; the environment names its file, never the token.",
+        f"LoadCredential=ray-auth-token:{token}",
+        *(f"Environment={k}={v}" for k, v in client_env("%d/ray-auth-token").items()),
         "Environment=RAY_USAGE_STATS_ENABLED=0",
         # Job entrypoints (`ray job submit -- python job.py`) and tasks' subprocesses run with
         # Ray's environment: its virtualenv's python first, as an activated venv would be.
@@ -448,6 +496,7 @@ STATIC: dict[str, Callable[[NodeState], str]] = {
     "ray_firewall_rules": ray_firewall_rules,
     "ray_firewall_unit": ray_firewall_unit,
     "ray_unit": ray_unit,
+    "ray_sysusers": ray_sysusers,
     "storage_record": storage_record,
 }
 
@@ -525,6 +574,8 @@ def layer_files(
         other = "worker" if ray["role"] == "head" else "head"
         return [
             _item(f["etc_dir"], "directory"),
+            _item(f["ray_auth_token"], "file"),
+            _item(f["ray_sysusers"], "file", ray_sysusers(node)),
             _item(f["ray_firewall_rules"], "file", ray_firewall_rules(node)),
             _item(f["ray_firewall_unit"], "file", ray_firewall_unit(node)),
             _item(f[f"ray_{ray['role']}_unit"], "file", ray_unit(node)),

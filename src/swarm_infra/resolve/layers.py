@@ -137,12 +137,22 @@ LAYERS: tuple[Layer, ...] = (
         files=(
             "etc_dir",
             "ray_venv",
+            "ray_auth_token",
+            "ray_sysusers",
             "ray_firewall_rules",
             "ray_firewall_unit",
             "ray_head_unit",
             "ray_worker_unit",
         ),
-        removed=("ray_head_unit", "ray_worker_unit", "ray_firewall_unit", "ray_firewall_rules", "ray_venv"),
+        removed=(
+            "ray_head_unit",
+            "ray_worker_unit",
+            "ray_firewall_unit",
+            "ray_firewall_rules",
+            "ray_venv",
+            "ray_auth_token",
+            "ray_sysusers",
+        ),
         units=("ray_firewall", "ray_head", "ray_worker"),
         restarts=(
             ("ray_firewall_unit", "ray_firewall"),

@@ -18,6 +18,9 @@ ETC_DIR = "/etc/swarm"  # settings the project persists on the node
 STATE_DIR = "/var/lib/swarm"  # what the project records on the node (values before it set them)
 WIREGUARD_DIR = "/etc/wireguard"
 UNIT_DIR = "/etc/systemd/system"
+# The unprivileged system user Ray and its jobs run as (sysusers.d(5) makes it, from the
+# Ray layer's file): no job can read root's files (/etc/wireguard, the Ray token itself).
+RAY_USER = "swarm-ray"
 
 
 def _file(path: str, mode: str = "0644") -> ManagedPath:
@@ -77,6 +80,10 @@ def node_layout(interface: str = "wg0") -> LayoutState:
             "ray_worker_unit": _file(f"{UNIT_DIR}/ray-worker.service"),
             "ray_firewall_rules": _file(f"{ETC_DIR}/ray-firewall.nft"),
             "ray_firewall_unit": _file(f"{UNIT_DIR}/swarm-ray-firewall.service"),
+            "ray_sysusers": _file(f"/etc/sysusers.d/{RAY_USER}.conf"),
+            # Ray's token (RAY_AUTH_MODE=token): made on the head, copied to the members,
+            # root's only; the units read it as a systemd credential. Never read back.
+            "ray_auth_token": _file(f"{ETC_DIR}/ray-auth-token", "0600"),
             "wireguard_dir": _dir(WIREGUARD_DIR, "0700"),
             "wireguard_key": _file(f"{WIREGUARD_DIR}/{interface}.key", "0600"),
             "wireguard_conf": _file(f"{WIREGUARD_DIR}/{interface}.conf", "0600"),

@@ -207,6 +207,8 @@ class NodeResolver:
                 str(a.addresses[head]),
                 fleet.sites[node.site].region,
                 fleet.mesh.interface,
+                head,
+                [str(a.addresses[n]) for n in self.ray_roles],
             )
         scratch = fleet.storage.scratch if fleet.storage is not None else None
         if scratch is not None and node.nvme:

@@ -31,6 +31,7 @@ from typing import Literal
 
 from ..fleet.model import Fleet, Node, RayCluster, RayRequest
 from .labels import FLAVOR_LABEL, REGION_LABEL, SITE_LABEL
+from .layout import RAY_USER
 from .types import RayClusterState, RayFirewallState, RayGroupState, RayNodeState
 
 RESERVE_PERCENT = 10  # of a node's CPUs and memory, left to the kubelet and system daemons
@@ -206,18 +207,50 @@ def members(ray: RayCluster, fleet: Fleet) -> tuple[list[str], list[str]]:
     return heads, workers
 
 
-def firewall_rule(ray: RayCluster, interface: str) -> RayFirewallState:
-    """Ray binds every interface even with --node-ip-address (measured with Ray 2.60): every
-    port it listens on is dropped on every interface but loopback and the mesh's."""
+def firewall_rule(ray: RayCluster, interface: str, members: Sequence[str], head: bool) -> RayFirewallState:
+    """Who may connect to Ray's ports on a member (``members``: the cluster's members' mesh
+    addresses; ``head``: the node is the head). Ray binds every interface even with
+    --node-ip-address (measured with Ray 2.60) and, without the firewall, any mesh peer (a
+    relay, a storage node, any new provider) could submit a job: so only loopback and the
+    members over the mesh interface pass, and on the head the dashboard's declared clients
+    (the job API); every other connection to a Ray port is dropped, on every interface."""
     ports = dict(ray.ports)
     low, high = ports.pop("min_worker"), ports.pop("max_worker")
     if ray.dashboard_enabled:
         ports["dashboard"] = ray.dashboard_port
+    dashboard = ray.dashboard_port if head and ray.dashboard_enabled else None
     return {
-        "allowed_interfaces": ["lo", interface],
+        "mesh_interface": interface,
+        "members": sorted(members, key=lambda a: tuple(int(x) for x in a.split("."))),
+        "dashboard_port": dashboard,
+        "dashboard_clients": list(ray.dashboard_clients) if dashboard else [],
         "tcp_ports": sorted(set(ports.values())),
         "tcp_ranges": [[low, high]],
     }
+
+
+def client_env(token_path: str) -> dict[str, str]:
+    """The environment every Ray client needs (``ray job submit``, ``ray list``, the units'
+    own ``ray start``/``ray stop``): Ray's token authentication (Ray >= 2.52, docs
+    "Ray token authentication": RAY_AUTH_MODE must be ``token`` on every node and client)
+    with the token read from ``token_path``, never from the environment itself
+    (RAY_AUTH_TOKEN would show in /proc/PID/environ of every Ray process)."""
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": token_path}
+
+
+def token_command(path: str) -> str:
+    """The shell command that makes the cluster's token on the head: 32 random bytes as hex,
+    written under umask 077 (mode 0600 from the start), never printed, never in argv."""
+    import shlex
+
+    return "umask 077 && python3 -c 'import secrets; print(secrets.token_hex(32))' > " + shlex.quote(path)
+
+
+def client_env_prefix(token_path: str) -> str:
+    """:func:`client_env` as a shell command prefix (``env K=V ...``), values quoted."""
+    import shlex
+
+    return "env " + " ".join(f"{k}={shlex.quote(v)}" for k, v in client_env(token_path).items())
 
 
 # ray start flag of each fixed port (RayCluster ports, Ray 2.60's `ray start --help`).
@@ -272,9 +305,12 @@ def bare_node_ray(
     head_ip: str,
     region: str,
     interface: str,
+    head: str,
+    members: Sequence[str],
 ) -> RayNodeState:
     """NodeState.ray of ``node`` in the bare-node Ray cluster ``ray`` (``role``: head or
-    worker; ``node_ip``/``head_ip``: mesh addresses, which Ray advertises and joins on).
+    worker; ``node_ip``/``head_ip``: mesh addresses, which Ray advertises and joins on;
+    ``head``: the head's name; ``members``: every member's mesh address, for the firewall).
 
     GPUs are declared to Ray as logical GPUs (``--num-gpus``), simulated ones too (the
     state says so); the object store is the policy's size, else its percent of the node's
@@ -292,6 +328,8 @@ def bare_node_ray(
     state: RayNodeState = {
         "cluster": ray.name,
         "role": role,
+        "head": head,
+        "user": RAY_USER,
         "version": ray.ray_version,
         "requirements": ray_requirements(ray.ray_version, ray.packages),
         "package_index": ray.package_index,
@@ -308,7 +346,7 @@ def bare_node_ray(
         "dashboard": {"host": head_ip, "port": ray.dashboard_port}
         if role == "head" and ray.dashboard_enabled
         else None,
-        "firewall": firewall_rule(ray, interface),
+        "firewall": firewall_rule(ray, interface, members, role == "head"),
         "start_args": [],
     }
     state["start_args"] = start_args(state)

@@ -213,9 +213,14 @@ class LayoutState(TypedDict):
 
 
 class RayFirewallState(TypedDict):
-    """Ray's ports kept off every interface but these (nftables on the node)."""
+    """Who may open a connection to Ray's ports (nftables on the node): loopback, and over
+    the mesh interface the cluster's members; the head's dashboard and job API also the
+    declared dashboard clients. Everyone else, on every interface, is dropped."""
 
-    allowed_interfaces: list[str]  # loopback and the mesh interface
+    mesh_interface: str
+    members: list[str]  # the Ray cluster's members' mesh addresses, sorted
+    dashboard_port: int | None  # the head's dashboard and job API; None elsewhere or when off
+    dashboard_clients: list[str]  # CIDRs besides the members allowed to it (RayCluster dashboard.clients)
     tcp_ports: list[int]
     tcp_ranges: list[list[int]]  # [first, last] port ranges (worker processes)
 
@@ -230,6 +235,8 @@ class RayNodeState(TypedDict):
 
     cluster: str
     role: Literal["head", "worker"]
+    head: str  # the head node's name (its token is the cluster's)
+    user: str  # the unprivileged system user Ray and its jobs run as
     version: str  # the pinned Ray release
     requirements: list[str]  # pip requirements: Ray with its extras first, then the policy's packages
     package_index: str  # pip --index-url

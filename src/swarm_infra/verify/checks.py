@@ -167,7 +167,7 @@ def _ray_checks(name: str, node: NodeState, state: DesiredState) -> tuple[list[C
         Check(name, "ray", "alive in the cluster", "ray_member",
               {"state": "ALIVE", "resources": resources, "labels": r["labels"]},
               {"on": head, "node_ip": r["node_ip"], "dashboard": head_ray["dashboard"],
-               "venv": files["ray_venv"]["path"]},
+               "venv": files["ray_venv"]["path"], "token": files["ray_auth_token"]["path"]},
               (service.id, f"{head}/ray/service {head_unit}")),
     ]  # fmt: skip
     # From another node of the cluster: the underlay address answers nothing on Ray's port,

@@ -16,6 +16,7 @@ from typing import Any
 from testinfra.host import Host
 
 from ..nodeside import facts
+from ..resolve.ray import client_env_prefix
 from .checks import Check
 
 Cache = dict[str, Any]
@@ -167,7 +168,9 @@ def ray_member(host: Host, check: Check, cache: Cache) -> dict[str, Any] | str:
     dashboard = check.args["dashboard"]
     if not dashboard:
         return "unreadable: the head runs no dashboard (state API)"
-    nodes = _cached(cache, "ray_nodes", lambda: _ray_nodes(host, check.args["venv"], dashboard))
+    nodes = _cached(
+        cache, "ray_nodes", lambda: _ray_nodes(host, check.args["venv"], dashboard, check.args["token"])
+    )
     if isinstance(nodes, str):
         return nodes
     alive = [n for n in nodes if n.get("node_ip") == check.args["node_ip"] and n.get("state") == "ALIVE"]
@@ -181,10 +184,11 @@ def ray_member(host: Host, check: Check, cache: Cache) -> dict[str, Any] | str:
     }
 
 
-def _ray_nodes(host: Host, venv: str, dashboard: dict[str, Any]) -> list[dict[str, Any]] | str:
+def _ray_nodes(host: Host, venv: str, dashboard: dict[str, Any], token: str) -> list[dict[str, Any]] | str:
     address = f"http://{dashboard['host']}:{dashboard['port']}"
     out = host.run(
-        f"{shlex.quote(venv)}/bin/ray list nodes --detail --format json --limit 10000 --address {address}"
+        f"{client_env_prefix(token)} {shlex.quote(venv)}/bin/ray list nodes --detail --format json "
+        f"--limit 10000 --address {address}"
     )
     if out.rc != 0:
         return f"unreadable: {(out.stderr.strip() or 'ray list nodes failed').splitlines()[-1]}"

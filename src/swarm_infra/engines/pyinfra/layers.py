@@ -313,10 +313,11 @@ def mesh_layer() -> None:
 
 
 def ray_layer() -> None:
-    """The fleet's own Ray cluster over the mesh: nftables keeping Ray's ports off every
-    interface but loopback and wg0, the pinned Ray in its virtualenv from the declared
-    package index, and the head or worker unit (restarted only when Ray or its unit
-    changed). A node outside the cluster keeps none of the layer's units or files."""
+    """The fleet's own Ray cluster over the mesh: the cluster's token (made on the head,
+    copied to the workers), Ray's unprivileged user, nftables letting only the members reach
+    Ray's ports, the pinned Ray in its virtualenv from the declared package index, and the
+    head or worker unit (restarted only when Ray, its unit or its token changed). A node
+    outside the cluster keeps none of the layer's units or files."""
     node = _node()
     ray, layout = node["ray"], node["layout"]
     paths, units = layout["files"], layout["units"]
@@ -337,9 +338,16 @@ def ray_layer() -> None:
     if ray["simulated_gpus"]:
         ops.record_note(notes.ray_simulated_gpus(node))
     ops.apt_install(name="Install the venv module and nftables", packages=node_packages(node, "ray"))
-    # The firewall rules keeping Ray's ports off every interface but loopback and the mesh,
-    # its unit, this node's Ray unit (and not the other role's).
+    # Ray's token: made on the head, copied from it to each worker (the head's step runs
+    # first); root's only. Then Ray's user and token file, the firewall rules letting only
+    # the cluster's members reach Ray's ports, its unit, this node's Ray unit.
+    token = ops.ray_token(name="Ray's token", path=paths["ray_auth_token"]["path"], head=ray["head"])
     made = layer_items(node, "ray", "Ray layer")
+    ops.system_user(
+        name="Make Ray's unprivileged user from its sysusers.d file",
+        user=ray["user"],
+        sysusers=paths["ray_sysusers"]["path"],
+    )
     rules = made[paths["ray_firewall_rules"]["path"]]
     fw_unit = made[paths["ray_firewall_unit"]["path"]]
     unit_file = made[paths[f"ray_{ray['role']}_unit"]["path"]]
@@ -374,7 +382,7 @@ def ray_layer() -> None:
         name="Restart Ray",
         service=own,
         restarted=True,
-        _if=lambda: was_running and any_changed(install, unit_file)(),
+        _if=lambda: was_running and any_changed(install, unit_file, token)(),
     )
 
 

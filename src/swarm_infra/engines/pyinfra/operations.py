@@ -47,6 +47,7 @@ from ...resolve.files import layer_files, wireguard_peer_keys, wireguard_running
 from ...resolve.keys import wireguard_key_problem
 from ...resolve.layers import known_packages, read_back
 from ...resolve.notes import gpu_reset_required, not_applied
+from ...resolve.ray import token_command
 from ...resolve.types import NodeState
 from .facts import BOOTSTRAP, DpkgSelections, MdadmBrief, NodesideCall, nodeside_payload
 
@@ -122,6 +123,7 @@ def snapshot_spec(node: NodeState) -> dict[str, Any]:
         "wireguard": [mesh["interface"]] if mesh else [],
         "mounts": [scratch["mount_path"]] if scratch else [],
         "modules": ["wireguard"],
+        "users": [ray["user"]] if ray else [],
     }
 
 
@@ -441,6 +443,60 @@ def gpu_settings(gpu: Mapping[str, Any]) -> Generator[StringCommand, None, None]
             host.noop(f"{label}gpu {c['gpu']} {c['key']}: {c['before']} -> {c['after']}")
         changing()
         yield _nodeside_command(nodeside_gpu, "run_spec", dict(gpu), apply=True)
+
+
+# -------------------------------------------------------------------------------- ray
+
+
+@operation()
+def system_user(user: str, sysusers: str) -> Generator[StringCommand, None, None]:
+    """Make the system user ``user`` from its sysusers.d(5) file ``sysusers`` where the node
+    has no such user (``systemd-sysusers FILE``, as the Ansible role does).
+
+    **Example:** ``system_user(name="Ray's user", user="swarm-ray", sysusers=path)``"""
+    if snapshot()["users"].get(user) is not None:
+        return
+    changing()
+    yield StringCommand("systemd-sysusers", QuoteString(sysusers))
+
+
+@operation()
+def ray_token(path: str, head: str) -> Generator[StringCommand, None, None]:
+    """The Ray cluster's token on this node: on the head (``head`` is this host) made where
+    there is none (:func:`~swarm_infra.resolve.ray.token_command`: umask 077, never
+    printed, never in argv); on a worker, the head's token written where this node's differs
+    (compared by digest; read from the head when this run has it, written through stdin
+    under umask 077, never in a file on the controller). A worker without a token in a run
+    without the head fails, naming the head.
+
+    **Example:** ``ray_token(name="Ray's token", path=files["ray_auth_token"]["path"], head=ray["head"])``"""
+    mine = snapshot()["paths"].get(path)
+    if head == host.name:
+        if mine is None:
+            changing()
+            yield StringCommand(token_command(path))
+        return
+    head_host = next((h for h in host.state.inventory if h.name == head), None)
+    if head_host is None or head_host not in host.state.active_hosts:
+        if mine is None:
+            raise OperationError(
+                f"{host.name}: no Ray token, and the head ({head}) is not in this run: "
+                "converge it with the head"
+            )
+        host.noop(f"Ray token kept (the head {head} is not in this run)")
+        return
+    ok, out = head_host.run_shell_command(
+        StringCommand("cat", QuoteString(path)), print_output=False, print_input=False
+    )
+    token = "\n".join(out.stdout_lines).strip() if ok else ""
+    if not token:  # a check run on a fresh head: it has no token yet
+        host.noop(f"Ray token: the head {head} has none yet; copied once it has")
+        return
+    text = token + "\n"
+    if mine is not None and mine.get("sha1") == hashlib.sha1(text.encode()).hexdigest():
+        return
+    changing()
+    yield StringCommand("sh", "-c", QuoteString(f"umask 077 && cat > {shlex.quote(path)}"), _stdin=text)
 
 
 # ------------------------------------------------------------------------------- mesh
