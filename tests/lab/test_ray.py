@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from swarm_infra.lab.state import read_connections, ssh_command
+from swarm_infra.resolve.ray import client_env_prefix
 from tests.labkit import FILES, LAB_STATE, ROOT, converge_summary, on_node, swarm
 
 pytestmark = [pytest.mark.root, pytest.mark.lab]
@@ -28,6 +29,8 @@ RAY = {name: node["ray"] for name, node in LAB_STATE["nodes"].items()}
 HEAD = next(n for n, r in RAY.items() if r["role"] == "head")
 DASHBOARD = f"http://{RAY[HEAD]['dashboard']['host']}:{RAY[HEAD]['dashboard']['port']}"
 VENV = FILES["ray_venv"]
+# Every Ray client names the cluster's token (Ray's token authentication).
+CLIENT = client_env_prefix(FILES["ray_auth_token"])
 JOB_DIR = "/root/ray-jobs"
 MIB = 64
 # Tune trials of the proof job: one wave, a trial on each of the cluster's CPUs (2 per node),
@@ -52,7 +55,7 @@ table inet ray_probe {{
 
 def ray_nodes() -> list[dict]:
     out = on_node(
-        HEAD, f"{VENV}/bin/ray list nodes --detail --format json --limit 1000 --address {DASHBOARD}"
+        HEAD, f"{CLIENT} {VENV}/bin/ray list nodes --detail --format json --limit 1000 --address {DASHBOARD}"
     )
     return json.loads(out.stdout)
 
@@ -132,6 +135,79 @@ def test_rays_ports_answer_over_the_mesh_only(lab, tmp_path: Path) -> None:
     assert rc == 0 and drift == []
 
 
+# A job with one task on each Ray node: who it runs as, and whether it can read root's
+# WireGuard key there.
+WHO_JOB = """
+import json, os, socket, ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+ray.init()
+
+@ray.remote(num_cpus=0)
+def who(key):
+    try:
+        open(key).read()
+        readable = True
+    except PermissionError:
+        readable = False
+    return {"host": socket.gethostname(), "uid": os.getuid(), "key_readable": readable}
+
+alive = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+runs = [who.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote(KEY) for n in alive]
+print("WHO " + json.dumps(ray.get(runs)))
+"""
+
+
+def submit_job(node: str, script: str, with_token: bool) -> subprocess.CompletedProcess[str]:
+    on_node(node, f"mkdir -p {JOB_DIR}/who && cat > {JOB_DIR}/who/who.py <<'EOF'\n{script}\nEOF")
+    prefix = f"{CLIENT} " if with_token else ""
+    return on_node(
+        node,
+        f"{prefix}timeout 300 {VENV}/bin/ray job submit --address {DASHBOARD} --working-dir {JOB_DIR}/who "
+        "-- python who.py",
+        check=False,
+    )
+
+
+def test_jobs_run_with_the_token_only_and_as_the_unprivileged_user(lab) -> None:
+    """Issue #22 (ShadowRay, CVE-2023-48022): without the token the job API refuses a job,
+    even from a member's root; with it, the job's tasks run as Ray's user on every node and
+    cannot read the node's WireGuard key."""
+    key = FILES["wireguard_key"]
+    script = WHO_JOB.replace("KEY", repr(key))
+    worker = BY_MODEL["A100"][0]
+    refused = submit_job(worker, script, with_token=False)
+    assert refused.returncode != 0 and "WHO " not in refused.stdout, refused.stdout[-2000:]
+    listed = on_node(worker, f"{VENV}/bin/ray list nodes --address {DASHBOARD}", check=False)
+    assert listed.returncode != 0, listed.stdout[-1000:]
+    ran = submit_job(HEAD, script, with_token=True)
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-1000:]
+    line = next(ln for ln in ran.stdout.splitlines() if ln.startswith("WHO "))
+    runs = json.loads(line.removeprefix("WHO "))
+    user = RAY[HEAD]["user"]
+    uids = {n: int(on_node(n, f"id -u {user}").stdout) for n, r in RAY.items() if r}
+    assert {r["host"] for r in runs} == set(uids)  # a task on every Ray node
+    assert all(r["uid"] == uids[r["host"]] != 0 and not r["key_readable"] for r in runs), runs
+
+
+def test_a_mesh_peer_outside_the_members_reaches_no_ray_port(lab) -> None:
+    """The head's firewall passes Ray's ports to the members' mesh addresses only: with one
+    worker's address taken out of the head's member set (as a mesh peer that is not a
+    member), its connections to the GCS and the job API are dropped; the declared rules,
+    reloaded, let it in again."""
+    worker = BY_MODEL["A100"][0]
+    address = RAY[worker]["node_ip"]
+    gcs, dashboard = RAY[HEAD]["ports"]["gcs"], RAY[HEAD]["dashboard"]["port"]
+    probe = f"timeout 3 bash -c '</dev/tcp/{RAY[HEAD]['node_ip']}/{{}}' && echo open || echo closed"
+    assert on_node(worker, probe.format(gcs)).stdout.strip() == "open"
+    on_node(HEAD, f"nft delete element inet swarm_ray members {{ {address} }}")
+    try:
+        assert on_node(worker, probe.format(gcs)).stdout.strip() == "closed"
+        assert on_node(worker, probe.format(dashboard)).stdout.strip() == "closed"
+    finally:
+        on_node(HEAD, f"systemctl reload {LAB_STATE['nodes'][HEAD]['layout']['units']['ray_firewall']}")
+    assert on_node(worker, probe.format(gcs)).stdout.strip() == "open"
+
+
 def test_a_job_places_by_gpu_model_tunes_across_nodes_moves_data_over_the_mesh_and_survives_a_lost_worker(
     lab, tmp_path: Path
 ) -> None:
@@ -149,7 +225,7 @@ def test_a_job_places_by_gpu_model_tunes_across_nodes_moves_data_over_the_mesh_a
 
     conn = read_connections()[HEAD]
     submit = (
-        f"{VENV}/bin/ray job submit --address {DASHBOARD} --working-dir {JOB_DIR} "
+        f"{CLIENT} {VENV}/bin/ray job submit --address {DASHBOARD} --working-dir {JOB_DIR} "
         # Ray's driver folds log lines that differ only in numbers ("TRIAL-RUNNING lab-gpu-1" and
         # "... lab-gpu-2" alike): the test reads every trial's line, so none is folded.
         f"-- RAY_DEDUP_LOGS=0 python mesh_proof.py --mib {MIB} --trials {TRIALS}"

@@ -374,6 +374,8 @@ def ray_firewall_unit(node: NodeState) -> str:
         "Type=oneshot\n"
         "RemainAfterExit=yes\n"
         f"ExecStart=/usr/sbin/nft -f {files['ray_firewall_rules']['path']}\n"
+        "# The rules file replaces the table whole: a reload swaps the rules, atomically.\n"
+        f"ExecReload=/usr/sbin/nft -f {files['ray_firewall_rules']['path']}\n"
         "ExecStop=/usr/sbin/nft delete table inet swarm_ray\n"
         "\n"
         "[Install]\n"

@@ -359,7 +359,9 @@ def ray_layer() -> None:
         _if=any_changed(fw_unit),
     )
     ops.unit(name="Enable and start the firewall (before Ray)", service=firewall, running=True, enabled=True)
-    ops.unit(name="Reload the Ray firewall", service=firewall, restarted=True, _if=any_changed(rules))
+    # Reloaded, not restarted: Ray's units require the firewall, and a restart of a required
+    # unit restarts them (systemd.unit(5), Requires=); new members must not restart Ray.
+    ops.unit(name="Reload the Ray firewall", service=firewall, reloaded=True, _if=any_changed(rules, fw_unit))
     index = ray["package_index"]
     install = ops.pip_requirements(
         name="Install the pinned Ray in its virtualenv from the declared package index",

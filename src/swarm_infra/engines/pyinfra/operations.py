@@ -262,10 +262,11 @@ def unit(
     enabled: bool | None = None,
     restarted: bool = False,
     daemon_reload: bool = False,
+    reloaded: bool = False,
 ) -> Generator[Any, None, None]:
-    """A systemd unit enabled or not, running or not, restarted (when running): nothing when
-    the snapshot shows it so, else pyinfra's ``systemd.service`` (``daemon_reload`` first
-    when asked).
+    """A systemd unit enabled or not, running or not, restarted or reloaded (when running):
+    nothing when the snapshot shows it so, else pyinfra's ``systemd.service``
+    (``daemon_reload`` first when asked).
 
     **Example:** ``unit(name="Start Ray", service="ray-head.service", running=True, enabled=True)``"""
     from pyinfra.operations import systemd
@@ -273,6 +274,7 @@ def unit(
     now = unit_state(service)
     if (
         not restarted
+        and not reloaded
         and not daemon_reload
         and (running is None or running == now["running"])
         and (enabled is None or enabled == now["enabled"])
@@ -284,6 +286,7 @@ def unit(
         running=running,
         enabled=enabled,
         restarted=restarted,
+        reloaded=reloaded,
         daemon_reload=daemon_reload,
     )
 
