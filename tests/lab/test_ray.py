@@ -152,7 +152,8 @@ def who(key):
     return {"host": socket.gethostname(), "uid": os.getuid(), "key_readable": readable}
 
 alive = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
-runs = [who.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote(KEY) for n in alive]
+pin = [NodeAffinitySchedulingStrategy(n, soft=False) for n in alive]
+runs = [who.options(scheduling_strategy=p).remote(KEY) for p in pin]
 print("WHO " + json.dumps(ray.get(runs)))
 """
 
