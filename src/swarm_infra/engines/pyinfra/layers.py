@@ -338,11 +338,11 @@ def ray_layer() -> None:
     if ray["simulated_gpus"]:
         ops.record_note(notes.ray_simulated_gpus(node))
     ops.apt_install(name="Install the venv module and nftables", packages=node_packages(node, "ray"))
-    # Ray's token: made on the head, copied from it to each worker (the head's step runs
-    # first); root's only. Then Ray's user and token file, the firewall rules letting only
-    # the cluster's members reach Ray's ports, its unit, this node's Ray unit.
-    token = ops.ray_token(name="Ray's token", path=paths["ray_auth_token"]["path"], head=ray["head"])
+    # Ray's user, the token file's mode, the firewall rules letting only the cluster's
+    # members reach Ray's ports, its unit, this node's Ray unit; then Ray's token: made on
+    # the head, copied from it to each worker (the head's step runs first), root's only.
     made = layer_items(node, "ray", "Ray layer")
+    token = ops.ray_token(name="Ray's token", path=paths["ray_auth_token"]["path"], head=ray["head"])
     ops.system_user(
         name="Make Ray's unprivileged user from its sysusers.d file",
         user=ray["user"],
