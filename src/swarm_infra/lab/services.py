@@ -9,11 +9,14 @@ import socket
 import subprocess
 import time
 from collections.abc import Sequence
+from contextlib import suppress
 from pathlib import Path
 
+from .network import wait_exit
 from .system import LabError
 
 READY_TIMEOUT_S = 60
+STOP_TIMEOUT_S = 10
 
 
 def is_running(pid: int | None, marker: bytes, port: int) -> bool:
@@ -58,7 +61,14 @@ def _answers(address: str, port: int) -> bool:
 
 
 def stop(pid: int | None, marker: bytes, port: int) -> None:
-    """End the service if ``pid`` is still it (SIGTERM); nothing otherwise."""
-    if is_running(pid, marker, port):
-        assert pid is not None
-        os.kill(pid, signal.SIGTERM)
+    """End the service if ``pid`` is still it: SIGTERM, and wait for it to exit (its socket
+    closed, so that a service started next on the same port can bind it), SIGKILL after
+    STOP_TIMEOUT_S; nothing otherwise."""
+    if not is_running(pid, marker, port):
+        return
+    assert pid is not None
+    os.kill(pid, signal.SIGTERM)
+    if not wait_exit(pid, STOP_TIMEOUT_S):
+        with suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        wait_exit(pid, STOP_TIMEOUT_S)
