@@ -61,3 +61,15 @@ def test_the_cache_runs_offline_only_when_asked_and_says_so_on_its_command_line(
     assert "Port=3142" in online and f"BindAddress={pkgcache.SERVICE_ADDRESS}" in online
     conf = pkgcache.config(tmp_path / "cache", tmp_path / "log")
     assert f"CacheDir: {tmp_path / 'cache'}\n" in conf and "Offlinemode" not in conf
+
+
+def test_a_cold_cache_holds_nothing_to_serve_offline(tmp_path: Path) -> None:
+    cache = tmp_path / "apt-cacher-ng"
+    assert not pkgcache.holds_packages(cache)  # no directory yet
+    (cache / "deb.debian.org/debian/dists/bookworm").mkdir(parents=True)
+    (cache / "deb.debian.org/debian/dists/bookworm/InRelease").write_text("index\n")
+    assert not pkgcache.holds_packages(cache)  # an index alone serves no package
+    pool = cache / "deb.debian.org/debian/pool/main/h/hello"
+    pool.mkdir(parents=True)
+    (pool / "hello_2.10-3_amd64.deb").write_bytes(b"!<arch>\n")
+    assert pkgcache.holds_packages(cache)

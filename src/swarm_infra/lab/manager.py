@@ -172,19 +172,22 @@ def _ensure_package_cache(analysis: Analysis, state: LabState, log: Log) -> None
             f"the lab runs one package cache; the sites name {', '.join(sorted(map(str, proxies)))}"
         )
     port = pkgcache.port_of(str(proxies.pop()))
-    offline = not pkgcache.mirror_answers(host_mirror())
-    mirror.ensure_service_address()
-    if old.get("port") == port and pkgcache.is_running(old.get("pid"), port, offline):
-        return
-    pkgcache.stop(old.get("pid"), old.get("port", 0))
     cache = cache_dir() / "apt-cacher-ng"
-    pid = pkgcache.start(
-        state_dir() / "apt-cacher-ng", cache, state_dir() / "apt-cacher-ng-log", port, offline,
-        node.cgroup2_root() / "swarm-lab" / "services",
-    )  # fmt: skip
-    state.host["package_cache"] = {"pid": pid, "port": port, "offline": offline}
+    # A cold cache has nothing to serve offline: it stays online, whatever the mirror does.
+    offline = pkgcache.holds_packages(cache) and not pkgcache.mirror_answers(host_mirror())
+    mirror.ensure_service_address()
+    how = "running"
+    if not (old.get("port") == port and pkgcache.is_running(old.get("pid"), port, offline)):
+        pkgcache.stop(old.get("pid"), old.get("port", 0))
+        pid = pkgcache.start(
+            state_dir() / "apt-cacher-ng", cache, state_dir() / "apt-cacher-ng-log", port, offline,
+            node.cgroup2_root() / "swarm-lab" / "services",
+        )  # fmt: skip
+        state.host["package_cache"] = {"pid": pid, "port": port, "offline": offline}
+        how = "started"
     mode = "offline: the mirror does not answer, serving what it holds" if offline else "online"
-    log(f"cache  http://{mirror.SERVICE_ADDRESS}:{port} apt-cacher-ng ({mode}; {cache}), pid {pid}")
+    pid = state.host["package_cache"]["pid"]
+    log(f"cache  http://{mirror.SERVICE_ADDRESS}:{port} apt-cacher-ng ({mode}; {cache}), {how}, pid {pid}")
 
 
 def _reconcile(

@@ -15,7 +15,8 @@ answers with an error when the mirror cannot be reached, even for index files it
 ``FreshIndexMaxAge`` did not change it). Its ``Offlinemode`` ("work without an internet
 connection or respond with 503 error where it's not possible", acng.conf) serves what it
 holds. So the lab probes the mirror each time it starts or re-checks the cache (every
-``swarm lab up``), and runs the cache offline while the mirror does not answer.
+``swarm lab up``), and runs the cache offline while the mirror does not answer and the
+cache holds packages (a cold cache stays online: offline it could serve nothing).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from .image import SUITE
 from .mirror import SERVICE_ADDRESS
 
 PROGRAM = "/usr/sbin/apt-cacher-ng"
-PROBE_TIMEOUT_S = 5
+PROBE_TIMEOUT_S = 10
 
 
 def serves(apt_proxy: str | None) -> bool:
@@ -50,6 +51,11 @@ def mirror_answers(mirror: str, timeout: float = PROBE_TIMEOUT_S) -> bool:
             return bool(response.status == 200)
     except (urllib.error.URLError, OSError):
         return False
+
+
+def holds_packages(cache: Path) -> bool:
+    """The cache holds at least one package (a warm cache: something to serve offline)."""
+    return cache.is_dir() and next(cache.rglob("*.deb"), None) is not None
 
 
 def config(cache: Path, logs: Path) -> str:
