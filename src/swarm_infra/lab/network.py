@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from .plan import PREFIX, LabNode, LabSite
-from .system import LabError, run
+from .system import LabError, process_argv, run
 
 CHAIN = "SWARM-LAB"
 NAT_CHAIN = "SWARM-LAB-NAT"  # inside a site router: emulated NAT for mesh.nat nodes
@@ -83,12 +83,7 @@ def remove_host_forwarding(ip_forward_before: str | None) -> None:
 
 def link_is_running(site: LabSite, pid: int | None) -> bool:
     """``pid`` is this site's WAN link process (checked by its command line, not just alive)."""
-    if not pid:
-        return False
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
+    argv = process_argv(pid)
     return b"swarm_infra.lab.wanlink" in argv and site.uplink_host.encode() in argv
 
 

@@ -13,7 +13,7 @@ from contextlib import suppress
 from pathlib import Path
 
 from .network import wait_exit
-from .system import LabError
+from .system import LabError, process_argv
 
 READY_TIMEOUT_S = 60
 STOP_TIMEOUT_S = 10
@@ -22,12 +22,7 @@ STOP_TIMEOUT_S = 10
 def is_running(pid: int | None, marker: bytes, port: int) -> bool:
     """Process ``pid`` is alive and is the service: ``marker`` (its program) and ``port`` are
     among its arguments (a recycled PID is not)."""
-    if not pid:
-        return False
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
+    argv = process_argv(pid)
     return any(marker in a for a in argv) and any(str(port).encode() in a for a in argv)
 
 

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 from collections.abc import Sequence
+from pathlib import Path
 
 REQUIRED_TOOLS = {
     "ip": "iproute2",
@@ -41,6 +42,17 @@ def require_root() -> None:
 def missing_tools() -> list[str]:
     """Debian package names providing tools the lab needs that are not on PATH."""
     return sorted({pkg for tool, pkg in REQUIRED_TOOLS.items() if shutil.which(tool) is None})
+
+
+def process_argv(pid: int | None) -> list[bytes]:
+    """Process ``pid``'s command line (/proc/PID/cmdline), empty when there is no such
+    process: what tells a lab process from a recycled PID."""
+    if not pid:
+        return []
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return []
 
 
 def run(
