@@ -75,3 +75,45 @@ def test_pyinfra_refuses_a_poisoned_key_read_from_the_snapshot(monkeypatch: pyte
     monkeypatch.setattr(O, "host", SimpleNamespace(state=_State(), name="lab-gpu-2"))
     with pytest.raises(O.OperationError, match="lab-gpu-2"):
         list(O.wireguard_key._inner(path=path))
+
+
+# ------------------------------------------------ a key that changed since it was recorded
+# The controller records each node's key the first time (swarm_infra.engines.keyrecord);
+# a later, different key (well-formed: a reinstalled node, or another machine answering
+# for it) is refused by both engines until the operator accepts it for that node.
+OTHER = "hRMt9dcN3+4Yq1yQZ0a3gJ9eLs9RnNcp4eyIFkBd0Ck="  # any other well-formed key
+
+
+def test_the_wireguard_role_fails_a_node_whose_key_changed_unless_accepted() -> None:
+    assert O.wireguard_key_problem(OTHER) is None and key("lab-gpu-2") != OTHER
+    node = json.loads(json.dumps(NODES["lab-gpu-2"]))
+    registered = {
+        "wireguard_module": {"stat": {"exists": False}},
+        "wireguard_pubkey": {"stdout": OTHER, "stderr": ""},
+    }
+    recorded = {"lab-gpu-2": key("lab-gpu-2"), "lab-gpu-1": key("lab-gpu-1")}
+
+    def fails(**extra: object) -> list[str]:
+        hostvars = {"swarm": node, "inventory_hostname": "lab-gpu-2", "hostvars": {}, **extra}
+        calls = run_layer("mesh", hostvars, {"all"}, registered)
+        return [c.args["msg"] for c in calls if c.module == "ansible.builtin.fail"]
+
+    refused = fails(wireguard_key_record=recorded)
+    assert len(refused) == 1 and refused[0].startswith("lab-gpu-2: WireGuard public key refused: it reports")
+    assert key("lab-gpu-2") in refused[0] and "--accept-key-change" in refused[0]
+    assert not fails(wireguard_key_record=recorded, wireguard_key_change_accepted=["lab-gpu-2"])
+    assert not fails()  # no record (plain ansible-playbook, a first converge): trusted
+    # Another node's accepted change does not accept this one's.
+    assert len(fails(wireguard_key_record=recorded, wireguard_key_change_accepted=["lab-gpu-1"])) == 1
+
+
+def test_pyinfra_refuses_a_changed_key_unless_accepted() -> None:
+    state = _State()
+    O.key_check(state).recorded = {"lab-gpu-2": key("lab-gpu-2")}
+    with pytest.raises(O.OperationError, match="lab-gpu-2: WireGuard public key refused: it reports"):
+        O._publish(state, "lab-gpu-2", OTHER)
+    assert O.public_keys(state) == {}
+    O._publish(state, "lab-gpu-2", key("lab-gpu-2"))  # the recorded key passes
+    O.key_check(state).accepted = frozenset({"lab-gpu-2"})
+    O._publish(state, "lab-gpu-2", OTHER)
+    assert O.public_keys(state) == {"lab-gpu-2": OTHER}

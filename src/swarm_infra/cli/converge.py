@@ -8,6 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..engines import keyrecord
 from ..engines.ansible.progress import Progress
 from ..engines.ansible.runner import LAYERS, run_playbook
 from ..resolve.types import DesiredState
@@ -19,6 +20,9 @@ def cmd_converge(args: argparse.Namespace) -> int:
     if isinstance(found, int):
         return found
     inventory, state = found
+    keys = _key_check(args, inventory, state)
+    if isinstance(keys, int):
+        return keys
     simulated = simulated_nodes(state["nodes"])
     mode = " ".join(m for m, on in (("check", args.check), ("diff", args.diff)) if on)
     what = f"playbooks/{args.layer}.yml" if args.engine == "ansible" else f"pyinfra deploys ({args.layer})"
@@ -31,7 +35,9 @@ def cmd_converge(args: argparse.Namespace) -> int:
     if simulated:
         print(f"note: {len(simulated)} node(s) use the SIMULATED NVML backend (no real GPU is touched)")
     if args.engine == "pyinfra":
-        return _converge_pyinfra(args, state, simulated)
+        rc = _converge_pyinfra(args, state, simulated, keys)
+        _record_keys(args, inventory, state, keys)
+        return rc
     progress = Progress(sys.stdout, verbose=args.verbose, show_diff=args.diff)
     rc, tail = run_playbook(
         Path.cwd(),
@@ -40,9 +46,15 @@ def cmd_converge(args: argparse.Namespace) -> int:
         check=args.check,
         diff=args.diff,
         limit=args.limit,
+        extravars={
+            "wireguard_key_record": dict(keys.recorded),
+            "wireguard_key_change_accepted": sorted(keys.accepted),
+        },
         progress=progress,
     )
+    keys.published.update(progress.public_keys)
     print(progress.summary(simulated))
+    _record_keys(args, inventory, state, keys)
     if args.check:
         print("check mode: nothing was changed; 'changed' counts what a real run would change")
     bad = sorted(h for h, t in progress.hosts.items() if t.failed or t.unreachable)
@@ -58,7 +70,53 @@ def cmd_converge(args: argparse.Namespace) -> int:
     return EXIT_FAILURE
 
 
-def _converge_pyinfra(args: argparse.Namespace, state: DesiredState, simulated: list[str]) -> int:
+def _mesh_nodes(state: DesiredState) -> list[str]:
+    return sorted(name for name, node in state["nodes"].items() if node["mesh"] is not None)
+
+
+def _key_check(args: argparse.Namespace, inventory: Path, state: DesiredState) -> keyrecord.KeyCheck | int:
+    """The controller's key record for the run and the accepted changes, or exit 2 when the
+    record is broken or ``--accept-key-change`` names a node outside the mesh."""
+    path = keyrecord.record_path(inventory)
+    try:
+        recorded = keyrecord.load(path)
+    except keyrecord.KeyRecordInvalid as exc:
+        print(f"swarm converge: the WireGuard key record is broken: {exc}; nothing was run", file=sys.stderr)
+        return EXIT_INVALID
+    accepted = frozenset(args.accept_key_change or ())
+    unknown = sorted(accepted - set(_mesh_nodes(state)))
+    if unknown:
+        print(
+            f"swarm converge: --accept-key-change {', '.join(unknown)}: not a node of the mesh; "
+            "nothing was run",
+            file=sys.stderr,
+        )
+        return EXIT_INVALID
+    return keyrecord.KeyCheck(recorded=recorded, accepted=accepted)
+
+
+def _record_keys(
+    args: argparse.Namespace, inventory: Path, state: DesiredState, keys: keyrecord.KeyCheck
+) -> None:
+    """Save the keys the run's nodes reported and passed into the controller's record (not
+    in check mode), and say what is new or changed."""
+    new = sorted(n for n, k in keys.published.items() if n not in keys.recorded)
+    changed = sorted(n for n, k in keys.published.items() if keys.recorded.get(n) not in (None, k))
+    record = keyrecord.updated(keys.recorded, keys.published, _mesh_nodes(state))
+    if args.check or record == dict(keys.recorded):
+        return
+    path = keyrecord.record_path(inventory)
+    keyrecord.save(path, record)
+    print(
+        f"keys: recorded in {path}"
+        + (f"; first seen: {', '.join(new)}" if new else "")
+        + (f"; changed (accepted): {', '.join(changed)}" if changed else "")
+    )
+
+
+def _converge_pyinfra(
+    args: argparse.Namespace, state: DesiredState, simulated: list[str], keys: keyrecord.KeyCheck
+) -> int:
     from ..engines.inventory import inventory_hosts
     from ..engines.pyinfra.runner import Reporter, run, select
     from ..lab.state import read_connections
@@ -68,7 +126,7 @@ def _converge_pyinfra(args: argparse.Namespace, state: DesiredState, simulated: 
         print(f"swarm converge: --limit {args.limit} matches no host", file=sys.stderr)
         return EXIT_INVALID
     reporter = Reporter(sys.stdout, verbose=args.verbose, show_diff=args.diff)
-    rc = run(args.layer, hosts, state["rollout"], reporter, check=args.check, diff=args.diff)
+    rc = run(args.layer, hosts, state["rollout"], reporter, check=args.check, diff=args.diff, keys=keys)
     print(reporter.summary(simulated))
     if args.check:
         print("check mode: nothing was changed; 'changed' counts what a real run would change")
@@ -92,7 +150,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         epilog="Examples: swarm converge --check --diff | swarm converge --engine pyinfra | "
         "swarm converge --layer mesh --limit site_lab_a | swarm converge --fleet example -i "
         "inventory/example. Exit codes: 0 every host ok, 1 a host failed or was unreachable "
-        "(the others were converged), 2 invalid fleet or arguments (nothing run).",
+        "(the others were converged; a node whose WireGuard key changed since the controller "
+        "recorded it fails until --accept-key-change NODE), 2 invalid fleet or arguments "
+        "(nothing run).",
     )
     inventory_args(p)
     p.add_argument(
@@ -108,6 +168,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--diff", action="store_true", help="show file and setting differences")
     p.add_argument(
         "--limit", metavar="PATTERN", help="hosts or groups (site_X, gpu), comma-separated; globs allowed"
+    )
+    p.add_argument(
+        "--accept-key-change",
+        action="append",
+        metavar="NODE",
+        help="trust NODE's new WireGuard public key (it differs from the controller's record, "
+        "e.g. a reinstalled node); repeatable",
     )
     p.add_argument("-v", "--verbose", action="store_true", help="print every task result")
     p.set_defaults(func=cmd_converge)

@@ -7,7 +7,9 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
+from ..engines import keyrecord
 from ..fleet.diagnostics import FleetInvalid
 from ..lab import manager
 from ..lab.state import connection_file, read_connections, ssh_command
@@ -35,10 +37,21 @@ def cmd_up(args: argparse.Namespace) -> int:
         print("swarm lab up: the fleet is invalid; nothing was created", file=sys.stderr)
         return EXIT_INVALID
     try:
-        manager.up(analysis, log=_log, unseeded=args.unseeded)
+        outcome = manager.up(analysis, log=_log, unseeded=args.unseeded)
     except ValueError as exc:
         print(f"swarm lab up: {exc}", file=sys.stderr)
         return EXIT_INVALID
+    # A node made anew has a new WireGuard key: the controller's record of the old one goes
+    # (keyrecord), or the next converge would refuse every new node.
+    made = [name for name, what in outcome.items() if what in ("created", "replaced")]
+    record = keyrecord.record_path(Path("inventory") / args.fleet)
+    try:
+        gone = keyrecord.forget(record, made)
+    except keyrecord.KeyRecordInvalid as exc:
+        print(f"swarm lab up: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    if gone:
+        _log(f"keys   {len(gone)} new node(s) forgotten in {record}: {', '.join(gone)}")
     return EXIT_OK
 
 

@@ -69,6 +69,24 @@ def checked_keys(reported: Mapping[str, object]) -> tuple[dict[str, str], dict[s
     return accepted, refused
 
 
+def key_change_problem(reported: str, recorded: str | None, accepted: bool) -> str | None:
+    """Why a node's well-formed ``reported`` public key may not be used yet, or None: it
+    differs from the key the controller ``recorded`` for the node in an earlier run, and
+    the operator has not ``accepted`` the change (``swarm converge --accept-key-change
+    NODE``). A node that lost its disk makes a new key; so does a machine that took over
+    the node's address, which must not become the peer every other node trusts without
+    someone looking. An empty ``reported`` (check mode on a fresh node) or no record
+    (the node's first converge: trust on first use, and recorded) is no problem."""
+    if not reported or not recorded or reported == recorded or accepted:
+        return None
+    return (
+        f"it reports the public key {reported}, not {recorded} as recorded on the controller "
+        "(a reinstalled node, or another machine answering for it): peers keep the recorded "
+        "key; once the node's provider confirms the change, converge with --accept-key-change "
+        "NODE"
+    )
+
+
 # ------------------------------------------------------------------------ SSH host keys
 # A node's SSH host key is declared in the fleet (Node spec.ssh.host_keys), reviewed like
 # any change, and both engines accept only a node that proves it holds one of them

@@ -43,6 +43,9 @@ class Progress:
         self.play = ""
         self.task = ""
         self.diffs: dict[str, list[str]] = {}
+        # WireGuard public keys the hosts published (the wireguard role's keys tasks set
+        # wireguard_public_key only after both of its checks passed), for the key record.
+        self.public_keys: dict[str, str] = {}
 
     def _print(self, line: str) -> None:
         if self.live:
@@ -86,6 +89,9 @@ class Progress:
         if outcome == "failed" and data.get("ignore_errors"):
             outcome = "ok"
         setattr(tally, outcome, getattr(tally, outcome) + 1)
+        published = (res.get("ansible_facts") or {}).get("wireguard_public_key")
+        if outcome == "ok" and published and isinstance(published, str):
+            self.public_keys[host] = published
         changed = outcome == "ok" and bool(res.get("changed"))
         tally.changed += changed
         # The roles' debug reports (simulated GPUs, sysctls not applied, reboot pending).

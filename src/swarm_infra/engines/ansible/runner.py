@@ -38,6 +38,7 @@ def run_playbook(
     check: bool = False,
     diff: bool = False,
     limit: str | None = None,
+    extravars: dict[str, Any] | None = None,
     progress: Callable[[dict[str, Any]], bool],
 ) -> tuple[int, str]:
     """Run ``root/playbooks/<layer>.yml`` with ansible-runner.
@@ -47,7 +48,8 @@ def run_playbook(
     matching no host, a playbook syntax error).
     ``progress`` receives every ansible-runner event. Artifacts go to a temporary
     directory that is removed afterwards, so no task output (which ``no_log`` already
-    censors) stays on the controller.
+    censors) stays on the controller. ``extravars`` (JSON-able, never secret: they are
+    written into that directory) are passed as ``--extra-vars``.
     """
     import ansible_runner  # imported here: `swarm validate` should not pay for it
 
@@ -60,6 +62,7 @@ def run_playbook(
             inventory=str(inventory.resolve()),
             limit=limit,
             cmdline=" ".join(flags) or None,
+            extravars=extravars or {},
             envvars={
                 "ANSIBLE_CONFIG": str(root / "ansible.cfg"),
                 "ANSIBLE_NOCOLOR": "1",

@@ -44,15 +44,17 @@ from ...nodeside import snapshot as nodeside_snapshot
 from ...nodeside import tunables as nodeside_tunables
 from ...nodeside.facts import requirements_missing
 from ...resolve.files import layer_files, wireguard_peer_keys, wireguard_running_differs
-from ...resolve.keys import wireguard_key_problem
+from ...resolve.keys import key_change_problem, wireguard_key_problem
 from ...resolve.layers import known_packages, read_back
 from ...resolve.notes import gpu_reset_required, not_applied
 from ...resolve.ray import token_command
 from ...resolve.types import NodeState
+from ..keyrecord import KeyCheck
 from .facts import BOOTSTRAP, DpkgSelections, MdadmBrief, NodesideCall, nodeside_payload
 
 _NOTES: WeakKeyDictionary[Any, dict[str, list[str]]] = WeakKeyDictionary()
 _PUBLIC_KEYS: WeakKeyDictionary[Any, dict[str, str]] = WeakKeyDictionary()
+_KEY_CHECKS: WeakKeyDictionary[Any, KeyCheck] = WeakKeyDictionary()
 _SNAPSHOTS: WeakKeyDictionary[Any, dict[str, dict[str, Any]]] = WeakKeyDictionary()
 
 
@@ -82,6 +84,12 @@ def public_keys(state: Any) -> dict[str, str]:
     :func:`wireguard_key` found or made them (the other hosts' keys come from each node's
     peers file, as in the Ansible role)."""
     return _PUBLIC_KEYS.setdefault(state, {})
+
+
+def key_check(state: Any) -> KeyCheck:
+    """The controller's key record and the accepted key changes for ``state``'s run (set by
+    the runner; empty: every well-formed key is trusted)."""
+    return _KEY_CHECKS.setdefault(state, KeyCheck())
 
 
 def _payload(module: Any, call: str, *args: Any, **kwargs: Any) -> str:
@@ -535,9 +543,13 @@ def wireguard_key(path: str) -> Generator[StringCommand | FunctionCommand, None,
 
 def _publish(state: Any, name: str, reported: str) -> None:
     """Keep the public key node ``name`` reported for its peers' files, once it is checked
-    to be a WireGuard key (the node's root can make ``wg pubkey`` print anything); else fail
+    to be a WireGuard key (the node's root can make ``wg pubkey`` print anything) and to be
+    the one the controller recorded, or an accepted change (:func:`key_check`); else fail
     the host, naming it: it gets no peers and no peer's file changes because of it."""
-    problem = wireguard_key_problem(reported)
+    check = key_check(state)
+    problem = wireguard_key_problem(reported) or key_change_problem(
+        reported, check.recorded.get(name), name in check.accepted
+    )
     if problem:
         raise OperationError(f"{name}: WireGuard public key refused: {problem}")
     public_keys(state)[name] = reported

@@ -26,6 +26,7 @@ from typing import Any, TextIO
 from ...resolve.rollout import batch_failed, rollout_batches
 from ...resolve.types import RolloutState
 from ..inventory import InventoryHost
+from ..keyrecord import KeyCheck
 from ..report import HostTally, result_line, summary_table
 from . import layers as L
 from . import operations as ops
@@ -135,8 +136,12 @@ def run(
     *,
     check: bool = False,
     diff: bool = False,
+    keys: KeyCheck | None = None,
 ) -> int:
     """Converge ``hosts`` to their NodeState with the pyinfra deploys of ``layer``.
+
+    ``keys``: the controller's key record and accepted changes; its ``published`` gets the
+    WireGuard public keys the hosts reported and passed (:mod:`..keyrecord`).
 
     Returns 0 when every host converged (or, with ``check``, could be checked), 1 when a
     host failed or was unreachable (the others carry on, within the Rollout's tolerance).
@@ -153,6 +158,9 @@ def run(
     # Change detection (running every operation's generator once while preparing) is only
     # wanted in check mode: it reads every fact twice.
     state = State(api_inventory(hosts), config, check_for_changes=check)
+    keys = keys if keys is not None else KeyCheck()
+    ops.key_check(state).recorded = keys.recorded
+    ops.key_check(state).accepted = keys.accepted
     capture = _DiffCapture(reporter)
     pyinfra_log = logging.getLogger("pyinfra")
     level = pyinfra_log.level
@@ -188,6 +196,7 @@ def run(
         _report_notes(state, reporter)
         return 1 if failed else 0
     finally:
+        keys.published.update(ops.public_keys(state))
         pyinfra_log.removeHandler(capture)
         pyinfra_log.setLevel(level)
         if state.current_stage >= StateStage.Connect:
