@@ -107,3 +107,21 @@ def test_a_path_that_is_no_fleet_inventory_exits_2(tmp_path: Path) -> None:
 def test_outside_the_repository_root_exits_2(tmp_path: Path) -> None:
     proc = cli(cwd=tmp_path)
     assert proc.returncode == 2 and "repository root" in proc.stderr
+
+
+def test_progress_collects_the_published_wireguard_keys_and_passes_extra_vars(tmp_path: Path) -> None:
+    # The wireguard role's keys tasks end with set_fact wireguard_public_key; `swarm converge`
+    # records what real ansible-runner events carry of it, and gives the record as extra vars.
+    (tmp_path / "playbooks").mkdir()
+    (tmp_path / "playbooks/site.yml").write_text(
+        "- hosts: all\n  gather_facts: false\n  tasks:\n"
+        "    - ansible.builtin.set_fact:\n"
+        "        wireguard_public_key: \"{{ wireguard_key_record[inventory_hostname] | default('') }}\"\n"
+    )
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text(f"a ansible_connection=local ansible_python_interpreter={sys.executable}\n")
+    progress = Progress(io.StringIO())
+    rc, _ = run_playbook(
+        tmp_path, "site", inventory, extravars={"wireguard_key_record": {"a": "K"}}, progress=progress
+    )
+    assert rc == 0 and progress.public_keys == {"a": "K"}

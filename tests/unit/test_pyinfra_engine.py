@@ -157,3 +157,31 @@ def test_inventory_groups_put_data_on_all_only() -> None:
     groups = inventory_groups(hosts)
     assert [name for name, _ in groups["all"]] == sorted(h.name for h in hosts)
     assert all(isinstance(n, str) for g, members in groups.items() if g != "all" for n in members)
+
+
+def test_a_host_refused_while_its_operations_are_added_fails_alone() -> None:
+    # In check mode pyinfra runs each operation's generator as it is added: a refused
+    # WireGuard key raises OperationError there. That host fails (named, with why) and gets
+    # no later step; the others go on (it used to end the whole run with a traceback).
+    from pyinfra import host
+    from pyinfra.api import Config, Inventory, OperationError, State
+
+    from swarm_infra.engines.pyinfra.runner import Step, _prepare
+
+    state = State(Inventory((["a", "b"], {})), Config())
+    calls = []
+
+    def keys() -> None:
+        calls.append(("keys", host.name))
+        if host.name == "b":
+            raise OperationError("b: WireGuard public key refused")
+
+    def mesh() -> None:
+        calls.append(("mesh", host.name))
+
+    steps = [Step((keys,), ("a", "b"), False), Step((mesh,), ("a", "b"), True)]
+    refused: dict[str, str] = {}
+    out = _prepare(state, steps, {h.name: h for h in state.inventory}, {"a", "b"}, refused)
+    assert refused == {"b": "keys: b: WireGuard public key refused"}
+    assert calls == [("keys", "a"), ("keys", "b"), ("mesh", "a")]
+    assert [[h.name for h in members] for _, members, _ in out] == [["a"], ["a"]]

@@ -176,11 +176,15 @@ def run(
             reporter.result(name, "unreachable", "connect", message="SSH connection failed")
         state.set_stage(StateStage.Prepare)
         _prefetch(state, [by_name[n] for n in sorted(up)])
-        steps = _prepare(state, plan(layer, hosts), by_name, up)
+        refused: dict[str, str] = {}
+        steps = _prepare(state, plan(layer, hosts), by_name, up, refused)
+        for name, why in sorted(refused.items()):
+            step, _, message = why.partition(": ")
+            reporter.result(name, "failed", step, message=message)
         _report_notes(state, reporter)
         state.set_stage(StateStage.Execute)
         state.is_executing = not check
-        failed = {n for n in by_name if n not in up}
+        failed = {n for n in by_name if n not in up} | set(refused)
         for step, members, ops_of in steps:
             names = [h.name for h in members]
             batches = rollout_batches(names, rollout) if step.batched else [names]
@@ -216,27 +220,39 @@ def _prefetch(state: Any, hosts: list[Any]) -> None:
     gevent.joinall([gevent.spawn(one, h) for h in hosts])
 
 
-def _prepare(state: Any, steps: list[Step], by_name: dict[str, Any], up: set[str]) -> list[tuple]:
+def _prepare(
+    state: Any, steps: list[Step], by_name: dict[str, Any], up: set[str], refused: dict[str, str]
+) -> list[tuple]:
     """Add every step's operations for its hosts; returns (step, hosts, {host: its op hashes}).
+
+    An operation that refuses a host while it is added (``OperationError``: in check mode
+    pyinfra runs each operation's generator here, and a refused WireGuard key raises) puts
+    the host's name and why in ``refused``; it gets no operations from later steps.
 
     Operations are identified as the pyinfra CLI identifies them, by the call stack's line
     numbers (prefixed by the step's index), not by their rank on each host as the API
     does: hosts take different paths through a deploy (a node without GPUs skips most of
     the GPU layer), and ranks would give different operations the same identity."""
     import pyinfra
+    from pyinfra.api import OperationError
     from pyinfra.context import ctx_host, ctx_state
 
     out = []
     was_cli, pyinfra.is_cli = pyinfra.is_cli, True
     try:
         for index, step in enumerate(steps):
-            members = [by_name[n] for n in step.hosts if n in up]
+            members = [by_name[n] for n in step.hosts if n in up and n not in refused]
             added = {h: len(h.op_hash_order) for h in members}
             state.current_op_file_number = index
             for h in members:
                 with ctx_state.use(state), ctx_host.use(h):
                     for function in step.functions:
-                        function()
+                        try:
+                            function()
+                        except OperationError as exc:
+                            refused[h.name] = f"{function.__name__}: {exc}"
+                            break
+            members = [h for h in members if h.name not in refused]
             out.append((step, members, {h: list(h.op_hash_order[added[h] :]) for h in members}))
     finally:
         pyinfra.is_cli = was_cli
