@@ -23,7 +23,7 @@ from swarm_infra.engines import keyrecord
 from tests.labkit import FILES, LAB_STATE, UNITS, converge_summary, on_node, swarm
 
 pytestmark = [pytest.mark.root, pytest.mark.lab]
-LAB_ORDER = 29
+LAB_ORDER = 23  # after test_pyinfra, which leaves the lab converged
 LAB_NEEDS = LAB_LEAVES = "converged"  # the node's new key is accepted and every peer has it
 
 HOSTILE = "lab-gpu-2"
