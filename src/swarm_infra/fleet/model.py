@@ -285,6 +285,8 @@ REVIEW_FLAG_DEFAULTS: Mapping[str, str] = MappingProxyType(
         "ssh-target-changed": "warn",
         "relay-crosses-provider": "warn",
         "ssh-host-key-changed": "warn",
+        "package-index-changed": "warn",
+        "ray-packages-changed": "warn",
     }
 )
 
