@@ -95,8 +95,10 @@ def main(argv: list[str] | None = None) -> int:
         pins = from_wheelhouse(args.wheelhouse, {"ray": sorted(RAY_EXTRAS.split(","))})
     else:
         pins = resolved([ray, *args.package], args.index_url)
-    command = "scripts/ray-lock.py --ray-version " + args.ray_version + "".join(
-        f" --package {x}" for x in args.package
+    command = (
+        "scripts/ray-lock.py --ray-version "
+        + args.ray_version
+        + "".join(f" --package {x}" for x in args.package)
     )
     text = render(pins, command)
     _, problems = parse_lock(text)

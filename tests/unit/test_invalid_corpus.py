@@ -69,7 +69,9 @@ def test_base_fleet_is_valid() -> None:
 def test_reports_exactly_the_marked_error(path: Path) -> None:
     line, rule, json_path, standalone = expectation(path)
     errors = validate(inputs(path, standalone)).report.errors
-    assert [(e.file, e.line, e.path, e.rule) for e in errors] == [(str(marked_file(path)), line, json_path, rule)]
+    assert [(e.file, e.line, e.path, e.rule) for e in errors] == [
+        (str(marked_file(path)), line, json_path, rule)
+    ]
     assert errors[0].col >= 1 and errors[0].message
 
 

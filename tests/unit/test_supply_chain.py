@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import os
 import shutil
 import subprocess
 import sys
@@ -65,7 +66,7 @@ def test_a_lock_of_pins_with_hashes_parses() -> None:
     ],
 )
 def test_a_lock_line_that_is_not_a_hashed_pin_is_refused_at_its_line(line: str, why: str) -> None:
-    pins, problems = parse_lock(f"# ok\nmsgpack==1.2.4 --hash=sha256:{H1}\n{line}\n")
+    _, problems = parse_lock(f"# ok\nmsgpack==1.2.4 --hash=sha256:{H1}\n{line}\n")
     assert [n for n, _ in problems] == [3] and why in problems[0][1]
 
 
@@ -161,7 +162,7 @@ def test_ray_nodes_install_the_lock_with_hashes_and_certificate_checks(tmp_path:
 def test_no_engine_turns_certificate_checks_off() -> None:
     for path in [ROOT / "roles" / "ray" / "tasks" / "main.yml", *(ROOT / "src").rglob("*.py")]:
         text = path.read_text()
-        assert "PIP_TRUSTED_HOST" not in text and "--trusted-host\"" not in text, path
+        assert "PIP_TRUSTED_HOST" not in text and '--trusted-host"' not in text, path
 
 
 def test_a_lock_file_in_a_symlink_out_of_the_fleet_is_refused(tmp_path: Path) -> None:
@@ -183,7 +184,9 @@ def _wheel(directory: Path) -> Path:
     files = {
         "swarm_probe/__init__.py": b"",
         "swarm_probe-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: swarm-probe\nVersion: 1.0\n",
-        "swarm_probe-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        "swarm_probe-1.0.dist-info/WHEEL": (
+            b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        ),
     }
     record = ""
     for n, data in files.items():
@@ -200,7 +203,9 @@ def _wheel(directory: Path) -> Path:
     return directory / name
 
 
-def test_pip_installs_a_hashed_lock_from_the_lab_index_over_https_and_only_with_its_ca(tmp_path: Path) -> None:
+def test_pip_installs_a_hashed_lock_from_the_lab_index_over_https_and_only_with_its_ca(
+    tmp_path: Path,
+) -> None:
     """The real pip against the lab's index served by tlsindex: with the lab CA and the
     right hash it downloads; without the CA, or with another hash, it refuses."""
     wheel = _wheel(tmp_path / "wheels")
@@ -209,6 +214,9 @@ def test_pip_installs_a_hashed_lock_from_the_lab_index_over_https_and_only_with_
     httpd = tlsindex.server(tmp_path / "root", "127.0.0.1", 0, tls)
     port = httpd.server_address[1]
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    # requests lets REQUESTS_CA_BUNDLE (and CURL_CA_BUNDLE) override pip's --cert: a node's
+    # pip runs without them, and so does this one.
+    env = {k: v for k, v in os.environ.items() if k not in ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")}
     try:
 
         def pip(lock: str, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -218,7 +226,7 @@ def test_pip_installs_a_hashed_lock_from_the_lab_index_over_https_and_only_with_
                 [sys.executable, "-m", "pip", "download", "--isolated", "--no-cache-dir", "--quiet",
                  "--require-hashes", "--only-binary=:all:", "--index-url", f"https://127.0.0.1:{port}/simple/",
                  "--dest", str(tmp_path / "dest"), "-r", str(tmp_path / "lock.txt"), *extra],
-                capture_output=True, text=True, timeout=120,
+                capture_output=True, text=True, timeout=120, env=env,
             )  # fmt: skip
 
         good = f"swarm-probe==1.0 --hash=sha256:{hashlib.sha256(wheel.read_bytes()).hexdigest()}\n"

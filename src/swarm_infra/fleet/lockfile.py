@@ -106,9 +106,7 @@ def parse_lock(text: str) -> tuple[list[Pin], list[tuple[int, str]]]:
 def lock_text(pins: tuple[Pin, ...] | list[Pin]) -> str:
     """A lock file's text for ``pins`` (one line each, its hashes after it): what pip reads
     in hash-checking mode."""
-    return "".join(
-        " ".join([p.requirement, *(f"--hash=sha256:{h}" for h in p.hashes)]) + "\n" for p in pins
-    )
+    return "".join(" ".join([p.requirement, *(f"--hash=sha256:{h}" for h in p.hashes)]) + "\n" for p in pins)
 
 
 def _why(line: str) -> str:
@@ -120,7 +118,9 @@ def _why(line: str) -> str:
             "hash checking come from the RayCluster policy, not from the lock)"
         )
     if "://" in line or first.startswith((".", "/")) or "@" in first:
-        return f"{shown!r}: only name==version pins from the declared index (no URL, path or direct reference)"
+        return (
+            f"{shown!r}: only name==version pins from the declared index (no URL, path or direct reference)"
+        )
     if ";" in line:
         return f"{shown!r}: no environment markers (the lock is for the nodes' one platform)"
     if "==" not in first:
@@ -135,7 +135,6 @@ def ca_problem(data: bytes) -> str | None:
     X.509 certificates, each a CA (basicConstraints CA:TRUE), and nothing else but
     whitespace between them."""
     from cryptography import x509
-    from cryptography.x509.oid import ExtensionOID
 
     try:
         text = data.decode("ascii")
@@ -155,7 +154,7 @@ def ca_problem(data: bytes) -> str | None:
         except ValueError as exc:
             return f"certificate {i} does not parse: {exc}"
         try:
-            ca = cert.extensions.get_extension_for_oid(ExtensionOID.BASIC_CONSTRAINTS).value.ca
+            ca = cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
         except x509.ExtensionNotFound:
             ca = False
         if not ca:
@@ -183,12 +182,20 @@ def read_referenced(
     ``limit`` bytes) or ``file.unreadable``."""
     path = base / name
     if os.path.isabs(name):
-        return path, None, ("file.outside-fleet", f"{name!r} is absolute; name a file of the fleet's directories")
+        return (
+            path,
+            None,
+            ("file.outside-fleet", f"{name!r} is absolute; name a file of the fleet's directories"),
+        )
     real = os.path.realpath(path)
     if not any(real == r or real.startswith(r.rstrip(os.sep) + os.sep) for r in roots):
-        return path, None, (
-            "file.outside-fleet",
-            f"{name!r} leads out of the fleet's directories; a fleet reads only its own files",
+        return (
+            path,
+            None,
+            (
+                "file.outside-fleet",
+                f"{name!r} leads out of the fleet's directories; a fleet reads only its own files",
+            ),
         )
     try:
         st = os.stat(real)

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from ..fleet.lockfile import lock_text
 from ..resolve import desired_state
 from ..resolve.analysis import Analysis
-from ..fleet.lockfile import lock_text
 from . import mirror, network, node, pkgcache, rayvenv, tlsindex
 from .image import ensure_image, host_mirror
 from .plan import PREFIX, LabNode, LabSite, LabSpec, lab_spec

@@ -20,7 +20,7 @@ import json
 import shutil
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -62,8 +62,8 @@ def ensure_wheelhouse(cache: Path, lock: str, log: Callable[[str], None] = print
         log(f"index  wheelhouse {final.name}: cached ({sum(1 for _ in final.glob('*.whl'))} wheels)")
         return final
     cache.mkdir(parents=True, exist_ok=True)
-    with open(cache / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with open(cache / ".lock", "w") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)
         if (final / ".complete").exists():
             return final
         building = cache / f".building-{final.name}"

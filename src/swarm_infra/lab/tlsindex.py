@@ -68,7 +68,7 @@ def ensure_tls(directory: Path, address: str) -> TlsFiles:
     os.chmod(directory, 0o700)
     files = TlsFiles(directory / "ca.pem", directory / "server.pem", directory / "server.key")
     ca_key_path = directory / "ca.key"
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     pem = serialization.Encoding.PEM
     if not (files.ca.exists() and ca_key_path.exists()):
         ca_key = ec.generate_private_key(ec.SECP256R1())
@@ -154,7 +154,7 @@ def build_index(wheels: Path, root: Path) -> int:
 
 
 class _Handler(SimpleHTTPRequestHandler):
-    def list_directory(self, path: str | os.PathLike[str]) -> None:  # type: ignore[override]
+    def list_directory(self, path: str | os.PathLike[str]) -> None:
         self.send_error(404, "no listing")  # only index.html pages and files
         return None
 

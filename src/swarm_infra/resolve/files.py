@@ -368,8 +368,9 @@ def ray_lock(node: NodeState) -> str:
     pins and hashes: the declared file's comments are not carried over."""
     ray = node["ray"]
     assert ray is not None
+    cluster = line_value(ray["cluster"], "cluster")
     lines = [
-        f"# Ray's environment on this node (cluster {line_value(ray['cluster'], 'cluster')}): pip's hash-checking mode.",
+        f"# Ray's environment on this node (cluster {cluster}): pip's hash-checking mode.",
         "# Written by swarm from the RayCluster's lock_file; do not edit.",
     ]
     for pin in ray["lock"]:

@@ -243,8 +243,12 @@ class RayNodeState(TypedDict):
     head: str  # the head node's name (its token is the cluster's)
     user: str  # the unprivileged system user Ray and its jobs run as
     version: str  # the pinned Ray release
-    requirements: list[str]  # every pin of the lock (name[extras]==version), in its order: what must be installed
-    lock: list[RayPinState]  # the lock file (spec.lock_file) as pins with their hashes: pip --require-hashes -r
+    requirements: list[
+        str
+    ]  # every pin of the lock (name[extras]==version), in its order: what must be installed
+    lock: list[
+        RayPinState
+    ]  # the lock file (spec.lock_file) as pins with their hashes: pip --require-hashes -r
     package_index: str  # pip --index-url, https:// only
     index_ca: str | None  # PEM certificates pip trusts for the index (pip --cert); None: pip's trust store
     node_ip: str  # the node's mesh address: ray start --node-ip-address

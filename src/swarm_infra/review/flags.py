@@ -426,7 +426,6 @@ class FlagRaiser:
                 ),
             )
 
-
     def ray_supply(self) -> None:
         """``package-index-changed`` and ``ray-packages-changed``: the bare-node Ray cluster
         of both sides (NodeState.ray of any member: every member installs the same) differs
@@ -445,7 +444,13 @@ class FlagRaiser:
             if old["index_ca"] != new["index_ca"]:
                 parts.append(
                     "its CA "
-                    + ("added" if old["index_ca"] is None else "removed" if new["index_ca"] is None else "replaced")
+                    + (
+                        "added"
+                        if old["index_ca"] is None
+                        else "removed"
+                        if new["index_ca"] is None
+                        else "replaced"
+                    )
                 )
             self.raise_flag(
                 "package-index-changed",

@@ -29,6 +29,7 @@ from ...fleet.diagnostics import Diagnostic, Finding
 from ...fleet.lockfile import (
     MAX_CA_BYTES,
     MAX_LOCK_BYTES,
+    Pin,
     ca_problem,
     canonical_name,
     normalised_pem,
@@ -156,7 +157,7 @@ def read_ray_files(fleet: Fleet, roots: Sequence[str]) -> tuple[Fleet, list[Find
     diagnostics: list[Diagnostic] = []
     base = Path(ray.source.file).parent
     lock_path, data, problem = read_referenced(base, ray.lock_file, list(roots), MAX_LOCK_BYTES)
-    pins: tuple = ()
+    pins: tuple[Pin, ...] = ()
     if problem:
         findings.append(Finding(ray.source, ("spec", "lock_file"), *problem))
     elif data is not None:
