@@ -143,19 +143,20 @@ def test_ray_nodes_install_the_lock_with_hashes_and_certificate_checks(tmp_path:
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",
     }
     files = {i["path"]: i for i in layer_files(node, "ray")}
-    lock = files["/etc/swarm/ray-requirements.lock"]
+    paths = node["layout"]["files"]
+    lock = files[paths["ray_lock"]["path"]]
     assert (lock["owner"], lock["mode"]) == ("root", "0644")
     written, problems = parse_lock(lock["content"])
     assert problems == [] and [(p.requirement, p.hashes) for p in written] == [
         (p.requirement, p.hashes) for p in pins
     ]
-    assert files["/etc/swarm/ray-index-ca.pem"]["state"] == "absent"
+    assert files[paths["ray_index_ca"]["path"]]["state"] == "absent"
 
     nodes = desired_state(load_fleet(_fleet_with_ca(tmp_path)))["nodes"]
     node = next(s for _, s in sorted(nodes.items()) if s["ray"])
     assert node["ray"] is not None and node["ray"]["index_ca"] is not None
-    assert pip_environment(node)["PIP_CERT"] == "/etc/swarm/ray-index-ca.pem"
-    ca = {i["path"]: i for i in layer_files(node, "ray")}["/etc/swarm/ray-index-ca.pem"]
+    assert pip_environment(node)["PIP_CERT"] == paths["ray_index_ca"]["path"]
+    ca = {i["path"]: i for i in layer_files(node, "ray")}[paths["ray_index_ca"]["path"]]
     assert ca["state"] == "file" and ca["content"] == (tmp_path / "tls" / "ca.pem").read_text()
 
 

@@ -128,3 +128,4 @@ def start_index(wheels: Path, root: Path, tls: Path, port: int, cgroup: Path, lo
 
 def stop_index(pid: int | None, port: int) -> None:
     services.stop(pid, INDEX_MARKER, port)
+    services.stop(pid, b"pypiserver", port)  # the plain-http index a lab before #22 started
