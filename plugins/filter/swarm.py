@@ -32,7 +32,8 @@ description:
     the peers' public keys, read from the nodes at run time.
   - C(VENV | swarm_installed_distributions_argv) is the command printing what a virtualenv
     holds (JSON), and C(REQUIREMENTS | swarm_requirements_missing(THAT_OUTPUT)) the
-    requirements it does not satisfy.
+    requirements it does not satisfy; C(NODE | swarm_pip_environment) is pip's environment
+    for installing Ray's lock (the index, hash-checking mode, wheels only, the index's CA).
   - C(LAYER | swarm_packages) lists the Debian packages a layer installs.
   - C(swarm | swarm_note(NAME)) is the operator note NAME (C(drivers_simulated),
     C(drivers_no_device), C(drivers_reboot_pending), C(gpu_simulated),
@@ -172,6 +173,13 @@ def swarm_requirements_missing(requirements: list, installed_json: str) -> list[
     return requirements_missing([str(r) for r in requirements], str(installed_json))
 
 
+def swarm_pip_environment(node: dict) -> dict:
+    """pip's environment for installing Ray's lock (resolve.ray.pip_environment)."""
+    from swarm_infra.resolve.ray import pip_environment
+
+    return pip_environment(node)  # type: ignore[arg-type]
+
+
 def swarm_ray_token_command(path: str) -> str:
     """The shell command making the Ray cluster's token on the head (resolve.ray.token_command)."""
     from swarm_infra.resolve.ray import token_command
@@ -226,4 +234,5 @@ class FilterModule:
             "swarm_installed_distributions_argv": swarm_installed_distributions_argv,
             "swarm_requirements_missing": swarm_requirements_missing,
             "swarm_ray_token_command": swarm_ray_token_command,
+            "swarm_pip_environment": swarm_pip_environment,
         }

@@ -40,7 +40,7 @@ LAB_NEEDS = "fresh"  # leaves the nodes with a fourth node's peer: dirty
 # The node whose Ray comes from pip at the converge, not from the lab's prebuilt virtualenv.
 UNSEEDED = "lab-gpu-1"
 LAB_UNSEEDED = (UNSEEDED,)
-PIP_TASK = "TASK [ray : Install the pinned Ray in its virtualenv from the declared package index]"
+PIP_TASK = "TASK [ray : Install Ray's lock in its virtualenv from the declared package index]"
 RAY_VERSION = next(s["ray"]["version"] for s in LAB_STATE["nodes"].values() if s["ray"])
 # Mesh addresses as the library resolves them (the test checks them, it does not decide them).
 MESH = {name: node["mesh"]["address"].split("/")[0] for name, node in LAB_STATE["nodes"].items()}
@@ -89,6 +89,10 @@ def test_converge_succeeds_on_every_host(lab) -> None:
     venv = FILES["ray_venv"].lstrip("/")
     assert (state_dir() / "nodes" / UNSEEDED / "upper" / venv / "bin" / "ray").is_file()
     assert on_node(UNSEEDED, f"{FILES['ray_venv']}/bin/ray --version").stdout.strip().endswith(RAY_VERSION)
+    # Issue #22: every pin of the lock is installed, from the https index (certificate
+    # checked, hashes required): pip's own check finds nothing missing or broken.
+    assert on_node(UNSEEDED, f"test -s {FILES['ray_lock']}").returncode == 0
+    assert on_node(UNSEEDED, f"{FILES['ray_venv']}/bin/pip check").returncode == 0
 
 
 def test_second_converge_changes_nothing(lab) -> None:

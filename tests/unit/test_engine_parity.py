@@ -128,7 +128,9 @@ def _ansible(layer: str, hostvars: dict[str, Any], groups: set[str], node: dict[
             if "state" in a:
                 unit["running"] = a["state"] != "stopped"
         elif m == "pip":
-            managed["pip"] = (a["virtualenv"], list(a["name"]), call.environment.get("PIP_INDEX_URL"))
+            # The lock file pip reads is a managed file (compared with the files); its pins
+            # decide whether pip runs at all (the role's when: swarm_requirements_missing).
+            managed["pip"] = (a["virtualenv"], a["requirements"], dict(call.environment))
         elif m == "swarm_tunables":
             managed["tunables"].append(_spec(a))
         elif m == "swarm_gpu":
@@ -193,8 +195,10 @@ class _Recorder:
         self.m["held"] += list(packages)
         return _Op()
 
-    def pip_requirements(self, venv: str, requirements: list[str], index_url: str, **kw: Any) -> _Op:
-        self.m["pip"] = (venv, list(requirements), index_url)
+    def pip_requirements(
+        self, venv: str, requirements: list[str], lock: str, environment: dict[str, str], **kw: Any
+    ) -> _Op:
+        self.m["pip"] = (venv, lock, dict(environment))
         return _Op()
 
     def tunables(self, spec: dict[str, Any], **kw: Any) -> _Op:

@@ -906,3 +906,56 @@ def test_a_node_added_with_its_host_key_is_shown_as_an_added_node_not_a_key_chan
     assert after["nodes"]["fra1-gpu-11"]["ssh"]["host_keys"] == [NEW_ED25519]
     assert host_key_flags(r) == []
     assert ("node", "added", ["fra1-gpu-11"]) in [(c.layer, c.change, c.nodes) for c in r.fleets[0].nodes]
+
+
+# ------------------------------------------------------- supply chain (issue #22)
+
+RAY_POLICY = "policies/example/ray.yaml"
+RAY_LOCK = "policies/example/ray-requirements.lock"
+
+
+def with_ray(repo: Path) -> None:
+    """A RayCluster on the example fleet, installing the lab's lock, committed."""
+    shutil.copy(ROOT / "policies" / "lab" / "ray-requirements.lock", repo / RAY_LOCK)
+    (repo / RAY_POLICY).write_text(
+        "apiVersion: swarm.io/v1alpha1\nkind: RayCluster\nmetadata: {name: example-ray}\nspec:\n"
+        '  ray_version: "2.60.0"\n  head: {selector: {nodes: [fra1-head-01]}}\n'
+        "  workers: {selector: {nodes: [fra1-gpu-01]}}\n"
+        '  package_index: {url: "https://pypi.example.net/simple/"}\n'
+        "  lock_file: ray-requirements.lock\n  packages: [scikit-learn]\n"
+    )
+    commit(repo, "a Ray cluster")
+
+
+def test_a_changed_lock_is_a_risk_flag_at_the_lock_file(repo: Path) -> None:
+    """Issue #22: what every Ray node installs as root is reviewed state."""
+    with_ray(repo)
+    lock = (repo / RAY_LOCK).read_text()
+    numpy = re.search(r"^numpy==(\S+) \\\n    --hash=sha256:([0-9a-f]{64})", lock, re.M)
+    assert numpy
+    new = f"numpy==9.9.9 \\\n    --hash=sha256:{'b' * 64}"
+    _, _, r = change(repo, lambda: (repo / RAY_LOCK).write_text(lock.replace(numpy.group(0), new)))
+    (flag,) = flags(r)["ray-packages-changed"]
+    assert flag.action == "warn" and r.exit_code == 0
+    assert f"changed numpy {numpy.group(1)} -> 9.9.9" in flag.reason
+    assert [(w.file, w.line) for w in flag.where] == [(RAY_LOCK, 0)]
+    assert "package-index-changed" not in flags(r)
+    # Only a hash: still what the nodes install.
+    _, _, r = change(repo, lambda: replace(repo, RAY_LOCK, "b" * 64, "c" * 64))
+    (flag,) = flags(r)["ray-packages-changed"]
+    assert "other hashes for numpy 9.9.9" in flag.reason
+
+
+def test_another_package_index_is_a_risk_flag(repo: Path) -> None:
+    with_ray(repo)
+    _, _, r = change(repo, lambda: replace(repo, RAY_POLICY, "pypi.example.net", "mirror.example.org"))
+    (flag,) = flags(r)["package-index-changed"]
+    assert flag.action == "warn"
+    assert "index https://pypi.example.net/simple/ -> https://mirror.example.org/simple/" in flag.reason
+    assert [(w.file, w.line) for w in flag.where] == [
+        (RAY_POLICY, line_of(repo, RAY_POLICY, "mirror.example"))
+    ]
+    assert "ray-packages-changed" not in flags(r)
+    # Nothing of Ray changes: no flag.
+    _, _, r = change(repo, lambda: replace(repo, "inventory/example/nodes/fra1.yaml", "cpus:", "cpus: "))
+    assert not {"package-index-changed", "ray-packages-changed"} & set(flags(r))

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from .diagnostics import Finding, Source
 from .loader import RawDocument
+from .lockfile import Pin
 
 # Defaults of nested policy objects, by what they belong to (as stated in schemas/).
 HUGEPAGES_DEFAULTS = {"size_kib": 2048}
@@ -284,6 +285,8 @@ REVIEW_FLAG_DEFAULTS: Mapping[str, str] = MappingProxyType(
         "ssh-target-changed": "warn",
         "relay-crosses-provider": "warn",
         "ssh-host-key-changed": "warn",
+        "package-index-changed": "warn",
+        "ray-packages-changed": "warn",
     }
 )
 
@@ -352,8 +355,14 @@ class RayCluster:
     dashboard_port: int = RAY_DASHBOARD_PORT
     dashboard_clients: tuple[str, ...] = ()  # CIDRs besides the members allowed to the dashboard
     ports: Mapping[str, int] = field(default_factory=lambda: MappingProxyType(RAY_PORTS))
-    package_index: str
+    package_index: str  # https:// only (the schema refuses http)
     packages: tuple[str, ...] = ()
+    lock_file: str  # as declared: relative to the policy file's directory
+    index_ca_file: str | None = None  # package_index.ca_file as declared; None: pip's trust store
+    # Read by the validator (resolve.validate, fleet.lockfile) once the model is built: the
+    # lock's pins in file order, and the CA's certificates re-encoded as PEM.
+    lock: tuple[Pin, ...] = ()
+    index_ca: str | None = None
     declared_keys: frozenset[str] = frozenset()  # spec keys the document gave (the rest defaulted)
 
 
@@ -571,6 +580,8 @@ def _ray_cluster(doc: _Doc) -> RayCluster:
         ports=MappingProxyType({**RAY_PORTS, **spec.get("ports", {})}),
         package_index=spec["package_index"]["url"],
         packages=tuple(spec.get("packages", ())),
+        lock_file=spec["lock_file"],
+        index_ca_file=spec["package_index"].get("ca_file"),
         declared_keys=frozenset(spec),
         **(
             {"object_store_percent": None}

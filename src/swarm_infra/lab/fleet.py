@@ -81,7 +81,8 @@ def write_lab_fleet(base: Path, count: int, ray: bool = True) -> list[Path]:
         d.mkdir(parents=True)
     shutil.copy2(src_inventory / "sites.yaml", inventory / "sites.yaml")
     (inventory / "nodes.yaml").write_text(text)
-    for f in sorted(src_policies.glob("*.yaml")):
+    # The policies and the files they name (Ray's lock): every regular file.
+    for f in sorted(p for p in src_policies.iterdir() if p.is_file()):
         if ray or f.name != RAY_POLICY:
             shutil.copy2(f, policies / f.name)
     return [inventory, policies]

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from ..fleet.lockfile import lock_text
 from ..resolve import desired_state
 from ..resolve.analysis import Analysis
-from ..resolve.ray import ray_requirements
-from . import mirror, network, node, pkgcache, rayvenv
+from . import mirror, network, node, pkgcache, rayvenv, tlsindex
 from .image import ensure_image, host_mirror
 from .plan import PREFIX, LabNode, LabSite, LabSpec, lab_spec
 from .state import (
@@ -87,7 +87,8 @@ def up(analysis: Analysis, log: Log = print, unseeded: Collection[str] = ()) -> 
 
         wheels = _wheelhouse(analysis, log)
         seeds = _ray_seeds(analysis, image, wheels, unseeded, log)
-        outcome = _reconcile(spec, state, image, pubkey, log, seeds)
+        tls = _index_tls() if wheels is not None else None
+        outcome = _reconcile(spec, state, image, pubkey, log, seeds, tls.ca.read_text() if tls else None)
         _ensure_index(analysis, state, log, wheels)
         _ensure_package_cache(analysis, state, log)
         state.save()
@@ -107,9 +108,12 @@ def _wheelhouse(analysis: Analysis, log: Log) -> Path | None:
     ray = analysis.fleet.ray
     if ray is None or not mirror.serves(ray.package_index):
         return None
-    return mirror.ensure_wheelhouse(
-        cache_dir() / "wheelhouse", ray_requirements(ray.ray_version, ray.packages), log
-    )
+    return mirror.ensure_wheelhouse(cache_dir() / "wheelhouse", lock_text(ray.lock), log)
+
+
+def _index_tls() -> tlsindex.TlsFiles:
+    """The lab index's CA and certificate, made once per machine in the lab's cache."""
+    return tlsindex.ensure_tls(cache_dir() / "index-tls", str(mirror.SERVICE_ADDRESS))
 
 
 def _ray_seeds(
@@ -146,15 +150,18 @@ def _ensure_index(analysis: Analysis, state: LabState, log: Log, wheels: Path | 
         mirror.stop_index(old.get("pid"), old.get("port", 0))
         state.host.pop("index", None)
         return
-    port = urlparse(ray.package_index).port or 80
+    port = urlparse(ray.package_index).port or 443
     mirror.ensure_service_address()
     if old.get("wheels") == str(wheels) and mirror.index_is_running(old.get("pid"), port):
         return
     mirror.stop_index(old.get("pid"), old.get("port", 0))
     cgroup = node.cgroup2_root() / "swarm-lab" / "services"
-    pid = mirror.start_index(wheels, port, cgroup, state_dir() / "index.log")
+    tls = _index_tls()
+    pid = mirror.start_index(
+        wheels, state_dir() / "index", tls.ca.parent, port, cgroup, state_dir() / "index.log"
+    )
     state.host["index"] = {"pid": pid, "port": port, "wheels": str(wheels)}
-    log(f"index  {ray.package_index} serves {wheels.name} (pypiserver, pid {pid})")
+    log(f"index  {ray.package_index} serves {wheels.name} (https, the lab CA {tls.ca}; pid {pid})")
 
 
 def _ensure_package_cache(analysis: Analysis, state: LabState, log: Log) -> None:
@@ -191,7 +198,13 @@ def _ensure_package_cache(analysis: Analysis, state: LabState, log: Log) -> None
 
 
 def _reconcile(
-    spec: LabSpec, state: LabState, image: Path, pubkey: str, log: Log, seeds: dict[str, Path]
+    spec: LabSpec,
+    state: LabState,
+    image: Path,
+    pubkey: str,
+    log: Log,
+    seeds: dict[str, Path],
+    index_ca: str | None = None,
 ) -> dict[str, str]:
     # Sites whose structure (not just wan) changed are rebuilt, and their nodes with them.
     def structure(d: dict[str, Any]) -> dict[str, Any]:
@@ -257,6 +270,7 @@ def _reconcile(
                 image,
                 f"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t{name}\n",
                 pubkey,
+                index_ca,
             )
             outcome.setdefault(name, "created")
         network.ensure_node_link(lab_node, spec.sites[lab_node.site])

@@ -1,12 +1,14 @@
-"""The lab's package index: a wheelhouse on the host, served to the nodes over HTTP.
+"""The lab's package index: a wheelhouse on the host, served to the nodes over https.
 
 Nodes install Ray (and the packages its jobs need) from the Python package index their
 RayCluster policy names, as a provider with a private mirror would; they never reach the
-internet for it. In the lab that index is this host: the wheels are downloaded once, with
-pip, for the nodes' Python and platform into ``$SWARM_LAB_CACHE/wheelhouse/<key>`` (kept
-across labs, like the image), and pypiserver serves them on the lab's service address,
-``SERVICE_ADDRESS`` on a host interface of its own, which every node reaches through its
-site router. A RayCluster whose ``package_index.url`` is on that address gets it.
+internet for it. In the lab that index is this host: the wheels of the RayCluster's lock
+are downloaded once, with pip in hash-checking mode, for the nodes' Python and platform into
+``$SWARM_LAB_CACHE/wheelhouse/<key>`` (kept across labs, like the image), and
+:mod:`.tlsindex` serves them as a PEP 503 index over https (its certificate from the lab's CA,
+``$SWARM_LAB_CACHE/index-tls``) on the lab's service address, ``SERVICE_ADDRESS`` on a host
+interface of its own, which every node reaches through its site router. A RayCluster whose
+``package_index.url`` is on that address gets it.
 """
 
 from __future__ import annotations
@@ -18,11 +20,11 @@ import json
 import shutil
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlparse
 
-from . import services
+from . import services, tlsindex
 from .plan import PREFIX
 from .system import LabError, run
 
@@ -44,40 +46,45 @@ def serves(url: str) -> bool:
     return urlparse(url).hostname == str(SERVICE_ADDRESS)
 
 
-def wheelhouse_key(requirements: Sequence[str]) -> str:
-    recipe = json.dumps([sorted(requirements), NODE_PYTHON, NODE_PLATFORMS])
+def wheelhouse_key(lock: str) -> str:
+    recipe = json.dumps([lock, NODE_PYTHON, NODE_PLATFORMS])
     return hashlib.sha256(recipe.encode()).hexdigest()[:12]
 
 
-def ensure_wheelhouse(cache: Path, requirements: Sequence[str], log: Callable[[str], None] = print) -> Path:
-    """The directory of wheels for ``requirements`` and their dependencies, downloaded once
-    (binary wheels for the nodes' Python and platform); concurrent callers wait on a lock
-    and a half-filled directory is never used. Raises LabError when pip fails."""
-    final = cache / wheelhouse_key(requirements)
+def ensure_wheelhouse(cache: Path, lock: str, log: Callable[[str], None] = print) -> Path:
+    """The directory of the wheels the lock file text ``lock`` pins (every dependency is
+    pinned in it), downloaded once with pip in hash-checking mode (binary wheels for the
+    nodes' Python and platform: a file whose hash the lock does not list fails it);
+    concurrent callers wait on a lock and a half-filled directory is never used. Raises
+    LabError when pip fails."""
+    final = cache / wheelhouse_key(lock)
     if (final / ".complete").exists():
         log(f"index  wheelhouse {final.name}: cached ({sum(1 for _ in final.glob('*.whl'))} wheels)")
         return final
     cache.mkdir(parents=True, exist_ok=True)
-    with open(cache / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with open(cache / ".lock", "w") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)
         if (final / ".complete").exists():
             return final
         building = cache / f".building-{final.name}"
         shutil.rmtree(building, ignore_errors=True)
-        log(f"index  wheelhouse {final.name}: downloading {', '.join(requirements)} (once)")
+        pins = sum(1 for line in lock.splitlines() if line[:1].isalnum())
+        log(f"index  wheelhouse {final.name}: downloading the lock's {pins} pins (once)")
         started = time.monotonic()
         platforms = [arg for p in NODE_PLATFORMS for arg in ("--platform", p)]
+        building.mkdir(parents=True)
+        (building / ".lock.txt").write_text(lock)
         proc = run(
-            [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:",
+            [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:", "--require-hashes",
              "--python-version", NODE_PYTHON, "--implementation", "cp", *platforms,
-             "--dest", str(building), *requirements],
+             "--dest", str(building), "-r", str(building / ".lock.txt")],
             check=False,
             timeout=1800,
         )  # fmt: skip
         if proc.returncode != 0:
             tail = "\n".join(proc.stderr.strip().splitlines()[-10:])
             raise LabError(f"pip download for the lab's package index failed:\n{tail}")
-        (building / ".complete").write_text(json.dumps(sorted(requirements)) + "\n")
+        (building / ".complete").write_text(lock)
         building.rename(final)
         log(f"index  wheelhouse {final.name}: {sum(1 for _ in final.glob('*.whl'))} wheels in "
             f"{time.monotonic() - started:.0f} s")  # fmt: skip
@@ -99,20 +106,26 @@ def ensure_service_address() -> None:
     run(["ip", "link", "set", SERVICE_LINK, "up"])
 
 
+INDEX_MARKER = b"swarm_infra.lab.tlsindex"
+
+
 def index_is_running(pid: int | None, port: int) -> bool:
-    return services.is_running(pid, b"pypiserver", port)
+    return services.is_running(pid, INDEX_MARKER, port)
 
 
-def start_index(directory: Path, port: int, cgroup: Path, log_file: Path) -> int:
-    """Serve ``directory`` with pypiserver on SERVICE_ADDRESS:``port`` (no uploads, no auth:
-    read-only); returns its PID once it answers. The process runs in the lab's cgroup, so
+def start_index(wheels: Path, root: Path, tls: Path, port: int, cgroup: Path, log_file: Path) -> int:
+    """Serve the wheels of ``wheels`` as a PEP 503 index laid out in ``root`` over https
+    (the certificate in ``tls``, :func:`.tlsindex.ensure_tls`) on SERVICE_ADDRESS:``port``,
+    read-only; returns its PID once it answers. The process runs in the lab's cgroup, so
     ``down`` ends it whatever happens."""
+    tlsindex.build_index(wheels, root)
     return services.start(
-        [sys.executable, "-m", "pypiserver", "run", "--host", str(SERVICE_ADDRESS), "--port", str(port),
-         "--authenticate", ".", "--passwords", ".", "--disable-fallback", str(directory)],
+        [sys.executable, "-m", "swarm_infra.lab.tlsindex", "--address", str(SERVICE_ADDRESS),
+         "--port", str(port), "--root", str(root), "--tls", str(tls)],
         str(SERVICE_ADDRESS), port, cgroup, log_file, "the lab's package index",
     )  # fmt: skip
 
 
 def stop_index(pid: int | None, port: int) -> None:
-    services.stop(pid, b"pypiserver", port)
+    services.stop(pid, INDEX_MARKER, port)
+    services.stop(pid, b"pypiserver", port)  # the plain-http index a lab before #22 started

@@ -131,12 +131,19 @@ def _write(lower: Path, upper: Path, rel: str, text: str, mode: int = 0o644) -> 
     os.chmod(path, mode)
 
 
-def prepare(node: LabNode, dirs: NodeDirs, image: Path, hosts: str, authorized_key: str) -> str:
+PIP_CA = "etc/ssl/certs/swarm-lab-index-ca.pem"
+
+
+def prepare(
+    node: LabNode, dirs: NodeDirs, image: Path, hosts: str, authorized_key: str, index_ca: str | None = None
+) -> str:
     """Give a fresh node its identity in its upper layer; returns its SSH host public key line.
 
     Writes the hostname, ``/etc/hosts`` (every lab node by name), the host's resolver, root's
     ``authorized_keys`` (0600 in a 0700 ``.ssh``) and a new ed25519 SSH host key made on the
-    host with ssh-keygen (private part 0600, written only into the node's own layer).
+    host with ssh-keygen (private part 0600, written only into the node's own layer). With
+    ``index_ca`` (the lab package index's CA, PEM), pip's trust in it: the certificate and
+    ``/etc/pip.conf`` naming it (``cert``), as a provider's machine trusts its own CA.
     """
     shutil.rmtree(dirs.base, ignore_errors=True)
     for d in (dirs.upper, dirs.work, dirs.root):
@@ -148,6 +155,9 @@ def prepare(node: LabNode, dirs: NodeDirs, image: Path, hosts: str, authorized_k
     resolv = Path("/etc/resolv.conf").read_text() if Path("/etc/resolv.conf").exists() else ""
     _write(image, dirs.upper, "etc/resolv.conf", resolv)
     _write(image, dirs.upper, "root/.ssh/authorized_keys", authorized_key.strip() + "\n", 0o600)
+    if index_ca is not None:
+        _write(image, dirs.upper, PIP_CA, index_ca)
+        _write(image, dirs.upper, "etc/pip.conf", f"[global]\ncert = /{PIP_CA}\n")
     os.chmod(dirs.upper / "root/.ssh", 0o700)
     key = _mkdirs_like(image, dirs.upper, "etc/ssh") / "ssh_host_ed25519_key"
     run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{node.name}", "-f", str(key)])

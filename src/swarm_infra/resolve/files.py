@@ -362,6 +362,30 @@ def ray_sysusers(node: NodeState) -> str:
     )
 
 
+def ray_lock(node: NodeState) -> str:
+    """The pip lock Ray's virtualenv installs from (``pip install --require-hashes -r``):
+    NodeState.ray.lock, one pin per line with its hashes, in the lock file's order. Only
+    pins and hashes: the declared file's comments are not carried over."""
+    ray = node["ray"]
+    assert ray is not None
+    cluster = line_value(ray["cluster"], "cluster")
+    lines = [
+        f"# Ray's environment on this node (cluster {cluster}): pip's hash-checking mode.",
+        "# Written by swarm from the RayCluster's lock_file; do not edit.",
+    ]
+    for pin in ray["lock"]:
+        hashes = [f"--hash=sha256:{line_value(h, 'hash')}" for h in pin["hashes"]]
+        lines.append(" \\\n    ".join([line_value(pin["requirement"], "requirement"), *hashes]))
+    return "\n".join(lines) + "\n"
+
+
+def ray_index_ca(node: NodeState) -> str:
+    """The package index's private CA (PEM certificates) pip trusts (``--cert``)."""
+    ray = node["ray"]
+    assert ray is not None and ray["index_ca"] is not None
+    return ray["index_ca"]
+
+
 def ray_firewall_unit(node: NodeState) -> str:
     """systemd unit loading the Ray firewall before Ray starts."""
     units, files = node["layout"]["units"], node["layout"]["files"]
@@ -499,6 +523,7 @@ STATIC: dict[str, Callable[[NodeState], str]] = {
     "ray_firewall_unit": ray_firewall_unit,
     "ray_unit": ray_unit,
     "ray_sysusers": ray_sysusers,
+    "ray_lock": ray_lock,
     "storage_record": storage_record,
 }
 
@@ -578,6 +603,10 @@ def layer_files(
             _item(f["etc_dir"], "directory"),
             _item(f["ray_auth_token"], "file"),
             _item(f["ray_sysusers"], "file", ray_sysusers(node)),
+            _item(f["ray_lock"], "file", ray_lock(node)),
+            _item(f["ray_index_ca"], "file", ray_index_ca(node))
+            if ray["index_ca"] is not None
+            else _item(f["ray_index_ca"], "absent"),
             _item(f["ray_firewall_rules"], "file", ray_firewall_rules(node)),
             _item(f["ray_firewall_unit"], "file", ray_firewall_unit(node)),
             _item(f[f"ray_{ray['role']}_unit"], "file", ray_unit(node)),

@@ -143,6 +143,8 @@ LAYERS: tuple[Layer, ...] = (
             "ray_firewall_unit",
             "ray_head_unit",
             "ray_worker_unit",
+            "ray_lock",
+            "ray_index_ca",
         ),
         removed=(
             "ray_head_unit",
@@ -152,6 +154,8 @@ LAYERS: tuple[Layer, ...] = (
             "ray_venv",
             "ray_auth_token",
             "ray_sysusers",
+            "ray_lock",
+            "ray_index_ca",
         ),
         units=("ray_firewall", "ray_head", "ray_worker"),
         restarts=(

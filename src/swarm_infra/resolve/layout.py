@@ -47,6 +47,7 @@ def node_layout(interface: str = "wg0") -> LayoutState:
       ``gpu_unit``: the boot-time re-apply unit;
       ``ray_venv``, ``ray_head_unit``, ``ray_worker_unit``: Ray in its own virtualenv and its
       units; ``ray_firewall_rules``, ``ray_firewall_unit``: Ray's ports kept off the underlay;
+      ``ray_lock``, ``ray_index_ca``: the pip lock Ray installs from and the index's CA;
       ``wireguard_dir``, ``wireguard_key`` (the private key, never read back),
       ``wireguard_conf`` (no private key in it), ``wireguard_peers`` (public keys of peers);
       ``wireguard_dropin``: selects wireguard-go where the kernel has no WireGuard module;
@@ -81,6 +82,9 @@ def node_layout(interface: str = "wg0") -> LayoutState:
             "ray_firewall_rules": _file(f"{ETC_DIR}/ray-firewall.nft"),
             "ray_firewall_unit": _file(f"{UNIT_DIR}/swarm-ray-firewall.service"),
             "ray_sysusers": _file(f"/etc/sysusers.d/{RAY_USER}.conf"),
+            # The pip lock Ray's virtualenv installs from (hashes), and the index's private CA.
+            "ray_lock": _file(f"{ETC_DIR}/ray-requirements.lock"),
+            "ray_index_ca": _file(f"{ETC_DIR}/ray-index-ca.pem"),
             # Ray's token (RAY_AUTH_MODE=token): made on the head, copied to the members,
             # root's only; the units read it as a systemd credential. Never read back.
             "ray_auth_token": _file(f"{ETC_DIR}/ray-auth-token", "0600"),

@@ -32,7 +32,7 @@ from typing import Literal
 from ..fleet.model import Fleet, Node, RayCluster, RayRequest
 from .labels import FLAVOR_LABEL, REGION_LABEL, SITE_LABEL
 from .layout import RAY_USER
-from .types import RayClusterState, RayFirewallState, RayGroupState, RayNodeState
+from .types import NodeState, RayClusterState, RayFirewallState, RayGroupState, RayNodeState
 
 RESERVE_PERCENT = 10  # of a node's CPUs and memory, left to the kubelet and system daemons
 GIB = 1 << 30
@@ -190,9 +190,25 @@ def labels_param(labels: Mapping[str, str]) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
 
 
-def ray_requirements(version: str, packages: Sequence[str]) -> list[str]:
-    """What pip installs: the pinned Ray with its extras, then the policy's packages."""
-    return [f"ray[{RAY_EXTRAS}]=={version}", *packages]
+def pip_environment(node: NodeState) -> dict[str, str]:
+    """The environment pip installs Ray's lock with, for both engines (pip reads each of its
+    options from ``PIP_<OPTION>``, https://pip.pypa.io/en/stable/topics/configuration/):
+    the declared index (``--index-url``), hash-checking mode (``--require-hashes``: every
+    file must match a hash of the lock, given as ``-r``), wheels only (``--only-binary=:all:``:
+    no build runs as root), the private CA (the layout's ``ray_index_ca``) when the node has
+    one (``--cert``), no version check. Never ``--trusted-host``: it turns certificate
+    checks off. ``node``: a NodeState in the Ray cluster (KeyError/TypeError otherwise)."""
+    ray = node["ray"]
+    assert ray is not None
+    env = {
+        "PIP_INDEX_URL": ray["package_index"],
+        "PIP_REQUIRE_HASHES": "1",
+        "PIP_ONLY_BINARY": ":all:",
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+    }
+    if ray["index_ca"] is not None:
+        env["PIP_CERT"] = node["layout"]["files"]["ray_index_ca"]["path"]
+    return env
 
 
 # ------------------------------------------------------------------ Ray on bare nodes
@@ -331,8 +347,10 @@ def bare_node_ray(
         "head": head,
         "user": RAY_USER,
         "version": ray.ray_version,
-        "requirements": ray_requirements(ray.ray_version, ray.packages),
+        "requirements": [p.requirement for p in ray.lock],
+        "lock": [{"requirement": p.requirement, "hashes": list(p.hashes)} for p in ray.lock],
         "package_index": ray.package_index,
+        "index_ca": ray.index_ca,
         "node_ip": node_ip,
         "head_ip": head_ip,
         "gcs_address": f"{head_ip}:{ports['gcs']}",

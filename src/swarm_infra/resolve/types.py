@@ -230,6 +230,11 @@ class RayDashboardState(TypedDict):
     port: int
 
 
+class RayPinState(TypedDict):
+    requirement: str  # name==version or name[extras]==version, as the lock file pins it
+    hashes: list[str]  # sha256 hex digests pip accepts for its file (--hash=sha256:...)
+
+
 class RayNodeState(TypedDict):
     """The node's part in the fleet's own Ray cluster (kind RayCluster), over the mesh."""
 
@@ -238,8 +243,14 @@ class RayNodeState(TypedDict):
     head: str  # the head node's name (its token is the cluster's)
     user: str  # the unprivileged system user Ray and its jobs run as
     version: str  # the pinned Ray release
-    requirements: list[str]  # pip requirements: Ray with its extras first, then the policy's packages
-    package_index: str  # pip --index-url
+    requirements: list[
+        str
+    ]  # every pin of the lock (name[extras]==version), in its order: what must be installed
+    lock: list[
+        RayPinState
+    ]  # the lock file (spec.lock_file) as pins with their hashes: pip --require-hashes -r
+    package_index: str  # pip --index-url, https:// only
+    index_ca: str | None  # PEM certificates pip trusts for the index (pip --cert); None: pip's trust store
     node_ip: str  # the node's mesh address: ray start --node-ip-address
     head_ip: str  # the head's mesh address
     gcs_address: str  # "head_ip:port": workers join with ray start --address

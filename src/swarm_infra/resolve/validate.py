@@ -21,6 +21,7 @@ from ..fleet.schemas import check_document
 from . import checks
 from .analysis import Analysis
 from .assign import assign_profiles
+from .checks.ray import read_ray_files
 from .mesh import Topology, assign_addresses, plan_topology
 
 
@@ -70,6 +71,10 @@ def validate(paths: Iterable[str | os.PathLike[str]], load: DocumentLoader = loa
     unread = any(d.rule != "yaml.duplicate-key" and d.severity == "error" for d in syntax)
     fleet, built = build_fleet(valid, invalid, unread)
     findings.extend(built)
+    # Files the policies name (Ray's lock and CA): read inside the directories given.
+    roots = [os.path.realpath(p if Path(p).is_dir() else Path(p).parent) for p in paths]
+    fleet, file_findings, file_problems = read_ray_files(fleet, roots)
+    findings.extend(file_findings)
     choices, assigned = assign_profiles(fleet)
     findings.extend(assigned)
     addresses: dict[str, ipaddress.IPv4Address] = {}
@@ -82,7 +87,7 @@ def validate(paths: Iterable[str | os.PathLike[str]], load: DocumentLoader = loa
     analysis = Analysis(fleet, choices, addresses, topology)
     for check in checks.ALL:
         findings.extend(check(analysis))
-    return Validation(Report([*syntax, *locate_all(findings)]), analysis)
+    return Validation(Report([*syntax, *file_problems, *locate_all(findings)]), analysis)
 
 
 def load_fleet(paths: Iterable[str | os.PathLike[str]]) -> Analysis:

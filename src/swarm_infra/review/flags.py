@@ -14,14 +14,19 @@ flag ``block`` (exit 1), ``warn`` or ``off``; defaults in
 - ``relay-crosses-provider``: a relay starts carrying a NAT-to-NAT site pair with a site of
   another provider than its own.
 - ``ssh-host-key-changed``: a node's declared SSH host keys are added, changed or removed.
+- ``package-index-changed``: the Ray cluster's package index (its URL or its CA) changes.
+- ``ray-packages-changed``: what the Ray nodes install as root changes: the lock's pins or
+  hashes, the Ray version, or the declared packages.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, cast
 
+from ..fleet.lockfile import canonical_name
 from ..fleet.model import ReviewPolicy
 from ..resolve.keys import ssh_host_key_fingerprint
 from ..resolve.rollout import rollout_batches as batches
@@ -31,6 +36,7 @@ from ..resolve.types import (
     GpuState,
     NodeState,
     PriorityState,
+    RayNodeState,
     RelayRouteState,
     RolloutState,
 )
@@ -419,6 +425,108 @@ class FlagRaiser:
                     fallback=self.index.all(),
                 ),
             )
+
+    def ray_supply(self) -> None:
+        """``package-index-changed`` and ``ray-packages-changed``: the bare-node Ray cluster
+        of both sides (NodeState.ray of any member: every member installs the same) differs
+        in where pip installs from (``package_index``, ``index_ca``) or in what it installs
+        (the lock's pins and hashes, which hold the Ray version and the packages). Every
+        Ray node installs them as root. A Ray cluster added or removed is a visible change
+        of its own."""
+        old, new = _ray(self.base), _ray(self.head)
+        if old is None or new is None:
+            return
+        name = new["cluster"]
+        if (old["package_index"], old["index_ca"]) != (new["package_index"], new["index_ca"]):
+            parts = []
+            if old["package_index"] != new["package_index"]:
+                parts.append(f"index {old['package_index']} -> {new['package_index']}")
+            if old["index_ca"] != new["index_ca"]:
+                parts.append(
+                    "its CA "
+                    + (
+                        "added"
+                        if old["index_ca"] is None
+                        else "removed"
+                        if new["index_ca"] is None
+                        else "replaced"
+                    )
+                )
+            self.raise_flag(
+                "package-index-changed",
+                f"the Ray nodes of {name} install as root from another source ({'; '.join(parts)}): "
+                "check who runs that index and who holds its CA's key",
+                pick(
+                    [
+                        *self.index.where("RayCluster", name, ("spec", "package_index")),
+                        *(self._ray_file("index_ca_file") if old["index_ca"] != new["index_ca"] else []),
+                    ],
+                    self.index.where("RayCluster", name),
+                    fallback=self.index.all(),
+                ),
+            )
+        if old["lock"] != new["lock"]:
+            self.raise_flag(
+                "ray-packages-changed",
+                f"what the Ray nodes of {name} install as root changes: {_lock_change(old, new)}; "
+                "check where the new pins and hashes come from (scripts/ray-lock.py)",
+                pick(
+                    [
+                        *self.index.where("RayCluster", name, ("spec", "lock_file")),
+                        *self.index.where("RayCluster", name, ("spec", "ray_version")),
+                        *self.index.where("RayCluster", name, ("spec", "packages")),
+                        *self._ray_file("lock_file"),
+                    ],
+                    self.index.where("RayCluster", name),
+                    fallback=self.index.all(),
+                ),
+            )
+
+    def _ray_file(self, field: str) -> list[Location]:
+        """The head's file named by the RayCluster's ``field`` (``lock_file``,
+        ``index_ca_file``), as a whole-file location (its text is not YAML)."""
+        analysis = self.index.head.analysis
+        ray = analysis.fleet.ray if analysis is not None else None
+        name = getattr(ray, field, None) if ray is not None else None
+        if ray is None or name is None:
+            return []
+        path = str(Path(ray.source.file).parent / name)
+        return [Location(self.index.head.rel(path), 0, "head", self.index.head.commit)]
+
+
+def _ray(state: DesiredState) -> RayNodeState | None:
+    return next((s["ray"] for _, s in sorted(state["nodes"].items()) if s["ray"]), None)
+
+
+def _lock_change(old: RayNodeState, new: RayNodeState) -> str:
+    """``ray 2.59.0 -> 2.60.0; changed numpy 2.4.5 -> 2.4.6; added x 1.0; removed y 2.0;
+    new hashes for z 3.0`` (at most 10 names in each part)."""
+
+    def pins(ray: RayNodeState) -> dict[str, tuple[str, list[str]]]:
+        out = {}
+        for pin in ray["lock"]:
+            name, _, version = pin["requirement"].partition("==")
+            out[canonical_name(name.split("[")[0])] = (version, pin["hashes"])
+        return out
+
+    def some(items: list[str]) -> str:
+        return ", ".join(items[:10]) + (f", and {len(items) - 10} more" if len(items) > 10 else "")
+
+    a, b = pins(old), pins(new)
+    parts = []
+    if old["version"] != new["version"]:
+        parts.append(f"Ray {old['version']} -> {new['version']}")
+    changed = [f"{n} {a[n][0]} -> {b[n][0]}" for n in sorted(a.keys() & b.keys()) if a[n][0] != b[n][0]]
+    added = [f"{n} {b[n][0]}" for n in sorted(b.keys() - a.keys())]
+    removed = [f"{n} {a[n][0]}" for n in sorted(a.keys() - b.keys())]
+    rehashed = [
+        f"{n} {b[n][0]}" for n in sorted(a.keys() & b.keys()) if a[n][0] == b[n][0] and a[n][1] != b[n][1]
+    ]
+    for label, items in (("changed", changed), ("added", added), ("removed", removed),
+                         ("other hashes for", rehashed)):  # fmt: skip
+        if items:
+            parts.append(f"{label} {some(items)}")
+    return "; ".join(parts) or "the lock's order"
 
 
 def gpu_nodes(state: Mapping[str, NodeState]) -> list[str]:

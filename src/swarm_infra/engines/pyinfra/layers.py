@@ -15,7 +15,6 @@ other finds nothing to change. The entry points in ``deploys/`` call these.
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit
 
 from pyinfra import host
 from pyinfra.operations import apt, files, server
@@ -24,6 +23,7 @@ from ...nodeside.facts import scratch_device_problem
 from ...resolve import notes
 from ...resolve.files import layer_files, static_file, tunables_spec, wireguard_dropin_items
 from ...resolve.layers import NAMES, node_packages
+from ...resolve.ray import pip_environment
 from ...resolve.types import NodeState
 from . import facts as F
 from . import operations as ops
@@ -362,13 +362,12 @@ def ray_layer() -> None:
     # Reloaded, not restarted: Ray's units require the firewall, and a restart of a required
     # unit restarts them (systemd.unit(5), Requires=); new members must not restart Ray.
     ops.unit(name="Reload the Ray firewall", service=firewall, reloaded=True, _if=any_changed(rules, fw_unit))
-    index = ray["package_index"]
     install = ops.pip_requirements(
-        name="Install the pinned Ray in its virtualenv from the declared package index",
+        name="Install Ray's lock in its virtualenv from the declared package index",
         venv=paths["ray_venv"]["path"],
         requirements=ray["requirements"],
-        index_url=index,
-        trusted_host=urlsplit(index).hostname or "",
+        lock=paths["ray_lock"]["path"],
+        environment=pip_environment(node),
     )
     ops.unit(
         name="Reload systemd (the Ray unit changed)",

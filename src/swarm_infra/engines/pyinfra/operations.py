@@ -377,20 +377,21 @@ def dpkg_hold(packages: list[str]) -> Generator[StringCommand, None, None]:
 
 @operation()
 def pip_requirements(
-    venv: str, requirements: list[str], index_url: str, trusted_host: str
+    venv: str, requirements: list[str], lock: str, environment: Mapping[str, str]
 ) -> Generator[StringCommand, None, None]:
-    """Make the virtualenv ``venv`` (``python3 -m venv``) and install ``requirements`` in it
-    from the package index ``index_url``, when a package is missing or not at its pinned
-    version (:func:`swarm_infra.nodeside.facts.requirements_missing`, the Ansible role's
-    test too).
+    """Make the virtualenv ``venv`` (``python3 -m venv``) and install the lock file ``lock``
+    (a path on the node) in it with pip's ``environment`` (the index, hash-checking mode,
+    wheels only, the index's CA: :func:`swarm_infra.resolve.ray.pip_environment`), when a
+    pin of ``requirements`` (the lock's pins) is missing or not at its version
+    (:func:`swarm_infra.nodeside.facts.requirements_missing`, the Ansible role's test too).
 
     **Example:**
 
     .. code:: python
 
         pip_requirements(name="Ray", venv=files["ray_venv"]["path"],
-                         requirements=["ray[default]==2.60.0"], index_url="http://mirror/simple/",
-                         trusted_host="mirror")
+                         requirements=["ray[default]==2.60.0", ...], lock=files["ray_lock"]["path"],
+                         environment={"PIP_INDEX_URL": "https://mirror/simple/", "PIP_REQUIRE_HASHES": "1"})
     """
     installed = snapshot()["venvs"].get(venv) or {}
     if not requirements_missing(list(requirements), json.dumps(installed)):
@@ -399,9 +400,8 @@ def pip_requirements(
     if not installed:
         yield StringCommand("python3", "-m", "venv", QuoteString(venv))
     yield StringCommand(
-        QuoteString(f"{venv}/bin/pip"), "install", "--disable-pip-version-check",
-        "--index-url", QuoteString(index_url), "--trusted-host", QuoteString(trusted_host),
-        *(QuoteString(r) for r in requirements),
+        "env", *(QuoteString(f"{k}={v}") for k, v in sorted(environment.items())),
+        QuoteString(f"{venv}/bin/pip"), "install", "-r", QuoteString(lock),
     )  # fmt: skip
 
 

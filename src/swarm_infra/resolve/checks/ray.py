@@ -9,17 +9,36 @@ keepalives and relays, so the head needs a public endpoint when they exist;
 ``ray.object-store-too-large``: a fixed object store beyond 80% of a node's memory (Ray's cap);
 ``ray.ports-conflict``: two of Ray's ports equal (the dashboard's among them), or the worker
 port range empty or holding another port, or a port (or the range) holding SSH's: 22 or a
-member's declared SSH port (Ray's firewall drops its ports off the mesh).
+member's declared SSH port (Ray's firewall drops its ports off the mesh);
+``ray.lock-invalid``: a line of the lock file that is not ``name==version --hash=sha256:...``
+(reported at the lock file's line, :mod:`swarm_infra.fleet.lockfile`);
+``ray.lock-mismatch``: the lock does not pin ``ray`` with its extras at ``ray_version``, or
+leaves out an entry of ``packages`` (or pins it at another version or without its extras);
+``ray.ca-file-invalid``: ``package_index.ca_file`` is not PEM certificates of a CA;
+``file.*`` at ``lock_file`` / ``package_index.ca_file``: the file is missing, unreadable, too
+large, or outside the fleet's directories. (``http://`` indexes are refused by the schema.)
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from pathlib import Path
 
-from ...fleet.diagnostics import Finding
-from ...fleet.model import RayCluster
+from ...fleet.diagnostics import Diagnostic, Finding
+from ...fleet.lockfile import (
+    MAX_CA_BYTES,
+    MAX_LOCK_BYTES,
+    Pin,
+    ca_problem,
+    canonical_name,
+    normalised_pem,
+    parse_lock,
+    read_referenced,
+)
+from ...fleet.model import Fleet, RayCluster
 from ..analysis import Analysis
-from ..ray import members
+from ..ray import RAY_EXTRAS, members
 
 OBJECT_STORE_MAX_PERCENT = 80  # Ray refuses an object store above 80% of the node's memory
 
@@ -125,4 +144,80 @@ def _ssh_ports(ray: RayCluster, a: Analysis) -> Iterator[Finding]:
         yield Finding(ray.source, ("spec", "ports"), "ray.ports-conflict", message)
 
 
-CHECKS = (ray_cluster,)
+def read_ray_files(fleet: Fleet, roots: Sequence[str]) -> tuple[Fleet, list[Finding], list[Diagnostic]]:
+    """Read the RayCluster's lock file and CA file (:mod:`swarm_infra.fleet.lockfile`) into
+    the model: ``(fleet with ray.lock and ray.index_ca filled, findings at the policy's
+    fields, diagnostics at the lock file's lines)``. ``roots``: real paths of the directories
+    the fleet was read from; the files must lie inside them. A lock with any problem is left
+    empty (and its pins unchecked: the lines are what is wrong)."""
+    ray = fleet.ray
+    if ray is None:
+        return fleet, [], []
+    findings: list[Finding] = []
+    diagnostics: list[Diagnostic] = []
+    base = Path(ray.source.file).parent
+    lock_path, data, problem = read_referenced(base, ray.lock_file, list(roots), MAX_LOCK_BYTES)
+    pins: tuple[Pin, ...] = ()
+    if problem:
+        findings.append(Finding(ray.source, ("spec", "lock_file"), *problem))
+    elif data is not None:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+            findings.append(Finding(ray.source, ("spec", "lock_file"), "ray.lock-invalid",
+                                    f"{lock_path} is not UTF-8 text"))  # fmt: skip
+        if text is not None:
+            parsed, problems = parse_lock(text)
+            for line, message in problems:
+                diagnostics.append(Diagnostic(str(lock_path), line, 1, "$", "ray.lock-invalid", message))
+            pins = () if problems else tuple(parsed)
+    ca: str | None = None
+    if ray.index_ca_file is not None:
+        where = ("spec", "package_index", "ca_file")
+        ca_path, data, problem = read_referenced(base, ray.index_ca_file, list(roots), MAX_CA_BYTES)
+        if problem:
+            findings.append(Finding(ray.source, where, *problem))
+        elif data is not None:
+            why = ca_problem(data)
+            if why:
+                findings.append(Finding(ray.source, where, "ray.ca-file-invalid", f"{ca_path}: {why}"))
+            else:
+                ca = normalised_pem(data)
+    return replace(fleet, ray=replace(ray, lock=pins, index_ca=ca)), findings, diagnostics
+
+
+def lock_matches(a: Analysis) -> Iterator[Finding]:
+    """The lock pins Ray with its extras at ray_version and every entry of packages."""
+    ray = a.fleet.ray
+    if ray is None or not ray.lock:
+        return
+    pins = {canonical_name(p.name): p for p in ray.lock}
+    need = set(RAY_EXTRAS.split(","))
+    got = pins.get("ray")
+    if got is None or got.version != ray.ray_version or not need <= set(got.extras):
+        found = f"it pins {got.requirement} (line {got.line})" if got else "it does not pin ray"
+        yield Finding(
+            ray.source,
+            ("spec", "lock_file"),
+            "ray.lock-mismatch",
+            f"the lock must pin ray[{RAY_EXTRAS}]=={ray.ray_version} (ray_version); {found}",
+        )
+    for i, package in enumerate(ray.packages):
+        name, _, version = package.partition("==")
+        bare, _, extras = name.partition("[")
+        pin = pins.get(canonical_name(bare))
+        wanted = set(filter(None, extras.rstrip("]").split(",")))
+        if pin is None:
+            why = f"the lock does not pin {bare}"
+        elif version and pin.version != version:
+            why = f"the lock pins {pin.requirement} (line {pin.line}), not version {version}"
+        elif not wanted <= set(pin.extras):
+            why = f"the lock pins {pin.requirement} (line {pin.line}) without the extras {sorted(wanted)}"
+        else:
+            continue
+        yield Finding(ray.source, ("spec", "packages", i), "ray.lock-mismatch",
+                      f"{why}; regenerate it (scripts/ray-lock.py)")  # fmt: skip
+
+
+CHECKS = (ray_cluster, lock_matches)
