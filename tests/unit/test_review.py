@@ -576,7 +576,10 @@ def test_cli_exit_codes_outputs_and_working_tree_untouched(
     monkeypatch.chdir(repo)
     assert cli.main(["review", "--base", "HEAD~1", "--out", "c.md", "--full", "f.md"]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("❌ example: ") and "driver-without-canary" in err
+    # The uncommitted edit is not reviewed, and the review says so (issue #25).
+    warning, summary = err.splitlines()
+    assert "uncommitted" in warning and "inventory/example/sites.yaml" in warning
+    assert summary.startswith("❌ example: ") and "driver-without-canary" in summary
     comment = (repo / "c.md").read_text()
     assert comment.splitlines()[1] == MARKER and len(comment) <= GITHUB_LIMIT
     assert (repo / "f.md").read_text() == comment  # small: nothing was cut

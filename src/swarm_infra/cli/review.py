@@ -1,7 +1,9 @@
 """``swarm review``: a pull request's change to the fleet, as a reviewer reads it.
 
-Loads every fleet the change touches at ``--base`` and ``--head`` from Git (the working
-tree is not touched), validates the head, and prints the plan diff, capacity and risk
+Compares ``--head`` with its merge base with ``--base`` (``--exact-base``: with ``--base``
+itself), loads every fleet the change touches at both commits from Git (the working tree
+is not read; uncommitted fleet or rule files are warned about), validates the head, lists
+the rule files the change touches, and prints the plan diff, capacity and risk
 flags as a GitHub comment (Markdown, at most 65,536 characters) or as JSON.
 """
 
@@ -14,31 +16,57 @@ from pathlib import Path
 
 from ..fleet.sources import FLEET_NAME
 from ..review import GitError, review
-from ..review.git import fleet_names, resolve_ref, tree_files
+from ..review.git import fleet_names, resolve_ref, toplevel, tree_files, uncommitted
 from ..review.markdown import GITHUB_LIMIT, render
 from .common import EXIT_INVALID, emit
 
 
+def _fail(args: argparse.Namespace, message: str) -> int:
+    """Report an error that stopped the review: stderr, and in JSON mode a JSON document
+    on stdout (or in ``--out``) too, so that a bot always reads one. Exit 2."""
+    print(f"swarm review: {message}", file=sys.stderr)
+    if args.format == "json":
+        doc = json.dumps(
+            {"error": message, "exit_code": EXIT_INVALID, "fleets": []}, indent=2, sort_keys=True
+        )
+        if args.out:
+            Path(args.out).write_text(doc + "\n", encoding="utf-8")
+        else:
+            emit(doc)
+    return EXIT_INVALID
+
+
 def cmd_review(args: argparse.Namespace) -> int:
-    repo = Path.cwd()
     fleets = args.fleet or None
     try:
+        repo = toplevel(Path.cwd())
         if fleets:
             known: set[str] = set()
             for ref in (args.base, args.head):
                 known.update(fleet_names(tree_files(repo, resolve_ref(repo, ref))))
             unknown = [f for f in fleets if not FLEET_NAME.fullmatch(f) or f not in known]
             if unknown:
-                print(
-                    f"swarm review: no fleet named {', '.join(repr(f) for f in unknown)} at either ref "
+                return _fail(
+                    args,
+                    f"no fleet named {', '.join(repr(f) for f in unknown)} at either ref "
                     f"(fleets: {', '.join(sorted(known)) or 'none'})",
-                    file=sys.stderr,
                 )
-                return EXIT_INVALID
-        result = review(repo, args.base, args.head, fleets, args.repo_url)
+        result = review(repo, args.base, args.head, fleets, args.repo_url, exact_base=args.exact_base)
     except GitError as exc:
-        print(f"swarm review: {exc}", file=sys.stderr)
-        return EXIT_INVALID
+        return _fail(args, str(exc))
+    try:
+        at_head = resolve_ref(repo, "HEAD") == result.head
+    except GitError:  # a repository with no commit yet
+        at_head = False
+    dirty = uncommitted(repo) if at_head else []
+    if dirty:
+        shown = ", ".join(dirty[:5]) + (f" and {len(dirty) - 5} more" if len(dirty) > 5 else "")
+        note = (
+            f"the working tree has uncommitted changes to fleet or rule files that this review does "
+            f"not include (it reads commits only): {shown}; commit them and review again"
+        )
+        result.notes.append(note)
+        print(f"swarm review: warning: {note}", file=sys.stderr)
     if args.full:
         Path(args.full).write_text(render(result, None), encoding="utf-8")
     if args.format == "json":
@@ -65,13 +93,25 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "hubs), cluster objects field by field, capacity per GPU flavor and cohort, and risk flags "
         "(the base's ReviewPolicy says which block). Every finding names the lines of the change. "
         "Markdown is a GitHub pull-request comment: at most --max-chars characters, details cut from "
-        "the end, a hidden <!-- swarm-review --> marker to find it by. Run it in the repository.",
+        "the end, a hidden <!-- swarm-review --> marker to find it by. The base is the merge base of "
+        "--base and --head (what a pull request itself changes), unless --exact-base. Changes to the "
+        "rules (schemas/, src/, roles/, playbooks/, plugins/, deploys/, stacks/, .github/, ...) are "
+        "listed and make every fleet reviewed; with schemas/ changed the head is also checked against "
+        "its own schemas. Run it anywhere in the repository; uncommitted fleet or rule files are not "
+        "reviewed (a warning says so).",
         epilog="Exit codes: 0 no blocking flag (warnings allowed); 1 blocking flags; 2 an invalid head "
-        "(the validator's file:line diagnostics are the report), an unknown ref or fleet. "
+        "(the validator's file:line diagnostics are the report), an unknown ref or fleet, not a Git "
+        "repository (with --format json, stdout is then a JSON document with an error key). "
         "Example: swarm review --base origin/main --head HEAD --out review.md --full review-full.md",
     )
     p.add_argument(
         "--base", required=True, metavar="REF", help="the ref the change starts from (e.g. origin/main)"
+    )
+    p.add_argument(
+        "--exact-base",
+        action="store_true",
+        help="compare with the commit --base names, not with the merge base of --base and --head "
+        "(which shows only the head's own change when --base moved since the head branched)",
     )
     p.add_argument("--head", default="HEAD", metavar="REF", help="the ref with the change (default: HEAD)")
     p.add_argument(

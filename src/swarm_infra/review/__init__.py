@@ -1,8 +1,12 @@
 """``swarm review``: what a pull request does to the fleet, for the people who review it.
 
-``review(repo, base, head)`` loads every fleet the change touches at both commits from Git
-(``git archive`` into a temporary directory: the working tree is not touched), validates
-the head (an invalid head is the whole review: the validator's diagnostics, exit 2),
+``review(repo, base, head)`` compares ``head`` with its merge base with ``base`` (what a pull
+request itself changes), loads every fleet the change touches at both commits from Git
+(``git ls-tree``/``git cat-file`` into a temporary directory: the working tree is not
+touched, and the commit's ``.gitattributes`` cannot hide a file), validates the head (an
+invalid head is the whole review: the validator's diagnostics, exit 2; when the change
+touches ``schemas/``, the head's own schemas judge it too), lists the rule files it
+changes (schemas, the library, roles, CI...: every fleet is then reviewed),
 resolves both desired states and builds both sets of cluster objects, and compares them:
 nodes by layer (folded), the mesh (peers, syncconf vs restart, relays and hubs), cluster
 objects (field by field), capacity per GPU flavor and cohort, and risk flags judged by
@@ -22,10 +26,20 @@ from ..cluster.meta import no_gc
 from ..fleet.model import ReviewPolicy
 from .diff import capacity_rows, mesh_impact, node_changes, object_changes
 from .flags import FlagRaiser
-from .git import GitError, TreeFile, fleet_dirs, fleet_names, resolve_ref, tree_files
-from .load import ParseCache, Snapshot, load_snapshot
+from .git import (
+    GitError,
+    TreeFile,
+    changed_files,
+    fleet_dirs,
+    fleet_names,
+    merge_base,
+    resolve_ref,
+    rule_files,
+    tree_files,
+)
+from .load import HEAD_SCHEMA_RULE, ParseCache, Snapshot, head_schema_diagnostics, load_snapshot
 from .locate import ChangeIndex, pick
-from .model import LAYER_TITLES, LAYERS, FleetReview, Location, Problem, Review
+from .model import LAYER_TITLES, LAYERS, Flag, FleetReview, Location, Problem, Review
 
 __all__ = ["GitError", "Review", "review"]
 
@@ -68,7 +82,10 @@ def changed_fleets(before: dict[str, TreeFile], after: dict[str, TreeFile]) -> l
     return out
 
 
-def _problems(snap: Snapshot) -> list[Problem]:
+BASE_INVALID = "base-invalid"  # the flag of a base that does not validate: nothing could be judged
+
+
+def _problems(snap: Snapshot, extra: Sequence[Any] = ()) -> list[Problem]:
     shown, _ = snap.report.shown()
     return [
         Problem(
@@ -79,7 +96,7 @@ def _problems(snap: Snapshot) -> list[Problem]:
             d.path,
             d.message,
         )
-        for d in shown
+        for d in [*shown, *extra]
     ]
 
 
@@ -142,18 +159,43 @@ def _attribute(fr: FleetReview, base: Snapshot, head: Snapshot, index: ChangeInd
 
 
 def review_fleet(
-    repo: Path, fleet: str, base: str, head: str, files: tuple[dict, dict], tmp: Path, cache: ParseCache
+    repo: Path,
+    fleet: str,
+    base: str,
+    head: str,
+    files: tuple[dict, dict],
+    tmp: Path,
+    cache: ParseCache,
+    head_schemas: bool = False,
 ) -> FleetReview:
-    """The review of ``fleet`` between commits ``base`` and ``head`` (see the module doc)."""
+    """The review of ``fleet`` between commits ``base`` and ``head`` (see the module doc).
+    ``head_schemas``: also check the head's documents against the head's own ``schemas/``
+    (when the change touches them); their errors are head problems (exit 2)."""
     head_snap = load_snapshot(repo, head, fleet, files[1], tmp / "head", cache)
-    fr = FleetReview(fleet, base, head, False, head_snap.exists)
-    fr.problems = _problems(head_snap)
-    if not head_snap.valid:
+    base_exists = any(p.startswith(fleet_dirs(fleet)[0] + "/") for p in files[0])
+    fr = FleetReview(fleet, base, head, base_exists, head_snap.exists)
+    extra = head_schema_diagnostics(repo, head, head_snap.parsed) if head_schemas and head_snap.exists else []
+    fr.problems = _problems(head_snap, extra)
+    if not head_snap.valid or extra:
         return fr
     base_snap = load_snapshot(repo, base, fleet, files[0], tmp / "base", cache)
-    fr.base_exists = base_snap.exists
     if not base_snap.valid:
         fr.base_invalid = len(base_snap.report.errors)
+        # Nothing could be compared, so no risk flag could be checked: that blocks, since
+        # the base's ReviewPolicy, which could say otherwise, cannot be read either.
+        fr.flags = [
+            Flag(
+                BASE_INVALID,
+                "block",
+                f"the base does not validate ({_plural(fr.base_invalid, 'error')}, `swarm validate` "
+                "on the base names them), so no risk flag could be checked; fix the base first",
+                pick(
+                    fallback=[
+                        Location(base_snap.rel(d.file), d.line, "base", base) for d in base_snap.report.errors
+                    ]
+                ),
+            )
+        ]
         return fr
     bs, hs = base_snap.state, head_snap.state
     assert bs is not None and hs is not None
@@ -185,6 +227,19 @@ def review_fleet(
     return fr
 
 
+def _verdicts(r: Review, fr: FleetReview) -> None:
+    """Add a note when the reviewer's verdict on the head and the head's own schemas differ."""
+    own = [p for p in fr.problems if p.rule == HEAD_SCHEMA_RULE]
+    if not own:
+        return
+    reviewer = [p for p in fr.problems if p.rule != HEAD_SCHEMA_RULE and p.severity == "error"]
+    verdict = f"invalid ({_plural(len(reviewer), 'error')})" if reviewer else "valid"
+    r.notes.append(
+        f"{fr.fleet}: the verdicts differ: under the reviewer's schemas the head is {verdict}; "
+        f"under the head's own schemas/ it is invalid ({_plural(len(own), 'error')}, rule {HEAD_SCHEMA_RULE})"
+    )
+
+
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
@@ -198,7 +253,8 @@ def fleet_summary(fr: FleetReview) -> str:
         return f"{fr.fleet}: the fleet is removed"
     if fr.base_invalid:
         return (
-            f"{fr.fleet}: the base is invalid ({_plural(fr.base_invalid, 'error')}), so there is no plan diff"
+            f"{fr.fleet}: the base is invalid ({_plural(fr.base_invalid, 'error')}), "
+            f"so there is no plan diff; 1 blocking: {BASE_INVALID}"
         )
     layers = ", ".join(LAYER_TITLES[x] for x in fr.layers)
     parts = [
@@ -219,16 +275,19 @@ def fleet_summary(fr: FleetReview) -> str:
 
 
 def summarize(r: Review) -> None:
-    """Set ``r.summary`` (status mark, then each fleet) and ``r.exit_code``."""
+    """Set ``r.summary`` (status mark, then each fleet, then the rule files changed) and
+    ``r.exit_code``. A change of the rules is never ✅: it needs its code owners."""
     if any(f.invalid for f in r.fleets):
         mark, r.exit_code = "❌", EXIT_INVALID
     elif any(f.blocking for f in r.fleets):
         mark, r.exit_code = "❌", EXIT_BLOCK
-    elif any(f.warnings or f.base_invalid for f in r.fleets):
+    elif any(f.warnings or f.base_invalid for f in r.fleets) or r.rules_changed:
         mark, r.exit_code = "⚠️", EXIT_OK
     else:
         mark, r.exit_code = "✅", EXIT_OK
     body = "; ".join(fleet_summary(f) for f in r.fleets) if r.fleets else "no fleet changes"
+    if r.rules_changed:
+        body += f"; rules changed: {_plural(len(r.rules_changed), 'file')} (a code owner must approve)"
     r.summary = f"{mark} {body}"
 
 
@@ -238,22 +297,57 @@ def review(
     head: str = "HEAD",
     fleets: Sequence[str] | None = None,
     repo_url: str | None = None,
+    exact_base: bool = False,
 ) -> Review:
-    """Review the change from ``base`` to ``head`` (refs of the Git repository ``repo``) for
-    ``fleets`` (names in ``inventory/``; default: every fleet whose files differ, counting
-    ``policies/shared`` for all). ``repo_url`` (``https://github.com/OWNER/REPO``) makes
-    locations links. Raises :class:`GitError` for a ref that names no commit or a
-    directory that is not a repository; fleet content never raises (it is reported)."""
-    b, h = resolve_ref(repo, base), resolve_ref(repo, head)
+    """Review the change from ``base`` to ``head`` (refs of the Git repository ``repo``, its
+    top level) for ``fleets`` (names in ``inventory/``; default: every fleet whose files
+    differ, counting ``policies/shared`` for all, or every fleet at either side when a
+    rule file changes).
+
+    The review's base is the merge base of ``base`` and ``head`` (``git merge-base``: what
+    a pull request changes, however far its base branch moved since), or the commit
+    ``base`` names itself with ``exact_base``; ``Review.base_ref``/``base_tip`` keep what
+    was asked. ``Review.rules_changed`` lists the rule files the change touches
+    (:data:`~swarm_infra.review.git.RULE_PATTERNS`); when ``schemas/`` is among them the
+    head's documents are also checked against the head's own schemas. ``repo_url``
+    (``https://github.com/OWNER/REPO``) makes locations links. Raises :class:`GitError`
+    for a ref that names no commit, refs with no common history, or a directory that is
+    not a repository; fleet content never raises (it is reported)."""
+    tip, h = resolve_ref(repo, base), resolve_ref(repo, head)
+    b = tip if exact_base else merge_base(repo, tip, h)
     files = (tree_files(repo, b), tree_files(repo, h))
-    names: Iterable[str] = fleets if fleets else changed_fleets(files[0], files[1])
+    rules = rule_files(changed_files(repo, b, h))
+    names: Iterable[str]
+    if fleets:
+        names = fleets
+    elif rules:
+        names = sorted(set(fleet_names(files[0])) | set(fleet_names(files[1])))
+    else:
+        names = changed_fleets(files[0], files[1])
+    head_schemas = any(p.startswith("schemas/") for p in rules)
     cache = ParseCache()
-    out = Review(b, h, [], repo_url=repo_url)
+    out = Review(
+        b,
+        h,
+        [],
+        repo_url=repo_url,
+        base_ref=base,
+        base_tip=tip,
+        merge_base=not exact_base,
+        rules_changed=rules,
+    )
+    if not exact_base and b != tip:
+        out.notes.append(
+            f"{base} has moved on since the head branched: the review compares the head with their "
+            f"merge base {b[:12]}, not with {tip[:12]}, so only the head's own change is shown"
+        )
     # Two fleets' documents, models and desired states are built and all stay alive until
     # the end: the cyclic GC would rescan them again and again (at 10,000 nodes it doubled
     # the time) and find nothing to free.
     with tempfile.TemporaryDirectory(prefix="swarm-review-") as tmp, no_gc():
         for name in names:
-            out.fleets.append(review_fleet(repo, name, b, h, files, Path(tmp) / name, cache))
+            fr = review_fleet(repo, name, b, h, files, Path(tmp) / name, cache, head_schemas)
+            out.fleets.append(fr)
+            _verdicts(out, fr)
     summarize(out)
     return out

@@ -2,16 +2,23 @@
 
 ``git ls-tree`` lists the files under ``inventory/`` and ``policies/`` at a commit (with
 their blob ids, so files identical at two refs are known without reading them) and ``git
-archive`` writes them into a temporary directory. Symbolic links that would lead out of it
-are not written: they are reported as ``file.outside-fleet``, as the validator reports such
-links in a working tree.
+cat-file --batch`` reads their blobs into a temporary directory. Never ``git archive``: it
+honours the commit's own ``.gitattributes`` (``export-ignore`` would hide a file from the
+review that ``swarm validate`` and the engines still read). Symbolic links that would lead
+out of the directory are not written: they are reported as ``file.outside-fleet``, as the
+validator reports such links in a working tree.
+
+The repository is its top level (:func:`toplevel`), whatever directory the command runs in;
+a review compares the head with its merge base (:func:`merge_base`), and lists the files
+that change the rules the fleet is judged by (:func:`rule_files`).
 """
 
 from __future__ import annotations
 
-import io
+import fnmatch
+import os
+import posixpath
 import subprocess
-import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,14 +29,34 @@ ROOTS = ("inventory", "policies")
 REGULAR_MODES = ("100644", "100755")
 
 
+# What the fleet is judged and applied by: a change here changes the verdict or what an
+# apply does for every fleet (shell-style patterns on repository-relative paths; a
+# pattern ending in "/" is a directory and everything under it).
+RULE_PATTERNS = (
+    "schemas/",
+    "src/",
+    "roles/",
+    "playbooks/",
+    "plugins/",
+    "deploys/",
+    "stacks/",
+    "jobs/",
+    "scripts/",
+    ".github/",
+    "ansible.cfg",
+    "Pulumi*.yaml",
+    "pyproject.toml",
+)
+
+
 class GitError(Exception):
     """A git command failed (not a repository, an unknown ref); the message says which."""
 
 
-def git(repo: Path, *args: str) -> bytes:
+def git(repo: Path, *args: str, stdin: bytes | None = None) -> bytes:
     """The stdout of ``git -C repo ARGS``; raises :class:`GitError` with git's message."""
     try:
-        done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, check=False)
+        done = subprocess.run(["git", "-C", str(repo), *args], input=stdin, capture_output=True, check=False)
     except OSError as exc:
         raise GitError(f"cannot run git: {exc}") from None
     if done.returncode != 0:
@@ -46,6 +73,77 @@ def resolve_ref(repo: Path, ref: str) -> str:
         return git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}").decode().strip()
     except GitError:
         raise GitError(f"no commit named {excerpt(ref)} in {repo}") from None
+
+
+def toplevel(cwd: Path) -> Path:
+    """The top directory of the Git working tree that holds ``cwd`` (a review runs from any
+    subdirectory). Raises :class:`GitError` ("... is not a git repository") outside one,
+    or when git cannot run."""
+    try:
+        out = git(cwd, "rev-parse", "--show-toplevel")
+    except GitError as exc:
+        if "not a git repository" in str(exc).lower():
+            raise GitError(f"{cwd} is not a git repository (nor inside one)") from None
+        raise
+    top = out.decode("utf-8", "surrogateescape").strip()
+    if not top:  # a bare repository has no working tree, but still has commits
+        return cwd
+    return Path(top)
+
+
+def merge_base(repo: Path, base: str, head: str) -> str:
+    """The best common ancestor of commits ``base`` and ``head`` (``git merge-base``): the
+    commit a pull request branched from, or last merged. A branch made before its base
+    moved then shows only its own change, not the reverse of the base's newer commits.
+    Raises :class:`GitError` when the two have no common history."""
+    try:
+        return git(repo, "merge-base", base, head).decode().strip()
+    except GitError:
+        raise GitError(
+            f"commits {base[:12]} and {head[:12]} have no common ancestor (unrelated histories): "
+            "no merge base to review against; pass --exact-base to compare the two trees"
+        ) from None
+
+
+def changed_files(repo: Path, base: str, head: str) -> list[str]:
+    """Repository-relative paths that differ between commits ``base`` and ``head`` (added,
+    removed, changed, mode changes; renames are a removal and an addition), sorted."""
+    out = git(repo, "diff-tree", "-r", "-z", "--no-renames", "--name-only", base, head)
+    return sorted({p.decode("utf-8", "surrogateescape") for p in out.split(b"\0") if p})
+
+
+def is_rule_file(path: str) -> bool:
+    """Whether ``path`` is part of the rules the fleet is judged and applied by
+    (:data:`RULE_PATTERNS`): schemas, the library, roles, playbooks, stacks, CI..."""
+    for pattern in RULE_PATTERNS:
+        if pattern.endswith("/"):
+            if path.startswith(pattern):
+                return True
+        elif "/" not in path and fnmatch.fnmatchcase(path, pattern):
+            return True
+    return False
+
+
+def rule_files(paths: list[str]) -> list[str]:
+    """The entries of ``paths`` that change the rules (:func:`is_rule_file`), in order."""
+    return [p for p in paths if is_rule_file(p)]
+
+
+def uncommitted(repo: Path) -> list[str]:
+    """Fleet and rule files (:data:`ROOTS`, :func:`is_rule_file`) whose working-tree or staged content
+    differs from ``HEAD``, untracked ones included: what a review of commits never sees.
+    Repository-relative paths, sorted; empty in a bare repository."""
+    try:
+        out = git(repo, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames")
+    except GitError:
+        return []
+    paths = set()
+    for entry in out.split(b"\0"):
+        if len(entry) > 3:
+            path = entry[3:].decode("utf-8", "surrogateescape")
+            if path.startswith(tuple(r + "/" for r in ROOTS)) or is_rule_file(path):
+                paths.add(path)
+    return sorted(paths)
 
 
 @dataclass(frozen=True)
@@ -83,30 +181,67 @@ def fleet_dirs(name: str) -> tuple[str, str, str]:
     return (f"inventory/{name}", f"policies/{name}", "policies/shared")
 
 
+def read_blobs(repo: Path, blobs: list[str]) -> dict[str, bytes]:
+    """The contents of ``blobs`` (object ids), read with one ``git cat-file --batch``."""
+    wanted = sorted(set(blobs))
+    if not wanted:
+        return {}
+    out = git(repo, "cat-file", "--batch", stdin="".join(b + "\n" for b in wanted).encode())
+    found: dict[str, bytes] = {}
+    pos = 0
+    for blob in wanted:
+        end = out.index(b"\n", pos)
+        header = out[pos:end].decode().split()
+        if len(header) != 3 or header[1] != "blob":
+            raise GitError(f"git cat-file: no blob {blob}")
+        size = int(header[2])
+        found[header[0]] = out[end + 1 : end + 1 + size]
+        pos = end + 1 + size + 1
+    return found
+
+
+def _outside(path: str, target: str) -> str | None:
+    """Why the symbolic link ``path`` -> ``target`` leads out of the extracted tree, or None."""
+    if target.startswith("/") or posixpath.isabs(target):
+        return f"{target!r} is an absolute link"
+    joined = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
+    if joined == ".." or joined.startswith("../"):
+        return f"{target!r} leads outside the repository"
+    return None
+
+
 def extract(repo: Path, commit: str, files: dict[str, TreeFile], dest: Path) -> list[Diagnostic]:
-    """Write the fleet directories of ``commit`` under ``dest`` (``git archive``); return a
-    ``file.outside-fleet`` diagnostic for each member that would land outside ``dest`` (an
-    absolute symbolic link, or one with ``..`` that leaves it), which is not written."""
-    roots = [r for r in ROOTS if any(p.startswith(r + "/") for p in files)]
-    if not roots:
-        return []
-    data = git(repo, "archive", "--format=tar", commit, "--", *roots)
+    """Write ``files`` (the fleet directories of ``commit``, from :func:`tree_files`) under
+    ``dest``, read with ``git cat-file`` (never ``git archive``, which honours the commit's
+    ``.gitattributes``); return a ``file.outside-fleet`` diagnostic for each symbolic link
+    that would lead outside ``dest`` (absolute, or with ``..`` that leaves it), which is not
+    written. Submodules (gitlinks) are not files and are skipped."""
+    contents = read_blobs(repo, [f.blob for f in files.values()])
     problems: list[Diagnostic] = []
-    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        members = []
-        for member in tar.getmembers():
-            try:
-                members.append(tarfile.data_filter(member, str(dest)))
-            except tarfile.FilterError as exc:
+    for path, entry in files.items():
+        target = dest / path
+        if not target.resolve().is_relative_to(dest.resolve()):  # ".." in a name git stores
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        data = contents[entry.blob]
+        if entry.mode == "120000":
+            link = data.decode("utf-8", "surrogateescape")
+            why = _outside(path, link)
+            if why is not None:
                 problems.append(
                     Diagnostic(
-                        member.name,
+                        path,
                         0,
                         0,
                         "$",
                         "file.outside-fleet",
-                        f"not read: {excerpt(str(exc), 200)}; a fleet reads only its own files",
+                        f"not read: {excerpt(why, 200)}; a fleet reads only its own files",
                     )
                 )
-        tar.extractall(dest, members=members, filter="data")
+                continue
+            os.symlink(link, target)
+        elif entry.mode in REGULAR_MODES:
+            target.write_bytes(data)
+            if entry.mode == "100755":
+                target.chmod(0o755)
     return problems

@@ -8,6 +8,7 @@ documents of the others with their new file name.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,13 +17,15 @@ from typing import Any, cast
 
 from ..cluster import build
 from ..cluster.meta import K8sObject
-from ..fleet.diagnostics import Diagnostic, Report, Source
+from ..fleet.diagnostics import Diagnostic, Finding, Report, Source, excerpt
 from ..fleet.loader import RawDocument, load_documents
+from ..fleet.marks import locate_all
+from ..fleet.schemas import BASE_URI, KINDS, SHARED
 from ..resolve import desired_state, validate
 from ..resolve.analysis import Analysis
 from ..resolve.types import DesiredState
 from ..resolve.validate import DocumentLoader
-from .git import REGULAR_MODES, TreeFile, extract, fleet_dirs
+from .git import REGULAR_MODES, GitError, TreeFile, extract, fleet_dirs, git, read_blobs
 
 ObjectKey = tuple[str, str, str, str]  # apiVersion, kind, namespace ("" when cluster-scoped), name
 DocKey = tuple[str, str]  # kind, metadata.name
@@ -104,6 +107,7 @@ class Snapshot:
     objects: dict[ObjectKey, K8sObject] | None = None
     objects_error: str | None = None
     documents: dict[DocKey, RawDocument] = dataclasses.field(default_factory=dict)
+    parsed: list[RawDocument] = dataclasses.field(default_factory=list)  # every document read
 
     @property
     def valid(self) -> bool:
@@ -164,7 +168,7 @@ def load_snapshot(
     report = Report(
         [*(dataclasses.replace(p, file=str(root / p.file)) for p in problems), *result.report.diagnostics]
     )
-    snap = Snapshot(fleet, commit, root, True, report, documents=_documents(captured))
+    snap = Snapshot(fleet, commit, root, True, report, documents=_documents(captured), parsed=captured)
     if not report.ok or result.analysis is None:
         return snap
     snap.analysis = result.analysis
@@ -174,3 +178,86 @@ def load_snapshot(
     except ValueError as exc:  # a mesh topology too large for one ConfigMap
         snap.objects, snap.objects_error = {}, str(exc)
     return snap
+
+
+HEAD_SCHEMA_RULE = "review.head-schemas"  # a document the head's own schemas/ reject
+
+
+def schemas_at(repo: Path, commit: str) -> dict[str, Any]:
+    """The JSON Schemas in ``schemas/`` at ``commit`` as data (file name -> parsed JSON),
+    read from Git. Raises :class:`ValueError` naming a file that is not JSON, and
+    :class:`~swarm_infra.review.git.GitError` when git fails."""
+    out = git(repo, "ls-tree", "-z", "--full-tree", commit, "--", "schemas/")
+    blobs: dict[str, str] = {}
+    for entry in out.split(b"\0"):
+        meta, _, path = entry.partition(b"\t")
+        if meta and meta.split()[1] == b"blob" and path.endswith(b".json"):
+            blobs[path.decode("utf-8", "surrogateescape").removeprefix("schemas/")] = meta.split()[2].decode()
+    contents = read_blobs(repo, list(blobs.values()))
+    schemas: dict[str, Any] = {}
+    for name, blob in sorted(blobs.items()):
+        try:
+            schemas[name] = json.loads(contents[blob])
+        except ValueError as exc:
+            raise ValueError(f"schemas/{name} is not JSON: {excerpt(str(exc), 200)}") from None
+    return schemas
+
+
+def head_schema_diagnostics(repo: Path, commit: str, docs: Sequence[RawDocument]) -> list[Diagnostic]:
+    """Check ``docs`` (a fleet's documents at ``commit``) against the schemas in that
+    commit's own ``schemas/``, read as data (the head's code is never run): one
+    :data:`HEAD_SCHEMA_RULE` error diagnostic per failing value, with file and line. The
+    reviewer's built-in schemas judge a pull request; this says what the head's schemas,
+    once merged, will say. A kind with no schema file at ``commit``, or a schema set that
+    cannot be loaded, is a diagnostic too (file ``schemas/``, line 0)."""
+    import jsonschema_rs  # the validator's own engine
+
+    def whole(message: str) -> list[Diagnostic]:
+        return [Diagnostic("schemas/", 0, 0, "$", HEAD_SCHEMA_RULE, excerpt(message, 400))]
+
+    try:
+        schemas = schemas_at(repo, commit)
+        registry = jsonschema_rs.Registry([(BASE_URI + f, schemas[f]) for f in SHARED if f in schemas])
+        validators: dict[str, Any] = {}
+        for kind, f in KINDS.items():
+            if f in schemas:
+                validators[kind] = jsonschema_rs.Draft202012Validator(
+                    schemas[f], registry=registry, validate_formats=True
+                )
+    except (ValueError, GitError) as exc:
+        return whole(f"the head's schemas cannot be loaded: {exc}")
+    findings: list[Finding] = []
+    for doc in docs:
+        data: Any = doc.data
+        kind = str(data.get("kind")) if isinstance(data, dict) else ""
+        if not isinstance(kind, str) or kind not in KINDS:
+            continue  # the reviewer's own check reports an unknown kind
+        validator = validators.get(kind)
+        if validator is None:
+            findings.append(
+                Finding(
+                    doc.source,
+                    (),
+                    HEAD_SCHEMA_RULE,
+                    f"the head has no schema for kind {kind} (schemas/{KINDS[kind]})",
+                )
+            )
+            continue
+        try:
+            seen: set[tuple[Any, ...]] = set()
+            for error in validator.iter_errors(data):
+                path = tuple(error.instance_path)
+                if path in seen:
+                    continue
+                seen.add(path)
+                findings.append(
+                    Finding(
+                        doc.source,
+                        path,
+                        HEAD_SCHEMA_RULE,
+                        f"the head's schemas/{KINDS[kind]} rejects it: {excerpt(error.message, 300)}",
+                    )
+                )
+        except ValueError as exc:  # a value jsonschema_rs cannot take (the reviewer reports it)
+            findings.append(Finding(doc.source, (), HEAD_SCHEMA_RULE, excerpt(str(exc), 300)))
+    return locate_all(findings)

@@ -303,10 +303,28 @@ def fleet_blocks(fr: FleetReview, url: str | None, limit: int | None) -> list[st
     ]
 
 
+def review_blocks(r: Review, limit: int | None) -> list[str]:
+    """How the base was chosen, notes, and the rule files the change touches."""
+    how = (
+        f"Base: the merge base of {code(r.base_ref)} (`{r.base_tip[:12]}`) and the head."
+        if r.merge_base
+        else f"Base: {code(r.base_ref)} itself (`{r.base_tip[:12]}`), not the merge base."
+    )
+    out = [how + "".join(f"\n\n> [!WARNING]\n> {text(n)}" for n in r.notes)]
+    if r.rules_changed:
+        rows = [[code(f)] for f in r.rules_changed]
+        out.append(
+            f"### Rules changed ({len(r.rules_changed)} file(s))\n\nThe change touches what every "
+            "fleet is judged and applied by: a code owner of these files must approve it "
+            "(`.github/CODEOWNERS`).\n\n" + _table(["file"], rows, limit, "files")
+        )
+    return out
+
+
 def render(r: Review, limit: int | None = GITHUB_LIMIT) -> str:
     """The comment: at most ``limit`` characters (None: no limit, the full report)."""
     head = f"{text(r.summary, 4000)}\n{MARKER}\n\nBase `{r.base[:12]}` → head `{r.head[:12]}`."
-    blocks = [b for fr in r.fleets for b in fleet_blocks(fr, r.repo_url, limit)]
+    blocks = [*review_blocks(r, limit), *(b for fr in r.fleets for b in fleet_blocks(fr, r.repo_url, limit))]
     out = [head]
     size = len(head)
     note_room = 200

@@ -193,6 +193,13 @@ class Review:
     summary: str = ""
     exit_code: int = 0
     repo_url: str | None = None
+    # How ``base`` was chosen: the ref given (``--base``), the commit it names, and whether
+    # ``base`` is the merge base of that commit and ``head`` (the default) or that commit.
+    base_ref: str = ""
+    base_tip: str = ""
+    merge_base: bool = False
+    rules_changed: list[str] = field(default_factory=list)  # rule files the change touches
+    notes: list[str] = field(default_factory=list)  # what the reader must know (plain text)
 
     def as_json(self) -> dict[str, Any]:
         """The review as JSON data (``swarm review --format json``)."""
