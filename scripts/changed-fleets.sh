@@ -35,7 +35,7 @@ else
      grep -q '^policies/shared/' <<< "$changed"; then
     chosen=$all
   else
-    chosen=$(sed -n 's|^\(inventory\|policies\)/\([^/]*\)/.*|\2|p' <<< "$changed" | sort -u |
+    chosen=$(sed -nE 's#^(inventory|policies)/([^/]+)/.*#\2#p' <<< "$changed" | sort -u |
       comm -12 - <(printf '%s\n' "$all"))
   fi
 fi

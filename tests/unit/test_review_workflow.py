@@ -1,0 +1,308 @@
+"""`swarm review` as CI runs it (issue #25): which commits it compares, what it reads, what it
+says when the head or base is invalid, rule changes, and the workflow's own shell steps
+(``scripts/review-pr.sh``, ``scripts/changed-fleets.sh``) run for real against Git histories
+built here with the real ``git``: a branch made before main moved, an invalid head, a
+``.gitattributes export-ignore``, a schema change, a README-only change.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from swarm_infra import cli
+from swarm_infra.review import review
+from swarm_infra.review.markdown import MARKER, render
+
+from .conftest import ROOT
+from .test_review import FLEET_DIRS, git, replace
+
+PROFILE = 'driver: {branch: "570"}\n  persistence_mode: true\n  power_limit_w: 300'
+SCRIPTS = ROOT / "scripts"
+WORKFLOWS = ROOT / ".github" / "workflows"
+
+
+@pytest.fixture(scope="module")
+def origin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """main: the example fleet and the schemas, one commit."""
+    repo = tmp_path_factory.mktemp("workflow") / "repo"
+    for d in (*FLEET_DIRS, "schemas"):
+        shutil.copytree(ROOT / d, repo / d)
+    (repo / "README.md").write_text("# fleet\n")
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "the example fleet")
+    return repo
+
+
+@pytest.fixture
+def repo(origin: Path, tmp_path: Path) -> Path:
+    dest = tmp_path / "repo"
+    shutil.copytree(origin, dest, symlinks=True)
+    return dest
+
+
+def commit(repo: Path, message: str) -> str:
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", message)
+    return git(repo, "rev-parse", "HEAD").strip()
+
+
+def stale_branch(repo: Path) -> tuple[str, str]:
+    """A branch `pr` made from main, which changes only the README; then main lowers a
+    power limit. Returns (main's tip, the branch's tip)."""
+    git(repo, "checkout", "-qb", "pr")
+    (repo / "README.md").write_text("# fleet\n\nMore words.\n")
+    head = commit(repo, "README only")
+    git(repo, "checkout", "-q", "main")
+    replace(repo, "policies/shared/gpu-profiles.yaml", PROFILE, PROFILE.replace("300", "250"))
+    tip = commit(repo, "main lowers a power limit")
+    git(repo, "checkout", "-q", "pr")
+    return tip, head
+
+
+def test_a_branch_made_before_main_moved_shows_only_its_own_change(repo: Path) -> None:
+    tip, head = stale_branch(repo)
+    r = review(repo, "main", head)
+    merge_base = git(repo, "merge-base", tip, head).strip()
+    assert (r.base, r.base_tip, r.base_ref, r.merge_base) == (merge_base, tip, "main", True)
+    assert r.fleets == [] and r.exit_code == 0 and r.summary == "✅ no fleet changes"
+    assert any("merge base" in n for n in r.notes)
+    md = render(r)
+    assert f"Base: the merge base of <code>main</code> (`{tip[:12]}`) and the head." in md
+    # Comparing with main's tip itself shows the reverse of main's change as the branch's.
+    exact = review(repo, "main", head, exact_base=True)
+    assert exact.base == tip and [f.fleet for f in exact.fleets] == ["example"]
+    assert any(
+        c.field == "power_limit_w" and (c.before, c.after) == (250, 300) for c in exact.fleets[0].nodes
+    )
+
+
+def test_export_ignore_hides_nothing_from_the_review(repo: Path) -> None:
+    (repo / ".gitattributes").write_text("inventory/example/zz-hidden.yaml export-ignore\n")
+    (repo / "inventory/example/zz-hidden.yaml").write_text("not: [valid\n")
+    commit(repo, "a file git archive would leave out")
+    r = review(repo, "HEAD~1")
+    assert r.exit_code == 2, r.summary
+    assert any(p.location.file == "inventory/example/zz-hidden.yaml" for p in r.fleets[0].problems)
+
+
+def test_a_schema_change_that_invalidates_the_fleet_is_reviewed(repo: Path) -> None:
+    replace(
+        repo,
+        "schemas/node.schema.json",
+        '"required": [\n        "site",',
+        '"required": [\n        "owner",\n        "site",',
+    )
+    commit(repo, "nodes need an owner")
+    r = review(repo, "HEAD~1")
+    assert r.rules_changed == ["schemas/node.schema.json"]
+    assert [f.fleet for f in r.fleets] == ["example"]  # no fleet file changed, still reviewed
+    assert r.exit_code == 2 and r.summary.startswith("❌ example: the head is invalid")
+    own = [p for p in r.fleets[0].problems if p.rule == "review.head-schemas"]
+    assert own and all(p.location.file.startswith("inventory/example/") and p.location.line > 0 for p in own)
+    assert "owner" in own[0].message
+    assert any("verdicts differ" in n and "reviewer's schemas the head is valid" in n for n in r.notes)
+    md = render(r)
+    assert "### Rules changed (1 file(s))" in md and "| <code>schemas/node\\.schema\\.json</code> |" in md
+    data = r.as_json()
+    assert data["rules_changed"] == ["schemas/node.schema.json"] and data["fleets"][0]["invalid"]
+
+
+def test_a_library_change_is_listed_as_rules_changed(repo: Path) -> None:
+    (repo / "src/swarm_infra").mkdir(parents=True)
+    (repo / "src/swarm_infra/extra.py").write_text("X = 1\n")
+    (repo / "Pulumi.prod.yaml").write_text("config: {}\n")
+    commit(repo, "library and stack config")
+    r = review(repo, "HEAD~1")
+    assert r.rules_changed == ["Pulumi.prod.yaml", "src/swarm_infra/extra.py"]
+    assert r.summary.startswith("⚠️ example: 0 nodes change") and "rules changed: 2 files" in r.summary
+    assert r.exit_code == 0
+
+
+def test_an_invalid_base_blocks_and_base_existence_is_independent_of_the_head(repo: Path) -> None:
+    (repo / "inventory/example/broken.yaml").write_text("not: [valid\n")
+    commit(repo, "broken base")
+    (repo / "inventory/example/broken.yaml").unlink()
+    commit(repo, "fixed")
+    r = review(repo, "HEAD~1")
+    fr = r.fleets[0]
+    assert fr.base_invalid and [f.rule for f in fr.flags] == ["base-invalid"] and r.exit_code == 1
+    assert "1 blocking: base-invalid" in r.summary
+    # An invalid head: the base still exists.
+    (repo / "inventory/example/broken.yaml").write_text("not: [valid\n")
+    commit(repo, "broken head")
+    data = review(repo, "HEAD~1").as_json()
+    assert data["exit_code"] == 2 and data["fleets"][0]["base_exists"] is True
+
+
+def test_cli_from_a_subdirectory_outside_git_and_json_errors(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    replace(repo, "policies/shared/gpu-profiles.yaml", PROFILE, PROFILE.replace("300", "250"))
+    commit(repo, "lower a power limit")
+    monkeypatch.chdir(repo / "inventory/example")
+    assert cli.main(["review", "--base", "HEAD~1", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["fleets"][0]["fleet"] == "example"
+    # Uncommitted fleet edits are not reviewed, and the review says so.
+    (repo / "inventory/example/sites.yaml").write_text("not: [valid")
+    assert cli.main(["review", "--base", "HEAD~1"]) == 0
+    out, err = capsys.readouterr()
+    assert "uncommitted" in err and "inventory/example/sites.yaml" in err and "uncommitted" in out
+    assert cli.main(["review", "--base", "nope", "--format", "json"]) == 2
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["exit_code"] == 2 and "no commit named 'nope'" in doc["error"]
+    outside = tmp_path / "not-a-repo"
+    outside.mkdir()
+    monkeypatch.chdir(outside)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    assert cli.main(["review", "--base", "HEAD~1", "--format", "json"]) == 2
+    out, err = capsys.readouterr()
+    assert "is not a git repository" in err and "is not a git repository" in json.loads(out)["error"]
+
+
+# --- the workflow's shell steps, run for real -----------------------------------------------
+
+
+def swarm_command(tmp_path: Path) -> Path:
+    """An executable that runs this checkout's `swarm` (the workflow's reviewer venv)."""
+    exe = tmp_path / "bin" / "swarm"
+    exe.parent.mkdir(exist_ok=True)
+    exe.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m swarm_infra.cli "$@"\n')
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    return exe
+
+
+def review_pr(repo: Path, tmp_path: Path, base: str, head: str) -> tuple[int, str, Path]:
+    out = tmp_path / "review-out"
+    gh_output = tmp_path / "github_output"
+    gh_output.write_text("")
+    env = {
+        **os.environ,
+        "SWARM": str(swarm_command(tmp_path)),
+        "REPO_URL": "https://github.com/o/r",
+        "GITHUB_OUTPUT": str(gh_output),
+        "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+    }
+    done = subprocess.run(
+        ["bash", str(SCRIPTS / "review-pr.sh"), base, head, str(out)],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    code = int((out / "exit_code").read_text())
+    assert gh_output.read_text() == f"exit_code={code}\n"
+    return code, (out / "review.md").read_text(), out
+
+
+def test_review_script_on_a_stale_branch(repo: Path, tmp_path: Path) -> None:
+    tip, head = stale_branch(repo)
+    code, comment, _ = review_pr(repo, tmp_path, tip, head)
+    assert code == 0 and comment.startswith("✅ no fleet changes\n" + MARKER)
+
+
+def test_review_script_posts_an_invalid_head(repo: Path, tmp_path: Path) -> None:
+    base = git(repo, "rev-parse", "HEAD").strip()
+    (repo / "inventory/example/sites.yaml").write_text("not: [valid\n")
+    head = commit(repo, "invalid head")
+    code, comment, out = review_pr(repo, tmp_path, base, head)
+    assert code == 2 and comment.splitlines()[1] == MARKER
+    assert comment.startswith("❌ example\\: the head is invalid") and "sites\\.yaml" in comment
+    assert (out / "review-full.md").exists()
+
+
+def test_review_script_posts_when_the_review_cannot_run(repo: Path, tmp_path: Path) -> None:
+    base = git(repo, "rev-parse", "HEAD").strip()
+    code, comment, _ = review_pr(repo, tmp_path, base, "0" * 40)
+    assert code == 2 and comment.splitlines()[1] == MARKER
+    assert comment.startswith("❌ swarm review could not run (exit 2)") and "no commit named" in comment
+
+
+def test_review_script_with_export_ignore_and_a_schema_change(repo: Path, tmp_path: Path) -> None:
+    base = git(repo, "rev-parse", "HEAD").strip()
+    (repo / ".gitattributes").write_text("schemas/** export-ignore\ninventory/** export-ignore\n")
+    replace(
+        repo,
+        "schemas/node.schema.json",
+        '"required": [\n        "site",',
+        '"required": [\n        "owner",\n        "site",',
+    )
+    head = commit(repo, "hide and tighten")
+    code, comment, _ = review_pr(repo, tmp_path, base, head)
+    assert code == 2 and "review\\.head-schemas" in comment
+    assert "<code>schemas/node\\.schema\\.json</code>" in comment
+    assert "<code>\\.gitattributes</code>" not in comment  # not a rule file
+
+
+def changed_fleets(repo: Path, before: str, after: str) -> list[str]:
+    done = subprocess.run(
+        ["bash", str(SCRIPTS / "changed-fleets.sh"), before, after], cwd=repo, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_apply_picks_the_fleets_that_changed_or_all_when_rules_changed(repo: Path) -> None:
+    shutil.copytree(repo / "inventory/example", repo / "inventory/other")
+    shutil.copytree(repo / "policies/example", repo / "policies/other")
+    c0 = commit(repo, "a second fleet")
+    (repo / "README.md").write_text("docs\n")
+    c1 = commit(repo, "docs")
+    replace(repo, "policies/example/scheduling.yaml", "\n", "\n# note\n")
+    c2 = commit(repo, "one fleet's policy")
+    (repo / "roles").mkdir()
+    (repo / "roles/x.yml").write_text("---\n")
+    c3 = commit(repo, "a role")
+    replace(repo, "policies/shared/gpu-profiles.yaml", PROFILE, PROFILE.replace("300", "250"))
+    c4 = commit(repo, "shared policy")
+    assert changed_fleets(repo, c0, c1) == []
+    assert changed_fleets(repo, c1, c2) == ["example"]
+    assert changed_fleets(repo, c2, c3) == ["example", "other"]
+    assert changed_fleets(repo, c3, c4) == ["example", "other"]
+    assert changed_fleets(repo, "0" * 40, c4) == ["example", "other"]  # a new branch
+
+
+def test_workflows_review_with_the_base_and_apply_safely() -> None:
+    rv = yaml.safe_load((WORKFLOWS / "review.yml").read_text())
+    on = rv[True]  # YAML 1.1 reads the key `on` as True
+    assert "pull_request_target" in on and "pull_request" not in on
+    paths = on["pull_request_target"]["paths"]
+    for d in ("schemas", "src", "roles", "playbooks", "plugins", "deploys", "stacks", ".github"):
+        assert f"{d}/**" in paths
+    assert {"ansible.cfg", "Pulumi*.yaml"} <= set(paths)
+    assert rv["permissions"] == {}
+    steps = rv["jobs"]["review"]["steps"]
+    checkouts = [s["with"] for s in steps if s.get("uses", "").startswith("actions/checkout")]
+    assert (
+        checkouts[0]["ref"] == "${{ github.event.pull_request.base.sha }}"
+        and checkouts[0]["path"] == "reviewer"
+    )
+    assert all(c["persist-credentials"] is False for c in checkouts)
+    runs = "\n".join(s.get("run", "") for s in steps)
+    assert "install -q ./reviewer" in runs and "pr/" not in runs and "-e" not in runs.split()
+    post = next(s for s in steps if s.get("uses", "").startswith("actions/github-script"))
+    assert post["if"] == "always()"
+    ap = yaml.safe_load((WORKFLOWS / "apply.yml").read_text())
+    apply_paths = ap[True]["push"]["paths"]
+    assert {"roles/**", "src/**", "schemas/**", "playbooks/**"} <= set(apply_paths)
+    text = (WORKFLOWS / "apply.yml").read_text()
+    assert "get.pulumi.com | sh" not in text and "| sh\n" not in text
+    assert "sha256sum --check" in text and "file://$HOME" not in text
+    job = ap["jobs"]["apply"]
+    assert job["strategy"]["matrix"]["fleet"] == "${{ fromJSON(needs.fleets.outputs.fleets) }}"
+    assert "SSH_PRIVATE_KEY" not in json.dumps(job.get("env", {}))
+    converge = next(s for s in job["steps"] if s.get("name", "").startswith("Converge"))
+    assert "unset SSH_PRIVATE_KEY" in converge["run"] and "trap 'rm -rf" in converge["run"]
+    owners = (ROOT / ".github/CODEOWNERS").read_text()
+    for d in ("/schemas/", "/src/", "/roles/", "/.github/", "/policies/"):
+        assert any(line.split()[:1] == [d] for line in owners.splitlines())
