@@ -88,11 +88,17 @@ def _attribute(fr: FleetReview, base: Snapshot, head: Snapshot, index: ChangeInd
     bn = base.state["nodes"] if base.state else {}
     hn = head.state["nodes"] if head.state else {}
     cache: dict[tuple[str, ...], list[Location]] = {}
+    every = index.all()  # once: it is every change's fallback
 
     def where(kind: str, name: str | None = None) -> list[Location]:
+        # index.where scans every changed document: with a name, look the document up
+        # (the same lines; scanning per node made a review quadratic in changed nodes).
         key = (kind, name or "")
         if key not in cache:
-            cache[key] = index.where(kind, name)
+            if name is None:
+                cache[key] = index.where(kind)
+            else:
+                cache[key] = [loc for _, loc in index.changed.get((kind, name), ())]
         return cache[key]
 
     for c in fr.nodes:
@@ -118,9 +124,9 @@ def _attribute(fr: FleetReview, base: Snapshot, head: Snapshot, index: ChangeInd
                     related += where(kind, names.get(kind))
             if len(own) + len(related) > 64:
                 break
-        c.where = pick(related + own, fallback=index.all())
+        c.where = pick(related + own, fallback=every)
     for p in fr.mesh.peers:
-        p.where = pick(where("Node", p.peer), where("Mesh"), where("Node"), fallback=index.all())
+        p.where = pick(where("Node", p.peer), where("Mesh"), where("Node"), fallback=every)
     alloc = next((n for k, n in head.documents if k == "Allocation"), None)
     for o in fr.objects:
         kinds = _OBJECT_KINDS.get(o.kind, ("Allocation", "Cluster"))
@@ -138,7 +144,7 @@ def _attribute(fr: FleetReview, base: Snapshot, head: Snapshot, index: ChangeInd
             i = index.index_of("Allocation", alloc, ("spec", lst), item)
             if i is not None:
                 scoped = index.where("Allocation", alloc, ("spec", lst, i))
-        o.where = pick(named, scoped, [loc for k in kinds for loc in where(k)], fallback=index.all())
+        o.where = pick(named, scoped, (loc for k in kinds for loc in where(k)), fallback=every)
 
 
 def review_fleet(
