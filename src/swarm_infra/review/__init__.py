@@ -20,7 +20,7 @@ from typing import Any
 
 from ..cluster.meta import no_gc
 from ..fleet.model import ReviewPolicy
-from .diff import capacity_rows, mesh_impact, node_changes, object_changes
+from .diff import capacity_rows, mesh_impact, node_changes, object_changes, rollout_fields
 from .flags import FlagRaiser
 from .git import GitError, TreeFile, fleet_dirs, fleet_names, resolve_ref, tree_files
 from .load import ParseCache, Snapshot, load_snapshot
@@ -171,6 +171,7 @@ def review_fleet(
     fr.objects = object_changes(base_snap.objects or {}, head_snap.objects or {})
     fr.objects_error = head_snap.objects_error or base_snap.objects_error
     fr.capacity = capacity_rows(bs["cluster"], hs["cluster"])
+    fr.rollout = rollout_fields(bs.get("rollout"), hs.get("rollout"))
     _attribute(fr, base_snap, head_snap, index)
     analysis = base_snap.analysis or head_snap.analysis
     assert analysis is not None  # one side at least loaded a fleet to get here
@@ -178,6 +179,7 @@ def review_fleet(
     fr.policy_changed = bool(index.where("ReviewPolicy"))
     raiser = FlagRaiser(bs, hs, policy, index, fr.nodes)
     raiser.rollout(touched)
+    raiser.rollout_loosened(fr.rollout)
     raiser.driver()
     raiser.preemption()
     raiser.quota(base_snap.exists)
