@@ -120,26 +120,70 @@ def preemptions(cluster: ClusterState | None) -> dict[tuple[str, str], Preemptio
     return out
 
 
+def _way(qa: Any, hi: PriorityState, lo: PriorityState, same_queue: bool) -> str | None:
+    """How a workload of priority ``hi`` in queue ``qa`` may preempt one of ``lo`` (in the
+    same ClusterQueue, or another queue of its cohort), by Kueue's rules; None: it may not."""
+    pre = qa["preemption"]
+    if same_queue:
+        rule = pre["within_cluster_queue"]
+        if _preempts(hi["value"], lo["value"], rule):
+            return f"in ClusterQueue {qa['name']}: withinClusterQueue {rule}"
+        return None
+    for field, name in (
+        ("reclaim_within_cohort", "reclaimWithinCohort"),
+        ("borrow_within_cohort", "borrowWithinCohort"),
+    ):
+        if _preempts(hi["value"], lo["value"], pre[field]):
+            return f"in cohort {qa['cohort']}: {name} {pre[field]}"
+    return None
+
+
 def preemption_ways(cluster: ClusterState | None) -> dict[tuple[str, str, str], Preemption]:
     """(preemptor tenant, victim tenant, victim's priority) -> how the preemptor may
     preempt the victim's workloads of that priority (with its highest priority that can),
     under the rules of :func:`preemptions`. Unlike :func:`preemptions`, every priority of
     the victim counts: a pair that could preempt spot and now also reaches production is a
-    new way."""
+    new way. Time: tenants squared times their priorities."""
     out: dict[tuple[str, str, str], Preemption] = {}
     if not cluster:
         return out
+    queues = {q["name"]: q for q in cluster["cluster_queues"]}
     prios: dict[str, PriorityState] = {p["name"]: p for p in cluster["priorities"]}
-    for t in cluster["tenants"]:
-        for lo in t["priorities"]:
-            if lo not in prios:
+    tenants = [t for t in cluster["tenants"] if t["cluster_queue"] in queues]
+    highs = {
+        t["name"]: sorted(
+            (prios[p] for p in t["priorities"] if p in prios and prios[p]["preemption_policy"] != "Never"),
+            key=lambda p: -p["value"],
+        )
+        for t in tenants
+    }
+    by_cohort: dict[str, list[Any]] = {}
+    by_queue: dict[str, list[Any]] = {}
+    for t in tenants:
+        q = queues[t["cluster_queue"]]
+        by_queue.setdefault(q["name"], []).append(t)
+        if q["cohort"] is not None:
+            by_cohort.setdefault(q["cohort"], []).append(t)
+    for a in tenants:
+        qa = queues[a["cluster_queue"]]
+        if not highs[a["name"]]:
+            continue
+        others = {id(t): t for t in (*by_queue[qa["name"]], *by_cohort.get(qa["cohort"] or "", ()))}
+        for b in others.values():
+            if b is a:
                 continue
-            # The same cluster with the victim allowed only ``lo``: preemptions() finds its ways.
-            view = dict(cluster)
-            view["tenants"] = [{**x, "priorities": [lo]} if x is t else x for x in cluster["tenants"]]
-            for (a, b), p in preemptions(cast(ClusterState, view)).items():
-                if b == t["name"]:
-                    out[(a, b, lo)] = p
+            same_queue = b["cluster_queue"] == qa["name"]
+            for lo in b["priorities"]:
+                pl = prios.get(lo)
+                if pl is None:
+                    continue
+                for ph in highs[a["name"]]:
+                    how = _way(qa, ph, pl, same_queue)
+                    if how:
+                        out[(a["name"], b["name"], lo)] = Preemption(
+                            a["name"], b["name"], ph["name"], lo, how
+                        )
+                        break
     return out
 
 
@@ -293,6 +337,15 @@ class FlagRaiser:
         Both tenants present on both sides, or a new tenant and an existing victim, and a
         priority the victim had before; one flag per pair, naming every newly reachable
         priority of the victim."""
+        cb, ca = self.base.get("cluster"), self.head.get("cluster")
+        if (
+            cb
+            and ca
+            and cb["priorities"] == ca["priorities"]
+            and cb["tenants"] == ca["tenants"]
+            and cb["cluster_queues"] == ca["cluster_queues"]
+        ):
+            return  # nothing preemption depends on changes
         before = preemption_ways(self.base.get("cluster"))
         after = preemption_ways(self.head.get("cluster"))
         old_prios = {
