@@ -13,6 +13,12 @@ more nodes:
 - ``2 GpuProfiles``, ``4 GpuProfiles``: the same on half and on every GPU node;
 - ``no fleet change``: a commit that touches nothing the fleet reads (the fixed cost).
 
+Then, side by side at 2,500, 5,000 and 10,000 nodes (``--sizes``), a label added to every
+node: ``folded`` (the same value everywhere: one change folded over all nodes) and
+``distinct`` (a value of its own per node: nothing folds, every Node object changes), so
+that growth with the fleet shows (targets at 10,000: <= 3 s folded, <= 5 s distinct,
+<= 1 GiB).
+
 Each run is a fresh ``swarm review --base main --head BRANCH --out FILE`` process, timed
 from outside (wall, CPU, peak RSS from ``wait4``); the figure is the median of ``--runs``.
 The machine and its load are printed: other work on a 2-core machine moves wall-clock
@@ -106,6 +112,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=10_000)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--sizes", default="2500,5000,10000", help="fleet sizes of the label cases")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-review-") as tmp:
         repo = Path(tmp) / "repo"
@@ -155,6 +162,57 @@ def main() -> None:
                 flush=True,
             )
         print("\ntargets (1 GpuProfile, a quarter of the nodes): <= 5 s, <= 1024 MiB peak")
+    scaling([int(x) for x in args.sizes.split(",") if x], args.runs)
+
+
+def label_every_node(fleet: Path, distinct: bool) -> None:
+    counter = iter(range(10**7))
+    for f in sorted((fleet / "nodes").glob("*.yaml")):
+        f.write_text(
+            re.sub(
+                r"labels: \{provider: ",
+                lambda _: f"labels: {{rack: r{next(counter) if distinct else 0}, provider: ",
+                f.read_text(),
+            )
+        )
+
+
+def scaling(sizes: list[int], runs: int) -> None:
+    """A label on every node, folded and distinct, at each size: one line per size."""
+    if not sizes:
+        return
+    print(f"\nA label added to every node (median of {runs}):\n")
+    print(
+        f"{'nodes':>6} | {'folded wall':>11} {'cpu':>6} {'MiB':>5} "
+        f"| {'distinct wall':>13} {'cpu':>6} {'MiB':>5}"
+    )
+    print("-" * 66)
+    for n in sizes:
+        with tempfile.TemporaryDirectory(prefix="bench-review-") as tmp:
+            repo = Path(tmp) / "repo"
+            fleet = repo / "inventory" / "bench"
+            generate(fleet, n, 200)
+            git(repo, "init", "-q", "-b", "main")
+            git(repo, "add", "-A")
+            git(repo, "commit", "-qm", "fleet")
+            branch(repo, "folded", lambda f=fleet: label_every_node(f, False))
+            branch(repo, "distinct", lambda f=fleet: label_every_node(f, True))
+            cells = []
+            for head in ("folded", "distinct"):
+                rs = [run_once(repo, head, Path(tmp) / f"{head}.md") for _ in range(runs)]
+                assert f"{n} nodes change" in str(rs[0]["summary"]), rs[0]["summary"]
+                cells.append(
+                    (
+                        statistics.median(r["wall"] for r in rs),
+                        statistics.median(r["cpu"] for r in rs),
+                        max(r["peak_mib"] for r in rs),
+                    )
+                )
+            (fw, fc, fm), (dw, dc, dm) = cells
+            print(
+                f"{n:>6} | {fw:>10.2f}s {fc:>5.2f}s {fm:>5.0f} | {dw:>12.2f}s {dc:>5.2f}s {dm:>5.0f}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -287,6 +287,7 @@ REVIEW_FLAG_DEFAULTS: Mapping[str, str] = MappingProxyType(
         "ssh-host-key-changed": "warn",
         "package-index-changed": "warn",
         "ray-packages-changed": "warn",
+        "rollout-loosened": "warn",
     }
 )
 

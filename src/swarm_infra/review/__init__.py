@@ -24,7 +24,7 @@ from typing import Any
 
 from ..cluster.meta import no_gc
 from ..fleet.model import ReviewPolicy
-from .diff import capacity_rows, mesh_impact, node_changes, object_changes
+from .diff import capacity_rows, mesh_impact, node_changes, object_changes, rollout_fields
 from .flags import FlagRaiser
 from .git import (
     GitError,
@@ -105,11 +105,17 @@ def _attribute(fr: FleetReview, base: Snapshot, head: Snapshot, index: ChangeInd
     bn = base.state["nodes"] if base.state else {}
     hn = head.state["nodes"] if head.state else {}
     cache: dict[tuple[str, ...], list[Location]] = {}
+    every = index.all()  # once: it is every change's fallback
 
     def where(kind: str, name: str | None = None) -> list[Location]:
+        # index.where scans every changed document: with a name, look the document up
+        # (the same lines; scanning per node made a review quadratic in changed nodes).
         key = (kind, name or "")
         if key not in cache:
-            cache[key] = index.where(kind, name)
+            if name is None:
+                cache[key] = index.where(kind)
+            else:
+                cache[key] = [loc for _, loc in index.changed.get((kind, name), ())]
         return cache[key]
 
     for c in fr.nodes:
@@ -135,9 +141,9 @@ def _attribute(fr: FleetReview, base: Snapshot, head: Snapshot, index: ChangeInd
                     related += where(kind, names.get(kind))
             if len(own) + len(related) > 64:
                 break
-        c.where = pick(related + own, fallback=index.all())
+        c.where = pick(related + own, fallback=every)
     for p in fr.mesh.peers:
-        p.where = pick(where("Node", p.peer), where("Mesh"), where("Node"), fallback=index.all())
+        p.where = pick(where("Node", p.peer), where("Mesh"), where("Node"), fallback=every)
     alloc = next((n for k, n in head.documents if k == "Allocation"), None)
     for o in fr.objects:
         kinds = _OBJECT_KINDS.get(o.kind, ("Allocation", "Cluster"))
@@ -155,7 +161,7 @@ def _attribute(fr: FleetReview, base: Snapshot, head: Snapshot, index: ChangeInd
             i = index.index_of("Allocation", alloc, ("spec", lst), item)
             if i is not None:
                 scoped = index.where("Allocation", alloc, ("spec", lst, i))
-        o.where = pick(named, scoped, [loc for k in kinds for loc in where(k)], fallback=index.all())
+        o.where = pick(named, scoped, (loc for k in kinds for loc in where(k)), fallback=every)
 
 
 def review_fleet(
@@ -207,6 +213,7 @@ def review_fleet(
     fr.objects = object_changes(base_snap.objects or {}, head_snap.objects or {})
     fr.objects_error = head_snap.objects_error or base_snap.objects_error
     fr.capacity = capacity_rows(bs["cluster"], hs["cluster"])
+    fr.rollout = rollout_fields(bs.get("rollout"), hs.get("rollout"))
     _attribute(fr, base_snap, head_snap, index)
     analysis = base_snap.analysis or head_snap.analysis
     assert analysis is not None  # one side at least loaded a fleet to get here
@@ -214,6 +221,7 @@ def review_fleet(
     fr.policy_changed = bool(index.where("ReviewPolicy"))
     raiser = FlagRaiser(bs, hs, policy, index, fr.nodes)
     raiser.rollout(touched)
+    raiser.rollout_loosened(fr.rollout)
     raiser.driver()
     raiser.preemption()
     raiser.quota(base_snap.exists)

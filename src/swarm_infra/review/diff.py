@@ -14,6 +14,8 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
+import yaml
+
 from ..cluster.meta import K8sObject
 from ..resolve.mesh import mesh_apply
 from ..resolve.types import ClusterState, NodeState
@@ -36,15 +38,35 @@ _LAYER_OF = {"gpu": "gpu", "host": "host", "storage": "storage", "mesh": "mesh",
 MAX_LIST_ITEMS = 6  # a changed list of scalars this long or longer is shown as what it gains and loses
 
 
-def _named(items: list[Any], key: str) -> bool:
-    return bool(items) and all(isinstance(x, dict) and key in x for x in items)
+# Keys that name a list's items, tried in this order: a changed item is shown by its key
+# (``flavors[l40s].resources[nvidia.com/gpu].nominalQuota``), not as the whole list. Peers,
+# flavors, resources, containers and RayCluster groups (``groupName``) have one.
+ITEM_KEYS = ("name", "groupName", "flavor", "resource", "peer", "key", "index")
+
+
+def _item_key(items: list[Any]) -> str | None:
+    """The first of :data:`ITEM_KEYS` that every item of ``items`` (mappings) has, with a
+    distinct scalar value per item; None when none does."""
+    if not items or not all(isinstance(x, dict) for x in items):
+        return None
+    for key in ITEM_KEYS:
+        values = [x.get(key) for x in items]
+        if all(isinstance(v, (str, int)) and not isinstance(v, bool) for v in values) and len(
+            set(values)
+        ) == len(values):
+            return key
+    return None
 
 
 def leaf_diff(before: Any, after: Any, path: Path = ()) -> Iterator[tuple[Path, Any, Any]]:
-    """``(path, before, after)`` for every leaf that differs, in key order. Mappings are
-    compared key by key; lists of mappings with a ``name`` (or ``index``) entry item by
-    item (``peers[fra1-gpu-01]``); other lists and scalars whole. A key or item only one
-    side has is :data:`~.model.ABSENT` on the other."""
+    """``(path, before, after)`` for every leaf that differs, in key order.
+
+    Mappings are compared key by key. Lists of mappings item by item: by the first of
+    :data:`ITEM_KEYS` that names every item on both sides (``peers[fra1-gpu-01]``,
+    ``flavors[l40s]``), else by position (``resourceGroups[0]``), an item only one side
+    has being :data:`~.model.ABSENT` on the other. Lists of scalars (or of lists, such as
+    topology edges) are one leaf, whole. A key or item only one side has is
+    :data:`~.model.ABSENT` on the other. Linear in the size of both values."""
     if before == after:
         return
     if before is ABSENT or after is ABSENT:
@@ -55,18 +77,25 @@ def leaf_diff(before: Any, after: Any, path: Path = ()) -> Iterator[tuple[Path, 
         for k in sorted(keys) if all(isinstance(k, str) for k in keys) else sorted(keys, key=str):
             yield from leaf_diff(before.get(k, ABSENT), after.get(k, ABSENT), (*path, str(k)))
         return
-    if isinstance(before, list) and isinstance(after, list):
-        for key in ("name", "index"):
-            if (
-                (_named(before, key) or not before)
-                and (_named(after, key) or not after)
-                and (before or after)
-            ):
+    if isinstance(before, list) and isinstance(after, list) and (before or after):
+        dicts = all(isinstance(x, dict) for x in (*before, *after))
+        if dicts:
+            kb, ka = _item_key(before), _item_key(after)
+            key = kb or ka if (kb == ka or not before or not after) else None
+            if key is not None:
                 b = {str(x[key]): x for x in before}
                 a = {str(x[key]): x for x in after}
-                for k in sorted(b.keys() | a.keys()):
+                order = list(b) + [k for k in a if k not in b]
+                for k in order:
                     yield from leaf_diff(b.get(k, ABSENT), a.get(k, ABSENT), (*path, f"[{k}]"))
                 return
+            for i in range(max(len(before), len(after))):
+                yield from leaf_diff(
+                    before[i] if i < len(before) else ABSENT,
+                    after[i] if i < len(after) else ABSENT,
+                    (*path, f"[{i}]"),
+                )
+            return
     yield path, before, after
 
 
@@ -101,15 +130,20 @@ def _shown(path: Path) -> Path:
 
 
 def _list_delta(before: Any, after: Any) -> tuple[Any, Any]:
-    """Long lists of scalars as (what is gone, what is new); others as they are."""
+    """Long lists of scalars, and lists of lists (topology edges), as ``({"removed": [...]},
+    {"added": [...]})``: what is gone, what is new, in list order; others as they are."""
     if (
         isinstance(before, list)
         and isinstance(after, list)
-        and max(len(before), len(after)) >= MAX_LIST_ITEMS
-        and all(not isinstance(x, (dict, list)) for x in (*before, *after))
+        and (
+            max(len(before), len(after)) >= MAX_LIST_ITEMS
+            or any(isinstance(x, list) for x in (*before, *after))
+        )
+        and all(not isinstance(x, dict) for x in (*before, *after))
     ):
-        gone = [x for x in before if x not in set(after)]
-        new = [x for x in after if x not in set(before)]
+        keys_b, keys_a = {_key(x) for x in before}, {_key(x) for x in after}
+        gone = [x for x in before if _key(x) not in keys_a]
+        new = [x for x in after if _key(x) not in keys_b]
         return {"removed": gone}, {"added": new}
     return before, after
 
@@ -142,16 +176,48 @@ def _counts(nodes: list[str], states: list[Mapping[str, NodeState]]) -> tuple[di
     return dict(sorted(sites.items())), dict(sorted(models.items()))
 
 
+def renames(before: Mapping[str, NodeState], after: Mapping[str, NodeState]) -> dict[str, str]:
+    """Old name -> new name of nodes the change renames: a node only the base has and a
+    node only the head has with the same site and underlay address (the same machine),
+    when that pairing is unique."""
+    gone = [n for n in before if n not in after]
+    if not gone:
+        return {}
+    new: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for n, s in after.items():
+        if n not in before:
+            new[(s["site"], s["address"])].append(n)
+    old: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for n in gone:
+        old[(before[n]["site"], before[n]["address"])].append(n)
+    return {
+        names[0]: new[key][0]
+        for key, names in sorted(old.items())
+        if len(names) == 1 and len(new.get(key, ())) == 1
+    }
+
+
 def node_changes(
     before: Mapping[str, NodeState], after: Mapping[str, NodeState]
 ) -> tuple[list[NodeChange], dict[str, set[str]]]:
     """Folded node changes, ordered by layer, field and values, and for each changed node
-    the layers it changes in (peer lists aside: see :func:`mesh_impact`)."""
+    the layers it changes in (peer lists aside: see :func:`mesh_impact`).
+
+    A node renamed (:func:`renames`: removed and added with the same site and underlay
+    address) is one change of ``name`` (old -> new) plus what changes with it, listed
+    under its new name: its derived mesh address, for one, which a removed and an added
+    node would hide. Linear in the nodes and the size of their states."""
     folder = _Folder()
     touched: dict[str, set[str]] = {}
     seen: dict[tuple[Any, ...], tuple[str, tuple[Any, ...], Any, Any]] = {}
+    renamed = renames(before, after)
+    old_name = {new: old for old, new in renamed.items()}
     for name in sorted(before.keys() | after.keys()):
+        if name in renamed:
+            continue  # shown under its new name
         b, a = before.get(name), after.get(name)
+        if name in old_name:
+            b = before[old_name[name]]  # its NodeState.name shows the rename
         if b is None or a is None:
             change = "added" if b is None else "removed"
             folder.add(("node", "", change), name, ("node", "", change, ABSENT, ABSENT))
@@ -225,8 +291,15 @@ def mesh_impact(
             peer = path[0][1:-1]
             pairs.add((min(name, peer), max(name, peer)))
             if old is ABSENT or new is ABSENT:
+                # An added peer: its entry (endpoint, AllowedIPs, keepalive), what the node
+                # gains; a removed one folds by peer alone (what is lost is the peer).
                 what = "added" if old is ABSENT else "removed"
-                folder.add((what, peer), name, (what, peer, ABSENT, ABSENT))
+                if old is ABSENT:
+                    entry = {k: v for k, v in new.items() if k != "name"}
+                    shown: tuple[Any, ...] = (what, peer, ABSENT, entry)
+                else:
+                    shown = (what, peer, ABSENT, ABSENT)
+                folder.add(shown, name, shown)
                 continue
             what = {"allowed_ips": "allowed_ips", "endpoint": "endpoint"}.get(path[1], "keepalive")
             if what == "allowed_ips":
@@ -255,24 +328,37 @@ def mesh_impact(
     return impact
 
 
-def _json_object(text: Any) -> Any:
-    if isinstance(text, str) and text.startswith("{"):
+def _document(text: Any) -> Any:
+    """A JSON or YAML mapping held in a ConfigMap's string (``topology.json``, mig-parted's
+    ``config.yaml``, the device plugin's configs), or None."""
+    if not isinstance(text, str):
+        return None
+    if text.startswith("{"):
         try:
             return json.loads(text)
         except ValueError:
             return None
+    if "\n" in text and ":" in text:
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError:
+            return None
+        return data if isinstance(data, dict) else None
     return None
 
 
 def _fields(before: Any, after: Any) -> Iterator[tuple[Path, Any, Any]]:
-    """Changed fields of an object; a JSON document held in a string (the mesh topology
-    ConfigMap's ``topology.json``) is compared field by field inside it."""
+    """Changed fields of an object, leaf by leaf (:func:`leaf_diff`); a JSON or YAML
+    document held in a string (the mesh topology ConfigMap's ``topology.json``, the MIG
+    ConfigMap's ``config.yaml``) is compared field by field inside it; lists of lists
+    (topology edges) and long lists of scalars as what they lose and gain."""
     for path, old, new in leaf_diff(before, after):
-        inner_old, inner_new = _json_object(old), _json_object(new)
+        inner_old, inner_new = _document(old), _document(new)
         if inner_old is not None and inner_new is not None:
-            yield from leaf_diff(inner_old, inner_new, path)
+            for p, o, n in leaf_diff(inner_old, inner_new, path):
+                yield (p, *_list_delta(o, n))
         else:
-            yield path, old, new
+            yield (path, *_list_delta(old, new))
 
 
 def object_changes(
@@ -321,14 +407,19 @@ def _cohort_rows(cluster: ClusterState | None) -> dict[tuple[str, str], dict[str
 
 
 def capacity_rows(before: ClusterState | None, after: ClusterState | None) -> list[CapacityRow]:
-    """Per GPU flavor, the fleet's GPUs, nominalQuota and what is unallocated, then per
-    cohort what its queues hold, lend and may borrow; before and after."""
+    """Per GPU flavor, the fleet's GPUs, nominalQuota and what is unallocated, the
+    ``nvidia.com/gpu`` units per GPU and in all (MIG and time-slicing multiply them: what
+    Kueue counts), then per cohort what its queues hold, lend and may borrow; before and
+    after."""
     cap_b = (before["capacity"] if before else None) or {}
     cap_a = (after["capacity"] if after else None) or {}
     co_b, co_a = _cohort_rows(before), _cohort_rows(after)
+    units_b = {f["name"]: f["units_per_gpu"] for f in (before["flavors"] if before else [])}
+    units_a = {f["name"]: f["units_per_gpu"] for f in (after["flavors"] if after else [])}
     rows = []
     for flavor in sorted(cap_b.keys() | cap_a.keys()):
         b, a = cap_b.get(flavor), cap_a.get(flavor)
+        ub, ua = units_b.get(flavor), units_a.get(flavor)
         rows.append(
             CapacityRow(
                 flavor,
@@ -338,6 +429,8 @@ def capacity_rows(before: ClusterState | None, after: ClusterState | None) -> li
                 [b and b["unallocated"], a and a["unallocated"]],
                 [None, None],
                 [None, None],
+                [ub, ua],
+                [b["gpus"] * ub if b and ub else None, a["gpus"] * ua if a and ua else None],
             )
         )
         for _, cohort in sorted(k for k in co_b.keys() | co_a.keys() if k[0] == flavor):
@@ -354,3 +447,27 @@ def capacity_rows(before: ClusterState | None, after: ClusterState | None) -> li
                 )
             )
     return rows
+
+
+def rollout_fields(before: Any, after: Any) -> list[FieldChange]:
+    """The Rollout's changes (``RolloutState`` of each side, or None): ``canary_hosts``
+    (the first step of ``serial``), ``batch_percent`` (the last, ``"N%"`` as N) and
+    ``max_fail_percentage``, each before -> after."""
+
+    def fields(r: Any) -> dict[str, Any]:
+        if not r:
+            return {}
+        serial = r["serial"]
+        out: dict[str, Any] = {"max_fail_percentage": r["max_fail_percentage"]}
+        if serial:
+            out["canary_hosts"] = serial[0]
+            last = serial[-1]
+            out["batch_percent"] = int(last[:-1]) if isinstance(last, str) else last
+        return out
+
+    b, a = fields(before), fields(after)
+    return [
+        FieldChange(k, b.get(k, ABSENT), a.get(k, ABSENT))
+        for k in ("canary_hosts", "batch_percent", "max_fail_percentage")
+        if b.get(k, ABSENT) != a.get(k, ABSENT)
+    ]

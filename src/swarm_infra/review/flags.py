@@ -5,8 +5,10 @@ flag ``block`` (exit 1), ``warn`` or ``off``; defaults in
 :data:`swarm_infra.fleet.model.REVIEW_FLAG_DEFAULTS`. The rules:
 
 - ``rollout-step-exceeded``: more nodes change than the Rollout converges in one step;
-- ``driver-without-canary``: the driver changes, but not on the drivers play's canary batch;
-- ``preemption-gained``: a tenant can preempt another that it could not before;
+- ``driver-without-canary``: the driver changes on a group of nodes (GPU model, driver
+  source) without a canary of that group first;
+- ``preemption-gained``: a tenant can preempt another's workloads of a priority that it
+  could not before;
 - ``quota-over-capacity``: nominalQuota counts on GPUs the fleet does not have yet;
 - ``node-removed-backing-quota``: a removed gpu-worker's flavor backs a tenant's quota;
 - ``mesh-restart-on-relay-or-hub``: a relay or hub restarts its interface (tunnels drop);
@@ -17,10 +19,12 @@ flag ``block`` (exit 1), ``warn`` or ``off``; defaults in
 - ``package-index-changed``: the Ray cluster's package index (its URL or its CA) changes.
 - ``ray-packages-changed``: what the Ray nodes install as root changes: the lock's pins or
   hashes, the Ray version, or the declared packages.
+- ``rollout-loosened``: the Rollout's canary or batches grow, or it tolerates more failures.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +45,7 @@ from ..resolve.types import (
     RolloutState,
 )
 from .locate import ChangeIndex, pick
-from .model import Action, Flag, Location, MeshImpact, NodeChange
+from .model import Action, FieldChange, Flag, Location, MeshImpact, NodeChange
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,73 @@ def preemptions(cluster: ClusterState | None) -> dict[tuple[str, str], Preemptio
     return out
 
 
+def _way(qa: Any, hi: PriorityState, lo: PriorityState, same_queue: bool) -> str | None:
+    """How a workload of priority ``hi`` in queue ``qa`` may preempt one of ``lo`` (in the
+    same ClusterQueue, or another queue of its cohort), by Kueue's rules; None: it may not."""
+    pre = qa["preemption"]
+    if same_queue:
+        rule = pre["within_cluster_queue"]
+        if _preempts(hi["value"], lo["value"], rule):
+            return f"in ClusterQueue {qa['name']}: withinClusterQueue {rule}"
+        return None
+    for field, name in (
+        ("reclaim_within_cohort", "reclaimWithinCohort"),
+        ("borrow_within_cohort", "borrowWithinCohort"),
+    ):
+        if _preempts(hi["value"], lo["value"], pre[field]):
+            return f"in cohort {qa['cohort']}: {name} {pre[field]}"
+    return None
+
+
+def preemption_ways(cluster: ClusterState | None) -> dict[tuple[str, str, str], Preemption]:
+    """(preemptor tenant, victim tenant, victim's priority) -> how the preemptor may
+    preempt the victim's workloads of that priority (with its highest priority that can),
+    under the rules of :func:`preemptions`. Unlike :func:`preemptions`, every priority of
+    the victim counts: a pair that could preempt spot and now also reaches production is a
+    new way. Time: tenants squared times their priorities."""
+    out: dict[tuple[str, str, str], Preemption] = {}
+    if not cluster:
+        return out
+    queues = {q["name"]: q for q in cluster["cluster_queues"]}
+    prios: dict[str, PriorityState] = {p["name"]: p for p in cluster["priorities"]}
+    tenants = [t for t in cluster["tenants"] if t["cluster_queue"] in queues]
+    highs = {
+        t["name"]: sorted(
+            (prios[p] for p in t["priorities"] if p in prios and prios[p]["preemption_policy"] != "Never"),
+            key=lambda p: -p["value"],
+        )
+        for t in tenants
+    }
+    by_cohort: dict[str, list[Any]] = {}
+    by_queue: dict[str, list[Any]] = {}
+    for t in tenants:
+        q = queues[t["cluster_queue"]]
+        by_queue.setdefault(q["name"], []).append(t)
+        if q["cohort"] is not None:
+            by_cohort.setdefault(q["cohort"], []).append(t)
+    for a in tenants:
+        qa = queues[a["cluster_queue"]]
+        if not highs[a["name"]]:
+            continue
+        others = {id(t): t for t in (*by_queue[qa["name"]], *by_cohort.get(qa["cohort"] or "", ()))}
+        for b in others.values():
+            if b is a:
+                continue
+            same_queue = b["cluster_queue"] == qa["name"]
+            for lo in b["priorities"]:
+                pl = prios.get(lo)
+                if pl is None:
+                    continue
+                for ph in highs[a["name"]]:
+                    how = _way(qa, ph, pl, same_queue)
+                    if how:
+                        out[(a["name"], b["name"], lo)] = Preemption(
+                            a["name"], b["name"], ph["name"], lo, how
+                        )
+                        break
+    return out
+
+
 def _gpu(node: NodeState) -> GpuState:
     """The node's GpuState, asked of nodes with GPUs only."""
     gpu = node["gpu"]
@@ -175,60 +246,142 @@ class FlagRaiser:
         )
 
     def driver(self) -> None:
-        """``driver-without-canary``: the drivers play runs on GPU nodes (group ``gpu``) in
-        name order, in the Rollout's batches; the first batch holding a node whose driver
-        changes must be the canary batch."""
+        """``driver-without-canary``, judged per group: the nodes whose driver changes are
+        grouped by GPU model(s) and by where their driver came from in the base (the
+        GpuProfile, or the driver itself when no profile names it). A group passes when
+        the new driver lands first on a canary of its own: at most ``canary_hosts`` of
+        its nodes change (this change is the group's canary: an Assignment of higher
+        precedence for one node), or a node of the same GPU model(s) already runs the new
+        driver in the base (the canary went before), or one of its changed nodes is in
+        the drivers play's canary batch (the first ``canary_hosts`` GPU nodes in name
+        order). Each group that fails raises one flag."""
         rollout = self.head.get("rollout")
         before, after = self.base["nodes"], self.head["nodes"]
-        changed = {
+        changed = sorted(
             n
             for n, s in after.items()
             if n in before
             and s["gpu"]
             and before[n]["gpu"]
             and _gpu(s)["driver"] != _gpu(before[n])["driver"]
-        }
+        )
         if not changed or not rollout:
             return
-        hosts = [n for n, s in after.items() if s["gpu"]]
-        plan = batches(hosts, rollout)
-        first = next(i for i, b in enumerate(plan) if not changed.isdisjoint(b))
-        if first == 0:
+        canary_hosts = int(rollout["serial"][0]) if rollout["serial"] else 1
+        plan = batches([n for n, s in after.items() if s["gpu"]], rollout)
+        canary_batch = set(plan[0])
+
+        def models(state: NodeState) -> tuple[str, ...]:
+            return tuple(sorted({g["model"] for g in state["hardware"]["gpus"]}))
+
+        def source(n: str) -> str:
+            gpu = _gpu(before[n])
+            return gpu["profile"] or json.dumps(gpu["driver"], sort_keys=True)
+
+        groups: dict[tuple[tuple[str, ...], str], list[str]] = {}
+        for n in changed:
+            groups.setdefault((models(after[n]), source(n)), []).append(n)
+        running = {
+            (models(s), json.dumps(_gpu(s)["driver"], sort_keys=True)) for s in before.values() if s["gpu"]
+        }
+        for (group_models, _), nodes in sorted(groups.items()):
+            new = {json.dumps(_gpu(after[n])["driver"], sort_keys=True) for n in nodes}
+            if (
+                len(nodes) <= canary_hosts
+                or all((group_models, d) in running for d in new)
+                or not canary_batch.isdisjoint(nodes)
+            ):
+                continue
+            profiles = sorted({_gpu(after[n])["profile"] or "" for n in nodes})
+            old_from = sorted({_gpu(before[n])["profile"] or "(no profile)" for n in nodes})
+            where = [loc for p in profiles for loc in self.index.where("GpuProfile", p, ("spec", "driver"))]
+            first = next(i for i, b in enumerate(plan) if not set(nodes).isdisjoint(b))
+            landing = sorted(set(nodes).intersection(plan[first]))
+            self.raise_flag(
+                "driver-without-canary",
+                f"the NVIDIA driver changes on {len(nodes)} {', '.join(group_models)} node(s) (driver "
+                f"of GpuProfile {', '.join(old_from)}) at once: none of them is in the canary batch "
+                f"({', '.join(plan[0])}), none of this group runs the new driver yet, and more than "
+                f"{canary_hosts} change; it first lands on {len(landing)} node(s) in batch "
+                f"{first + 1} of {len(plan)}. Roll it out on this group's canary first "
+                f"({', '.join(nodes[:canary_hosts])}: an Assignment with a higher precedence for it), "
+                "then on the rest",
+                pick(where, fallback=self._node_where(set(nodes))),
+            )
+
+    def rollout_loosened(self, changes: list[FieldChange]) -> None:
+        """``rollout-loosened``: the Rollout's canary or batch grows, or it tolerates more
+        failed hosts (``changes`` from :func:`~.diff.rollout_fields`): a bad change reaches
+        more nodes before the rollout stops."""
+        looser = [
+            c
+            for c in changes
+            if isinstance(c.before, int) and isinstance(c.after, int) and c.after > c.before
+        ]
+        if not looser:
             return
-        models = sorted({g["model"] for n in changed for g in after[n]["hardware"]["gpus"]})
-        landing = sorted(changed.intersection(plan[first]))
-        profiles = sorted({_gpu(after[n])["profile"] or "" for n in changed})
-        where = [loc for p in profiles for loc in self.index.where("GpuProfile", p, ("spec", "driver"))]
+        what = "; ".join(f"{c.path} {c.before} -> {c.after}" for c in looser)
+        nodes = len(self.head["nodes"])
         self.raise_flag(
-            "driver-without-canary",
-            f"the NVIDIA driver changes on {len(changed)} node(s) ({', '.join(models)}), none of them in "
-            f"the canary batch ({', '.join(plan[0])}): the new driver first lands on {len(landing)} "
-            f"node(s) at once, in batch {first + 1} of {len(plan)}; roll it out on one node first "
-            "(an Assignment with a higher precedence for it)",
-            pick(where, fallback=self._node_where(changed)),
+            "rollout-loosened",
+            f"the Rollout is loosened ({what}) on a fleet of {nodes} nodes: a bad change reaches "
+            "more nodes at once, or more of them may fail, before the rollout stops",
+            pick(self.index.where("Rollout"), fallback=self.index.all()),
         )
 
     def preemption(self) -> None:
-        """``preemption-gained``: pairs of tenants present on both sides, or a new tenant
-        and an existing victim, that can preempt now and could not before."""
-        before = preemptions(self.base.get("cluster"))
-        after = preemptions(self.head.get("cluster"))
-        old_tenants = {t["name"] for t in ((self.base.get("cluster") or {}).get("tenants") or [])}
+        """``preemption-gained``: a tenant can now preempt another tenant's workloads of a
+        priority that it could not preempt before (:func:`preemption_ways`): a new pair, or
+        a pair that already could preempt some of the victim's priorities and now reaches
+        another (a Priority's value raised, a priority allowed, a preemption rule changed).
+        Both tenants present on both sides, or a new tenant and an existing victim, and a
+        priority the victim had before; one flag per pair, naming every newly reachable
+        priority of the victim."""
+        cb, ca = self.base.get("cluster"), self.head.get("cluster")
+        if (
+            cb
+            and ca
+            and cb["priorities"] == ca["priorities"]
+            and cb["tenants"] == ca["tenants"]
+            and cb["cluster_queues"] == ca["cluster_queues"]
+        ):
+            return  # nothing preemption depends on changes
+        before = preemption_ways(self.base.get("cluster"))
+        after = preemption_ways(self.head.get("cluster"))
+        old_prios = {
+            t["name"]: set(t["priorities"]) for t in ((self.base.get("cluster") or {}).get("tenants") or [])
+        }
+        old_tenants = set(old_prios)
+        gained: dict[tuple[str, str], list[Preemption]] = {}
         for key, p in sorted(after.items()):
-            if key in before or p.victim not in old_tenants:
+            # A victim's priority new to it holds no workload yet: nothing it had is exposed.
+            if key in before or p.victim not in old_tenants or key[2] not in old_prios[p.victim]:
                 continue
-            new = "" if p.preemptor in old_tenants else "new tenant "
+            gained.setdefault((p.preemptor, p.victim), []).append(p)
+        could = {(a, b) for a, b, _ in before}
+        for (preemptor, victim), ways in sorted(gained.items()):
+            p = ways[0]
+            new = "" if preemptor in old_tenants else "new tenant "
             where = [
-                *self.index.where("Priority", p.high),
-                *self.index.where("Priority", p.low),
-                *self._allocation_where("tenants", p.preemptor),
-                *self._allocation_where("tenants", p.victim),
+                *[loc for w in ways for loc in self.index.where("Priority", w.high)],
+                *[loc for w in ways for loc in self.index.where("Priority", w.low)],
+                *self._allocation_where("tenants", preemptor),
+                *self._allocation_where("tenants", victim),
                 *self.index.where("Allocation"),
             ]
+            more = "".join(
+                f"; its {w.high} ones may evict {victim}'s {w.low} ones ({w.how})" for w in ways[1:]
+            )
+            also = (
+                f" (it could already preempt {victim}'s "
+                f"{', '.join(sorted({lo for a, b, lo in before if (a, b) == (preemptor, victim)}))})"
+                if (preemptor, victim) in could
+                else ""
+            )
             self.raise_flag(
                 "preemption-gained",
-                f"{new}{p.preemptor} can now preempt {p.victim}: its {p.high} workloads may evict "
-                f"{p.victim}'s {p.low} ones ({p.how})",
+                f"{new}{preemptor} can now preempt {victim}: its {p.high} workloads may evict "
+                f"{victim}'s {p.low} ones ({p.how}){more}{also}",
                 pick(where, fallback=self.index.all()),
             )
 

@@ -1,11 +1,13 @@
 """A review as a GitHub pull-request comment (GitHub-flavoured Markdown).
 
 The summary line comes first, then the hidden marker ``<!-- swarm-review -->`` that CI
-finds the comment by, then per fleet: the head's validation problems, node changes by
-layer, the mesh, cluster objects, capacity and risk flags (the issue's order). Long lists
-sit in collapsed ``<details>``. With a ``limit`` (GitHub's 65,536 characters) lists are
-capped and whole blocks are cut from the end; the summary is never cut, and a last line
-says what was left out (the full report is CI's artifact).
+finds the comment by, then (:func:`render`) per fleet its risk flags and Rollout
+changes (never cut), then the details (the head's validation problems, node changes by
+layer, the mesh, cluster objects, capacity). Long tables sit in collapsed ``<details>``.
+With a ``limit`` (GitHub's 65,536 characters) lists are capped and whole detail blocks are
+cut from the end, with a last line naming what was left out and where the full report is
+(CI's artifact); values are cut to :data:`VALUE_CHARS` in the comment, whole in the full
+report.
 
 Everything that comes from the fleet (names, values, messages, file names) is escaped:
 in prose every character that can start Markdown syntax inline is backslash-escaped and ``& < > "`` become
@@ -63,17 +65,23 @@ def code(value: object, limit: int = VALUE_CHARS) -> str:
     return f"<code>{text(value, limit)}</code>"
 
 
+_FULL = [False]  # rendering the full report: values are not cut
+
+
 def value(v: Any) -> str:
-    """A desired-state value: scalars as they are, containers as compact JSON."""
+    """A desired-state value: scalars as they are, containers as compact JSON; cut to
+    :data:`VALUE_CHARS` in the comment, whole in the full report (``render(r, None)``)."""
+    limit = 10**9 if _FULL[0] else VALUE_CHARS
     if v is ABSENT or v == ABSENT:
         return "(none)"
     if isinstance(v, dict) and set(v) in ({"removed"}, {"added"}):
         sign = "\N{MINUS SIGN}" if "removed" in v else "+"
         items = v["removed"] if "removed" in v else v["added"]
-        return code(", ".join(f"{sign}{x}" for x in items) or "(nothing)")
+        shown = (x if isinstance(x, str) else json.dumps(x, separators=(",", ":")) for x in items)
+        return code(", ".join(f"{sign}{x}" for x in shown) or "(nothing)", limit)
     if isinstance(v, str):
-        return code(v)
-    return code(json.dumps(v, sort_keys=True, separators=(",", ":")))
+        return code(v, limit)
+    return code(json.dumps(v, sort_keys=True, separators=(",", ":")), limit)
 
 
 def link(loc: Location, repo_url: str | None) -> str:
@@ -131,16 +139,6 @@ def _details(summary: str, body: str) -> str:
     return f"<details><summary>{summary}</summary>\n\n{body}\n\n</details>"
 
 
-def _problem_blocks(fr: FleetReview, url: str | None, limit: int | None) -> list[str]:
-    rows = [
-        [links([p.location], url), code(f"{p.severity}[{p.rule}]"), code(p.path), text(p.message)]
-        for p in fr.problems
-    ]
-    errors = sum(p.severity == "error" for p in fr.problems)
-    head = f"### ❌ The head is invalid: {errors} error(s)\n\nFix these; nothing else was reviewed."
-    return [head, _table(["where", "rule", "path", "message"], rows, limit, "diagnostics")]
-
-
 def _node_blocks(fr: FleetReview, url: str | None, limit: int | None) -> list[str]:
     if not fr.nodes:
         return ["### Nodes\n\nNo node's desired state changes."]
@@ -195,6 +193,8 @@ def _mesh_blocks(fr: FleetReview, url: str | None, limit: int | None) -> list[st
                 what = f"AllowedIPs {value({'added': p.after})} {value({'removed': p.before})}"
             elif p.what in ("endpoint", "keepalive"):
                 what = f"{labels.get(p.what, 'PersistentKeepalive')} {value(p.before)} → {value(p.after)}"
+            elif p.what == "added":
+                what = f"peer added: {value(p.after)}"
             else:
                 what = labels[p.what]
             prow.append([what, code(p.peer), _where_nodes(p.sites, {}, len(p.nodes)), links(p.where, url)])
@@ -245,7 +245,17 @@ def _capacity_blocks(fr: FleetReview) -> list[str]:
     rows = []
     for r in fr.capacity:
         rows.append(_capacity_row(r))
-    header = ["flavor", "cohort", "fleet GPUs", "nominalQuota", "unallocated", "lendable", "borrowable"]
+    header = [
+        "flavor",
+        "cohort",
+        "fleet GPUs",
+        "nvidia.com/gpu per GPU",
+        "nvidia.com/gpu (Kueue)",
+        "nominalQuota (GPUs)",
+        "unallocated",
+        "lendable",
+        "borrowable",
+    ]
     return ["### Capacity per GPU flavor (before → after)\n\n" + _table(header, rows, None, "")]
 
 
@@ -255,6 +265,8 @@ def _capacity_row(r: CapacityRow) -> list[str]:
             code(r.flavor),
             "(fleet)",
             _pair(r.gpus),
+            _pair(r.units_per_gpu),
+            _pair(r.device_units),
             _pair(r.nominal_quota),
             _pair(r.unallocated),
             "",
@@ -264,6 +276,8 @@ def _capacity_row(r: CapacityRow) -> list[str]:
         code(r.flavor),
         code(r.cohort),
         "",
+        "",
+        "",
         _pair(r.nominal_quota),
         "",
         _pair(r.lendable),
@@ -271,35 +285,91 @@ def _capacity_row(r: CapacityRow) -> list[str]:
     ]
 
 
-def _flag_blocks(fr: FleetReview, url: str | None, limit: int | None) -> list[str]:
+def _rollout_blocks(fr: FleetReview) -> list[str]:
+    if not fr.rollout:
+        return []
+    rows = [[code(c.path), value(c.before), value(c.after)] for c in fr.rollout]
+    return ["### Rollout\n\n" + _table(["field", "before", "after"], rows, None, "")]
+
+
+def _flag_blocks(fr: FleetReview, url: str | None, limit: int | None, shown: int | None = None) -> list[str]:
+    """The risk flags: all of them, or (``shown``) the first ``shown`` rows and a count
+    per rule of the others, with where to find them."""
     if not fr.flags:
         return ["### Risk flags\n\nNone."]
-    rows = [[_STATUS[f.action], code(f.rule), text(f.reason, 600), links(f.where, url)] for f in fr.flags]
+    flags = fr.flags if shown is None else fr.flags[:shown]
+    rows = [[_STATUS[f.action], code(f.rule), text(f.reason, 600), links(f.where, url)] for f in flags]
     note = "\n\nThe base's ReviewPolicy decides what blocks." + (
         " This change edits the ReviewPolicy: the new policy applies once it is merged."
         if fr.policy_changed
         else ""
     )
-    return ["### Risk flags" + note, _table(["", "rule", "reason", "where"], rows, limit, "flags")]
+    table = _table(["", "rule", "reason", "where"], rows, None, "flags")
+    rest = fr.flags[len(flags) :]
+    if rest:
+        counts: dict[str, int] = defaultdict(int)
+        for f in rest:
+            counts[f"{_STATUS[f.action]} {f.rule}"] += 1
+        table += (
+            f"\n\n_{len(rest)} more flag(s) ("
+            + ", ".join(f"{n} {text(k)}" for k, n in sorted(counts.items()))
+            + f") are in the full report{_ARTIFACT}._"
+        )
+    return ["### Risk flags" + note, table]
 
 
-def fleet_blocks(fr: FleetReview, url: str | None, limit: int | None) -> list[str]:
-    """The Markdown blocks of one fleet's review, each complete on its own (a table, a
-    ``<details>``), in the order they are shown."""
+_ARTIFACT = (
+    " (CI's `swarm-review` artifact, or `swarm review --full FILE`; `--format json` for all of it as data)"
+)
+FOLD_ROWS = 12  # a table longer than this sits in a collapsed <details>
+
+
+def _fold(block: str, title: str) -> str:
+    """``block`` in a collapsed ``<details>`` when it is a table of more than
+    :data:`FOLD_ROWS` rows."""
+    if block.count("\n| ") > FOLD_ROWS + 1 and not block.startswith("<details>"):
+        return _details(title, block)
+    return block
+
+
+def fleet_summary_blocks(fr: FleetReview, url: str | None, limit: int | None) -> list[str]:
+    """What comes before any detail and is never cut: the fleet's title, then its risk
+    flags (or, for an invalid head, that it is invalid) and its Rollout changes."""
     title = f"## Fleet {code(fr.fleet)}"
     if fr.invalid:
-        return [title, *_problem_blocks(fr, url, limit)]
+        errors = sum(p.severity == "error" for p in fr.problems)
+        return [
+            title
+            + f"\n\n### ❌ The head is invalid: {errors} error(s)\n\nFix these; nothing else was reviewed."
+        ]
     if fr.base_invalid:
         return [
             title + f"\n\nThe base is invalid ({fr.base_invalid} error(s)): no plan diff. The head is valid."
         ]
+    return [title, *_flag_blocks(fr, url, limit), *_rollout_blocks(fr)]
+
+
+def fleet_detail_blocks(fr: FleetReview, url: str | None, limit: int | None) -> list[str]:
+    """The details, in the order they are shown (cut from the end to fit a comment): the
+    head's diagnostics, or node changes by layer, the mesh, cluster objects, capacity.
+    Long tables sit in collapsed ``<details>``."""
+    if fr.invalid:
+        rows = [
+            [links([p.location], url), code(f"{p.severity}[{p.rule}]"), code(p.path), text(p.message)]
+            for p in fr.problems
+        ]
+        return [_table(["where", "rule", "path", "message"], rows, limit, "diagnostics")]
+    if fr.base_invalid:
+        return []
+    name = text(fr.fleet)
     return [
-        title,
-        *_node_blocks(fr, url, limit),
-        *_mesh_blocks(fr, url, limit),
-        *_object_blocks(fr, url, limit),
-        *_capacity_blocks(fr),
-        *_flag_blocks(fr, url, limit),
+        _fold(b, f"{name}: details")
+        for b in (
+            *_node_blocks(fr, url, limit),
+            *_mesh_blocks(fr, url, limit),
+            *_object_blocks(fr, url, limit),
+            *_capacity_blocks(fr),
+        )
     ]
 
 
@@ -321,19 +391,65 @@ def review_blocks(r: Review, limit: int | None) -> list[str]:
     return out
 
 
+def fleet_blocks(fr: FleetReview, url: str | None, limit: int | None) -> list[str]:
+    """The Markdown blocks of one fleet's review, each complete on its own (a table, a
+    ``<details>``), in the order they are shown: summary blocks, then details."""
+    return [*fleet_summary_blocks(fr, url, limit), *fleet_detail_blocks(fr, url, limit)]
+
+
 def render(r: Review, limit: int | None = GITHUB_LIMIT) -> str:
-    """The comment: at most ``limit`` characters (None: no limit, the full report)."""
+    """The comment: at most ``limit`` characters (None: no limit, the full report, with
+    values whole). The summary line, then each fleet's risk flags and Rollout changes come
+    first and are never cut (with a tiny ``limit``, flags past the first few are counted
+    per rule instead of listed); then each fleet's details, cut from the end in whole
+    blocks, with a last line naming the sections left out and where the full report is."""
+    _FULL[0] = limit is None
+    try:
+        return _render(r, limit)
+    finally:
+        _FULL[0] = False
+
+
+def _render(r: Review, limit: int | None) -> str:
     head = f"{text(r.summary, 4000)}\n{MARKER}\n\nBase `{r.base[:12]}` → head `{r.head[:12]}`."
-    blocks = [*review_blocks(r, limit), *(b for fr in r.fleets for b in fleet_blocks(fr, r.repo_url, limit))]
-    out = [head]
-    size = len(head)
-    note_room = 200
-    for i, block in enumerate(blocks):
+    note_room = 400
+    # How the base was chosen and the rule files changed: never cut, like the flags.
+    fixed = [head, *review_blocks(r, limit)]
+    for fr in r.fleets:
+        blocks = fleet_summary_blocks(fr, r.repo_url, limit)
+        if limit is not None and fr.flags:
+            shown = len(fr.flags)
+            budget = max(limit - note_room - sum(len(b) + 2 for b in fixed), 0) // max(len(r.fleets), 1)
+            while shown > 1 and sum(len(b) + 2 for b in blocks) > budget:
+                shown //= 2
+                blocks = [
+                    blocks[0],
+                    *_flag_blocks(fr, r.repo_url, limit, shown),
+                    *_rollout_blocks(fr),
+                ]
+        fixed += blocks
+    out = list(fixed)
+    size = sum(len(b) + 2 for b in out)
+    details: list[tuple[str, str]] = []
+    for fr in r.fleets:
+        details += [(fr.fleet, b) for b in fleet_detail_blocks(fr, r.repo_url, limit)]
+    if details:
+        out.append("## Details")
+        size += 12
+    for i, (_, block) in enumerate(details):
         if limit is not None and size + len(block) + 2 > limit - note_room:
-            left = len(blocks) - i
+            left = details[i:]
+            sections = []
+            for f, b in left:
+                m = re.search(r"^#{3,4} ([^\n]+)", b, re.M)
+                label = f"{f}: {m[1]}" if m else None
+                if label and label not in sections:
+                    sections.append(label)
+            named = ", ".join(text(x, 80) for x in sections[:8]) + (" …" if len(sections) > 8 else "")
             out.append(
-                f"_Cut here to fit a comment: {left} more block(s) are in the full report "
-                "(CI's `swarm-review` artifact, or `swarm review --full FILE`)._"
+                f"_Cut here to fit a comment: {len(left)} more block(s)"
+                + (f" ({named})" if named else "")
+                + f" are in the full report{_ARTIFACT}._"
             )
             break
         out.append(block)

@@ -56,9 +56,11 @@ class NodeChange:
 
 @dataclass
 class PeerChange:
-    """A WireGuard peer entry changed the same way on ``nodes``. ``what``: ``added``,
-    ``removed``, ``endpoint``, ``allowed_ips`` (``before``: the CIDRs no longer routed
-    through the peer, ``after``: those now routed), ``keepalive``."""
+    """A WireGuard peer entry changed the same way on ``nodes``. ``what``: ``added``
+    (``after``: the entry, ``{"allowed_ips": [CIDR, ...], "endpoint": "host:port" or None,
+    "persistent_keepalive_s": seconds}``; ``before``: ABSENT), ``removed`` (both ABSENT),
+    ``endpoint``, ``allowed_ips`` (``before``: the CIDRs no longer routed through
+    the peer, ``after``: those now routed), ``keepalive``."""
 
     what: str
     peer: str
@@ -90,6 +92,10 @@ class MeshImpact:
 
 @dataclass
 class FieldChange:
+    """One changed leaf of an object: ``path`` (``spec.resourceGroups[0].flavors[l40s]
+    .resources[nvidia.com/gpu].nominalQuota``), its JSON value ``before`` and ``after``
+    (ABSENT where one side has no such leaf)."""
+
     path: str
     before: Any
     after: Any
@@ -114,7 +120,11 @@ class CapacityRow:
     that side has no such flavor or cohort). ``cohort`` None: the whole fleet (``gpus``,
     ``nominal_quota``, ``unallocated``); else the cohort's ClusterQueues (``nominal_quota``,
     ``lendable``: what they may lend, ``borrowable``: the most they may borrow from each
-    other, None inside the pair when some queue's borrowing is unlimited)."""
+    other, None inside the pair when some queue's borrowing is unlimited). GPU counts are
+    physical GPUs; on fleet rows ``units_per_gpu`` is how many ``nvidia.com/gpu`` the
+    device plugin advertises per GPU (MIG instances, time-slicing replicas; None: not one
+    number) and ``device_units`` the flavor's GPUs in those units, what Kueue admits against
+    (nominalQuota in the ClusterQueues is ``nominal_quota`` times ``units_per_gpu``)."""
 
     flavor: str
     cohort: str | None
@@ -123,6 +133,8 @@ class CapacityRow:
     unallocated: list[int | None]
     lendable: list[int | None]
     borrowable: list[int | str | None]
+    units_per_gpu: list[int | None] = field(default_factory=lambda: [None, None])
+    device_units: list[int | None] = field(default_factory=lambda: [None, None])
 
 
 @dataclass
@@ -166,6 +178,9 @@ class FleetReview:
     objects: list[ObjectChange] = field(default_factory=list)
     objects_error: str | None = None
     capacity: list[CapacityRow] = field(default_factory=list)
+    # The Rollout's changes: ``canary_hosts``, ``batch_percent``, ``max_fail_percentage``
+    # (ints, before -> after; ABSENT where a side has no such step).
+    rollout: list[FieldChange] = field(default_factory=list)
     flags: list[Flag] = field(default_factory=list)
     policy_changed: bool = False  # the head changes the ReviewPolicy (it applies after merge)
 

@@ -1,0 +1,224 @@
+"""What `swarm review` shows of a change, and the flags it raises: realistic pull requests
+made as Git commits on a copy of the example fleet (the helpers of ``test_review``).
+
+Expected values come from the fleet's desired state before and after (``state``), from
+the fleet files themselves, or from the upstream rule (Kueue's preemption, the device
+plugin's units), never from the review's own output.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from swarm_infra.resolve.mesh import derived_address
+from swarm_infra.resolve.rollout import rollout_batches as batches
+from swarm_infra.review.markdown import render
+
+from . import test_review
+from .test_review import ALLOC, change, commit, document, flags, models_of, replace, state
+
+base_repo = test_review.base_repo  # the example fleet's repository (module-scoped fixture)
+
+
+@pytest.fixture
+def repo(base_repo: Path, tmp_path: Path) -> Path:
+    """A copy of ``base_repo`` to commit one change on."""
+    dest = tmp_path / "repo"
+    shutil.copytree(base_repo, dest, symlinks=True)
+    return dest
+
+
+PROFILES = "policies/shared/gpu-profiles.yaml"
+ASSIGNMENTS = "policies/example/assignments.yaml"
+
+
+def _l40s_driver(repo: Path, driver: str) -> None:
+    text = (repo / PROFILES).read_text()
+    at = text.index('driver: {branch: "570"}', text.index("name: l40s-inference"))
+    (repo / PROFILES).write_text(text[:at] + driver + text[at + len('driver: {branch: "570"}') :])
+
+
+def _l40s_canary(repo: Path, node: str, driver: str) -> None:
+    """A copy of the L40S profile with ``driver``, assigned to ``node`` alone at a higher
+    precedence: what the driver flag advises."""
+    text = (repo / PROFILES).read_text()
+    doc = text[text.index("kind: GpuProfile\nmetadata:\n  name: l40s-inference") :]
+    doc = doc[: doc.index("\n---")] if "\n---" in doc else doc
+    canary = doc.replace("name: l40s-inference", "name: l40s-canary").replace(
+        'driver: {branch: "570"}', driver
+    )
+    (repo / PROFILES).write_text(text.rstrip("\n") + "\n---\napiVersion: swarm.io/v1alpha1\n" + canary + "\n")
+    with (repo / ASSIGNMENTS).open("a") as f:
+        f.write(
+            "---\napiVersion: swarm.io/v1alpha1\nkind: Assignment\nmetadata:\n  name: l40s-canary\n"
+            f"spec:\n  selector: {{nodes: [{node}]}}\n  gpu_profile: l40s-canary\n  precedence: 100\n"
+        )
+
+
+NEW_DRIVER = 'driver: {branch: "570", version: "570.124.06"}'
+
+
+def test_a_driver_canary_on_one_node_of_another_group_passes(repo: Path) -> None:
+    base = state(repo)
+    l40s = sorted(n for n in base["nodes"] if "L40S" in models_of(base, n))
+    plan = batches([n for n, s in base["nodes"].items() if s["gpu"]], base["rollout"])
+    assert not set(plan[0]) & set(l40s)  # the fleet's canary batch holds no L40S node
+    _, after, r = change(repo, lambda: _l40s_canary(repo, l40s[0], NEW_DRIVER))
+    (c,) = [c for c in r.fleets[0].nodes if c.layer == "driver" and c.field == "version"]
+    assert (c.nodes, c.before, c.after) == ([l40s[0]], None, "570.124.06")
+    assert after["nodes"][l40s[0]]["gpu"]["driver"]["version"] == "570.124.06"
+    assert "driver-without-canary" not in flags(r) and r.exit_code == 0
+
+
+def test_a_driver_bump_after_its_group_canary_passes_and_without_it_blocks(repo: Path) -> None:
+    base = state(repo)
+    l40s = sorted(n for n in base["nodes"] if "L40S" in models_of(base, n))
+    _l40s_canary(repo, l40s[0], NEW_DRIVER)
+    commit(repo, "canary")
+    # The rest of the group follows the canary: the profile gets the canary's driver.
+    _, after, r = change(repo, lambda: _l40s_driver(repo, NEW_DRIVER))
+    changed = [n for n in l40s if n != l40s[0]]
+    (c,) = [c for c in r.fleets[0].nodes if c.layer == "driver" and c.field == "version"]
+    assert c.nodes == changed and c.after == after["nodes"][changed[0]]["gpu"]["driver"]["version"]
+    assert "driver-without-canary" not in flags(r)
+    # Another driver on the whole group at once has had no canary: blocked, per group.
+    _, _, r = change(repo, lambda: replace(repo, PROFILES, NEW_DRIVER, 'driver: {branch: "575"}'))
+    (flag,) = flags(r)["driver-without-canary"]
+    assert flag.action == "block" and f"{len(changed)} L40S node(s)" in flag.reason
+    assert r.exit_code == 1
+
+
+def test_a_quota_change_shows_the_exact_nominal_quota(repo: Path) -> None:
+    line = "        - {flavor: h100-sxm5-80gb, nominal_quota: 48, borrowing_limit: 16, lending_limit: 8}"
+    before, after, r = change(
+        repo, lambda: replace(repo, ALLOC, line, line.replace("nominal_quota: 48", "nominal_quota: 56"))
+    )
+    units = {f["name"]: f["units_per_gpu"] for f in after["cluster"]["flavors"]}["h100-sxm5-80gb"]
+    (cq,) = [o for o in r.fleets[0].objects if o.kind == "ClusterQueue" and o.name == "acme-ai"]
+    path = "spec.resourceGroups[0].flavors[h100-sxm5-80gb].resources[nvidia.com/gpu].nominalQuota"
+    assert [(f.path, f.before, f.after) for f in cq.fields if f.path == path] == [
+        (path, 48 * units, 56 * units)
+    ]
+    md = render(r)
+    escaped = re.sub(r"([.\[\]])", r"\\\1", path)  # as the renderer escapes Markdown
+    assert f"<code>{escaped}</code>: <code>48</code> → <code>56</code>" in md
+    assert {r_.flavor: r_.nominal_quota for r_ in r.fleets[0].capacity if r_.cohort is None}[
+        "h100-sxm5-80gb"
+    ] == [
+        before["cluster"]["capacity"]["h100-sxm5-80gb"]["nominal_quota"],
+        after["cluster"]["capacity"]["h100-sxm5-80gb"]["nominal_quota"],
+    ]
+
+
+def test_a_priority_raised_across_tenants_is_a_risk_flag(repo: Path) -> None:
+    # batch (1000) raised above production (100000). acme-ai and helix-labs both hold batch
+    # and production, in cohort swarm. helix-labs' queue reclaims by LowerPriority: before,
+    # its best (production) only reached acme-ai's batch; now its batch outranks acme-ai's
+    # production, so it may evict acme-ai's production work. (acme-ai reclaims with Any:
+    # it could already reach every priority, so it gains nothing.) Only the pair was
+    # compared before, and the pair could already preempt: nothing was raised.
+    _, after, r = change(repo, lambda: replace(repo, ALLOC, "  value: 1000\n", "  value: 200000\n"))
+    prios = {p["name"]: p["value"] for p in after["cluster"]["priorities"]}
+    assert prios["batch"] > prios["production"]
+    queues = {q["name"]: q for q in after["cluster"]["cluster_queues"]}
+    assert queues["helix-labs"]["preemption"]["reclaim_within_cohort"] == "LowerPriority"
+    assert queues["acme-ai"]["preemption"]["reclaim_within_cohort"] == "Any"
+    (flag,) = flags(r)["preemption-gained"]
+    assert flag.reason.startswith(
+        "helix-labs can now preempt acme-ai: its batch workloads may evict acme-ai's production ones"
+    )
+    assert flag.action == "warn"
+
+
+def test_a_renamed_node_shows_its_new_mesh_address(repo: Path) -> None:
+    path = "inventory/example/nodes/fra1.yaml"
+    before, after, r = change(repo, lambda: replace(repo, path, "name: fra1-gpu-10", "name: fra1-gpu-99"))
+    cidr = before["cluster"]["mesh"]["cidr"]
+
+    old = before["nodes"]["fra1-gpu-10"]["mesh"]["address"]
+    new = after["nodes"]["fra1-gpu-99"]["mesh"]["address"]
+    assert new.split("/")[0] == str(derived_address(ipaddress.IPv4Network(cidr), "fra1-gpu-99"))
+    changes = {(c.layer, c.field): c for c in r.fleets[0].nodes}
+    assert (changes["node", "name"].before, changes["node", "name"].after) == ("fra1-gpu-10", "fra1-gpu-99")
+    addr = changes["mesh", "address"]
+    assert (addr.before, addr.after, addr.nodes) == (old, new, ["fra1-gpu-99"])
+    esc = [x.replace(".", "\\.").replace("/", "/") for x in (old, new)]
+    assert f"<code>{esc[0]}</code> → <code>{esc[1]}</code>" in render(r)
+
+
+def test_enabling_mig_multiplies_the_units_kueue_counts(repo: Path) -> None:
+    def edit() -> None:
+        replace(
+            repo,
+            PROFILES,
+            "  ecc: true\n  mig: {enabled: false}\n---",
+            "  ecc: true\n  mig: {enabled: true, profiles: [3g.40gb, 3g.40gb]}\n---",
+        )
+
+    before, after, r = change(repo, edit)
+    flavor = next(f for f in after["cluster"]["flavors"] if f["gpu_model"] == "H100-SXM5-80GB")
+    old = next(f for f in before["cluster"]["flavors"] if f["gpu_model"] == "H100-SXM5-80GB")
+    assert (old["units_per_gpu"], flavor["units_per_gpu"]) == (1, 2)  # two MIG instances per GPU
+    (row,) = [x for x in r.fleets[0].capacity if x.flavor == flavor["name"] and x.cohort is None]
+    assert row.units_per_gpu == [1, 2]
+    assert row.device_units == [old["gpus"], 2 * flavor["gpus"]]
+    assert f"{old['gpus']} → **{2 * flavor['gpus']}**" in render(r)
+
+
+def test_a_loosened_rollout_is_shown_and_flagged(repo: Path) -> None:
+    def edit() -> None:
+        replace(repo, "policies/example/rollout.yaml", "canary_hosts: 1", "canary_hosts: 100000")
+        replace(repo, "policies/example/rollout.yaml", "batch_percent: 10", "batch_percent: 100")
+
+    _, _, r = change(repo, edit)
+    assert [(c.path, c.before, c.after) for c in r.fleets[0].rollout] == [
+        ("canary_hosts", 1, 100000),
+        ("batch_percent", 10, 100),
+    ]
+    (flag,) = flags(r)["rollout-loosened"]
+    assert "canary_hosts 1 -> 100000" in flag.reason and "batch_percent 10 -> 100" in flag.reason
+    md = render(r)
+    assert "### Rollout" in md and md.index("### Risk flags") < md.index("### Rollout")
+
+
+def test_an_added_peer_shows_its_entry_in_json(repo: Path) -> None:
+    path = "inventory/example/nodes/tyo1.yaml"
+    new = (
+        document(repo, path, "tyo1-gpu-08")
+        .replace("tyo1-gpu-08", "tyo1-gpu-09")
+        .replace("192.168.50.28", "192.168.50.29")
+    )
+    _, after, r = change(repo, lambda: (repo / path).write_text((repo / path).read_text() + new))
+    data = r.as_json()["fleets"][0]["mesh"]["peers"]
+    added = [p for p in data if p["what"] == "added" and p["peer"] == "tyo1-gpu-09"]
+    # What each node gains: the entry its head peer list holds for the new node.
+    entries = {
+        json.dumps({k: v for k, v in p.items() if k != "name"}, sort_keys=True)
+        for s in after["nodes"].values()
+        if s["mesh"]
+        for p in s["mesh"]["peers"]
+        if p["name"] == "tyo1-gpu-09"
+    }
+    assert entries and {json.dumps(p["after"], sort_keys=True) for p in added} == entries
+    assert all(p["after"]["allowed_ips"] for p in added)  # the CIDRs, not {"absent": true}
+
+
+def test_flags_come_first_and_are_never_cut(repo: Path) -> None:
+    def edit() -> None:
+        replace(repo, "policies/example/rollout.yaml", "canary_hosts: 1", "canary_hosts: 50")
+        replace(repo, PROFILES, "power_limit_w: 650", "power_limit_w: 600")
+
+    _, _, r = change(repo, edit)
+    comment = render(r, 1500)
+    assert len(comment) <= 1500
+    assert "rollout\\-loosened" in comment or "rollout-loosened" in comment
+    assert "Cut here to fit a comment" in comment and "swarm-review" in comment
+    full = render(r, None)
+    assert full.index("### Risk flags") < full.index("### Nodes")
+    assert re.search(r"power\\_limit\\_w|power_limit_w", full)
