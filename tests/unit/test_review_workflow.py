@@ -306,3 +306,32 @@ def test_workflows_review_with_the_base_and_apply_safely() -> None:
     owners = (ROOT / ".github/CODEOWNERS").read_text()
     for d in ("/schemas/", "/src/", "/roles/", "/.github/", "/policies/"):
         assert any(line.split()[:1] == [d] for line in owners.splitlines())
+
+
+def test_the_rule_files_are_one_list_in_the_library_the_workflows_and_the_apply_script() -> None:
+    # RULE_PATTERNS decides what the review lists as "rules changed"; review.yml and
+    # apply.yml must run on the same files, and changed-fleets.sh must treat them alike.
+    from swarm_infra.review.git import RULE_PATTERNS, is_rule_file
+
+    wanted = {p + "**" if p.endswith("/") else p for p in RULE_PATTERNS}
+    for workflow in ("review.yml", "apply.yml"):
+        doc = yaml.safe_load((ROOT / ".github/workflows" / workflow).read_text())
+        on = doc.get("on", doc.get(True))  # YAML 1.1 reads the bare key `on` as true
+        trigger = on.get("pull_request_target") or on.get("push")
+        # apply.yml: of .github/, only its own file converges anything.
+        need = (
+            wanted if workflow == "review.yml" else wanted - {".github/**"} | {".github/workflows/apply.yml"}
+        )
+        assert need <= set(trigger["paths"]), (workflow, sorted(need - set(trigger["paths"])))
+    script = (ROOT / "scripts/changed-fleets.sh").read_text()
+    regex = next(line for line in script.splitlines() if "grep -qE" in line).split("'")[1]
+    samples = [p + "x.py" if p.endswith("/") else p.replace("*", "-lab") for p in RULE_PATTERNS]
+    assert all(is_rule_file(s) for s in samples)
+    proc = subprocess.run(
+        ["grep", "-cE", regex], input="\n".join(samples) + "\n", capture_output=True, text=True
+    )
+    assert int(proc.stdout) == len(samples), (regex, samples)
+    proc = subprocess.run(
+        ["grep", "-cE", regex], input="inventory/lab/nodes.yaml\nREADME.md\n", capture_output=True, text=True
+    )
+    assert int(proc.stdout or 0) == 0
