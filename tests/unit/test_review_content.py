@@ -315,3 +315,77 @@ def test_a_sysctl_added_to_a_host_profile(repo: Path) -> None:
     line = line_of(repo, HOSTS, "net.ipv4.tcp_fastopen")
     assert [(w.file, w.line) for w in c.where] == [(HOSTS, line)]
     assert "<code>sysctls\\.net\\.ipv4\\.tcp\\_fastopen</code> = <code>3</code> (added)" in render(r)
+
+
+def test_reformatting_only_changes_nothing(repo: Path) -> None:
+    """The same documents written another way (flow style, comments dropped, keys
+    reordered): files change, no desired state does; nothing reported, exit 0."""
+    before = state(repo)
+    text = (repo / MESH).read_text()
+    flow = (
+        "---\napiVersion: swarm.io/v1alpha1\nkind: Mesh\nmetadata: {name: swarm}\n"
+        "spec: {topology: full-mesh, persistent_keepalive_s: 25, mtu: 1380, listen_port: 51820, "
+        "cidr: 10.200.0.0/16, sites: {tyo1: {topology: hub-and-spoke}, "
+        "ams2: {hub: ams2-relay-01, topology: hub-and-spoke}}}\n"
+    )
+    assert "mtu: 1380" in text and "hub: ams2-relay-01" in text
+    _, after, r = change(repo, lambda: (repo / MESH).write_text(flow))
+    assert after == before
+    assert git_changed(repo) == [MESH]
+    fr = r.fleets[0]
+    assert (fr.nodes, fr.nodes_changed, fr.objects, fr.mesh.peerings_changed, fr.flags) == ([], 0, [], 0, [])
+    assert r.exit_code == 0
+    assert (
+        r.summary
+        == "✅ example: 0 nodes change, 0 mesh peers change, 0 cluster objects change; no risk flags"
+    )
+
+
+def git_changed(repo: Path) -> list[str]:
+    return test_review.git(repo, "diff", "--name-only", "HEAD~1", "HEAD").split()
+
+
+def test_an_mtu_change_is_set_live_on_every_mesh_node(repo: Path) -> None:
+    """The Mesh's MTU 1380 -> 1360: every mesh node sets it on the running interface (no
+    tunnel drops, no peer changes); the old and new values come from the Mesh document."""
+    base = state(repo)
+    old = int(re.search(r"^  mtu: (\d+)", (repo / MESH).read_text(), re.M)[1])  # type: ignore[index]
+    new = old - 20
+    _, after, r = change(repo, lambda: replace(repo, MESH, f"mtu: {old}", f"mtu: {new}"))
+    meshed = sorted(n for n, s in base["nodes"].items() if s["mesh"])
+    assert {after["nodes"][n]["mesh"]["mtu"] for n in meshed} == {new}
+    fr = r.fleets[0]
+    assert (fr.mesh.mtu, fr.mesh.restart, fr.mesh.syncconf, fr.mesh.peers) == (meshed, [], [], [])
+    (c,) = fr.nodes
+    assert (c.layer, c.field, c.before, c.after, c.nodes) == ("mesh", "mtu", old, new, meshed)
+    assert [(w.file, w.line) for w in c.where] == [(MESH, line_of(repo, MESH, f"mtu: {new}"))]
+    assert "mesh-restart-on-relay-or-hub" not in flags(r) and r.exit_code == 0
+    md = render(r)
+    assert _shown("mtu", old, new) in md
+    assert f"| MTU set on the running interface (no drop) | {len(meshed)} |" in md
+
+
+def test_a_new_relay_is_a_relay_gained(repo: Path) -> None:
+    """A GPU node of a full-mesh site also takes the relay role: the mesh gains that relay,
+    its own roles change, and no tunnel of a hub or relay drops."""
+    base = state(repo)
+    site = base["nodes"]["fra1-head-01"]["site"]
+    node = sorted(n for n, s in base["nodes"].items() if s["site"] == site and n != "fra1-head-01")[0]
+    assert node not in base["cluster"]["mesh"]["relays"]
+    path = f"inventory/example/nodes/{site}.yaml"
+    doc = document(repo, path, node)
+    assert "roles: [gpu-worker]" in doc
+    _, after, r = change(
+        repo,
+        lambda: replace(repo, path, doc, doc.replace("roles: [gpu-worker]", "roles: [gpu-worker, relay]")),
+    )
+    gained = sorted(set(after["cluster"]["mesh"]["relays"]) - set(base["cluster"]["mesh"]["relays"]))
+    assert gained == [node]
+    fr = r.fleets[0]
+    assert (fr.mesh.relays_gained, fr.mesh.relays_lost) == ([node], [])
+    roles = [c for c in fr.nodes if c.field == "roles"]
+    assert [(c.layer, c.before, c.after, c.nodes) for c in roles] == [
+        ("node", base["nodes"][node]["roles"], after["nodes"][node]["roles"], [node])
+    ]
+    assert "mesh-restart-on-relay-or-hub" not in flags(r)
+    assert node in r.as_json()["fleets"][0]["mesh"]["relays_gained"]
