@@ -18,10 +18,12 @@ import pytest
 
 from swarm_infra.resolve.mesh import derived_address
 from swarm_infra.resolve.rollout import rollout_batches as batches
+from swarm_infra.resolve.types import DesiredState
 from swarm_infra.review.markdown import render
+from swarm_infra.review.model import ABSENT
 
 from . import test_review
-from .test_review import ALLOC, change, commit, document, flags, models_of, replace, state
+from .test_review import ALLOC, change, commit, document, flags, line_of, models_of, replace, state, step
 
 base_repo = test_review.base_repo  # the example fleet's repository (module-scoped fixture)
 
@@ -222,3 +224,168 @@ def test_flags_come_first_and_are_never_cut(repo: Path) -> None:
     full = render(r, None)
     assert full.index("### Risk flags") < full.index("### Nodes")
     assert re.search(r"power\\_limit\\_w|power_limit_w", full)
+
+
+# ---------------------------------------------- more kinds of pull request (issue #25)
+
+HOSTS = "policies/shared/host-profiles.yaml"
+MESH = "policies/example/mesh.yaml"
+
+
+def _shown(field: str, old: object, new: object) -> str:
+    """How the comment shows a leaf's change (the escaping of ``markdown.text``)."""
+    esc = "".join("\\" + ch if ch in "._" else ch for ch in field)
+    return f"<code>{esc}</code> <code>{old}</code> → <code>{new}</code>"
+
+
+def test_a_power_limit_capped_at_one_site(repo: Path) -> None:
+    """A copy of the H100 profile at 600 W, assigned by a site selector to the H100 nodes
+    of that site: only they change, their power limit and the profile's name."""
+    base = state(repo)
+    h100 = sorted(n for n in base["nodes"] if "H100-SXM5-80GB" in models_of(base, n))
+    site = base["nodes"][h100[0]]["site"]
+    capped = [n for n in h100 if base["nodes"][n]["site"] == site]
+
+    def limits(s: DesiredState, nodes: list[str]) -> set[int]:
+        return {d["settings"]["power_limit_w"] for n in nodes for d in s["nodes"][n]["gpu"]["devices"]}
+
+    (old,) = limits(base, capped)
+    profile = document(repo, PROFILES, "h100-training").replace("h100-training", "h100-capped")
+    profile = profile.replace(f"power_limit_w: {old}", "power_limit_w: 600")
+
+    def edit() -> None:
+        with (repo / PROFILES).open("a") as f:
+            f.write(profile.removeprefix("\n"))
+        with (repo / ASSIGNMENTS).open("a") as f:
+            f.write(
+                "---\napiVersion: swarm.io/v1alpha1\nkind: Assignment\nmetadata:\n  name: h100-capped\n"
+                f"spec:\n  selector: {{sites: [{site}], gpu_models: [H100-SXM5-80GB]}}\n"
+                "  gpu_profile: h100-capped\n  precedence: 50\n"
+            )
+
+    _, after, r = change(repo, edit)
+    fr = r.fleets[0]
+    assert limits(after, capped) == {600}
+    (c,) = [c for c in fr.nodes if c.field == "power_limit_w"]
+    assert (c.layer, c.before, c.after, c.nodes, c.sites) == ("gpu", old, 600, capped, {site: len(capped)})
+    (p,) = [c for c in fr.nodes if c.field == "profile"]
+    assert (p.before, p.after, p.nodes) == ("h100-training", "h100-capped", capped)
+    assert fr.nodes_changed == len(capped) and fr.layers == ["gpu"]
+    assert {n for c in fr.nodes for n in c.nodes} == set(capped)
+    # More nodes than a Rollout batch is a warning (the base's ReviewPolicy), never a block.
+    assert list(flags(r)) == (["rollout-step-exceeded"] if len(capped) > step(after) else [])
+    assert r.exit_code == 0
+    # Both documents are new: each is named by the line of its name.
+    assert [(w.file, w.line, w.ref) for w in c.where] == [
+        (ASSIGNMENTS, line_of(repo, ASSIGNMENTS, "name: h100-capped"), "head"),
+        (PROFILES, line_of(repo, PROFILES, "name: h100-capped"), "head"),
+    ]
+    assert _shown("power_limit_w", old, 600) in render(r)
+
+
+def test_a_sysctl_added_to_a_host_profile(repo: Path) -> None:
+    """``net.ipv4.tcp_fastopen: 3`` added to the base HostProfile: every node that
+    includes it gains the sysctl (its value and its sysctl.d text)."""
+    base = state(repo)
+    assert all(
+        "net.ipv4.tcp_fastopen" not in s["host"]["sysctls"] for s in base["nodes"].values() if s["host"]
+    )
+    _, after, r = change(
+        repo,
+        lambda: replace(
+            repo,
+            HOSTS,
+            "    fs.inotify.max_user_instances: 8192\n",
+            "    fs.inotify.max_user_instances: 8192\n    net.ipv4.tcp_fastopen: 3\n",
+        ),
+    )
+    gained = sorted(
+        n for n, s in after["nodes"].items() if s["host"] and "net.ipv4.tcp_fastopen" in s["host"]["sysctls"]
+    )
+    assert gained == sorted(after["nodes"])  # base is every node's profile, or included by it
+    fr = r.fleets[0]
+    changes = {(c.layer, c.field, c.change): c for c in fr.nodes}
+    c = changes["host", "sysctls.net.ipv4.tcp_fastopen", "added"]
+    assert (c.before, c.after, c.nodes) == (
+        ABSENT,
+        after["nodes"][gained[0]]["host"]["sysctls"]["net.ipv4.tcp_fastopen"],
+        gained,
+    )
+    assert fr.nodes_changed == len(gained) and fr.layers == ["host"]
+    line = line_of(repo, HOSTS, "net.ipv4.tcp_fastopen")
+    assert [(w.file, w.line) for w in c.where] == [(HOSTS, line)]
+    assert "<code>sysctls\\.net\\.ipv4\\.tcp\\_fastopen</code> = <code>3</code> (added)" in render(r)
+
+
+def test_reformatting_only_changes_nothing(repo: Path) -> None:
+    """The same documents written another way (flow style, comments dropped, keys
+    reordered): files change, no desired state does; nothing reported, exit 0."""
+    before = state(repo)
+    text = (repo / MESH).read_text()
+    flow = (
+        "---\napiVersion: swarm.io/v1alpha1\nkind: Mesh\nmetadata: {name: swarm}\n"
+        "spec: {topology: full-mesh, persistent_keepalive_s: 25, mtu: 1380, listen_port: 51820, "
+        "cidr: 10.200.0.0/16, sites: {tyo1: {topology: hub-and-spoke}, "
+        "ams2: {hub: ams2-relay-01, topology: hub-and-spoke}}}\n"
+    )
+    assert "mtu: 1380" in text and "hub: ams2-relay-01" in text
+    _, after, r = change(repo, lambda: (repo / MESH).write_text(flow))
+    assert after == before
+    assert git_changed(repo) == [MESH]
+    fr = r.fleets[0]
+    assert (fr.nodes, fr.nodes_changed, fr.objects, fr.mesh.peerings_changed, fr.flags) == ([], 0, [], 0, [])
+    assert r.exit_code == 0
+    assert (
+        r.summary
+        == "✅ example: 0 nodes change, 0 mesh peers change, 0 cluster objects change; no risk flags"
+    )
+
+
+def git_changed(repo: Path) -> list[str]:
+    return test_review.git(repo, "diff", "--name-only", "HEAD~1", "HEAD").split()
+
+
+def test_an_mtu_change_is_set_live_on_every_mesh_node(repo: Path) -> None:
+    """The Mesh's MTU 1380 -> 1360: every mesh node sets it on the running interface (no
+    tunnel drops, no peer changes); the old and new values come from the Mesh document."""
+    base = state(repo)
+    old = int(re.search(r"^  mtu: (\d+)", (repo / MESH).read_text(), re.M)[1])  # type: ignore[index]
+    new = old - 20
+    _, after, r = change(repo, lambda: replace(repo, MESH, f"mtu: {old}", f"mtu: {new}"))
+    meshed = sorted(n for n, s in base["nodes"].items() if s["mesh"])
+    assert {after["nodes"][n]["mesh"]["mtu"] for n in meshed} == {new}
+    fr = r.fleets[0]
+    assert (fr.mesh.mtu, fr.mesh.restart, fr.mesh.syncconf, fr.mesh.peers) == (meshed, [], [], [])
+    (c,) = fr.nodes
+    assert (c.layer, c.field, c.before, c.after, c.nodes) == ("mesh", "mtu", old, new, meshed)
+    assert [(w.file, w.line) for w in c.where] == [(MESH, line_of(repo, MESH, f"mtu: {new}"))]
+    assert "mesh-restart-on-relay-or-hub" not in flags(r) and r.exit_code == 0
+    md = render(r)
+    assert _shown("mtu", old, new) in md
+    assert f"| MTU set on the running interface (no drop) | {len(meshed)} |" in md
+
+
+def test_a_new_relay_is_a_relay_gained(repo: Path) -> None:
+    """A GPU node of a full-mesh site also takes the relay role: the mesh gains that relay,
+    its own roles change, and no tunnel of a hub or relay drops."""
+    base = state(repo)
+    site = base["nodes"]["fra1-head-01"]["site"]
+    node = sorted(n for n, s in base["nodes"].items() if s["site"] == site and n != "fra1-head-01")[0]
+    assert node not in base["cluster"]["mesh"]["relays"]
+    path = f"inventory/example/nodes/{site}.yaml"
+    doc = document(repo, path, node)
+    assert "roles: [gpu-worker]" in doc
+    _, after, r = change(
+        repo,
+        lambda: replace(repo, path, doc, doc.replace("roles: [gpu-worker]", "roles: [gpu-worker, relay]")),
+    )
+    gained = sorted(set(after["cluster"]["mesh"]["relays"]) - set(base["cluster"]["mesh"]["relays"]))
+    assert gained == [node]
+    fr = r.fleets[0]
+    assert (fr.mesh.relays_gained, fr.mesh.relays_lost) == ([node], [])
+    roles = [c for c in fr.nodes if c.field == "roles"]
+    assert [(c.layer, c.before, c.after, c.nodes) for c in roles] == [
+        ("node", base["nodes"][node]["roles"], after["nodes"][node]["roles"], [node])
+    ]
+    assert "mesh-restart-on-relay-or-hub" not in flags(r)
+    assert node in r.as_json()["fleets"][0]["mesh"]["relays_gained"]

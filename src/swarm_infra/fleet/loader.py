@@ -602,6 +602,12 @@ def _parse_file(path: str) -> tuple[list[RawDocument], list[Diagnostic]]:
     return parse(path, data)
 
 
+def parse_file(path: str) -> tuple[list[RawDocument], list[Diagnostic]]:
+    """One file's part of :func:`load_documents` (for a worker process: it leaves the
+    cyclic GC off, as the loader's own workers do)."""
+    return _parse_file(path)
+
+
 def find_files(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[Path], list[Diagnostic]]:
     """Expand files and directories (recursively) into a sorted list of YAML files, and
     diagnostics for what is there but cannot be read.

@@ -16,12 +16,14 @@ of documents is composed once more only up to its first few.
 from __future__ import annotations
 
 import gc
+import os
 from collections.abc import Iterable
+from concurrent.futures import ProcessPoolExecutor
 
 import yaml
 
 from .diagnostics import SHOWN_PER_FILE, Diagnostic, Finding, PathPart, json_path
-from .loader import FleetLoader, read
+from .loader import PARALLEL_MIN_BYTES, FleetLoader, read
 
 
 class _MarksLoader(FleetLoader):
@@ -74,28 +76,56 @@ def _compose(file: str, last: int) -> list[yaml.Node | None]:
     return docs
 
 
-def _last_located(findings: list[Finding]) -> int:
-    """The last document index whose findings are located: the one that brings the count
-    of a file's findings, in document order, to SHOWN_PER_FILE."""
-    indices = sorted(f.source.index for f in findings)
-    return indices[min(len(indices), SHOWN_PER_FILE) - 1]
+# What one file's located findings need: (document index, path, the document's first line).
+_Wanted = list[tuple[int, tuple[PathPart, ...], int]]
+
+
+def _marks(file: str, wanted: _Wanted) -> list[tuple[int, int]]:
+    """Line and column of each of ``wanted`` in ``file`` (composed once, only as far as the
+    located findings need)."""
+    if not wanted:
+        return []
+    indices = sorted(i for i, _, _ in wanted)
+    last = indices[min(len(indices), SHOWN_PER_FILE) - 1]
+    docs = _compose(file, last)
+    out = []
+    for index, path, first in wanted:
+        node = docs[index] if index <= last and index < len(docs) else None
+        out.append(_node_mark(node, path) if node is not None else (first, 1 if first else 0))
+    return out
+
+
+def _marks_job(job: tuple[str, _Wanted]) -> list[tuple[int, int]]:
+    gc.disable()  # a worker's graphs all survive until it answers (see _compose)
+    return _marks(*job)
+
+
+def _size(file: str) -> int:
+    try:
+        return os.stat(file).st_size
+    except OSError:
+        return 0
 
 
 def locate_all(findings: Iterable[Finding]) -> list[Diagnostic]:
     """Turn findings into diagnostics with 1-based line/column; each file is read once,
-    and only as far as its located findings need (see the module doc)."""
+    and only as far as its located findings need (see the module doc). Files that add up
+    to :data:`~swarm_infra.fleet.loader.PARALLEL_MIN_BYTES` or more are composed in worker
+    processes, as the loader parses them (the same answer, sooner)."""
     by_file: dict[str, list[Finding]] = {}
     for f in findings:
         by_file.setdefault(f.source.file, []).append(f)
+    jobs = [
+        (file, [(f.source.index, f.path, f.source.line) for f in found]) for file, found in by_file.items()
+    ]
+    cpus = os.cpu_count() or 1
+    if len(jobs) > 1 and cpus > 1 and sum(_size(file) for file in by_file) >= PARALLEL_MIN_BYTES:
+        with ProcessPoolExecutor(min(cpus, len(jobs))) as pool:
+            marks = list(pool.map(_marks_job, jobs, chunksize=max(1, len(jobs) // 64)))
+    else:
+        marks = [_marks(*job) for job in jobs]
     out: list[Diagnostic] = []
-    for file, found in by_file.items():
-        last = _last_located(found)
-        docs = _compose(file, last)
-        for f in found:
-            node = docs[f.source.index] if f.source.index <= last and f.source.index < len(docs) else None
-            if node is not None:
-                line, col = _node_mark(node, f.path)
-            else:
-                line, col = f.source.line, 1 if f.source.line else 0
-            out.append(Diagnostic(file, line, col, json_path(f.path), f.rule, f.message, f.severity))
+    for found, located in zip(by_file.values(), marks, strict=True):
+        for f, (line, col) in zip(found, located, strict=True):
+            out.append(Diagnostic(f.source.file, line, col, json_path(f.path), f.rule, f.message, f.severity))
     return out

@@ -37,7 +37,7 @@ from .git import (
     rule_files,
     tree_files,
 )
-from .load import HEAD_SCHEMA_RULE, ParseCache, Snapshot, head_schema_diagnostics, load_snapshot
+from .load import HEAD_SCHEMA_RULE, ParseCache, Snapshot, head_schema_diagnostics, load_snapshot, prepare
 from .locate import ChangeIndex, pick
 from .model import LAYER_TITLES, LAYERS, Flag, FleetReview, Location, Problem, Review
 
@@ -177,14 +177,23 @@ def review_fleet(
     """The review of ``fleet`` between commits ``base`` and ``head`` (see the module doc).
     ``head_schemas``: also check the head's documents against the head's own ``schemas/``
     (when the change touches them); their errors are head problems (exit 2)."""
-    head_snap = load_snapshot(repo, head, fleet, files[1], tmp / "head", cache)
+    # Both trees are written first, so that a large fleet's files of both refs are parsed in
+    # worker processes while this one validates and resolves the head.
+    prepared = [
+        prepare(repo, fleet, c, f, tmp / side)
+        for c, f, side in ((head, files[1], "head"), (base, files[0], "base"))
+    ]
+    cache.prefetch(
+        [(p.root, f, p.paths) for p, f in zip(prepared, (files[1], files[0]), strict=True) if p is not None]
+    )
+    head_snap = load_snapshot(repo, head, fleet, files[1], tmp / "head", cache, prepared[0])
     base_exists = any(p.startswith(fleet_dirs(fleet)[0] + "/") for p in files[0])
     fr = FleetReview(fleet, base, head, base_exists, head_snap.exists)
     extra = head_schema_diagnostics(repo, head, head_snap.parsed) if head_schemas and head_snap.exists else []
     fr.problems = _problems(head_snap, extra)
     if not head_snap.valid or extra:
         return fr
-    base_snap = load_snapshot(repo, base, fleet, files[0], tmp / "base", cache)
+    base_snap = load_snapshot(repo, base, fleet, files[0], tmp / "base", cache, prepared[1])
     if not base_snap.valid:
         fr.base_invalid = len(base_snap.report.errors)
         # Nothing could be compared, so no risk flag could be checked: that blocks, since
@@ -353,9 +362,12 @@ def review(
     # the end: the cyclic GC would rescan them again and again (at 10,000 nodes it doubled
     # the time) and find nothing to free.
     with tempfile.TemporaryDirectory(prefix="swarm-review-") as tmp, no_gc():
-        for name in names:
-            fr = review_fleet(repo, name, b, h, files, Path(tmp) / name, cache, head_schemas)
-            out.fleets.append(fr)
-            _verdicts(out, fr)
+        try:
+            for name in names:
+                fr = review_fleet(repo, name, b, h, files, Path(tmp) / name, cache, head_schemas)
+                out.fleets.append(fr)
+                _verdicts(out, fr)
+        finally:
+            cache.close()
     summarize(out)
     return out

@@ -2,15 +2,20 @@
 
 Both refs of a review share most files. :class:`ParseCache` parses each file content (a
 Git blob) once: the second ref only parses the files the change touched, and reuses the
-documents of the others with their new file name.
+documents of the others with their new file name. For a large fleet it parses both refs'
+files up front in worker processes (:meth:`ParseCache.prefetch`, after :func:`prepare`
+wrote both trees), so that the base's files are parsed while the head is validated and
+resolved.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 from collections.abc import Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -18,7 +23,7 @@ from typing import Any, cast
 from ..cluster import build
 from ..cluster.meta import K8sObject
 from ..fleet.diagnostics import Diagnostic, Finding, Report, Source, excerpt
-from ..fleet.loader import RawDocument, load_documents
+from ..fleet.loader import PARALLEL_MIN_BYTES, RawDocument, find_files, load_documents, parse_file
 from ..fleet.marks import locate_all
 from ..fleet.schemas import BASE_URI, KINDS, SHARED
 from ..resolve import desired_state, validate
@@ -40,6 +45,51 @@ class ParseCache:
 
     def __init__(self) -> None:
         self._parsed: dict[str, tuple[str, list[RawDocument], list[Diagnostic]]] = {}
+        # Blobs being parsed by the pool: blob -> (the file name it is parsed as, its result).
+        self._pending: dict[str, tuple[str, Future[tuple[list[RawDocument], list[Diagnostic]]]]] = {}
+        self._pool: ProcessPoolExecutor | None = None
+
+    def prefetch(self, sides: Sequence[tuple[Path, dict[str, TreeFile], Sequence[Path]]]) -> None:
+        """Start parsing, in worker processes, the regular files of ``sides`` (each: the
+        directory a ref's files were written under, their :class:`TreeFile` entries by
+        repository-relative path, and the paths the validator will be given), each blob
+        once, in order (the head's first): only when they add up to the loader's
+        :data:`~swarm_infra.fleet.loader.PARALLEL_MIN_BYTES` (smaller fleets parse in
+        this process when asked, as :func:`~swarm_infra.fleet.loader.load_documents`
+        does). The loader then takes their documents as they come."""
+        cpus = os.cpu_count() or 1
+        wanted: dict[str, str] = {}  # blob -> file name, in order
+        size = 0
+        for root, files, paths in sides:
+            found, _ = find_files(paths)
+            for p in found:
+                entry = files.get(os.path.relpath(p, root))
+                if entry is None or entry.mode not in REGULAR_MODES:
+                    continue
+                if entry.blob in self._parsed or entry.blob in self._pending or entry.blob in wanted:
+                    continue
+                wanted[entry.blob] = str(p)
+                with contextlib.suppress(OSError):
+                    size += p.stat().st_size
+        if cpus < 2 or len(wanted) < 2 or size < PARALLEL_MIN_BYTES:
+            return
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(cpus)
+        for blob, name in wanted.items():
+            self._pending[blob] = (name, self._pool.submit(parse_file, name))
+
+    def close(self) -> None:
+        """Stop the worker processes (parses not started are dropped)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        self._pending.clear()
+
+    def _collect(self, blob: str) -> None:
+        """Move a prefetched blob's parse into the cache (waiting for it)."""
+        name, future = self._pending.pop(blob)
+        docs, diags = future.result()
+        self._parsed[blob] = (name, docs, diags)
 
     def loader(self, root: Path, files: dict[str, TreeFile]) -> DocumentLoader:
         """A document loader for the validator, for files extracted under ``root`` whose
@@ -52,6 +102,8 @@ class ParseCache:
                 entry = files.get(os.path.relpath(p, root))
                 if entry is not None and entry.mode in REGULAR_MODES:
                     blobs[str(p)] = entry.blob
+                    if entry.blob in self._pending:
+                        self._collect(entry.blob)
                 if str(p) not in blobs or blobs[str(p)] not in self._parsed:
                     fresh.append(p)
             if fresh:
@@ -139,23 +191,50 @@ def _documents(docs: list[RawDocument]) -> dict[DocKey, RawDocument]:
     return out
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A ref's fleet directories written under ``root`` (:func:`prepare`): the paths to
+    validate, and the links that were not written (``file.outside-fleet``)."""
+
+    root: Path
+    paths: list[Path]
+    problems: list[Diagnostic]
+
+
+def prepare(repo: Path, fleet: str, commit: str, files: dict[str, TreeFile], root: Path) -> Prepared | None:
+    """Write the fleet directories of ``commit`` under ``root``; None when the commit has
+    no ``inventory/FLEET``. Raises :class:`~swarm_infra.review.git.GitError` when git fails."""
+    dirs = fleet_dirs(fleet)
+    if not any(p.startswith(dirs[0] + "/") for p in files):
+        return None
+    problems = extract(repo, commit, files, root)
+    return Prepared(root, [root / d for d in dirs if (root / d).is_dir()], problems)
+
+
 def load_snapshot(
-    repo: Path, commit: str, fleet: str, files: dict[str, TreeFile], root: Path, cache: ParseCache
+    repo: Path,
+    commit: str,
+    fleet: str,
+    files: dict[str, TreeFile],
+    root: Path,
+    cache: ParseCache,
+    prepared: Prepared | None = None,
 ) -> Snapshot:
-    """Extract the fleet directories of ``commit`` under ``root`` and validate fleet
-    ``fleet`` there; when valid, resolve it and build its cluster objects.
+    """Extract the fleet directories of ``commit`` under ``root`` (unless ``prepared``
+    already did) and validate fleet ``fleet`` there; when valid, resolve it and build its
+    cluster objects.
 
     ``exists`` is False when the commit has no ``inventory/FLEET`` (a fleet the change
     adds or removes): the snapshot is then empty and valid. Raises
     :class:`~swarm_infra.review.git.GitError` when git fails.
     """
-    dirs = fleet_dirs(fleet)
-    if not any(p.startswith(dirs[0] + "/") for p in files):
+    if prepared is None:
+        prepared = prepare(repo, fleet, commit, files, root)
+    if prepared is None:
         # No fleet on this side: no cluster and no rollout (review reads both as optional).
         empty = cast(DesiredState, {"nodes": {}, "cluster": None, "rollout": None})
         return Snapshot(fleet, commit, root, False, Report([]), state=empty, objects={})
-    problems = extract(repo, commit, files, root)
-    paths = [root / d for d in dirs if (root / d).is_dir()]
+    root, paths, problems = prepared.root, prepared.paths, prepared.problems
     captured: list[RawDocument] = []
     base_load = cache.loader(root, files)
 

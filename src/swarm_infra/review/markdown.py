@@ -126,13 +126,24 @@ def _change_text(c: NodeChange) -> str:
     return f"{code(c.field)} {value(c.before)} → {value(c.after)}"
 
 
-def _table(header: list[str], rows: list[list[str]], limit: int | None, what: str) -> str:
+def _table(
+    header: list[str], rows: list[list[str]], limit: int | None, what: str, total: int | None = None
+) -> str:
+    """A table of ``rows``, the first :data:`ROWS_SHOWN` with a ``limit``; ``total``: how
+    many rows there are when ``rows`` holds only those shown (the rest not rendered)."""
     shown = rows if limit is None else rows[:ROWS_SHOWN]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(r) + " |" for r in shown]
-    if len(shown) < len(rows):
-        lines.append(f"\n_{len(rows) - len(shown)} more {what} in the full report._")
+    count = len(rows) if total is None else total
+    if len(shown) < count:
+        lines.append(f"\n_{count - len(shown)} more {what} in the full report._")
     return "\n".join(lines)
+
+
+def _shown(items: list[Any], limit: int | None) -> list[Any]:
+    """The items a table shows: all, or with a ``limit`` the first :data:`ROWS_SHOWN` (the
+    others are counted, not rendered)."""
+    return items if limit is None else items[:ROWS_SHOWN]
 
 
 def _details(summary: str, body: str) -> str:
@@ -149,10 +160,11 @@ def _node_blocks(fr: FleetReview, url: str | None, limit: int | None) -> list[st
             continue
         rows = [
             [_change_text(c), _where_nodes(c.sites, c.gpu_models, len(c.nodes)), links(c.where, url)]
-            for c in changes
+            for c in _shown(changes, limit)
         ]
         blocks.append(
-            f"#### {LAYER_TITLES[layer]}\n\n" + _table(["change", "on", "where"], rows, limit, "changes")
+            f"#### {LAYER_TITLES[layer]}\n\n"
+            + _table(["change", "on", "where"], rows, limit, "changes", len(changes))
         )
         listing = "\n".join(f"- {_change_text(c)}: {names(c.nodes, limit and NAMES_SHOWN)}" for c in changes)
         blocks.append(_details(f"Nodes of each {LAYER_TITLES[layer]} change", listing))
@@ -188,7 +200,7 @@ def _mesh_blocks(fr: FleetReview, url: str | None, limit: int | None) -> list[st
     if m.peers:
         labels = {"added": "peer added", "removed": "peer removed", "endpoint": "endpoint"}
         prow = []
-        for p in m.peers:
+        for p in _shown(m.peers, limit):
             if p.what == "allowed_ips":
                 what = f"AllowedIPs {value({'added': p.after})} {value({'removed': p.before})}"
             elif p.what in ("endpoint", "keepalive"):
@@ -198,7 +210,7 @@ def _mesh_blocks(fr: FleetReview, url: str | None, limit: int | None) -> list[st
             else:
                 what = labels[p.what]
             prow.append([what, code(p.peer), _where_nodes(p.sites, {}, len(p.nodes)), links(p.where, url)])
-        blocks.append(_table(["change", "peer", "on", "where"], prow, limit, "peer changes"))
+        blocks.append(_table(["change", "peer", "on", "where"], prow, limit, "peer changes", len(m.peers)))
         listing = "\n".join(
             f"- {code(p.peer)} ({p.what}): {names(p.nodes, limit and NAMES_SHOWN)}" for p in m.peers
         )
@@ -216,7 +228,7 @@ def _object_blocks(fr: FleetReview, url: str | None, limit: int | None) -> list[
         key = json.dumps([o.change, o.kind, [[f.path, f.before, f.after] for f in o.fields]], sort_keys=True)
         groups[key].append(o)
     rows = []
-    for members in groups.values():
+    for members in _shown(list(groups.values()), limit):
         o = members[0]
         objs = [f"{x.namespace}/{x.name}" if x.namespace else x.name for x in members]
         shown = o.fields if limit is None else o.fields[:8]
@@ -230,7 +242,7 @@ def _object_blocks(fr: FleetReview, url: str | None, limit: int | None) -> list[
         )
     return [
         f"### Cluster objects\n\n{len(fr.objects)} object(s) change.",
-        _table(["change", "kind", "name", "fields", "where"], rows, limit, "object changes"),
+        _table(["change", "kind", "name", "fields", "where"], rows, limit, "object changes", len(groups)),
     ]
 
 
