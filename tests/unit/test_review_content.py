@@ -389,3 +389,6 @@ def test_a_new_relay_is_a_relay_gained(repo: Path) -> None:
     ]
     assert "mesh-restart-on-relay-or-hub" not in flags(r)
     assert node in r.as_json()["fleets"][0]["mesh"]["relays_gained"]
+    # The comment shows it too (it said "No WireGuard change" when no peer changed).
+    md = render(r)
+    assert f"relays gained: {node}" in re.sub(r"</?code>|`", "", md) and "No WireGuard change" not in md

@@ -173,15 +173,6 @@ def _node_blocks(fr: FleetReview, url: str | None, limit: int | None) -> list[st
 
 def _mesh_blocks(fr: FleetReview, url: str | None, limit: int | None) -> list[str]:
     m = fr.mesh
-    if not (m.peers or m.restart or m.syncconf or m.mtu or m.joining or m.leaving):
-        return ["### Mesh\n\nNo WireGuard change."]
-    rows = [
-        ["`wg syncconf`: tunnels stay up", str(len(m.syncconf)), names(m.syncconf, limit and 12)],
-        ["**interface restart: tunnels drop**", str(len(m.restart)), names(m.restart, limit and 12)],
-        ["MTU set on the running interface (no drop)", str(len(m.mtu)), names(m.mtu, limit and 12)],
-        ["joining the mesh (interface comes up)", str(len(m.joining)), names(m.joining, limit and 12)],
-        ["leaving the mesh", str(len(m.leaving)), names(m.leaving, limit and 12)],
-    ]
     topo = []
     for label, items in (
         ("relays gained", m.relays_gained),
@@ -191,6 +182,16 @@ def _mesh_blocks(fr: FleetReview, url: str | None, limit: int | None) -> list[st
     ):
         if items:
             topo.append(f"- {label}: {names(items, None)}")
+    # A relay or hub gained is shown even when no peer changes yet: it decrypts what it carries.
+    if not (m.peers or m.restart or m.syncconf or m.mtu or m.joining or m.leaving or topo):
+        return ["### Mesh\n\nNo WireGuard change."]
+    rows = [
+        ["`wg syncconf`: tunnels stay up", str(len(m.syncconf)), names(m.syncconf, limit and 12)],
+        ["**interface restart: tunnels drop**", str(len(m.restart)), names(m.restart, limit and 12)],
+        ["MTU set on the running interface (no drop)", str(len(m.mtu)), names(m.mtu, limit and 12)],
+        ["joining the mesh (interface comes up)", str(len(m.joining)), names(m.joining, limit and 12)],
+        ["leaving the mesh", str(len(m.leaving)), names(m.leaving, limit and 12)],
+    ]
     blocks = [
         f"### Mesh\n\n{m.peerings_changed} peering(s) change.\n\n"
         + _table(["apply", "nodes", ""], rows, None, "")
