@@ -187,6 +187,13 @@ def swarm_ray_token_command(path: str) -> str:
     return token_command(str(path))
 
 
+def swarm_ray_token_problem(text: str) -> str:
+    """Why a token read from the head is not one ("" when it is: resolve.ray.token_problem)."""
+    from swarm_infra.resolve.ray import token_problem
+
+    return token_problem(str(text)) or ""
+
+
 def swarm_ip_link(output: str) -> dict:
     """``ip -j addr show dev IFACE`` as ``{mtu, inet: [CIDR, ...]}`` ({} when absent)."""
     from swarm_infra.nodeside.facts import ip_link
@@ -234,5 +241,6 @@ class FilterModule:
             "swarm_installed_distributions_argv": swarm_installed_distributions_argv,
             "swarm_requirements_missing": swarm_requirements_missing,
             "swarm_ray_token_command": swarm_ray_token_command,
+            "swarm_ray_token_problem": swarm_ray_token_problem,
             "swarm_pip_environment": swarm_pip_environment,
         }

@@ -117,3 +117,61 @@ def test_pyinfra_refuses_a_changed_key_unless_accepted() -> None:
     O.key_check(state).accepted = frozenset({"lab-gpu-2"})
     O._publish(state, "lab-gpu-2", OTHER)
     assert O.public_keys(state) == {"lab-gpu-2": OTHER}
+
+
+# ------------------------------------------------- a head whose token file is not a token
+# The workers copy the head's token file; the head's root can put anything in it. Both
+# engines check it (resolve.ray.token_problem) and never show the value.
+BAD_TOKEN = "a" * 64 + "\n[Service]\nExecStartPre=/bin/sh -c 'touch /tmp/pwned'\n"
+
+
+def test_token_problem_accepts_what_token_command_makes(tmp_path: Path) -> None:
+    import subprocess
+
+    from swarm_infra.resolve.ray import token_command, token_problem
+
+    path = tmp_path / "token"
+    subprocess.run(["sh", "-c", token_command(str(path))], check=True)
+    assert token_problem(path.read_text()) is None
+    for bad in (BAD_TOKEN, "A" * 64 + "\n", "a" * 63 + "\n", ""):
+        problem = token_problem(bad)
+        assert problem and "aaaa" not in problem and "AAAA" not in problem
+
+
+def test_the_ray_role_refuses_a_heads_token_that_is_not_one() -> None:
+    import base64
+
+    node = json.loads(json.dumps(NODES["lab-gpu-1"]))
+    assert node["ray"]["role"] == "worker"
+    hostvars = {"swarm": node, "inventory_hostname": "lab-gpu-1", "hostvars": {}}
+
+    def fails(content: str) -> list[str]:
+        registered = {"ray_head_token": {"content": base64.b64encode(content.encode()).decode()}}
+        calls = run_layer("ray", hostvars, {"all", "ray_workers", "gpu"}, registered)
+        return [c.args["msg"] for c in calls if c.module == "ansible.builtin.fail"]
+
+    refused = fails(BAD_TOKEN)
+    assert len(refused) == 1 and "lab-gpu-1: the Ray token read from" in refused[0]
+    assert "aaaa" not in refused[0]
+    assert not fails("0123456789abcdef" * 4 + "\n")
+
+
+def test_pyinfra_refuses_a_heads_token_that_is_not_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    head_out: list[str] = []
+    head = SimpleNamespace(
+        name="lab-head-1",
+        run_shell_command=lambda *a, **k: (True, SimpleNamespace(stdout_lines=list(head_out))),
+    )
+    state = _State()
+    state.inventory = [head]  # type: ignore[attr-defined]
+    state.active_hosts = [head]  # type: ignore[attr-defined]
+    monkeypatch.setattr(O, "host", SimpleNamespace(state=state, name="lab-gpu-1"))
+    monkeypatch.setattr(O, "snapshot", lambda: {"paths": {}})
+    head_out[:] = BAD_TOKEN.splitlines()
+    with pytest.raises(
+        O.OperationError, match="lab-gpu-1: the Ray token read from lab-head-1 is refused"
+    ) as exc:
+        list(O.ray_token._inner(path="/etc/swarm/ray-auth-token", head="lab-head-1"))
+    assert "aaaa" not in str(exc.value)
+    head_out[:] = ["0123456789abcdef" * 4]
+    assert len(list(O.ray_token._inner(path="/etc/swarm/ray-auth-token", head="lab-head-1"))) == 1

@@ -262,6 +262,17 @@ def token_command(path: str) -> str:
     return "umask 077 && python3 -c 'import secrets; print(secrets.token_hex(32))' > " + shlex.quote(path)
 
 
+def token_problem(text: str) -> str | None:
+    """Why ``text`` (a token file's content, read from the head) is not a token as
+    :func:`token_command` makes one (64 lowercase hexadecimal characters and a newline), or
+    None. The head's root can put anything in its file, and the workers write what it holds:
+    the reason never quotes the value (it would be a secret when it is a token)."""
+    token = text[:-1] if text.endswith("\n") else text
+    if len(token) == 64 and all(c in "0123456789abcdef" for c in token):
+        return None
+    return f"expected 64 hexadecimal characters and a newline, got {len(text)} characters"
+
+
 def client_env_prefix(token_path: str) -> str:
     """:func:`client_env` as a shell command prefix (``env K=V ...``), values quoted."""
     import shlex

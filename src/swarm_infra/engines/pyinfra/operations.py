@@ -47,7 +47,7 @@ from ...resolve.files import layer_files, wireguard_peer_keys, wireguard_running
 from ...resolve.keys import key_change_problem, wireguard_key_problem
 from ...resolve.layers import known_packages, read_back
 from ...resolve.notes import gpu_reset_required, not_applied
-from ...resolve.ray import token_command
+from ...resolve.ray import token_command, token_problem
 from ...resolve.types import NodeState
 from ..keyrecord import KeyCheck
 from .facts import BOOTSTRAP, DpkgSelections, MdadmBrief, NodesideCall, nodeside_payload
@@ -504,6 +504,9 @@ def ray_token(path: str, head: str) -> Generator[StringCommand, None, None]:
         host.noop(f"Ray token: the head {head} has none yet; copied once it has")
         return
     text = token + "\n"
+    problem = token_problem(text)  # the head's word: checked before this node writes it
+    if problem:
+        raise OperationError(f"{host.name}: the Ray token read from {head} is refused: {problem}")
     if mine is not None and mine.get("sha1") == hashlib.sha1(text.encode()).hexdigest():
         return
     changing()
