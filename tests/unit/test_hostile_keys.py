@@ -122,6 +122,7 @@ def test_pyinfra_refuses_a_changed_key_unless_accepted() -> None:
 # ------------------------------------------------- a head whose token file is not a token
 # The workers copy the head's token file; the head's root can put anything in it. Both
 # engines check it (resolve.ray.token_problem) and never show the value.
+TOKEN_PATH = NODES["lab-gpu-1"]["layout"]["files"]["ray_auth_token"]["path"]
 BAD_TOKEN = "a" * 64 + "\n[Service]\nExecStartPre=/bin/sh -c 'touch /tmp/pwned'\n"
 
 
@@ -171,7 +172,7 @@ def test_pyinfra_refuses_a_heads_token_that_is_not_one(monkeypatch: pytest.Monke
     with pytest.raises(
         O.OperationError, match="lab-gpu-1: the Ray token read from lab-head-1 is refused"
     ) as exc:
-        list(O.ray_token._inner(path="/etc/swarm/ray-auth-token", head="lab-head-1"))
+        list(O.ray_token._inner(path=TOKEN_PATH, head="lab-head-1"))
     assert "aaaa" not in str(exc.value)
     head_out[:] = ["0123456789abcdef" * 4]
-    assert len(list(O.ray_token._inner(path="/etc/swarm/ray-auth-token", head="lab-head-1"))) == 1
+    assert len(list(O.ray_token._inner(path=TOKEN_PATH, head="lab-head-1"))) == 1
