@@ -1,7 +1,7 @@
 """The lab's package index over https: a static PEP 503 simple index, served with TLS.
 
 pip installs a RayCluster's lock only from an https index with its certificate checked
-(``--trusted-host`` is never used), so the lab's index speaks TLS too. The lab keeps a CA of
+(no pip "trusted host" ever), so the lab's index speaks TLS too. The lab keeps a CA of
 its own in its cache (:func:`ensure_tls`: made once per machine; the keys are 0600 and never
 leave the cache, nor enter Git) and issues the index a certificate for the service address
 (an IP subjectAltName). The nodes trust that CA through pip's configuration

@@ -196,7 +196,7 @@ def pip_environment(node: NodeState) -> dict[str, str]:
     the declared index (``--index-url``), hash-checking mode (``--require-hashes``: every
     file must match a hash of the lock, given as ``-r``), wheels only (``--only-binary=:all:``:
     no build runs as root), the private CA (the layout's ``ray_index_ca``) when the node has
-    one (``--cert``), no version check. Never ``--trusted-host``: it turns certificate
+    one (``--cert``), no version check. Never a pip "trusted host": it turns certificate
     checks off. ``node``: a NodeState in the Ray cluster (KeyError/TypeError otherwise)."""
     ray = node["ray"]
     assert ray is not None
