@@ -14,7 +14,7 @@ https://pip.pypa.io/en/stable/topics/secure-installs/#hash-checking-mode): one r
 per logical line, ``name==version`` or ``name[extra,...]==version``, followed by one or more
 ``--hash=sha256:<64 lowercase hex>``; a line may continue on the next with a trailing
 ``\\``; ``#`` starts a comment (at the start of a line or after whitespace); blank lines
-are allowed. Nothing else: no options (``-i``, ``--index-url``, ``--trusted-host``, ``-e``,
+are allowed. Nothing else: no options (``-i``, ``--index-url``, a trusted host, ``-e``,
 ``-r``, ``-c``), no URLs or paths, no environment markers, no other hash algorithm, no
 name twice. Whatever the lock may say, it cannot choose an index or turn a check off.
 """
