@@ -466,9 +466,10 @@ class NvmlBackend:
                     )
             except GpuError as exc:
                 try:
-                    self._destroy_all(h)
-                    self._create(h, before)
-                    restored = f"the previous geometry {sorted(before)} is back"
+                    if self._mig_geometry(h) != sorted(before):
+                        self._destroy_all(h)
+                        self._create(h, before)
+                    restored = f"the previous geometry {sorted(before)} is in place"
                 except GpuError:
                     restored = f"the GPU has MIG instances {self._mig_geometry(h)} now, not {sorted(before)}"
                 raise GpuError(exc.code, f"GPU {index}: {exc}; {restored}") from exc
