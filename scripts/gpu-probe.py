@@ -121,7 +121,9 @@ def _gpu(backend: Any, nvml: Any, index: int) -> dict[str, Any]:
         "power_limits_w": constraints if isinstance(constraints, dict) else [watts(c) for c in constraints],
         "supported_clocks_mhz": mems
         if isinstance(mems, dict)
-        else {str(m): _try(lambda m=m: list(call("nvmlDeviceGetSupportedGraphicsClocks", h, m))) for m in mems},
+        else {
+            str(m): _try(lambda m=m: list(call("nvmlDeviceGetSupportedGraphicsClocks", h, m))) for m in mems
+        },
         "application_clocks_mhz": {
             "memory": _try(call, "nvmlDeviceGetApplicationsClock", h, nvml.NVML_CLOCK_MEM),
             "graphics": _try(call, "nvmlDeviceGetApplicationsClock", h, nvml.NVML_CLOCK_GRAPHICS),

@@ -442,7 +442,9 @@ class FakeNvml(types.ModuleType):
         count_ref._obj.value = len(found)
         return real.NVML_SUCCESS
 
-    def nvmlGpuInstanceGetComputeInstanceProfileInfo(self, gi: Any, profile: int, eng: int, version: int = 2) -> Any:
+    def nvmlGpuInstanceGetComputeInstanceProfileInfo(
+        self, gi: Any, profile: int, eng: int, version: int = 2
+    ) -> Any:
         self._gi(gi)
         return types.SimpleNamespace(id=profile, instanceCount=1)
 

@@ -45,7 +45,10 @@ def test_the_probe_records_nvmls_facts_and_the_diff_and_sets_nothing() -> None:
     h100, h200 = out["gpus"]
     assert (h100["name"], h100["memory_mib"]) == (MODELS[H100]["name"], MODELS[H100]["memory_mib"])
     lo, hi, default = MODELS[H100]["power_mw"]
-    assert h100["power_limits_w"] == [lo // 1000, hi // 1000] and h100["power_default_limit_w"] == default // 1000
+    assert (
+        h100["power_limits_w"] == [lo // 1000, hi // 1000]
+        and h100["power_default_limit_w"] == default // 1000
+    )
     assert list(h100["supported_clocks_mhz"]) == [str(m) for m in MODELS[H100]["clocks"]]
     assert h100["mig_mode"] == {"current": False, "pending": False} and h100["mig_geometry"] is None
     # Placements are listed with MIG off too (nvml.h: "regardless of whether MIG is enabled").

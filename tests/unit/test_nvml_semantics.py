@@ -210,5 +210,8 @@ def test_a_gpu_with_another_memory_size_under_the_same_name_is_refused(install, 
 def test_the_resolved_limits_carry_what_identifies_a_gpu() -> None:
     lim = model_limits(H200)
     assert (lim["product_name"], lim["memory_mib"]) == (MODELS[H200]["name"], MODELS[H200]["memory_mib"])
-    table = {k: {"size": v["size"], "starts": v["starts"], "instances": v["instances"]} for k, v in MODELS[H200]["mig"].items()}
+    table = {
+        k: {"size": v["size"], "starts": v["starts"], "instances": v["instances"]}
+        for k, v in MODELS[H200]["mig"].items()
+    }
     assert lim["mig_placements"] == table

@@ -432,7 +432,7 @@ class NvmlBackend:
 
     def _stop_holders(self) -> list[str]:
         """Stop the active declared holders; the ones stopped, to start again."""
-        stopped = []
+        stopped: list[str] = []
         for unit in self.mig_holders:
             if self.systemctl("is-active", "--quiet", unit) == 0:
                 if self.systemctl("stop", unit) != 0:
