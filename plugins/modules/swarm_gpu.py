@@ -14,8 +14,14 @@ description:
     against the supported clock lists; locked clocks, which NVML cannot read back, are known
     from a record of what was applied in this boot with this driver, and set again on every
     run), compute mode, ECC (pending until reboot), MIG mode (reported as needing a reset or
-    reboot) and MIG geometry (GPU and compute instances, replaced whole as NVIDIA's
-    mig-parted does, the previous geometry put back on failure, checked after applying).
+    reboot when NVML's activation status says so) and MIG geometry (GPU and compute
+    instances, fitted to NVML's placement table, replaced whole as NVIDIA's mig-parted does:
+    declared holders stopped, every creation order tried, the previous geometry put back
+    on failure, checked after applying).
+  - With C(backend=nvml) the GPUs are identified first (count, NVML name, memory against
+    C(limits)); a mismatch refuses the node before any setting. A driver changed without
+    a reboot (LIB_RM_VERSION_MISMATCH) reports C(pending_reboot) and succeeds; a lost GPU
+    is reported in C(lost_gpus) and the others are converged.
   - Every value of every GPU is validated before any is applied. In check mode nothing is
     written, on the GPU or on disk.
   - With C(backend=simulated) no GPU is touched; state lives in files on the node and the

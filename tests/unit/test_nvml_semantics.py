@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -102,8 +103,7 @@ def test_declared_holders_are_stopped_around_the_change_and_started_again(instal
     _mig_on(fake)
     dcgm = "nvidia-dcgm.service"
     node.converge_spec(_spec([H100], _mig("2g.20gb")))
-    fake.holders = fake.active_units = {dcgm}  # DCGM now holds the instances
-    fake.active_units = {dcgm}
+    fake.holders, fake.active_units = {dcgm}, {dcgm}  # DCGM runs and holds the instances
     fake.calls.clear()
     backend = node.NvmlBackend(mig_holders=[dcgm], systemctl=fake.systemctl)
     node.converge(backend, _spec([H100], _mig("3g.40gb", "3g.40gb"))["devices"])
@@ -215,3 +215,42 @@ def test_the_resolved_limits_carry_what_identifies_a_gpu() -> None:
         for k, v in MODELS[H200]["mig"].items()
     }
     assert lim["mig_placements"] == table
+
+
+# ------------------------------------------------------------------ the Ansible module
+
+
+def _run_module(monkeypatch, capsys, args: dict[str, Any]) -> dict[str, Any]:
+    """Run plugins/modules/swarm_gpu.py in this process (the fake NVML in place) with
+    ``args``; its JSON result."""
+    import importlib.util
+
+    from ansible.module_utils import basic
+
+    monkeypatch.setitem(sys.modules, "ansible.module_utils.swarm_gpu_node", node)
+    monkeypatch.setattr(basic, "_ANSIBLE_ARGS", json.dumps({"ANSIBLE_MODULE_ARGS": args}).encode())
+    if hasattr(basic, "_ANSIBLE_PROFILE"):
+        monkeypatch.setattr(basic, "_ANSIBLE_PROFILE", "legacy")
+    path = Path(__file__).resolve().parents[2] / "plugins" / "modules" / "swarm_gpu.py"
+    spec = importlib.util.spec_from_file_location("swarm_gpu_module", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with pytest.raises(SystemExit):
+        module.main()
+    return json.loads(capsys.readouterr().out)
+
+
+def test_the_module_reports_pending_reboot_and_lost_gpus(install, monkeypatch, capsys) -> None:
+    fake = install(H100, H100)
+    fake.rm_mismatch = True
+    pending = _run_module(monkeypatch, capsys, _spec([H100, H100], {"power_limit_w": 650}))
+    assert (
+        not pending.get("failed")
+        and pending["reboot_required"]
+        and "not rebooted" in pending["pending_reboot"]
+    )
+    fake.rm_mismatch, fake.gpus[1].lost = False, True
+    lost = _run_module(monkeypatch, capsys, _spec([H100, H100], {"power_limit_w": 650}))
+    assert not lost.get("failed") and list(lost["lost_gpus"]) == ["1"] and lost["changed"]
+    assert fake.gpus[0].power_mw == 650_000

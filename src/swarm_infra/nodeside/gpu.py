@@ -36,6 +36,13 @@ Backends:
 
 Every run validates every requested value of every GPU before applying any (nothing is
 half-applied); read-only backends (check mode, ``diff``, ``read``) write nothing at all.
+
+With real NVML, and the declared catalog limits at hand (NodeState.gpu.limits), the GPUs
+are identified first (count, NVML name, total memory; :func:`identity_problems`): another
+GPU refuses the node before any setting. A GPU NVML reports lost (GPU_IS_LOST) is reported
+and left out, the others are set. LIB_RM_VERSION_MISMATCH (the driver changed, no reboot
+yet) makes the node pending a reboot (:func:`pending_reboot`), not a failure. A MIG mode
+change waits for a reset only when ``nvmlDeviceSetMigMode``'s activation status says so.
 """
 
 from __future__ import annotations
@@ -69,8 +76,10 @@ _CI_PROFILE = {
 
 class GpuError(Exception):
     """A GPU operation failed. ``code``: NO_PERMISSION, NOT_SUPPORTED, DRIVER_NOT_LOADED,
-    INVALID_ARGUMENT, IN_USE, INSUFFICIENT_RESOURCES, or UNKNOWN; the message says which
-    GPU and what was asked."""
+    INVALID_ARGUMENT, IN_USE, INSUFFICIENT_RESOURCES, GPU_IS_LOST, RESET_REQUIRED,
+    LIB_RM_VERSION_MISMATCH, DEPRECATED (the nvmlReturn_t names of nvml.h), IDENTITY (the
+    GPUs are not the declared ones), or UNKNOWN; the message says which GPU and what was
+    asked."""
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(f"{code}: {message}")
