@@ -254,3 +254,12 @@ def test_the_module_reports_pending_reboot_and_lost_gpus(install, monkeypatch, c
     lost = _run_module(monkeypatch, capsys, _spec([H100, H100], {"power_limit_w": 650}))
     assert not lost.get("failed") and list(lost["lost_gpus"]) == ["1"] and lost["changed"]
     assert fake.gpus[0].power_mw == 650_000
+
+
+def test_both_engines_word_a_pending_reboot_the_same(install) -> None:
+    from swarm_infra.resolve.notes import gpu_reset_required
+
+    fake = install(H100)
+    fake.rm_mismatch = True
+    found = node.run_spec(_spec([H100], {"power_limit_w": 650}), apply=False)  # pyinfra's diff
+    assert gpu_reset_required(found).startswith("pending reboot, GPU settings not applied")
