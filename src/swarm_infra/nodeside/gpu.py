@@ -36,6 +36,13 @@ Backends:
 
 Every run validates every requested value of every GPU before applying any (nothing is
 half-applied); read-only backends (check mode, ``diff``, ``read``) write nothing at all.
+
+With real NVML, and the declared catalog limits at hand (NodeState.gpu.limits), the GPUs
+are identified first (count, NVML name, total memory; :func:`identity_problems`): another
+GPU refuses the node before any setting. A GPU NVML reports lost (GPU_IS_LOST) is reported
+and left out, the others are set. LIB_RM_VERSION_MISMATCH (the driver changed, no reboot
+yet) makes the node pending a reboot (:func:`pending_reboot`), not a failure. A MIG mode
+change waits for a reset only when ``nvmlDeviceSetMigMode``'s activation status says so.
 """
 
 from __future__ import annotations
@@ -69,36 +76,75 @@ _CI_PROFILE = {
 
 class GpuError(Exception):
     """A GPU operation failed. ``code``: NO_PERMISSION, NOT_SUPPORTED, DRIVER_NOT_LOADED,
-    INVALID_ARGUMENT, IN_USE, INSUFFICIENT_RESOURCES, or UNKNOWN; the message says which
-    GPU and what was asked."""
+    INVALID_ARGUMENT, IN_USE, INSUFFICIENT_RESOURCES, GPU_IS_LOST, RESET_REQUIRED,
+    LIB_RM_VERSION_MISMATCH, DEPRECATED (the nvmlReturn_t names of nvml.h), IDENTITY (the
+    GPUs are not the declared ones), or UNKNOWN; the message says which GPU and what was
+    asked."""
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
 
 
-def mig_fit_problem(
-    profiles: list[str], offered: list[str], compute_slices: int, memory_mib: int
-) -> str | None:
-    """Why the MIG ``profiles`` cannot all be created on one GPU that ``offered`` those
-    profile names, has ``compute_slices`` compute slices and ``memory_mib`` MiB, or None.
+def mig_fit_problem(profiles: list[str], table: Mapping[str, Any], compute_slices: int) -> str | None:
+    """Why the MIG ``profiles`` (GPU instance profile names, one per instance) cannot all
+    be created on one GPU, or None.
 
-    The one fit rule: the validator applies it from the GPU catalog before anything runs,
-    and the simulated backend applies it on the node as NVML would. Each profile must be
-    offered; compute slices and memory (profile names round GiB up: 143771 MiB is "141gb")
-    must add up to at most the GPU's.
+    ``table``: {profile name: {``slices`` (compute slices), ``size`` (memory slices),
+    ``starts`` [memory slice where an instance may start], ``instances`` (most instances
+    of the profile)}}: what NVML offers (nvmlDeviceGetGpuInstanceProfileInfo,
+    nvmlDeviceGetGpuInstancePossiblePlacements) or the catalog's copy of the MIG User
+    Guide's "Supported MIG Profiles" tables. ``compute_slices``: the GPU's (7).
+
+    The one fit rule (the validator applies it to the catalog, the node to NVML's own
+    table, the simulated backend to the catalog's): every profile offered; at most
+    ``instances`` of each; one media-extension (``+me``) instance per GPU; compute slices
+    adding up to at most the GPU's; and one placement per instance with no two sharing a
+    memory slice. Memory is judged by placement, not by adding up profile names: two
+    ``3g.71gb`` fill an H200's 8 memory slices although 2 x 71 GB > 141 GB.
     """
-    unknown = [p for p in profiles if p not in offered]
+    unknown = [p for p in profiles if p not in table]
     if unknown:
-        return f"{', '.join(unknown)} not a MIG profile of this GPU (has: {', '.join(offered) or 'none'})"
-    parsed = [MIG_PROFILE.match(p) for p in profiles]
-    slices = sum(int(m["slices"]) for m in parsed if m)
+        return f"{', '.join(unknown)} not a MIG profile of this GPU (has: {', '.join(table) or 'none'})"
+    slices = sum(int(table[p]["slices"]) for p in profiles)
     if slices > compute_slices:
         return f"profiles use {slices} compute slices; the GPU has {compute_slices}"
-    gb, total_gb = sum(int(m["gb"]) for m in parsed if m), -(-memory_mib // 1024)
-    if gb > total_gb:
-        return f"profiles use {gb} GB; the GPU has {total_gb} GB"
+    for name in sorted(set(profiles)):
+        if profiles.count(name) > int(table[name]["instances"]):
+            return f"{profiles.count(name)} x {name}; the GPU offers at most {table[name]['instances']}"
+    media = [p for p in profiles if p.endswith("+me")]
+    if len(media) > 1:
+        return f"{len(media)} media-extension (+me) instances ({', '.join(media)}); a GPU has one"
+    # Largest first: fewer dead ends; the search itself tries every placement.
+    order = sorted(profiles, key=lambda p: (-int(table[p]["size"]), p))
+    used: set[int] = set()
+
+    def place(i: int) -> bool:
+        if i == len(order):
+            return True
+        size = int(table[order[i]]["size"])
+        for start in table[order[i]]["starts"]:
+            cells = set(range(int(start), int(start) + size))
+            if not cells & used:
+                used.update(cells)
+                if place(i + 1):
+                    return True
+                used.difference_update(cells)
+        return False
+
+    if not place(0):
+        return f"no placement of {', '.join(sorted(profiles))} fits: their memory slices overlap"
     return None
+
+
+def catalog_mig_table(placements: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The fit rule's table (:func:`mig_fit_problem`) from catalog placements
+    ({profile: {size, starts, instances}}): compute slices from the profile name."""
+    out = {}
+    for name, p in placements.items():
+        m = MIG_PROFILE.match(name)
+        out[name] = {**p, "slices": int(m["slices"]) if m else 0}
+    return out
 
 
 def _boot_id() -> str:
@@ -133,7 +179,8 @@ class GpuBackend(Protocol):
     :class:`SimulatedBackend`). Settings and readings are JSON data: ``read`` reports a
     GPU's settings, limits and MIG state by key (the shape :func:`diff` and :func:`check`
     take as ``current``); ``set`` changes one setting (a key of the desired settings, or
-    ``mig_geometry``) to a value as the settings document spells it."""
+    ``mig_geometry``) to a value as the settings document spells it, and returns, for the
+    MIG mode, why the new mode is not in effect yet (None: it is)."""
 
     @property
     def simulated(self) -> bool: ...
@@ -142,21 +189,45 @@ class GpuBackend(Protocol):
 
     def read(self, index: int) -> dict[str, Any]: ...
 
-    def set(self, index: int, key: str, value: Any) -> None: ...
+    def set(self, index: int, key: str, value: Any) -> str | None: ...
+
+
+def _systemctl(*args: str) -> int:
+    """Run ``systemctl ARGS`` (no shell; unit names are arguments); its exit status."""
+    import subprocess
+
+    return subprocess.run(["systemctl", *args], check=False, capture_output=True).returncode
 
 
 class NvmlBackend:
-    """Real GPUs through pynvml (nvidia-ml-py). ``readonly``: never changes a GPU or a file."""
+    """Real GPUs through pynvml (nvidia-ml-py). ``readonly``: never changes a GPU or a file.
+
+    ``mig_holders``: systemd units that keep GPU instances open without being compute
+    processes (DCGM ``nvidia-dcgm.service``, ``dcgm-exporter.service``, the device plugin
+    when it runs under systemd, ``nvidia-persistenced.service`` where needed): the active
+    ones are stopped before MIG instances are destroyed and started again afterwards, as
+    NVIDIA mig-parted's nvidia-mig-manager.service does with its hooks
+    (deployments/systemd/hooks-default.yaml). ``systemctl``: how a unit is stopped,
+    started or asked ``is-active``; returns the exit status (tests pass a fake).
+    """
 
     simulated = False
 
-    def __init__(self, readonly: bool = False, root: str = "/") -> None:
+    def __init__(
+        self,
+        readonly: bool = False,
+        root: str = "/",
+        mig_holders: list[str] | tuple[str, ...] = (),
+        systemctl: Any = _systemctl,
+    ) -> None:
         try:
             import pynvml
         except ImportError as exc:
             raise GpuError("DRIVER_NOT_LOADED", "pynvml (nvidia-ml-py) is not installed") from exc
         self.nvml = pynvml
         self.readonly = readonly
+        self.mig_holders = list(mig_holders)
+        self.systemctl = systemctl
         self.record_path = os.path.join(root, LOCKED_CLOCKS_RECORD.lstrip("/"))
         self._call("nvmlInit")
 
@@ -164,17 +235,25 @@ class NvmlBackend:
         try:
             return getattr(self.nvml, name)(*args)
         except self.nvml.NVMLError as exc:
-            n = self.nvml
-            code = {
-                n.NVML_ERROR_NO_PERMISSION: "NO_PERMISSION",
-                n.NVML_ERROR_NOT_SUPPORTED: "NOT_SUPPORTED",
-                n.NVML_ERROR_DRIVER_NOT_LOADED: "DRIVER_NOT_LOADED",
-                n.NVML_ERROR_LIBRARY_NOT_FOUND: "DRIVER_NOT_LOADED",
-                n.NVML_ERROR_INVALID_ARGUMENT: "INVALID_ARGUMENT",
-                n.NVML_ERROR_IN_USE: "IN_USE",
-                n.NVML_ERROR_INSUFFICIENT_RESOURCES: "INSUFFICIENT_RESOURCES",
-            }.get(getattr(exc, "value", None), "UNKNOWN")
-            raise GpuError(code, f"{name}: {exc}") from exc
+            raise GpuError(self.code(getattr(exc, "value", None)), f"{name}: {exc}") from exc
+
+    def code(self, value: object) -> str:
+        """The GpuError code of an nvmlReturn_t value (nvml.h ``nvmlReturn_t``)."""
+        n = self.nvml
+        return {
+            n.NVML_SUCCESS: "SUCCESS",
+            n.NVML_ERROR_NO_PERMISSION: "NO_PERMISSION",
+            n.NVML_ERROR_NOT_SUPPORTED: "NOT_SUPPORTED",
+            n.NVML_ERROR_DRIVER_NOT_LOADED: "DRIVER_NOT_LOADED",
+            n.NVML_ERROR_LIBRARY_NOT_FOUND: "DRIVER_NOT_LOADED",
+            n.NVML_ERROR_INVALID_ARGUMENT: "INVALID_ARGUMENT",
+            n.NVML_ERROR_IN_USE: "IN_USE",
+            n.NVML_ERROR_INSUFFICIENT_RESOURCES: "INSUFFICIENT_RESOURCES",
+            n.NVML_ERROR_GPU_IS_LOST: "GPU_IS_LOST",
+            n.NVML_ERROR_RESET_REQUIRED: "RESET_REQUIRED",
+            n.NVML_ERROR_LIB_RM_VERSION_MISMATCH: "LIB_RM_VERSION_MISMATCH",
+            n.NVML_ERROR_DEPRECATED: "DEPRECATED",
+        }.get(value, "UNKNOWN")
 
     def count(self) -> int:
         return int(self._call("nvmlDeviceGetCount"))
@@ -183,10 +262,13 @@ class NvmlBackend:
         return self._call("nvmlDeviceGetHandleByIndex", index)
 
     def _optional(self, name: str, *args: object, default: object) -> Any:
+        """``name(*args)``, or ``default`` where this GPU or driver does not offer it:
+        NOT_SUPPORTED, or DEPRECATED (nvml.h 13.x marks application clocks
+        ``DEPRECATED(13.0)``, "will be removed in CUDA 14.0")."""
         try:
             return self._call(name, *args)
         except GpuError as exc:
-            if exc.code == "NOT_SUPPORTED":
+            if exc.code in ("NOT_SUPPORTED", "DEPRECATED"):
                 return default
             raise
 
@@ -206,29 +288,31 @@ class NvmlBackend:
         return None
 
     def read(self, index: int) -> dict[str, Any]:
-        """Current settings and limits of GPU ``index`` (W, MHz)."""
+        """Current settings and limits of GPU ``index`` (W, MHz, MiB). ``application_clocks``
+        is None where NVML does not offer them (NOT_SUPPORTED, DEPRECATED)."""
         h, n = self._h(index), self.nvml
         lo, hi = self._call("nvmlDeviceGetPowerManagementLimitConstraints", h)
         ecc_cur, ecc_pend = self._optional("nvmlDeviceGetEccMode", h, default=(None, None))
         mig_cur, mig_pend = self._optional("nvmlDeviceGetMigMode", h, default=(None, None))
         mems = list(self._optional("nvmlDeviceGetSupportedMemoryClocks", h, default=[]))
-        mig = None
+        mig, table = None, {}
         if mig_cur is not None:
             enabled = mig_cur == n.NVML_DEVICE_MIG_ENABLE
             mig = {"enabled": enabled, "profiles": self._mig_geometry(h) if enabled else []}
+            table = self.mig_table(h) if enabled else {}
+        app = {
+            "memory_mhz": self._optional("nvmlDeviceGetApplicationsClock", h, n.NVML_CLOCK_MEM, default=None),
+            "graphics_mhz": self._optional(
+                "nvmlDeviceGetApplicationsClock", h, n.NVML_CLOCK_GRAPHICS, default=None
+            ),
+        }
         return {
-            "name": self._call("nvmlDeviceGetName", h),
+            "name": _text(self._call("nvmlDeviceGetName", h)),
+            "memory_mib": int(self._call("nvmlDeviceGetMemoryInfo", h).total) // 2**20,
             "persistence_mode": self._call("nvmlDeviceGetPersistenceMode", h) == n.NVML_FEATURE_ENABLED,
             "power_limit_w": round(int(self._call("nvmlDeviceGetPowerManagementLimit", h)) / 1000),
             "power_limits_w": [round(lo / 1000), round(hi / 1000)],
-            "application_clocks": {
-                "memory_mhz": self._optional(
-                    "nvmlDeviceGetApplicationsClock", h, n.NVML_CLOCK_MEM, default=None
-                ),
-                "graphics_mhz": self._optional(
-                    "nvmlDeviceGetApplicationsClock", h, n.NVML_CLOCK_GRAPHICS, default=None
-                ),
-            },
+            "application_clocks": None if app["memory_mhz"] is None and app["graphics_mhz"] is None else app,
             "supported_clocks": {
                 str(m): list(self._optional("nvmlDeviceGetSupportedGraphicsClocks", h, m, default=[]))
                 for m in mems
@@ -238,7 +322,8 @@ class NvmlBackend:
             "ecc_pending": None if ecc_pend is None else ecc_pend == n.NVML_FEATURE_ENABLED,
             "mig": mig,
             "mig_pending": None if mig_pend is None else mig_pend == n.NVML_DEVICE_MIG_ENABLE,
-            "mig_offered": sorted(self._mig_profiles(h)) if mig and mig["enabled"] else [],
+            "mig_offered": sorted(table),
+            "mig_table": table,
             "locked_clocks": self._locked_clocks(h),
         }
 
@@ -252,8 +337,27 @@ class NvmlBackend:
                 info = self.nvml.nvmlDeviceGetGpuInstanceProfileInfo(h, index)
             except n.NVMLError:  # NOT_SUPPORTED / INVALID_ARGUMENT: not on this device
                 continue
-            name = info.name.decode() if isinstance(info.name, bytes) else str(info.name)
-            out[name.removeprefix("MIG ")] = info
+            out[_text(info.name).removeprefix("MIG ")] = info
+        return out
+
+    def mig_table(self, h: object) -> dict[str, dict[str, Any]]:
+        """The fit rule's table (:func:`mig_fit_problem`) as NVML reports it: per offered
+        profile, compute slices, most instances, and the possible placements (start and
+        size in memory slices, nvmlDeviceGetGpuInstancePossiblePlacements_v2)."""
+        import ctypes
+
+        n, out = self.nvml, {}
+        for name, info in self._mig_profiles(h).items():
+            arr = (n.c_nvmlGpuInstancePlacement_t * max(int(info.instanceCount), 8))()
+            count = ctypes.c_uint(len(arr))
+            self._call("nvmlDeviceGetGpuInstancePossiblePlacements", h, info.id, arr, ctypes.byref(count))
+            places = list(arr)[: count.value]
+            out[name] = {
+                "slices": int(info.sliceCount),
+                "instances": int(info.instanceCount),
+                "size": int(places[0].size) if places else 0,
+                "starts": [int(p.start) for p in places],
+            }
         return out
 
     def _mig_instances(self, h: object) -> list[tuple[str, object, list[object]]]:
@@ -296,11 +400,11 @@ class NvmlBackend:
             procs += len(self._optional("nvmlDeviceGetComputeRunningProcesses", mig_dev, default=[]))
         return procs
 
-    def _create(self, h: object, profiles: list[str]) -> None:
-        """Create one GPU instance with its full compute instance per profile, largest
-        first (the driver places them; mig-parted sorts the same way)."""
+    def _create_in_order(self, h: object, profiles: list[str]) -> None:
+        """Create one GPU instance with its full compute instance per profile, in this
+        order (the driver chooses each placement, so the order decides what fits)."""
         n, offered = self.nvml, self._mig_profiles(h)
-        for name in sorted(profiles, key=lambda p: (-int(offered[p].sliceCount), p)):
+        for name in profiles:
             info = offered[name]
             gi = self._call("nvmlDeviceCreateGpuInstance", h, info.id)
             ci_info = self._call(
@@ -311,38 +415,79 @@ class NvmlBackend:
             )
             self._call("nvmlGpuInstanceCreateComputeInstance", gi, ci_info.id)
 
+    def _create(self, h: object, profiles: list[str]) -> None:
+        """Create ``profiles`` on a GPU without instances, trying every distinct ordering
+        until one fits (largest first, then the rest), clearing the GPU between tries,
+        as mig-parted's iteratePermutationsUntilSuccess does; raises the last error."""
+        from itertools import permutations
+
+        first = sorted(profiles, key=lambda p: (-_slices(p), p))
+        last: GpuError | None = None
+        for order in dict.fromkeys(permutations(first)):
+            try:
+                self._create_in_order(h, list(order))
+                return
+            except GpuError as exc:
+                last = exc
+                self._destroy_all(h)
+        if last is not None:
+            raise GpuError(last.code, f"no ordering of {', '.join(first)} could be created; last: {last}")
+
     def _destroy_all(self, h: object) -> None:
         for _, gi, cis in self._mig_instances(h):
             for ci in cis:
                 self._call("nvmlComputeInstanceDestroy", ci)
             self._call("nvmlGpuInstanceDestroy", gi)
 
+    def _stop_holders(self) -> list[str]:
+        """Stop the active declared holders; the ones stopped, to start again."""
+        stopped: list[str] = []
+        for unit in self.mig_holders:
+            if self.systemctl("is-active", "--quiet", unit) == 0:
+                if self.systemctl("stop", unit) != 0:
+                    self._start(stopped)
+                    raise GpuError("IN_USE", f"could not stop {unit}, which holds the GPU; nothing changed")
+                stopped.append(unit)
+        return stopped
+
+    def _start(self, units: list[str]) -> None:
+        for unit in reversed(units):
+            self.systemctl("start", unit)
+
     def _set_geometry(self, index: int, h: object, profiles: list[str]) -> None:
-        """Replace the GPU's instances by ``profiles``; on any failure put the previous
-        geometry back (or leave the GPU without instances, saying so) and raise."""
+        """Replace the GPU's instances by ``profiles``, the declared holders stopped
+        meanwhile; on any failure put the previous geometry back (or say the GPU has no
+        instances now) and raise."""
         if self._in_use(h):
             raise GpuError(
                 "IN_USE", f"GPU {index}: compute processes are running; MIG geometry left as it is"
             )
         before = [name for name, _, cis in self._mig_instances(h) if cis]
-        self._destroy_all(h)
+        stopped = self._stop_holders()
         try:
-            self._create(h, profiles)
-            after = self._mig_geometry(h)
-            if after != sorted(profiles):
-                raise GpuError(
-                    "UNKNOWN", f"GPU {index}: MIG geometry reads back as {after}, not {sorted(profiles)}"
-                )
-        except GpuError as exc:
             try:
                 self._destroy_all(h)
-                self._create(h, before)
-                restored = f"the previous geometry {sorted(before)} is back"
-            except GpuError:
-                restored = "the GPU has no MIG instances now"
-            raise GpuError(exc.code, f"{exc}; {restored}") from exc
+                self._create(h, profiles)
+                after = self._mig_geometry(h)
+                if after != sorted(profiles):
+                    raise GpuError(
+                        "UNKNOWN", f"GPU {index}: MIG geometry reads back as {after}, not {sorted(profiles)}"
+                    )
+            except GpuError as exc:
+                try:
+                    if self._mig_geometry(h) != sorted(before):
+                        self._destroy_all(h)
+                        self._create(h, before)
+                    restored = f"the previous geometry {sorted(before)} is in place"
+                except GpuError:
+                    restored = f"the GPU has MIG instances {self._mig_geometry(h)} now, not {sorted(before)}"
+                raise GpuError(exc.code, f"GPU {index}: {exc}; {restored}") from exc
+        finally:
+            self._start(stopped)
 
-    def set(self, index: int, key: str, value: Any) -> None:
+    def set(self, index: int, key: str, value: Any) -> str | None:
+        """Change ``key`` to ``value`` on GPU ``index``. Returns, for the MIG mode, why the
+        new mode is not in effect yet (NVML's activation status), or None."""
         if self.readonly:
             raise GpuError("INVALID_ARGUMENT", "read-only backend: nothing may be set")
         h, n = self._h(index), self.nvml
@@ -370,13 +515,31 @@ class NvmlBackend:
         elif key == "mig":
             mode = n.NVML_DEVICE_MIG_ENABLE if value["enabled"] else n.NVML_DEVICE_MIG_DISABLE
             if not value["enabled"]:
-                self._destroy_all(h)
-            # pynvml returns the activation status instead of raising (RESET_REQUIRED, IN_USE).
-            self._call("nvmlDeviceSetMigMode", h, mode)
+                stopped = self._stop_holders()
+                try:
+                    self._destroy_all(h)
+                finally:
+                    self._start(stopped)
+            # nvml.h nvmlDeviceSetMigMode: the mode is in effect when activationStatus is
+            # NVML_SUCCESS; RESET_REQUIRED (no reset possible here) or IN_USE (the device
+            # was not idle) leave it pending. pynvml returns the status, raising nothing.
+            status = self._call("nvmlDeviceSetMigMode", h, mode)
+            if status != n.NVML_SUCCESS:
+                return f"needs a GPU reset or reboot (NVML activation status {self.code(status)})"
         elif key == "mig_geometry":
             self._set_geometry(index, h, list(value))
         else:
             raise GpuError("INVALID_ARGUMENT", f"unknown setting {key!r}")
+        return None
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _slices(profile: str) -> int:
+    m = MIG_PROFILE.match(profile)
+    return int(m["slices"]) if m else 0
 
 
 class SimulatedBackend:
@@ -452,7 +615,7 @@ class SimulatedBackend:
             "locked_clocks": v["locked_clocks"],
         }
 
-    def set(self, index: int, key: str, value: Any) -> None:
+    def set(self, index: int, key: str, value: Any) -> str | None:
         if self.readonly:
             raise GpuError("INVALID_ARGUMENT", "read-only backend: nothing may be set")
         lim, v, p = self.limits[self.models[index]], self.vol[str(index)], self.per[str(index)]
@@ -472,16 +635,18 @@ class SimulatedBackend:
             p["mig_pending"] = bool(value["enabled"])
             if not value["enabled"]:
                 v["mig_profiles"] = []
+            self._save()
+            return "needs a GPU reset or reboot (simulated: until the next boot)"
         elif key == "mig_geometry":
-            problem = mig_fit_problem(
-                list(value), lim["mig_profiles"], lim["mig_compute_slices"], lim["memory_mib"]
-            )
+            table = catalog_mig_table(lim["mig_placements"])
+            problem = mig_fit_problem(list(value), table, lim["mig_compute_slices"])
             if problem:
                 raise GpuError("INSUFFICIENT_RESOURCES", f"GPU {index} ({lim['product_name']}): {problem}")
             v["mig_profiles"] = sorted(value)
         else:
             raise GpuError("INVALID_ARGUMENT", f"unknown setting {key!r}")
         self._save()
+        return None
 
 
 # ------------------------------------------------------------------------ constraints
@@ -567,6 +732,46 @@ def check(index: int, key: str, value: Any, current: dict[str, Any]) -> None:
                 f"GPU {index}: MIG profiles {', '.join(unknown)} are not offered "
                 f"(offered: {', '.join(current['mig_offered'])})",
             )
+        table = current.get("mig_table") or {}
+        if table:  # NVML's own placements and instance counts (a real GPU with MIG on)
+            whole = max(int(t["slices"]) for t in table.values())
+            problem = mig_fit_problem(list(value["profiles"]), table, whole)
+            if problem:
+                raise GpuError("INVALID_ARGUMENT", f"GPU {index}: {problem}")
+
+
+# A GPU's total memory as NVML reports it may differ from the catalog's by this fraction:
+# GDDR boards set 1/16 of their memory aside while ECC is on (L40S: the catalog's 46068
+# MiB is 15/16 of 49152 MiB less reserved memory), and the catalog lists one ECC state. Sizes
+# that tell apart models of one name family differ by far more (40/80 GB, 80/94 GB).
+MEMORY_TOLERANCE = 0.10
+
+
+def identity_problems(
+    devices: list[dict[str, Any]], limits: Mapping[str, Any], found: int, readings: Mapping[int, Any]
+) -> list[str]:
+    """Why the GPUs NVML reports are not the declared ones: ``found`` GPUs against
+    ``len(devices)``; per GPU (``readings`` {index: a backend's ``read``}), NVML's name
+    against the catalog's ``product_name`` and total memory (MiB) against ``memory_mib``
+    (within :data:`MEMORY_TOLERANCE`). ``limits``: NodeState.gpu.limits by model."""
+    out = []
+    if found != len(devices):
+        out.append(f"{len(devices)} GPUs declared, {found} found")
+    for dev in devices:
+        cur, lim = readings.get(dev["index"]), limits.get(dev["model"])
+        if cur is None or lim is None:
+            continue
+        if cur["name"] != lim["product_name"]:
+            out.append(
+                f"GPU {dev['index']} is a {cur['name']!r}, not the declared {dev['model']} "
+                f"({lim['product_name']!r})"
+            )
+        elif abs(cur["memory_mib"] - lim["memory_mib"]) > lim["memory_mib"] * MEMORY_TOLERANCE:
+            out.append(
+                f"GPU {dev['index']} has {cur['memory_mib']} MiB, not the {lim['memory_mib']} MiB "
+                f"of the declared {dev['model']}"
+            )
+    return out
 
 
 def diff(index: int, desired: dict[str, Any], current: dict[str, Any]) -> list[dict[str, Any]]:
@@ -590,7 +795,7 @@ def diff(index: int, desired: dict[str, Any], current: dict[str, Any]) -> list[d
                         "key": "mig",
                         "before": pending,
                         "after": mode,
-                        "note": "needs a GPU reset or reboot",
+                        "note": "may need a GPU reset or reboot (NVML says when it is set)",
                     }
                 )
             mig = current["mig"]
@@ -622,37 +827,117 @@ def reset_pending(current: dict[str, Any]) -> list[str]:
 WRITE_ONLY = ("locked_clocks",)
 
 
-def converge(backend: GpuBackend, devices: list[dict[str, Any]], check_mode: bool = False) -> dict[str, Any]:
-    """Bring every GPU in ``devices`` ([{index, settings}]) to its settings.
+def converge(
+    backend: GpuBackend,
+    devices: list[dict[str, Any]],
+    check_mode: bool = False,
+    limits: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Bring every GPU in ``devices`` ([{index, model, settings}]) to its settings.
 
-    Returns {changes, reboot_required, pending_reset {gpu: [modes]}, simulated, before};
-    raises GpuError (nothing is applied if any requested value is invalid for its GPU).
+    ``limits`` (NodeState.gpu.limits): with a real backend, the GPUs are first identified
+    (:func:`identity_problems`); a GPU count, name or memory size other than declared
+    refuses the node (GpuError IDENTITY) before anything is set.
+
+    A GPU NVML reports lost (GPU_IS_LOST, "fallen off the bus") is left out and reported
+    in ``lost``; the others are converged. Returns {changes, reboot_required,
+    pending_reset {gpu: [modes]}, lost {gpu: message}, simulated, before}; raises GpuError
+    (nothing is applied if any requested value is invalid for its GPU).
     """
-    if backend.count() < len(devices):
-        raise GpuError("INVALID_ARGUMENT", f"{len(devices)} GPUs declared, {backend.count()} found")
-    before, plan = {}, []
+    found = backend.count()
+    identify = limits is not None and not backend.simulated
+    if found != len(devices) and identify:
+        raise GpuError("IDENTITY", f"{len(devices)} GPUs declared, {found} found; nothing was changed")
+    if found < len(devices):
+        raise GpuError("INVALID_ARGUMENT", f"{len(devices)} GPUs declared, {found} found")
+    before: dict[int, dict[str, Any]] = {}
+    lost: dict[int, str] = {}
     for dev in devices:
-        cur = backend.read(dev["index"])
-        before[dev["index"]] = cur
+        try:
+            before[dev["index"]] = backend.read(dev["index"])
+        except GpuError as exc:
+            if exc.code != "GPU_IS_LOST":
+                raise
+            lost[dev["index"]] = str(exc)
+    if identify:
+        assert limits is not None  # identify says so
+        problems = identity_problems(devices, limits, found, before)
+        if problems:
+            raise GpuError("IDENTITY", "; ".join(problems) + "; nothing was changed on this node")
+    plan = []
+    for dev in devices:
+        if dev["index"] in lost:
+            continue
+        cur = before[dev["index"]]
         for key, value in dev["settings"].items():
             check(dev["index"], key, value, cur)
         plan += diff(dev["index"], dev["settings"], cur)
     if not check_mode:
-        for c in plan:
-            backend.set(c["gpu"], c["key"], c["after"])
         planned = {(c["gpu"], c["key"]) for c in plan}
+        for c in list(plan):
+            if c["gpu"] in lost:
+                continue
+            try:
+                note = backend.set(c["gpu"], c["key"], c["after"])
+            except GpuError as exc:
+                if exc.code != "GPU_IS_LOST":
+                    raise
+                lost[c["gpu"]] = str(exc)
+                continue
+            if c["key"] == "mig":
+                c["note"] = note
+                want = next(d["settings"]["mig"] for d in devices if d["index"] == c["gpu"])
+                if note is None and want["enabled"] and want["profiles"]:
+                    # The mode is in effect now: the geometry can be made in this run.
+                    now = backend.read(c["gpu"])
+                    geometry = [g for g in diff(c["gpu"], {"mig": want}, now) if g["key"] == "mig_geometry"]
+                    for g in geometry:
+                        check(c["gpu"], "mig", want, now)
+                        backend.set(g["gpu"], g["key"], g["after"])
+                    plan += geometry
         for dev in devices:
             for key in WRITE_ONLY:
-                if key in dev["settings"] and (dev["index"], key) not in planned:
+                if key in dev["settings"] and (dev["index"], key) not in planned and dev["index"] not in lost:
                     backend.set(dev["index"], key, dev["settings"][key])
     pending = {i: reset_pending(cur) for i, cur in before.items() if reset_pending(cur)}
     return {
         "changes": plan,
         "reboot_required": any(c["note"] for c in plan) or bool(pending),
         "pending_reset": pending,
+        "lost": lost,
         "simulated": backend.simulated,
         "before": before,
     }
+
+
+def pending_reboot(exc: GpuError) -> dict[str, Any]:
+    """The result of a node whose NVML library and kernel module differ
+    (LIB_RM_VERSION_MISMATCH: "RM detects a driver/library version mismatch", nvml.h):
+    the driver was changed and the node not rebooted yet. Nothing is read or set; the
+    node is reported pending a reboot, which is neither a failure nor unknown."""
+    return {
+        "changes": [],
+        "reboot_required": True,
+        "pending_reboot": f"the NVIDIA driver changed and the node was not rebooted ({exc})",
+        "pending_reset": {},
+        "lost": {},
+        "simulated": False,
+        "before": {},
+    }
+
+
+def converge_spec(spec: Mapping[str, Any], check_mode: bool = False, root: str = "/") -> dict[str, Any]:
+    """:func:`converge` on the backend a settings document (NodeState.gpu) asks for, the
+    GPUs identified against its ``limits``; a LIB_RM_VERSION_MISMATCH anywhere becomes
+    :func:`pending_reboot`. ``spec["mig_holders"]`` (optional): the systemd units the
+    NVML backend stops around MIG changes (:class:`NvmlBackend`)."""
+    try:
+        backend = backend_for(dict(spec), root=root, readonly=check_mode)
+        return converge(backend, spec["devices"], check_mode=check_mode, limits=spec.get("limits"))
+    except GpuError as exc:
+        if exc.code == "LIB_RM_VERSION_MISMATCH":
+            return pending_reboot(exc)
+        raise
 
 
 def backend_for(spec: dict[str, Any], root: str = "/", readonly: bool = False) -> GpuBackend:
@@ -662,7 +947,7 @@ def backend_for(spec: dict[str, Any], root: str = "/", readonly: bool = False) -
     if spec["backend"] == "simulated":
         models = [d["model"] for d in sorted(spec["devices"], key=lambda d: d["index"])]
         return SimulatedBackend(models, spec["limits"], root, readonly=readonly)
-    return NvmlBackend(readonly=readonly, root=root)
+    return NvmlBackend(readonly=readonly, root=root, mig_holders=list(spec.get("mig_holders") or []))
 
 
 def run_spec(spec: dict[str, Any], apply: bool = False) -> dict[str, Any]:
@@ -672,15 +957,20 @@ def run_spec(spec: dict[str, Any], apply: bool = False) -> dict[str, Any]:
     A GpuError becomes ``{"error": message, "code": NVML-style code, "simulated"}``. Used
     by the pyinfra engine, which sends this file and the document to the node on stdin."""
     try:
-        result = converge(backend_for(spec, readonly=not apply), spec["devices"], check_mode=not apply)
+        result = converge_spec(spec, check_mode=not apply)
     except GpuError as exc:
         return {"error": str(exc), "code": exc.code, "simulated": spec["backend"] == "simulated"}
-    return {
+    out = {
         "changes": result["changes"],
         "reboot_required": result["reboot_required"],
         "pending_reset": {str(k): v for k, v in result["pending_reset"].items()},
         "simulated": result["simulated"],
     }
+    if result["lost"]:
+        out["lost"] = {str(k): v for k, v in result["lost"].items()}
+    if "pending_reboot" in result:
+        out["pending_reboot"] = result["pending_reboot"]
+    return out
 
 
 def main(argv: list[str]) -> int:
@@ -694,15 +984,18 @@ def main(argv: list[str]) -> int:
         with open(argv[2]) as fh:
             spec = json.load(fh)
     try:
-        backend = backend_for(spec, readonly=argv[1] != "apply")
         if argv[1] == "read":
+            backend = backend_for(spec, readonly=True)
             out = {d["index"]: backend.read(d["index"]) for d in spec["devices"]}
             print(json.dumps({"simulated": backend.simulated, "gpus": out}, indent=2, sort_keys=True))
             return 0
-        result = converge(backend, spec["devices"], check_mode=argv[1] == "diff")
+        result = converge_spec(spec, check_mode=argv[1] == "diff")
     except GpuError as exc:
         print(f"swarm-gpu: {exc}", file=sys.stderr)
         return 1
+    extra = {k: result[k] for k in ("pending_reboot",) if k in result}
+    if result["lost"]:
+        extra["lost"] = result["lost"]
     if argv[1] == "diff":
         print(
             json.dumps(
@@ -710,6 +1003,7 @@ def main(argv: list[str]) -> int:
                     "simulated": result["simulated"],
                     "changes": result["changes"],
                     "pending_reset": result["pending_reset"],
+                    **extra,
                 },
                 sort_keys=True,
             )
@@ -719,7 +1013,11 @@ def main(argv: list[str]) -> int:
     for c in result["changes"]:
         print(f"swarm-gpu{label}: gpu {c['gpu']} {c['key']}: {c['before']} -> {c['after']}")
     print(f"swarm-gpu{label}: {len(result['changes'])} change(s)")
-    return 0
+    if "pending_reboot" in result:
+        print(f"swarm-gpu: pending reboot: {result['pending_reboot']}")
+    for index, message in sorted(result["lost"].items()):
+        print(f"swarm-gpu: gpu {index} lost, left as it is: {message}", file=sys.stderr)
+    return 1 if result["lost"] else 0
 
 
 if __name__ == "__main__":

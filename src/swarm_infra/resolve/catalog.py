@@ -80,16 +80,15 @@ def sysctl_value_problem(key: str, value: Any) -> str | None:
 def mig_fit_problem(model: str, profiles: list[str]) -> str | None:
     """Why the MIG ``profiles`` cannot all be created on one ``model`` GPU, or None.
 
-    The model must support MIG; then the node-side rule applies (each profile one of the
-    model's, per the MIG User Guide; compute slices and memory adding up to at most the
-    model's), from the catalog: :func:`swarm_infra.nodeside.gpu.mig_fit_problem`, the same
-    function the simulated backend enforces on the node.
+    The model must support MIG; then the node-side rule applies over the catalog's
+    placement table (``mig.placements``, from the MIG User Guide's "Supported MIG
+    Profiles"): :func:`swarm_infra.nodeside.gpu.mig_fit_problem`, the function the node
+    applies to NVML's own table and the simulated backend to the catalog's.
     """
     entry = gpu_catalog()[model]
     mig = entry["mig"]
     if not mig:
         return f"{model} does not support MIG"
-    problem = nodeside_gpu.mig_fit_problem(
-        profiles, mig["profiles"], mig["compute_slices"], entry["memory_mib"]
-    )
-    return problem and problem.replace("this GPU", model).replace("the GPU", model)
+    table = nodeside_gpu.catalog_mig_table(mig["placements"])
+    problem = nodeside_gpu.mig_fit_problem(profiles, table, mig["compute_slices"])
+    return problem and problem.replace("this GPU", model).replace("the GPU", model).replace("a GPU", model)

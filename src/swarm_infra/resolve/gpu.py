@@ -12,7 +12,7 @@ from typing import Any, Literal, cast
 
 from ..nodeside import gpu as nodeside_gpu
 from .catalog import gpu_catalog, mig_fit_problem
-from .types import ClockLimits, GpuLimits, GpuSettings, GpuSharingState, PowerLimits
+from .types import ClockLimits, GpuLimits, GpuSettings, GpuSharingState, MigPlacement, PowerLimits
 
 
 def power_limit_w(spec: Mapping[str, Any], model: str) -> int | None:
@@ -107,7 +107,10 @@ def settings_for(spec: Mapping[str, Any], model: str) -> GpuSettings:
 
 def model_limits(model: str) -> GpuLimits:
     """The catalog limits the node-side code (and the simulated backend) enforces for
-    ``model`` (NodeState.gpu.limits[model]); the validator judges profiles by the same."""
+    ``model`` (NodeState.gpu.limits[model]); the validator judges profiles by the same.
+    ``product_name`` and ``memory_mib`` are also what the node checks NVML's name and
+    total memory against before any setting (nodeside ``identity_problems``);
+    ``mig_placements`` is the model's MIG placement table (catalog ``mig.placements``)."""
     entry = gpu_catalog()[model]
     return {
         "product_name": entry["product_name"],
@@ -118,6 +121,9 @@ def model_limits(model: str) -> GpuLimits:
         "ecc": entry["ecc"],
         "mig_profiles": list(entry["mig"]["profiles"]) if entry["mig"] else [],
         "mig_compute_slices": entry["mig"]["compute_slices"] if entry["mig"] else 0,
+        "mig_placements": {k: cast(MigPlacement, dict(v)) for k, v in entry["mig"]["placements"].items()}
+        if entry["mig"]
+        else {},
     }
 
 

@@ -58,7 +58,10 @@ def ray_simulated_gpus(node: NodeState) -> str:
 def gpu_reset_required(found: Mapping[str, Any]) -> str:
     """The GPU changes that wait for a reboot or a GPU reset, from the node-side GPU code's
     result (:func:`swarm_infra.nodeside.gpu.run_spec`: ``changes`` with ``note``,
-    ``pending_reset`` by GPU, ``simulated``)."""
+    ``pending_reset`` by GPU, ``simulated``; ``pending_reboot`` when the driver changed
+    and the node was not rebooted, nothing read or set)."""
+    if found.get("pending_reboot"):
+        return f"pending reboot, GPU settings not applied: {found['pending_reboot']}"
     pending = {m for modes in found.get("pending_reset", {}).values() for m in modes}
     keys = sorted({c["key"] for c in found.get("changes", []) if c.get("note")} | pending)
     label = "SIMULATED " if found.get("simulated") else ""

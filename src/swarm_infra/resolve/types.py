@@ -104,6 +104,14 @@ class ClockLimits(TypedDict):
     memory_mhz: list[int]
 
 
+class MigPlacement(TypedDict):
+    """Where one MIG GPU instance profile may go (MIG User Guide, "Supported MIG Profiles")."""
+
+    size: int  # memory slices the instance takes
+    starts: list[int]  # memory slices an instance may start at (NVML possible placements)
+    instances: int  # most instances of the profile on one GPU
+
+
 class GpuLimits(TypedDict):
     """A model's catalog limits: what the simulated backend enforces in place of NVML."""
 
@@ -115,6 +123,7 @@ class GpuLimits(TypedDict):
     ecc: bool
     mig_profiles: list[str]
     mig_compute_slices: int  # the whole GPU's compute slices for MIG; 0: no MIG
+    mig_placements: dict[str, MigPlacement]  # by profile name; {}: no MIG
 
 
 class GpuSharingState(TypedDict):
