@@ -88,9 +88,11 @@ def ray_cluster(
     *,
     priority: str | None,
     local_queue: str | None,
+    ray_version: str,
     tenant: str | None = None,
 ) -> RayClusterState:
-    """The Ray cluster ``name`` for ``request``.
+    """The Ray cluster ``name`` for ``request``, running Ray ``ray_version`` (the fleet's:
+    :func:`fleet_ray_version`).
 
     ``flavor_nodes`` maps each GPU flavor to the shapes of its gpu-worker nodes (every
     flavor the request names must be present and non-empty: the validator's rules
@@ -138,8 +140,8 @@ def ray_cluster(
         "namespace": namespace,
         "local_queue": local_queue,
         "priority": priority,
-        "ray_version": request.version,
-        "image": request.image or default_image(request.version),
+        "ray_version": ray_version,
+        "image": request.image or default_image(ray_version),
         "autoscaling": any(g["min_replicas"] < g["max_replicas"] for g in workers),
         "head": head,
         "workers": workers,
@@ -147,6 +149,16 @@ def ray_cluster(
 
 
 # ------------------------------------------------------------------ shared by both Rays
+
+
+def fleet_ray_version(fleet: Fleet) -> str:
+    """The fleet's one Ray release (kind Cluster, ``spec.ray_version``), which both the
+    bare-node RayCluster and every tenant's KubeRay cluster run. ValueError when it is not
+    declared: the validator's rule ``ray.version-missing`` refuses such a fleet when it
+    declares any Ray, so a valid fleet never gets here without one."""
+    if fleet.cluster.ray_version is None:
+        raise ValueError("the fleet declares Ray but no Ray version (Cluster spec.ray_version)")
+    return fleet.cluster.ray_version
 
 # What every node installs: Ray with its dashboard and job API (default), Tune, Data, and
 # Serve (`swarm metrics run --only inference` serves a model with it).
@@ -334,10 +346,12 @@ def bare_node_ray(
     interface: str,
     head: str,
     members: Sequence[str],
+    ray_version: str,
 ) -> RayNodeState:
     """NodeState.ray of ``node`` in the bare-node Ray cluster ``ray`` (``role``: head or
     worker; ``node_ip``/``head_ip``: mesh addresses, which Ray advertises and joins on;
-    ``head``: the head's name; ``members``: every member's mesh address, for the firewall).
+    ``head``: the head's name; ``members``: every member's mesh address, for the firewall;
+    ``ray_version``: the fleet's Ray release, :func:`fleet_ray_version`).
 
     GPUs are declared to Ray as logical GPUs (``--num-gpus``), simulated ones too (the
     state says so); the object store is the policy's size, else its percent of the node's
@@ -357,7 +371,7 @@ def bare_node_ray(
         "role": role,
         "head": head,
         "user": RAY_USER,
-        "version": ray.ray_version,
+        "version": ray_version,
         "requirements": [p.requirement for p in ray.lock],
         "lock": [{"requirement": p.requirement, "hashes": list(p.hashes)} for p in ray.lock],
         "package_index": ray.package_index,
