@@ -111,8 +111,9 @@ def test_without_a_cluster_document_the_fleet_is_called_swarm(tmp_path: Path) ->
         if f.suffix == ".yaml" and f.name not in ("cluster.yaml", "ray.yaml"):
             docs = list(yaml.safe_load_all(f.read_text()))
             for d in docs:
-                for t in (d or {}).get("spec", {}).get("tenants", []) if d and d["kind"] == "Allocation" else []:
-                    t.pop("ray", None)
+                if d and d["kind"] == "Allocation":
+                    for t in d["spec"].get("tenants", []):
+                        t.pop("ray", None)
             (policies / f.name).write_text(yaml.safe_dump_all(docs))
     objs = build(desired_state(load_fleet([*paths, policies]))).all()
     assert {o["metadata"]["labels"]["swarm.io/fleet"] for o in objs} == {"swarm"}

@@ -325,11 +325,16 @@ def _version_at_least(version: str, least: tuple[int, ...]) -> bool:
     return tuple(int(p) for p in parts) >= least
 
 
+def _ray_cluster(obj: K8sObject) -> list[str]:
+    """KubeRay's own rules, then Kueue's for a queued RayCluster."""
+    return kuberay_violations(obj) + ray_cluster_violations(obj)
+
+
 _BY_KIND = {
     "ClusterQueue": cluster_queue_violations,
     "Cohort": lambda o: _resource_groups(o.get("spec", {}).get("resourceGroups", []), "spec"),
     "ResourceFlavor": resource_flavor_violations,
-    "RayCluster": lambda o: kuberay_violations(o) + ray_cluster_violations(o),
+    "RayCluster": _ray_cluster,
 }
 
 

@@ -160,6 +160,7 @@ def fleet_ray_version(fleet: Fleet) -> str:
         raise ValueError("the fleet declares Ray but no Ray version (Cluster spec.ray_version)")
     return fleet.cluster.ray_version
 
+
 # What every node installs: Ray with its dashboard and job API (default), Tune, Data, and
 # Serve (`swarm metrics run --only inference` serves a model with it).
 RAY_EXTRAS = "default,tune,data,serve"

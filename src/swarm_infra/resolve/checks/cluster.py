@@ -187,9 +187,10 @@ def _ray_pods(a: Analysis, t: Tenant, shapes: Mapping[str, Any]) -> dict[str, An
         return None
     # Sizes only: the version (ray.version-missing when undeclared) plays no part in them.
     version = a.fleet.cluster.ray_version or ""
-    return dict(
-        ray.ray_cluster(t.name, t.namespace, t.ray, shapes, priority=None, local_queue=None, ray_version=version)
+    decided = ray.ray_cluster(
+        t.name, t.namespace, t.ray, shapes, priority=None, local_queue=None, ray_version=version
     )
+    return dict(decided)
 
 
 def ray_clusters(a: Analysis) -> Iterator[Finding]:

@@ -16,7 +16,8 @@ member's declared SSH port (Ray's firewall drops its ports off the mesh);
 the Allocation) but not its Ray version (kind Cluster, ``spec.ray_version``, the one place it
 is declared), reported at each Ray declaration;
 ``ray.lock-mismatch``: the lock does not pin ``ray`` with its extras at the fleet's Ray
-version (Cluster ``spec.ray_version``), or leaves out an entry of ``packages`` (or pins it at another version or without its extras);
+version (Cluster ``spec.ray_version``), or leaves out an entry of ``packages`` (or pins it
+at another version or without its extras);
 ``ray.ca-file-invalid``: ``package_index.ca_file`` is not PEM certificates of a CA;
 ``file.*`` at ``lock_file`` / ``package_index.ca_file``: the file is missing, unreadable, too
 large, or outside the fleet's directories. (``http://`` indexes are refused by the schema.)
@@ -199,7 +200,9 @@ def version_declared(a: Analysis) -> Iterator[Finding]:
     if a.fleet.ray is not None:
         yield Finding(a.fleet.ray.source, ("spec",), "ray.version-missing", why)
     alloc = a.fleet.allocation
-    for i, t in enumerate(alloc.tenants if alloc is not None else ()):
+    if alloc is None:
+        return
+    for i, t in enumerate(alloc.tenants):
         if t.ray is not None:
             yield Finding(alloc.source, ("spec", "tenants", i, "ray"), "ray.version-missing", why)
 
