@@ -193,13 +193,16 @@ def ray_node_labels(site: str | None, region: str | None, flavor: str | None) ->
 
 
 def resources_param(resources: Mapping[str, int]) -> str:
-    """``ray start --resources`` (and KubeRay's rayStartParams ``resources``): JSON, sorted."""
+    """``ray start --resources`` of a bare node's unit: JSON, sorted. It holds a space, so it
+    travels only as one whole argument (systemd quotes each of ``start_args``); KubeRay gets
+    the resources as a group's ``resources`` field and builds its own quoted JSON."""
     return json.dumps(dict(resources), sort_keys=True)
 
 
 def labels_param(labels: Mapping[str, str]) -> str:
-    """``ray start --labels`` (and rayStartParams ``labels``): ``k1=v1,k2=v2``, sorted (the
-    format Ray 2.60 parses first; JSON is deprecated there)."""
+    """``ray start --labels`` of a bare node's unit: ``k1=v1,k2=v2``, sorted (the format Ray
+    2.60 parses first; JSON is deprecated there). KubeRay builds the same form from a group's
+    ``labels`` field (it refuses ``rayStartParams.labels``)."""
     return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
 
 
