@@ -922,7 +922,7 @@ def with_ray(repo: Path) -> None:
     shutil.copy(ROOT / "policies" / "lab" / "ray-requirements.lock", repo / RAY_LOCK)
     (repo / RAY_POLICY).write_text(
         "apiVersion: swarm.io/v1alpha1\nkind: RayCluster\nmetadata: {name: example-ray}\nspec:\n"
-        '  ray_version: "2.60.0"\n  head: {selector: {nodes: [fra1-head-01]}}\n'
+        "  head: {selector: {nodes: [fra1-head-01]}}\n"
         "  workers: {selector: {nodes: [fra1-gpu-01]}}\n"
         '  package_index: {url: "https://pypi.example.net/simple/"}\n'
         "  lock_file: ray-requirements.lock\n  packages: [scikit-learn]\n"

@@ -7,6 +7,12 @@ at the cluster's priority (label ``kueue.x-k8s.io/priority-class`` and the pods'
 taint themselves, so they land right with or without Kueue. Every pod's requests equal its
 limits; ``/dev/shm`` is a memory-backed volume as large as the object store.
 
+Ray node labels and custom resources go in each group's own ``labels`` and ``resources``
+fields, never in ``rayStartParams`` (KubeRay 1.6.0 refuses ``rayStartParams.labels`` and
+would paste a value with a space unquoted into ``bash -c``); every ``rayStartParams`` value
+is a plain word (``cluster.rules``: KubeRay's validation restated, and the unit tests parse
+the command KubeRay builds with the pinned Ray's own ``ray start``).
+
 Kueue refuses ``enableInTreeAutoscaling`` on a queued RayCluster unless it is an elastic job
 (feature gate ``ElasticJobsViaWorkloadSlices``, annotation ``kueue.x-k8s.io/elastic-job``
 and the scheduling gate of the same name on every pod template; Kueue's webhook checks
@@ -18,7 +24,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..resolve.ray import labels_param, resources_param
 from ..resolve.types import ClusterState, RayClusterState, RayGroupState, TolerationState
 from .meta import KUEUE_PRIORITY_LABEL, KUEUE_QUEUE_LABEL, TENANT_LABEL, K8sObject, k8s_object, memory
 
@@ -62,15 +67,19 @@ def _pod_template(
     if cluster["autoscaling"]:
         spec["schedulingGates"] = [{"name": ELASTIC_JOB}]
     params = dict(start_params, **{"object-store-memory": str(group["object_store_bytes"])})
-    # The same accelerator resources and node labels bare-node Ray declares (resolve/ray.py).
+    out: dict[str, Any] = {"rayStartParams": params}
+    # The same accelerator resources and node labels bare-node Ray declares (resolve/ray.py),
+    # in the group's own fields: KubeRay 1.6.0 refuses rayStartParams["labels"]
+    # (validateRayGroupLabels) and pastes rayStartParams values unquoted into the
+    # container's bash command line, while from these fields it builds --labels=k=v,... and
+    # a single-quoted, space-free --resources='{...}' itself (ray-operator/controllers/ray/
+    # common/pod.go, updateRayStartParamsLabels / updateRayStartParamsResources, v1.6.0).
     if group["resources"]:
-        params["resources"] = resources_param(group["resources"])
+        out["resources"] = {name: str(amount) for name, amount in sorted(group["resources"].items())}
     if group["labels"]:
-        params["labels"] = labels_param(group["labels"])
-    return {
-        "rayStartParams": params,
-        "template": {"metadata": {"labels": dict(labels)}, "spec": spec},
-    }
+        out["labels"] = dict(sorted(group["labels"].items()))
+    out["template"] = {"metadata": {"labels": dict(labels)}, "spec": spec}
+    return out
 
 
 def ray_cluster(cluster: RayClusterState, state: ClusterState) -> K8sObject:

@@ -21,6 +21,12 @@ Restated CEL rules (kueue.x-k8s.io v1beta2, reference CRDs of commit ff69552):
 - ResourceFlavor ``tolerations``: operator Exists when key is empty; tolerationSeconds
   only with NoExecute; operator Equal or Exists; no value with Exists; the effects above;
 - ResourceFlavor: "at least one nodeLabel is required when topology is set".
+
+KubeRay's own validation of a RayCluster (ray-project/kuberay, tag v1.6.0, the pinned
+release): :func:`kuberay_violations`, each rule citing its file and function; a RayCluster
+that breaks one gets the event ``InvalidRayClusterSpec`` and no pods (the controller) or is
+refused (the optional webhook). The command KubeRay builds from ``rayStartParams`` is
+simulated in the unit tests and parsed with the pinned Ray's own ``ray start``.
 """
 
 from __future__ import annotations
@@ -39,6 +45,17 @@ LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 # Kinds whose names are DNS-1123 labels (the rest are subdomains).
 LABEL_NAMED = {"Namespace"}
 KUEUE_MAX_POD_SETS = 8  # a RayCluster: the head and at most 7 worker groups
+# KubeRay v1.6.0 ray-operator/controllers/ray/utils/constant.go: MaxRayClusterNameLength.
+KUBERAY_MAX_NAME = 53
+# apimachinery IsDNS1035Label: a lowercase letter first, at most 63 characters.
+DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+# rayStartParams that make Ray resources; KubeRay v1.6.0 validation.go validateRayGroupResources.
+RAY_START_RESOURCE_PARAMS = ("num-cpus", "num-gpus", "memory", "resources")
+# What this project lets into a rayStartParams key and value: KubeRay pastes both unquoted
+# into the container's `bash -c` line (pod.go convertParamMap: " --KEY=VALUE "), so a word
+# must be one bash leaves alone: no blank, quote, $, `, \, glob, brace, ~, #, ; & | < > ( ).
+RAY_START_KEY = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+RAY_START_VALUE = re.compile(r"^[A-Za-z0-9_.:/=,@%+-]*$")
 
 
 def _label_key(key: str) -> str | None:
@@ -161,11 +178,163 @@ def ray_cluster_violations(obj: K8sObject) -> list[str]:
     return out
 
 
+def _env(container: dict[str, Any], name: str) -> str | None:
+    """The value of the container's environment variable ``name`` ("" when set from a
+    source), None when absent (KubeRay utils EnvVarByName)."""
+    for e in container.get("env") or []:
+        if e.get("name") == name:
+            return str(e.get("value", ""))
+    return None
+
+
+def _label_problems(where: str, labels: dict[str, Any]) -> list[str]:
+    out = []
+    for key, value in labels.items():
+        problem = _label_key(key)
+        if problem:
+            out.append(f"{where}: {problem}")
+        if not isinstance(value, str) or len(value) > 63 or not LABEL_VALUE.match(value):
+            out.append(f"{where}: label {key!r}: value {value!r} is not a valid label value")
+    return out
+
+
+def _group_violations(where: str, group: dict[str, Any]) -> list[str]:
+    """KubeRay v1.6.0 ray-operator/controllers/ray/utils/validation.go on one group:
+    validateRayGroupResources, validateRayGroupLabels; and the project's shell-word rule."""
+    out = []
+    params = group.get("rayStartParams") or {}
+    # validateRayGroupResources: resources in rayStartParams or in the group's field, not both.
+    if any(params.get(k) for k in RAY_START_RESOURCE_PARAMS) and group.get("resources"):
+        out.append(f"{where}: resources in both rayStartParams and the group's resources field")
+    # validateRayGroupLabels: rayStartParams['labels'] is refused; labels are Kubernetes labels.
+    if "labels" in params:
+        out.append(f"{where}: rayStartParams['labels'] is not supported; use the group's labels field")
+    out += _label_problems(f"{where}.labels", group.get("labels") or {})
+    # Not KubeRay's validation but its command line (common/pod.go convertParamMap, v1.6.0):
+    # every key and value is pasted unquoted into `bash -c`.
+    for key, value in params.items():
+        if not RAY_START_KEY.match(key) or not isinstance(value, str) or not RAY_START_VALUE.match(value):
+            out.append(f"{where}: rayStartParams {key}={value!r} is not a plain shell word")
+    return out
+
+
+def kuberay_violations(obj: K8sObject) -> list[str]:
+    """What KubeRay v1.6.0 refuses in a RayCluster (ray-project/kuberay tag v1.6.0):
+
+    - ``ray-operator/controllers/ray/utils/validation.go`` ValidateRayClusterMetadata: name
+      at most 53 characters (constant.go MaxRayClusterNameLength) and a DNS-1035 label;
+    - validation.go ValidateRayClusterSpec: the head and every worker group have a
+      container; without in-tree autoscaling a worker group sets minReplicas and
+      maxReplicas; neither is negative; minReplicas <= maxReplicas; per group
+      validateRayGroupResources (Ray resources in rayStartParams or in the group's
+      ``resources`` field, not both) and validateRayGroupLabels (no
+      ``rayStartParams['labels']``; the group's ``labels`` are Kubernetes label keys and
+      values); validateWorkerGroupIdleTimeout (not negative, autoscaler v2 only); no
+      suspended worker group with autoscaling; ``RAY_enable_autoscaler_v2`` not set true
+      without autoscaling, and not beside ``autoscalerOptions.version``; with autoscaler v2
+      the head's and workers' restartPolicy is Never or unset;
+      ``autoscalerOptions.idleTimeoutSeconds`` not negative; no ``redis-username`` in the
+      head's rayStartParams nor ``REDIS_USERNAME`` in its container;
+      ``RAY_REDIS_ADDRESS`` only with GCS fault tolerance; token auth (``authOptions.mode:
+      token``) needs rayVersion >= 2.52.0;
+    - ``ray-operator/pkg/webhooks/v1/raycluster_webhook.go`` validateWorkerGroups: worker
+      group names unique;
+    - ``common/pod.go`` labelPod: a worker group's name is the value of its pods' label
+      ``ray.io/group``, so it must be a label value (else the pods are refused);
+    - ``common/pod.go`` convertParamMap pastes every rayStartParams key and value unquoted
+      into ``bash -c``: this project requires each to be a plain shell word.
+
+    Not restated (this project renders none of it): GCS fault-tolerance options and their
+    Redis settings, upgradeStrategy, RayJob/RayService rules.
+    """
+    meta, spec = obj["metadata"], obj["spec"]
+    out = []
+    name = meta.get("name", "")
+    if len(name) > KUBERAY_MAX_NAME or not DNS1035_LABEL.match(name):
+        out.append(
+            f"RayCluster name {name!r} is not a DNS-1035 label of at most {KUBERAY_MAX_NAME} characters"
+        )
+    head = spec.get("headGroupSpec") or {}
+    head_pod = (head.get("template") or {}).get("spec") or {}
+    if not head_pod.get("containers"):
+        return [*out, "headGroupSpec should have at least one container"]
+    head_container = head_pod["containers"][0]  # utils.RayContainerIndex
+    out += _group_violations("headGroupSpec", head)
+    autoscaling = spec.get("enableInTreeAutoscaling") is True
+    options = spec.get("autoscalerOptions") or {}
+    v2 = options.get("version") == "v2"
+    v2_env = _env(head_container, "RAY_enable_autoscaler_v2")
+    seen: set[str] = set()
+    for i, w in enumerate(spec.get("workerGroupSpecs") or []):
+        group = w.get("groupName", "")
+        where = f"workerGroupSpecs[{i}] ({group})"
+        if not ((w.get("template") or {}).get("spec") or {}).get("containers"):
+            out.append(f"{where}: workerGroupSpec should have at least one container")
+            continue
+        low, high = w.get("minReplicas"), w.get("maxReplicas")
+        if not autoscaling and (low is None or high is None):
+            out.append(f"{where}: minReplicas and maxReplicas are required when autoscaling is disabled")
+        if (low is not None and low < 0) or (high is not None and high < 0):
+            out.append(f"{where}: negative minReplicas or maxReplicas")
+        if low is not None and high is not None and low > high:
+            out.append(f"{where}: minReplicas {low} is greater than maxReplicas {high}")
+        out += _group_violations(where, w)
+        idle = w.get("idleTimeoutSeconds")
+        if idle is not None and (idle < 0 or not (v2 or v2_env in ("1", "true"))):
+            out.append(f"{where}: idleTimeoutSeconds needs autoscaler v2 and must not be negative")
+        if w.get("suspend") is True and autoscaling:
+            out.append(f"{where}: a worker group cannot be suspended with autoscaling")
+        if group in seen:
+            out.append(f"{where}: worker group names must be unique")
+        seen.add(group)
+        if len(group) > 63 or not LABEL_VALUE.match(group):
+            out.append(f"{where}: the group name is not a label value (pods' label ray.io/group)")
+    if not autoscaling and v2_env in ("1", "true"):
+        out.append("RAY_enable_autoscaler_v2 is set true while enableInTreeAutoscaling is false")
+    if autoscaling and "version" in options and v2_env is not None:
+        out.append("both autoscalerOptions.version and the head's RAY_enable_autoscaler_v2 are set")
+    if autoscaling and v2:
+        pods = [
+            head_pod,
+            *(((w.get("template") or {}).get("spec") or {}) for w in spec.get("workerGroupSpecs") or []),
+        ]
+        if any(p.get("restartPolicy", "Never") != "Never" for p in pods):
+            out.append("with autoscaler v2 every pod's restartPolicy must be Never or unset")
+    if (options.get("idleTimeoutSeconds") or 0) < 0:
+        out.append("autoscalerOptions.idleTimeoutSeconds must be non-negative")
+    if (head.get("rayStartParams") or {}).get("redis-username") or _env(head_container, "REDIS_USERNAME"):
+        out.append("a redis username in the head's rayStartParams or environment")
+    fault_tolerant = (
+        "gcsFaultToleranceOptions" in spec
+        or str((meta.get("annotations") or {}).get("ray.io/ft-enabled", "")).lower() == "true"
+    )
+    if not fault_tolerant and _env(head_container, "RAY_REDIS_ADDRESS") is not None:
+        out.append("RAY_REDIS_ADDRESS is set without gcsFaultToleranceOptions")
+    if (spec.get("authOptions") or {}).get("mode") == "token" and not _version_at_least(
+        spec.get("rayVersion", ""), (2, 52, 0)
+    ):
+        out.append("authOptions.mode token needs rayVersion 2.52.0 or later")
+    return out
+
+
+def _version_at_least(version: str, least: tuple[int, ...]) -> bool:
+    """``version`` (``X.Y.Z``) is at least ``least``; False when it is not such a version."""
+    parts = version.split(".")
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        return False
+    return tuple(int(p) for p in parts) >= least
+
+
+def _ray_cluster(obj: K8sObject) -> list[str]:
+    """KubeRay's own rules, then Kueue's for a queued RayCluster."""
+    return kuberay_violations(obj) + ray_cluster_violations(obj)
+
+
 _BY_KIND = {
     "ClusterQueue": cluster_queue_violations,
     "Cohort": lambda o: _resource_groups(o.get("spec", {}).get("resourceGroups", []), "spec"),
     "ResourceFlavor": resource_flavor_violations,
-    "RayCluster": ray_cluster_violations,
+    "RayCluster": _ray_cluster,
 }
 
 

@@ -224,8 +224,7 @@ class RayWorkers:
 class RayRequest:
     """A Ray cluster as a policy asks for it (``tenants[].ray``); decided by ``resolve.ray``."""
 
-    version: str
-    image: str | None = None  # None: rayproject/ray:<version>-gpu
+    image: str | None = None  # None: rayproject/ray:<ray_version>-gpu (the fleet's Ray, ClusterSettings)
     priority: str | None = None  # None: the global default Priority
     object_store_percent: int = RAY_OBJECT_STORE_PERCENT
     head_cpus: int = 4
@@ -321,6 +320,9 @@ class ClusterSettings:
     gpu_namespace: str = "gpu-operator"
     labels: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
     gpu_taint: bool = True
+    # The fleet's one Ray release (both the bare-node RayCluster and every KubeRay cluster);
+    # None: not declared (ray.version-missing when the fleet declares any Ray).
+    ray_version: str | None = None
 
 
 # Ray's ports, fixed so that a firewall can keep every one off the underlay (ray start flags).
@@ -347,7 +349,6 @@ class RayCluster:
 
     name: str
     source: Source
-    ray_version: str
     head: Selector
     workers: Selector  # default: _selector(RAY_DEFAULT_WORKERS)
     object_store_percent: int | None = RAY_OBJECT_STORE_PERCENT  # exactly one of these two is set
@@ -574,7 +575,6 @@ def _ray_cluster(doc: _Doc) -> RayCluster:
     return RayCluster(
         name=doc.name,
         source=doc.source,
-        ray_version=spec["ray_version"],
         head=_selector(spec["head"]["selector"]),
         workers=_selector(spec.get("workers", {}).get("selector", RAY_DEFAULT_WORKERS)),
         object_store_memory_mib=store,
@@ -662,7 +662,6 @@ def _queue(q: Mapping[str, Any]) -> Queue:
 
 def _ray_request(r: Mapping[str, Any]) -> RayRequest:
     return RayRequest(
-        version=r["version"],
         workers=tuple(
             RayWorkers(
                 flavor=w["flavor"],

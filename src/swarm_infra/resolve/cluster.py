@@ -307,6 +307,7 @@ def cluster_state(a: Analysis, peers: Mapping[str, list[PeerState]] | None = Non
                         shapes,
                         priority=t.ray.priority or default_priority,
                         local_queue=t.name,
+                        ray_version=ray.fleet_ray_version(fleet),
                         tenant=t.name,
                     )
                 )

@@ -10,7 +10,7 @@ from .analysis import Analysis
 from .catalog import gpu_catalog
 from .labels import FLAVOR_LABEL, SITE_LABEL
 from .layout import node_layout
-from .ray import bare_node_ray
+from .ray import bare_node_ray, fleet_ray_version
 from .ray import members as ray_members
 from .types import (
     DriverState,
@@ -209,6 +209,7 @@ class NodeResolver:
                 fleet.mesh.interface,
                 head,
                 [str(a.addresses[n]) for n in self.ray_roles],
+                fleet_ray_version(fleet),
             )
         scratch = fleet.storage.scratch if fleet.storage is not None else None
         if scratch is not None and node.nvme:

@@ -88,9 +88,11 @@ def ray_cluster(
     *,
     priority: str | None,
     local_queue: str | None,
+    ray_version: str,
     tenant: str | None = None,
 ) -> RayClusterState:
-    """The Ray cluster ``name`` for ``request``.
+    """The Ray cluster ``name`` for ``request``, running Ray ``ray_version`` (the fleet's:
+    :func:`fleet_ray_version`).
 
     ``flavor_nodes`` maps each GPU flavor to the shapes of its gpu-worker nodes (every
     flavor the request names must be present and non-empty: the validator's rules
@@ -138,8 +140,8 @@ def ray_cluster(
         "namespace": namespace,
         "local_queue": local_queue,
         "priority": priority,
-        "ray_version": request.version,
-        "image": request.image or default_image(request.version),
+        "ray_version": ray_version,
+        "image": request.image or default_image(ray_version),
         "autoscaling": any(g["min_replicas"] < g["max_replicas"] for g in workers),
         "head": head,
         "workers": workers,
@@ -147,6 +149,17 @@ def ray_cluster(
 
 
 # ------------------------------------------------------------------ shared by both Rays
+
+
+def fleet_ray_version(fleet: Fleet) -> str:
+    """The fleet's one Ray release (kind Cluster, ``spec.ray_version``), which both the
+    bare-node RayCluster and every tenant's KubeRay cluster run. ValueError when it is not
+    declared: the validator's rule ``ray.version-missing`` refuses such a fleet when it
+    declares any Ray, so a valid fleet never gets here without one."""
+    if fleet.cluster.ray_version is None:
+        raise ValueError("the fleet declares Ray but no Ray version (Cluster spec.ray_version)")
+    return fleet.cluster.ray_version
+
 
 # What every node installs: Ray with its dashboard and job API (default), Tune, Data, and
 # Serve (`swarm metrics run --only inference` serves a model with it).
@@ -180,13 +193,16 @@ def ray_node_labels(site: str | None, region: str | None, flavor: str | None) ->
 
 
 def resources_param(resources: Mapping[str, int]) -> str:
-    """``ray start --resources`` (and KubeRay's rayStartParams ``resources``): JSON, sorted."""
+    """``ray start --resources`` of a bare node's unit: JSON, sorted. It holds a space, so it
+    travels only as one whole argument (systemd quotes each of ``start_args``); KubeRay gets
+    the resources as a group's ``resources`` field and builds its own quoted JSON."""
     return json.dumps(dict(resources), sort_keys=True)
 
 
 def labels_param(labels: Mapping[str, str]) -> str:
-    """``ray start --labels`` (and rayStartParams ``labels``): ``k1=v1,k2=v2``, sorted (the
-    format Ray 2.60 parses first; JSON is deprecated there)."""
+    """``ray start --labels`` of a bare node's unit: ``k1=v1,k2=v2``, sorted (the format Ray
+    2.60 parses first; JSON is deprecated there). KubeRay builds the same form from a group's
+    ``labels`` field (it refuses ``rayStartParams.labels``)."""
     return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
 
 
@@ -334,10 +350,12 @@ def bare_node_ray(
     interface: str,
     head: str,
     members: Sequence[str],
+    ray_version: str,
 ) -> RayNodeState:
     """NodeState.ray of ``node`` in the bare-node Ray cluster ``ray`` (``role``: head or
     worker; ``node_ip``/``head_ip``: mesh addresses, which Ray advertises and joins on;
-    ``head``: the head's name; ``members``: every member's mesh address, for the firewall).
+    ``head``: the head's name; ``members``: every member's mesh address, for the firewall;
+    ``ray_version``: the fleet's Ray release, :func:`fleet_ray_version`).
 
     GPUs are declared to Ray as logical GPUs (``--num-gpus``), simulated ones too (the
     state says so); the object store is the policy's size, else its percent of the node's
@@ -357,7 +375,7 @@ def bare_node_ray(
         "role": role,
         "head": head,
         "user": RAY_USER,
-        "version": ray.ray_version,
+        "version": ray_version,
         "requirements": [p.requirement for p in ray.lock],
         "lock": [{"requirement": p.requirement, "hashes": list(p.hashes)} for p in ray.lock],
         "package_index": ray.package_index,

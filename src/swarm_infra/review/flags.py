@@ -626,7 +626,7 @@ class FlagRaiser:
                 pick(
                     [
                         *self.index.where("RayCluster", name, ("spec", "lock_file")),
-                        *self.index.where("RayCluster", name, ("spec", "ray_version")),
+                        *self.index.where("Cluster", None, ("spec", "ray_version")),  # the fleet's Ray
                         *self.index.where("RayCluster", name, ("spec", "packages")),
                         *self._ray_file("lock_file"),
                     ],

@@ -185,7 +185,12 @@ def _ray_pods(a: Analysis, t: Tenant, shapes: Mapping[str, Any]) -> dict[str, An
     assert t.ray is not None
     if any(not any(s.gpus for s in shapes.get(w.flavor, ())) for w in t.ray.workers):
         return None
-    return dict(ray.ray_cluster(t.name, t.namespace, t.ray, shapes, priority=None, local_queue=None))
+    # Sizes only: the version (ray.version-missing when undeclared) plays no part in them.
+    version = a.fleet.cluster.ray_version or ""
+    decided = ray.ray_cluster(
+        t.name, t.namespace, t.ray, shapes, priority=None, local_queue=None, ray_version=version
+    )
+    return dict(decided)
 
 
 def ray_clusters(a: Analysis) -> Iterator[Finding]:

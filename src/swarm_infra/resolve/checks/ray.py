@@ -12,8 +12,12 @@ port range empty or holding another port, or a port (or the range) holding SSH's
 member's declared SSH port (Ray's firewall drops its ports off the mesh);
 ``ray.lock-invalid``: a line of the lock file that is not ``name==version --hash=sha256:...``
 (reported at the lock file's line, :mod:`swarm_infra.fleet.lockfile`);
-``ray.lock-mismatch``: the lock does not pin ``ray`` with its extras at ``ray_version``, or
-leaves out an entry of ``packages`` (or pins it at another version or without its extras);
+``ray.version-missing``: the fleet declares Ray (this RayCluster, or a tenant's ``ray`` in
+the Allocation) but not its Ray version (kind Cluster, ``spec.ray_version``, the one place it
+is declared), reported at each Ray declaration;
+``ray.lock-mismatch``: the lock does not pin ``ray`` with its extras at the fleet's Ray
+version (Cluster ``spec.ray_version``), or leaves out an entry of ``packages`` (or pins it
+at another version or without its extras);
 ``ray.ca-file-invalid``: ``package_index.ca_file`` is not PEM certificates of a CA;
 ``file.*`` at ``lock_file`` / ``package_index.ca_file``: the file is missing, unreadable, too
 large, or outside the fleet's directories. (``http://`` indexes are refused by the schema.)
@@ -187,21 +191,38 @@ def read_ray_files(fleet: Fleet, roots: Sequence[str]) -> tuple[Fleet, list[Find
     return replace(fleet, ray=replace(ray, lock=pins, index_ca=ca)), findings, diagnostics
 
 
+def version_declared(a: Analysis) -> Iterator[Finding]:
+    """Every Ray of the fleet runs the fleet's Ray version: it must be declared (Cluster
+    ``spec.ray_version``) when the fleet declares a RayCluster or a tenant's ``ray``."""
+    if a.fleet.cluster.ray_version is not None:
+        return
+    why = "the fleet's Ray version is not declared: give it once, in the Cluster document's spec.ray_version"
+    if a.fleet.ray is not None:
+        yield Finding(a.fleet.ray.source, ("spec",), "ray.version-missing", why)
+    alloc = a.fleet.allocation
+    if alloc is None:
+        return
+    for i, t in enumerate(alloc.tenants):
+        if t.ray is not None:
+            yield Finding(alloc.source, ("spec", "tenants", i, "ray"), "ray.version-missing", why)
+
+
 def lock_matches(a: Analysis) -> Iterator[Finding]:
-    """The lock pins Ray with its extras at ray_version and every entry of packages."""
+    """The lock pins Ray with its extras at the fleet's Ray version and every entry of packages."""
     ray = a.fleet.ray
-    if ray is None or not ray.lock:
+    version = a.fleet.cluster.ray_version
+    if ray is None or not ray.lock or version is None:
         return
     pins = {canonical_name(p.name): p for p in ray.lock}
     need = set(RAY_EXTRAS.split(","))
     got = pins.get("ray")
-    if got is None or got.version != ray.ray_version or not need <= set(got.extras):
+    if got is None or got.version != version or not need <= set(got.extras):
         found = f"it pins {got.requirement} (line {got.line})" if got else "it does not pin ray"
         yield Finding(
             ray.source,
             ("spec", "lock_file"),
             "ray.lock-mismatch",
-            f"the lock must pin ray[{RAY_EXTRAS}]=={ray.ray_version} (ray_version); {found}",
+            f"the lock must pin ray[{RAY_EXTRAS}]=={version} (the fleet's Cluster spec.ray_version); {found}",
         )
     for i, package in enumerate(ray.packages):
         name, _, version = package.partition("==")
@@ -220,4 +241,4 @@ def lock_matches(a: Analysis) -> Iterator[Finding]:
                       f"{why}; regenerate it (scripts/ray-lock.py)")  # fmt: skip
 
 
-CHECKS = (ray_cluster, lock_matches)
+CHECKS = (ray_cluster, version_declared, lock_matches)
