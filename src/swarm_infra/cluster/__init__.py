@@ -39,7 +39,9 @@ class ClusterObjects:
         return sorted([*self.cluster, *self.storage, *self.mesh, *self.ray], key=sort_key)
 
 
-def build(state: DesiredState, sites: Iterable[str] | None = None, gpu_present: bool = False) -> ClusterObjects:
+def build(
+    state: DesiredState, sites: Iterable[str] | None = None, gpu_present: bool = False
+) -> ClusterObjects:
     """The objects for ``state`` (from :func:`swarm_infra.resolve.desired_state`), for the
     whole fleet or for the cluster of ``sites`` (:func:`swarm_infra.cluster.scope.scope`).
     ``gpu_present``: label GPU nodes ``nvidia.com/gpu.present=true`` (the stack's

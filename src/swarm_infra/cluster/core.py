@@ -245,7 +245,9 @@ def local_path_provisioner(cluster: ClusterState, scratch_nodes: list[NodeState]
         {"key": "node.kubernetes.io/disk-pressure", "operator": "Exists", "effect": "NoSchedule"}
     ]
     if s["gpu_taint"] is not None:
-        tolerations.append({"key": s["gpu_taint"]["key"], "operator": "Exists", "effect": s["gpu_taint"]["effect"]})
+        tolerations.append(
+            {"key": s["gpu_taint"]["key"], "operator": "Exists", "effect": s["gpu_taint"]["effect"]}
+        )
     helper = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -254,7 +256,11 @@ def local_path_provisioner(cluster: ClusterState, scratch_nodes: list[NodeState]
             "priorityClassName": "system-node-critical",
             "tolerations": tolerations,
             "containers": [
-                {"name": "helper-pod", "image": "docker.io/library/busybox", "imagePullPolicy": "IfNotPresent"}
+                {
+                    "name": "helper-pod",
+                    "image": "docker.io/library/busybox",
+                    "imagePullPolicy": "IfNotPresent",
+                }
             ],
         },
     }
@@ -312,7 +318,11 @@ def local_path_provisioner(cluster: ClusterState, scratch_nodes: list[NodeState]
                     "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"],
                 },
                 {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
-                {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses"], "verbs": ["get", "list", "watch"]},
+                {
+                    "apiGroups": ["storage.k8s.io"],
+                    "resources": ["storageclasses"],
+                    "verbs": ["get", "list", "watch"],
+                },
             ],
         ),
         k8s_object(
@@ -405,13 +415,17 @@ def storage(cluster: ClusterState, states: Iterable[NodeState]) -> list[K8sObjec
                 provisioner=LOCAL_PATH,
                 reclaimPolicy="Delete",
                 volumeBindingMode="WaitForFirstConsumer",
-                allowedTopologies=[{"matchLabelExpressions": [_hostname_in([n["name"] for n in scratch_nodes])]}],
+                allowedTopologies=[
+                    {"matchLabelExpressions": [_hostname_in([n["name"] for n in scratch_nodes])]}
+                ],
             )
         )
         out.extend(local_path_provisioner(cluster, scratch_nodes))
         hard = {f"{cls}.storageclass.storage.k8s.io/requests.storage": f"{scratch['tenant_quota_gib']}Gi"}
         for t in cluster["tenants"]:
-            out.append(k8s_object("ResourceQuota", SCRATCH_QUOTA, labels, t["namespace"], spec={"hard": hard}))
+            out.append(
+                k8s_object("ResourceQuota", SCRATCH_QUOTA, labels, t["namespace"], spec={"hard": hard})
+            )
     for v in st["volumes"]:
         out.append(
             k8s_object(

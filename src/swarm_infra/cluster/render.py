@@ -5,8 +5,9 @@
 Ray clusters last), each a stream of ``---`` documents sorted by (namespace, name), keys
 sorted. ``Node`` objects are left out (``NOT_RENDERED``): ``kubectl apply`` or a GitOps tool
 would create a Node for a machine that has not joined; the Pulumi stack applies them as
-``NodePatch``, which only patches an existing node. The same objects always give the same bytes. ``differences(expected, directory)``
-says how a directory's rendered files differ from them (for ``swarm render --check``).
+``NodePatch``, which only patches an existing node. The same objects always give the same
+bytes. ``differences(expected, directory)`` says how a directory's rendered files differ
+from them (for ``swarm render --check``).
 """
 
 from __future__ import annotations

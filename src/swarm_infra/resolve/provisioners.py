@@ -36,6 +36,9 @@ class Provisioner:
 PROVISIONERS: dict[str, Provisioner] = {
     NFS_CSI: Provisioner(NFS_CSI, "the csi-driver-nfs Helm chart", node_local=False, declarable=True),
     LOCAL_PATH: Provisioner(
-        LOCAL_PATH, "the local-path provisioner on scratch (Storage.scratch)", node_local=True, declarable=False
+        LOCAL_PATH,
+        "the local-path provisioner on scratch (Storage.scratch)",
+        node_local=True,
+        declarable=False,
     ),
 }

@@ -288,7 +288,9 @@ class Storage(pulumi.ComponentResource):
                 "classes": sorted(o["metadata"]["name"] for o in classes),
                 "claims": sorted(resource_name(o) for o in objs if o["kind"] == "PersistentVolumeClaim"),
                 "provisioners": sorted(
-                    p for p, deps in provisioner.items() if deps and any(c["provisioner"] == p for c in classes)
+                    p
+                    for p, deps in provisioner.items()
+                    if deps and any(c["provisioner"] == p for c in classes)
                 ),
             }
         )

@@ -90,7 +90,9 @@ class StackConfig:
                 "credentials would go to public chart repositories; declare the mirror or remove them"
             )
         if self.chart_mirror is not None and not self.chart_mirror.startswith(("https://", "oci://")):
-            raise ValueError(f"swarm:chartMirror must be an https:// or oci:// URL, not {self.chart_mirror!r}")
+            raise ValueError(
+                f"swarm:chartMirror must be an https:// or oci:// URL, not {self.chart_mirror!r}"
+            )
 
     def chart(self, name: str) -> Chart:
         """Where chart ``name`` (a key of :data:`PUBLIC`) comes from: the declared mirror,

@@ -106,7 +106,8 @@ def provisioners(a: Analysis) -> Iterator[Finding]:
             why = (
                 "is the scratch class's provisioner; claim node-local scratch with scratch.storage_class"
                 if known is not None
-                else f"is not installed by the stack (it installs {offered}); no claim of this class would bind"
+                else f"is not installed by the stack (it installs {offered}); "
+                "no claim of this class would bind"
             )
             yield Finding(
                 st.source,
