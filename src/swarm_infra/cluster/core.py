@@ -235,12 +235,8 @@ def local_path_provisioner(cluster: ClusterState, scratch_nodes: list[NodeState]
     labels, ns, account = s["labels"], LOCAL_PATH_NAMESPACE, LOCAL_PATH_ACCOUNT
     subject = [{"kind": "ServiceAccount", "name": account, "namespace": ns}]
     rbac = "rbac.authorization.k8s.io"
-    config = {
-        "nodePathMap": [
-            {"node": n["name"], "paths": [n["storage"]["scratch"]["mount_path"]]}  # type: ignore[index]
-            for n in scratch_nodes
-        ]
-    }
+    paths = {n["name"]: [n["storage"]["scratch"]["mount_path"]] for n in scratch_nodes if n["storage"]}
+    config = {"nodePathMap": [{"node": name, "paths": p} for name, p in paths.items()]}
     tolerations: list[dict[str, str]] = [
         {"key": "node.kubernetes.io/disk-pressure", "operator": "Exists", "effect": "NoSchedule"}
     ]

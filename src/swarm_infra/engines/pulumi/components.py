@@ -170,6 +170,10 @@ def gpu_operator_values(mig: bool) -> dict[str, Any]:
       ``feature.node.kubernetes.io/pci-10de.present`` lets the Operator label GPU nodes
       ``nvidia.com/gpu.present=true`` and deploy its operands there;
     - the device plugin reads the stack's config ConfigMap (``devicePlugin.config``).
+
+    Defaults from NVIDIA/gpu-operator v26.3.3 ``deployments/gpu-operator/values.yaml``;
+    ``driver.enabled: false`` is NVIDIA's documented setting for pre-installed drivers
+    (GPU Operator docs, "Install NVIDIA GPU Operator", chart customization options).
     """
     values: dict[str, Any] = {
         "driver": {"enabled": False},
