@@ -375,7 +375,10 @@ def storage(cluster: ClusterState, states: Iterable[NodeState]) -> list[K8sObjec
 
     The scratch class (``rancher.io/local-path``, ``Delete``, ``WaitForFirstConsumer``,
     allowed topology: the nodes with scratch by ``kubernetes.io/hostname``, which must be the
-    node's fleet name) gets volumes made on demand under a node's scratch mount and removed
+    node's fleet name; kube-scheduler's VolumeBinding plugin places a pod with an unbound
+    claim only on a node the class's ``allowedTopologies`` admit: kubernetes
+    ``pkg/scheduler/framework/plugins/volumebinding/binder.go``, ``checkVolumeProvisions``)
+    gets volumes made on demand under a node's scratch mount and removed
     with their claim, so a released volume never keeps a tenant's data and many claims share
     a node. A ResourceQuota ``swarm-scratch`` on
     ``<class>.storageclass.storage.k8s.io/requests.storage`` in every tenant namespace caps
