@@ -15,7 +15,7 @@ import yaml
 from swarm_infra import desired_state, load_fleet
 from swarm_infra.cluster import ScopeError, build
 from swarm_infra.cluster import render as yaml_files
-from swarm_infra.cluster.core import DEVICE_PLUGIN_CONFIG_LABEL, MIG_CONFIG_KEY, MIG_CONFIG_LABEL
+from swarm_infra.cluster.core import DEVICE_PLUGIN_CONFIG_LABEL
 from swarm_infra.cluster.meta import KUEUE_PRIORITY_LABEL, KUEUE_QUEUE_LABEL, sort_key
 from swarm_infra.resolve import ray
 from swarm_infra.resolve.flavors import flavor_shapes, node_sharing
@@ -157,6 +157,7 @@ def test_caps_become_a_resource_quota_and_a_limit_range() -> None:
     (alloc,) = declared("example", "Allocation")
     objs = objects("example").all()
     quotas, limits = by_kind(objs, "ResourceQuota"), by_kind(objs, "LimitRange")
+    quotas = {k: q for k, q in quotas.items() if k.endswith("/swarm-caps")}  # not the scratch quotas
     capped = [t for t in alloc["spec"]["tenants"] if "caps" in t]
     assert {k.split("/")[0] for k in quotas} == {t["name"] for t in capped}
     community = next(t for t in capped if t["name"] == "community")["caps"]
@@ -276,24 +277,19 @@ def test_gpu_sharing_configs_exist_for_every_node_label() -> None:
     objs = objects("example").all()
     maps = by_kind(objs, "ConfigMap")
     plugin = maps["gpu-operator/swarm-device-plugin-config"]["data"]
-    mig = yaml.safe_load(maps["gpu-operator/swarm-mig-config"]["data"][MIG_CONFIG_KEY])["mig-configs"]
     for name, node in by_kind(objs, "Node").items():
         labels = node["metadata"]["labels"]
         if DEVICE_PLUGIN_CONFIG_LABEL in labels:
             assert labels[DEVICE_PLUGIN_CONFIG_LABEL] in plugin, name
-        if MIG_CONFIG_LABEL in labels:
-            assert labels[MIG_CONFIG_LABEL] in mig, name
     # From policies/shared/gpu-profiles.yaml: the L40S profile time-slices 4 ways and the
     # A100 40GB profile creates two 3g.20gb instances per GPU.
     profiles = {d["metadata"]["name"]: d["spec"] for d in declared("example", "GpuProfile")}
     l40s = yaml.safe_load(plugin["l40s-inference"])
     replicas = profiles["l40s-inference"]["sharing"]["time_slicing_replicas"]
     assert l40s["sharing"]["timeSlicing"]["resources"] == [{"name": "nvidia.com/gpu", "replicas": replicas}]
-    layout = profiles["a100-40gb-mig-inference"]["mig"]["profiles"]
+    # MIG layouts are the node layer's (it owns MIG); the device plugin only needs the strategy.
+    assert profiles["a100-40gb-mig-inference"]["mig"]["profiles"]
     assert yaml.safe_load(plugin["a100-40gb-mig-inference"])["flags"]["migStrategy"] == "single"
-    assert mig["a100-40gb-mig-inference"] == [
-        {"devices": "all", "mig-enabled": True, "mig-devices": {layout[0]: len(layout)}}
-    ]
 
 
 # ---------------------------------------------------------------------- storage, mesh
@@ -308,18 +304,10 @@ def test_storage_classes_scratch_volumes_and_claims() -> None:
     assert set(classes) == {c["name"] for c in storage["spec"]["classes"]} | {scratch_class}
     defaults = [n for n, c in classes.items() if c["metadata"].get("annotations")]
     assert defaults == [c["name"] for c in storage["spec"]["classes"] if c.get("default")]
-    pvs = by_kind(objs, "PersistentVolume")
-    with_scratch = {n: ns for n, ns in s["nodes"].items() if ns["storage"]}
-    assert set(pvs) == {f"scratch-{n}" for n in with_scratch}
-    for n, ns in with_scratch.items():
-        spec = pvs[f"scratch-{n}"]["spec"]
-        assert spec["capacity"]["storage"] == f"{ns['storage']['scratch']['size_gib']}Gi"
-        assert spec["local"]["path"] == ns["storage"]["scratch"]["mount_path"]
-        (term,) = spec["nodeAffinity"]["required"]["nodeSelectorTerms"]
-        assert term["matchExpressions"] == [
-            {"key": "kubernetes.io/hostname", "operator": "In", "values": [n]}
-        ]
-        assert spec["storageClassName"] == scratch_class
+    assert not by_kind(objs, "PersistentVolume")  # scratch volumes are provisioned on demand
+    with_scratch = sorted(n for n, ns in s["nodes"].items() if ns["storage"])
+    (term,) = classes[scratch_class]["allowedTopologies"]
+    assert term["matchLabelExpressions"] == [{"key": "kubernetes.io/hostname", "values": with_scratch}]
     pvcs = by_kind(objs, "PersistentVolumeClaim")
     assert {k: v["spec"]["resources"]["requests"]["storage"] for k, v in pvcs.items()} == {
         f"{v['tenant']}/{v['name']}": f"{v['size_gib']}Gi" for v in storage["spec"]["volumes"]
@@ -419,9 +407,10 @@ def test_a_stack_for_one_site_gets_that_sites_nodes_and_flavors() -> None:
         assert [f["name"] for f in cq["spec"]["resourceGroups"][0]["flavors"]] == ["h100-sxm5-80gb"]
     assert set(by_kind(objs, "RayCluster")) == {"acme-ai/acme-ai"}  # community's workers are elsewhere
     assert by_kind(objs, "Namespace") == by_kind(objects("example").all(), "Namespace")
-    assert set(by_kind(objs, "PersistentVolume")) == {
-        f"scratch-{n}" for n, ns in s["nodes"].items() if ns["site"] == "fra1" and ns["storage"]
-    }
+    (term,) = by_kind(objs, "StorageClass")["swarm-scratch"]["allowedTopologies"]
+    assert term["matchLabelExpressions"][0]["values"] == sorted(
+        n for n, ns in s["nodes"].items() if ns["site"] == "fra1" and ns["storage"]
+    )
 
 
 def test_a_flavor_split_between_sites_cannot_be_scoped() -> None:
@@ -453,5 +442,6 @@ def test_untainted_gpu_nodes_and_a_custom_system_namespace() -> None:
     assert "swarm-ops/swarm-mesh-topology" in by_kind(objs, "ConfigMap")
     assert all(o["metadata"]["labels"]["team"] == "infra" for o in objs)
     assert set(by_kind(objs, "LocalQueue")) == {"team-one/t1", "t2/t2"}
-    # n3's two NVMe devices make one scratch volume of their total size.
-    assert by_kind(objs, "PersistentVolume")["scratch-n3"]["spec"]["capacity"] == {"storage": "2000Gi"}
+    # n3 has NVMe: the scratch class may place volumes there.
+    (term,) = by_kind(objs, "StorageClass")["swarm-scratch"]["allowedTopologies"]
+    assert "n3" in term["matchLabelExpressions"][0]["values"]

@@ -11,7 +11,7 @@ from swarm_infra import cli
 from swarm_infra.cluster import render as yaml_files
 from swarm_infra.cluster.meta import API_VERSIONS, sort_key
 
-from .cluster_support import ROOT, by_kind, objects
+from .cluster_support import ROOT, by_kind, objects, state
 
 INVALID = ROOT / "tests" / "data" / "invalid" / "ray-priority-not-allowed.yaml"
 
@@ -38,6 +38,7 @@ def test_every_kind_has_an_apply_position() -> None:
 def test_out_writes_one_file_per_kind_that_reads_back_as_the_objects(tmp_path: Path) -> None:
     assert cli.main(["render", "--fleet", "example", "--out", str(tmp_path)]) == 0
     objs = objects("example").all()
+    objs = [o for o in objs if o["kind"] != "Node"]  # Nodes are never rendered (a phantom Node)
     names = sorted(p.name for p in tmp_path.iterdir())
     assert names == sorted({yaml_files.file_name(o["kind"]) for o in objs})
     read = [d for n in names for d in yaml.safe_load_all((tmp_path / n).read_text())]
@@ -100,14 +101,16 @@ def test_out_removes_rendered_files_of_kinds_that_are_gone(tmp_path: Path) -> No
 def test_stdout_sites_and_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["render", "--fleet", "lab"]) == 0
     docs = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d]
-    assert sorted(docs, key=sort_key) == objects("lab").all()
+    assert sorted(docs, key=sort_key) == [o for o in objects("lab").all() if o["kind"] != "Node"]
     # community's Ray cluster has workers in tyo1 and sjc1: one of them alone cannot hold it.
     assert cli.main(["render", "--fleet", "example", "--sites", "tyo1"]) == 2
     assert "community/community" in capsys.readouterr().err
     assert cli.main(["render", "--fleet", "example", "--sites", "tyo1,sjc1"]) == 0
     docs = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d]
-    nodes = by_kind(docs, "Node")
-    assert nodes and {n["metadata"]["labels"]["swarm.io/site"] for n in nodes.values()} == {"tyo1", "sjc1"}
+    assert not by_kind(docs, "Node")
+    (term,) = by_kind(docs, "StorageClass")["swarm-scratch"]["allowedTopologies"]
+    sites = {state("example")["nodes"][n]["site"] for n in term["matchLabelExpressions"][0]["values"]}
+    assert sites == {"tyo1", "sjc1"}
     assert set(by_kind(docs, "RayCluster")) == {"community/community"}
     assert cli.main(["render", "--fleet", "example", "--sites", "atlantis"]) == 2
     assert "atlantis" in capsys.readouterr().err

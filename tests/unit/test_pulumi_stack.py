@@ -139,7 +139,6 @@ COMPONENTS = {
 }
 PARENT_OF_KIND = {
     "StorageClass": "swarm:cluster:Storage",
-    "PersistentVolume": "swarm:cluster:Storage",
     "PersistentVolumeClaim": "swarm:cluster:Storage",
     "RayCluster": "swarm:cluster:RayClusters",
 }
@@ -149,8 +148,12 @@ def test_components_and_the_parent_of_every_object(example_run: Run) -> None:
     made = {(r.typ, r.name) for r in example_run.created if r.typ.startswith("swarm:")}
     assert made == set(COMPONENTS.items())
     mesh_configmap = ("ConfigMap", "swarm-system/swarm-mesh-topology")
+    assert example_run.program is not None
+    storage = {(o["kind"], resource_name(o)) for o in example_run.program.objects.storage}
     for obj, opts in example_run.registered:
         expected = PARENT_OF_KIND.get(obj["kind"], "swarm:cluster:Cluster")
+        if (obj["kind"], resource_name(obj)) in storage:  # the provisioners and scratch quotas
+            expected = "swarm:cluster:Storage"
         if (obj["kind"], resource_name(obj)) == mesh_configmap:
             expected = "swarm:cluster:Mesh"
         assert isinstance(opts.parent, pulumi.ComponentResource)
@@ -167,10 +170,11 @@ def test_helm_releases_are_pinned_children_of_their_components(example_run: Run)
     gpu = releases["gpu-operator"]
     assert gpu["version"] == cfg.GPU_OPERATOR_VERSION
     assert gpu["namespace"] == state("example")["cluster"]["settings"]["gpu_namespace"]
-    # The node layer installs the driver and toolkit; the operator reads our configs.
-    assert gpu["values"]["driver"] == {"enabled": False} and gpu["values"]["toolkit"] == {"enabled": False}
+    # The node layer installs the driver and owns MIG; the Operator configures the runtime
+    # (test_stack_storage_gpu.py) and reads our device plugin config.
+    assert gpu["values"]["driver"] == {"enabled": False} and gpu["values"]["toolkit"] == {"enabled": True}
     assert gpu["values"]["devicePlugin"]["config"]["name"] == "swarm-device-plugin-config"
-    assert gpu["values"]["migManager"]["config"]["name"] == "swarm-mig-config"
+    assert gpu["values"]["migManager"] == {"enabled": False}
     # acme-ai's Ray cluster autoscales: Kueue needs the elastic-jobs feature gate.
     assert releases["kueue"]["values"]["controllerManager"]["featureGates"] == [
         {"name": "ElasticJobsViaWorkloadSlices", "enabled": True}

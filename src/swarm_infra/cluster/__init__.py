@@ -39,18 +39,22 @@ class ClusterObjects:
         return sorted([*self.cluster, *self.storage, *self.mesh, *self.ray], key=sort_key)
 
 
-def build(state: DesiredState, sites: Iterable[str] | None = None) -> ClusterObjects:
+def build(
+    state: DesiredState, sites: Iterable[str] | None = None, gpu_present: bool = False
+) -> ClusterObjects:
     """The objects for ``state`` (from :func:`swarm_infra.resolve.desired_state`), for the
     whole fleet or for the cluster of ``sites`` (:func:`swarm_infra.cluster.scope.scope`).
+    ``gpu_present``: label GPU nodes ``nvidia.com/gpu.present=true`` (the stack's
+    device-plugin mode: :func:`swarm_infra.cluster.core.node_labels`).
 
     Raises :class:`ScopeError` when the sites cannot form a cluster of their own, and
     ValueError when the mesh topology is too large for a ConfigMap.
     """
     with no_gc():
-        return _build(scope(state, sites))
+        return _build(scope(state, sites), gpu_present)
 
 
-def _build(state: DesiredState) -> ClusterObjects:
+def _build(state: DesiredState, gpu_present: bool) -> ClusterObjects:
     c = state["cluster"]
     nodes = list(state["nodes"].values())
     main = [
@@ -63,7 +67,7 @@ def _build(state: DesiredState) -> ClusterObjects:
         *kueue.local_queues(c),
         *admission.admission_objects(c),
         *core.caps(c),
-        *core.nodes(c, nodes),
+        *core.nodes(c, nodes, gpu_present),
         *core.gpu_configs(c),
     ]
     return ClusterObjects(

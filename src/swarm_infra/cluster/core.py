@@ -9,19 +9,21 @@ from typing import Any
 
 import yaml
 
-from ..resolve.labels import SITE_LABEL
+from ..resolve.provisioners import LOCAL_PATH
 from ..resolve.types import CapsState, ClusterState, ComputeState, NodeState
 from .admission import ALLOWED
 from .meta import PRIORITY_LABEL_PREFIX, TENANT_LABEL, K8sObject, cpu, k8s_object, memory
 
 REGION_LABEL = "swarm.io/region"
 MESH_ADDRESS_LABEL = "swarm.io/mesh-address"
-# Read by the NVIDIA device plugin's config manager and the GPU Operator's MIG manager.
+# Read by the NVIDIA device plugin's config manager (both modes).
 DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
-MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 DEVICE_PLUGIN_CONFIGMAP = "swarm-device-plugin-config"
-MIG_CONFIGMAP = "swarm-mig-config"
-MIG_CONFIG_KEY = "config.yaml"
+# The device plugin chart's (0.17.2) default node affinity admits a node with this label (or
+# NFD's PCI vendor label, which nothing installs in device-plugin mode). In gpu-operator mode
+# NFD runs and the Operator sets it itself, and resets a value it cannot back with NFD's
+# labels: so the stack sets it only in device-plugin mode.
+GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 MESH_CONFIGMAP = "swarm-mesh-topology"
 MESH_CONFIG_KEY = "topology.json"
 CAPS_NAME = "swarm-caps"  # the ResourceQuota and LimitRange of a tenant namespace
@@ -29,6 +31,15 @@ DEFAULT_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
 PURPOSE_LABEL = "swarm.io/purpose"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 CONFIGMAP_MAX_BYTES = 1024 * 1024  # the API server's limit on a ConfigMap's data
+# rancher/local-path-provisioner, pinned; objects restated from its deploy/local-path-storage.yaml
+# at this tag (namespace, RBAC, Deployment, ConfigMap), with the node paths set to scratch.
+LOCAL_PATH_VERSION = "v0.0.37"
+LOCAL_PATH_IMAGE = f"docker.io/rancher/local-path-provisioner:{LOCAL_PATH_VERSION}"
+LOCAL_PATH_NAMESPACE = "local-path-storage"
+LOCAL_PATH_NAME = "local-path-provisioner"
+LOCAL_PATH_ACCOUNT = "local-path-provisioner-service-account"
+LOCAL_PATH_CONFIGMAP = "local-path-config"
+SCRATCH_QUOTA = "swarm-scratch"  # the ResourceQuota on scratch in each tenant namespace
 
 
 def _dump(data: Any) -> str:
@@ -131,38 +142,45 @@ def caps(cluster: ClusterState) -> list[K8sObject]:
     return out
 
 
-def node_labels(node: NodeState) -> dict[str, str]:
+def node_labels(node: NodeState, gpu_present: bool = False) -> dict[str, str]:
     """The labels a node gets: its own and site/GPU flavor (NodeState.labels), region, mesh
-    address, and the device plugin and MIG configs its GpuProfile selects."""
+    address, the device plugin config its GpuProfile selects and, with ``gpu_present`` (the
+    stack's device-plugin mode), ``nvidia.com/gpu.present=true`` on GPU nodes.
+
+    No ``nvidia.com/mig.config``: the node layer owns MIG (issue #23) and the GPU Operator's
+    MIG manager is off, so nothing reads it, and the Operator's own default for it would
+    conflict with this patch (issue #24, item 5)."""
     labels = dict(node["labels"])
     labels[REGION_LABEL] = node["region"]
     if node["mesh"] is not None:
         labels[MESH_ADDRESS_LABEL] = node["mesh"]["address"].split("/")[0]
     gpu = node["gpu"]
     if gpu is not None:
-        sharing = gpu["sharing"]
-        labels[DEVICE_PLUGIN_CONFIG_LABEL] = sharing["device_plugin_config"]
-        if sharing["mig_config"] is not None:
-            labels[MIG_CONFIG_LABEL] = sharing["mig_config"]
+        labels[DEVICE_PLUGIN_CONFIG_LABEL] = gpu["sharing"]["device_plugin_config"]
+        if gpu_present:
+            labels[GPU_PRESENT_LABEL] = "true"
     return labels
 
 
-def nodes(cluster: ClusterState, states: Iterable[NodeState]) -> list[K8sObject]:
-    """A Node per fleet node: labels, and the GPU taint on nodes with GPUs. Applied as a
-    patch (server-side apply), so only these fields are claimed."""
+def nodes(cluster: ClusterState, states: Iterable[NodeState], gpu_present: bool = False) -> list[K8sObject]:
+    """A Node per fleet node: labels (:func:`node_labels`), and the GPU taint on nodes with
+    GPUs. Applied only as a patch (Pulumi ``NodePatch``, server-side apply), so only these
+    fields are claimed and a node that has not joined is never created; ``swarm render``
+    leaves them out (a ``Node`` applied by a GitOps tool would create a phantom node)."""
     s = cluster["settings"]
     taint = s["gpu_taint"]
     out = []
     for node in states:
         spec = {"taints": [dict(taint)]} if taint is not None and node["gpu"] is not None else None
-        out.append(k8s_object("Node", node["name"], {**node_labels(node), **s["labels"]}, spec=spec))
+        labels = {**node_labels(node, gpu_present), **s["labels"]}
+        out.append(k8s_object("Node", node["name"], labels, spec=spec))
     return out
 
 
 def gpu_configs(cluster: ClusterState) -> list[K8sObject]:
     """The NVIDIA device plugin's configs (one key per config; nodes select one with
-    ``nvidia.com/device-plugin.config``) and, when a profile declares MIG, the GPU Operator
-    MIG manager's layouts (mig-parted format, selected with ``nvidia.com/mig.config``)."""
+    ``nvidia.com/device-plugin.config``). MIG layouts are the node layer's (it owns MIG);
+    the device plugin only needs each config's MIG strategy."""
     s = cluster["settings"]
     sharing = cluster["gpu_sharing"]
     data = {}
@@ -178,23 +196,7 @@ def gpu_configs(cluster: ClusterState) -> list[K8sObject]:
                 }
             }
         data[c["name"]] = _dump(config)
-    out = [k8s_object("ConfigMap", DEVICE_PLUGIN_CONFIGMAP, s["labels"], s["gpu_namespace"], data=data)]
-    if sharing["mig_configs"]:
-        layouts = {
-            m["name"]: [
-                {"devices": "all", "mig-enabled": True, "mig-devices": dict(m["devices"])}
-                if m["enabled"]
-                else {"devices": "all", "mig-enabled": False}
-            ]
-            for m in sharing["mig_configs"]
-        }
-        text = _dump({"version": "v1", "mig-configs": layouts})
-        out.append(
-            k8s_object(
-                "ConfigMap", MIG_CONFIGMAP, s["labels"], s["gpu_namespace"], data={MIG_CONFIG_KEY: text}
-            )
-        )
-    return out
+    return [k8s_object("ConfigMap", DEVICE_PLUGIN_CONFIGMAP, s["labels"], s["gpu_namespace"], data=data)]
 
 
 def mesh_configmap(cluster: ClusterState) -> list[K8sObject]:
@@ -216,10 +218,172 @@ def mesh_configmap(cluster: ClusterState) -> list[K8sObject]:
     ]
 
 
+def _hostname_in(names: list[str]) -> dict[str, Any]:
+    return {"key": HOSTNAME_LABEL, "values": names}
+
+
+def local_path_provisioner(cluster: ClusterState, scratch_nodes: list[NodeState]) -> list[K8sObject]:
+    """rancher/local-path-provisioner (``LOCAL_PATH_VERSION``), the provisioner of the scratch
+    class: its namespace (pod security ``privileged``: its helper pods mount the node's path),
+    service account and RBAC, Deployment and ConfigMap, restated from upstream
+    ``deploy/local-path-storage.yaml`` at that tag. The config maps each node with scratch to
+    its mount path and names no ``DEFAULT_PATH_FOR_NON_LISTED_NODES``, so no volume is ever
+    made outside scratch (upstream ``getPathOnNode`` refuses an unlisted node). Its helper
+    pods (``setup``/``teardown``, which deletes a volume's directory when its claim goes)
+    tolerate the GPU taint, since scratch is on GPU nodes."""
+    s = cluster["settings"]
+    labels, ns, account = s["labels"], LOCAL_PATH_NAMESPACE, LOCAL_PATH_ACCOUNT
+    subject = [{"kind": "ServiceAccount", "name": account, "namespace": ns}]
+    rbac = "rbac.authorization.k8s.io"
+    paths = {n["name"]: [n["storage"]["scratch"]["mount_path"]] for n in scratch_nodes if n["storage"]}
+    config = {"nodePathMap": [{"node": name, "paths": p} for name, p in paths.items()]}
+    tolerations: list[dict[str, str]] = [
+        {"key": "node.kubernetes.io/disk-pressure", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    if s["gpu_taint"] is not None:
+        tolerations.append(
+            {"key": s["gpu_taint"]["key"], "operator": "Exists", "effect": s["gpu_taint"]["effect"]}
+        )
+    helper = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "helper-pod"},
+        "spec": {
+            "priorityClassName": "system-node-critical",
+            "tolerations": tolerations,
+            "containers": [
+                {
+                    "name": "helper-pod",
+                    "image": "docker.io/library/busybox",
+                    "imagePullPolicy": "IfNotPresent",
+                }
+            ],
+        },
+    }
+    probe = {"httpGet": {"path": "/health", "port": "health"}}
+    container = {
+        "name": LOCAL_PATH_NAME,
+        "image": LOCAL_PATH_IMAGE,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["local-path-provisioner", "start", "--config", "/etc/config/config.json"],
+        "ports": [{"name": "health", "containerPort": 8080, "protocol": "TCP"}],
+        "startupProbe": {**probe, "initialDelaySeconds": 5, "periodSeconds": 5, "failureThreshold": 12},
+        "livenessProbe": {**probe, "initialDelaySeconds": 10, "periodSeconds": 10},
+        "readinessProbe": {
+            "httpGet": {"path": "/ready", "port": "health"},
+            "initialDelaySeconds": 5,
+            "periodSeconds": 5,
+        },
+        "volumeMounts": [{"name": "config-volume", "mountPath": "/etc/config/"}],
+        "env": [
+            {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+            {"name": "CONFIG_MOUNT_PATH", "value": "/etc/config/"},
+            {"name": "HEALTH_PORT", "value": "8080"},
+        ],
+    }
+    app = {"app": LOCAL_PATH_NAME}
+    return [
+        k8s_object("Namespace", ns, {**labels, "pod-security.kubernetes.io/enforce": "privileged"}),
+        k8s_object("ServiceAccount", account, labels, ns),
+        k8s_object(
+            "Role",
+            LOCAL_PATH_NAME + "-role",
+            labels,
+            ns,
+            rules=[
+                {
+                    "apiGroups": [""],
+                    "resources": ["pods"],
+                    "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"],
+                }
+            ],
+        ),
+        k8s_object(
+            "ClusterRole",
+            LOCAL_PATH_NAME + "-role",
+            labels,
+            rules=[
+                {
+                    "apiGroups": [""],
+                    "resources": ["nodes", "persistentvolumeclaims", "configmaps", "pods", "pods/log"],
+                    "verbs": ["get", "list", "watch"],
+                },
+                {
+                    "apiGroups": [""],
+                    "resources": ["persistentvolumes"],
+                    "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"],
+                },
+                {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+                {
+                    "apiGroups": ["storage.k8s.io"],
+                    "resources": ["storageclasses"],
+                    "verbs": ["get", "list", "watch"],
+                },
+            ],
+        ),
+        k8s_object(
+            "RoleBinding",
+            LOCAL_PATH_NAME + "-bind",
+            labels,
+            ns,
+            roleRef={"apiGroup": rbac, "kind": "Role", "name": LOCAL_PATH_NAME + "-role"},
+            subjects=subject,
+        ),
+        k8s_object(
+            "ClusterRoleBinding",
+            LOCAL_PATH_NAME + "-bind",
+            labels,
+            roleRef={"apiGroup": rbac, "kind": "ClusterRole", "name": LOCAL_PATH_NAME + "-role"},
+            subjects=subject,
+        ),
+        k8s_object(
+            "ConfigMap",
+            LOCAL_PATH_CONFIGMAP,
+            labels,
+            ns,
+            data={
+                "config.json": json.dumps(config, sort_keys=True, indent=2),
+                "setup": '#!/bin/sh\nset -eu\nmkdir -m 0777 -p "$VOL_DIR"\n',
+                "teardown": '#!/bin/sh\nset -eu\nrm -rf "$VOL_DIR"\n',
+                "helperPod.yaml": _dump(helper),
+            },
+        ),
+        k8s_object(
+            "Deployment",
+            LOCAL_PATH_NAME,
+            labels,
+            ns,
+            spec={
+                "replicas": 1,
+                "selector": {"matchLabels": app},
+                "template": {
+                    "metadata": {"labels": app},
+                    "spec": {
+                        "serviceAccountName": account,
+                        "containers": [container],
+                        "volumes": [{"name": "config-volume", "configMap": {"name": LOCAL_PATH_CONFIGMAP}}],
+                    },
+                },
+            },
+        ),
+    ]
+
+
 def storage(cluster: ClusterState, states: Iterable[NodeState]) -> list[K8sObject]:
-    """StorageClasses (declared, and the local scratch class), a local PersistentVolume per
-    node with scratch (node affinity on ``kubernetes.io/hostname``, which must be the node's
-    fleet name), and a PVC per declared volume."""
+    """StorageClasses (declared, and the scratch class), what provisions the scratch class,
+    the scratch quota of each tenant namespace, and a PVC per declared volume.
+
+    The scratch class (``rancher.io/local-path``, ``Delete``, ``WaitForFirstConsumer``,
+    allowed topology: the nodes with scratch by ``kubernetes.io/hostname``, which must be the
+    node's fleet name; kube-scheduler's VolumeBinding plugin places a pod with an unbound
+    claim only on a node the class's ``allowedTopologies`` admit: kubernetes
+    ``pkg/scheduler/framework/plugins/volumebinding/binder.go``, ``checkVolumeProvisions``)
+    gets volumes made on demand under a node's scratch mount and removed
+    with their claim, so a released volume never keeps a tenant's data and many claims share
+    a node. A ResourceQuota ``swarm-scratch`` on
+    ``<class>.storageclass.storage.k8s.io/requests.storage`` in every tenant namespace caps
+    what each tenant requests (``scratch.tenant_quota_gib``). Classes of other provisioners
+    are those :mod:`swarm_infra.resolve.provisioners` allows (installed by the stack)."""
     st = cluster["storage"]
     if st is None:
         return []
@@ -239,51 +403,27 @@ def storage(cluster: ClusterState, states: Iterable[NodeState]) -> list[K8sObjec
             )
         )
     scratch = st["scratch"]
-    if scratch is not None:
+    scratch_nodes = sorted((n for n in states if n["storage"] is not None), key=lambda n: n["name"])
+    if scratch is not None and scratch_nodes:
         cls = scratch["storage_class"]
         out.append(
             k8s_object(
                 "StorageClass",
                 cls,
                 labels,
-                provisioner="kubernetes.io/no-provisioner",
-                reclaimPolicy="Retain",
+                provisioner=LOCAL_PATH,
+                reclaimPolicy="Delete",
                 volumeBindingMode="WaitForFirstConsumer",
+                allowedTopologies=[
+                    {"matchLabelExpressions": [_hostname_in([n["name"] for n in scratch_nodes])]}
+                ],
             )
         )
-        for node in states:
-            if node["storage"] is None:
-                continue
-            sc = node["storage"]["scratch"]
+        out.extend(local_path_provisioner(cluster, scratch_nodes))
+        hard = {f"{cls}.storageclass.storage.k8s.io/requests.storage": f"{scratch['tenant_quota_gib']}Gi"}
+        for t in cluster["tenants"]:
             out.append(
-                k8s_object(
-                    "PersistentVolume",
-                    f"scratch-{node['name']}",
-                    {**labels, SITE_LABEL: node["site"]},
-                    spec={
-                        "capacity": {"storage": f"{sc['size_gib']}Gi"},
-                        "accessModes": ["ReadWriteOnce"],
-                        "persistentVolumeReclaimPolicy": "Retain",
-                        "storageClassName": cls,
-                        "volumeMode": "Filesystem",
-                        "local": {"path": sc["mount_path"]},
-                        "nodeAffinity": {
-                            "required": {
-                                "nodeSelectorTerms": [
-                                    {
-                                        "matchExpressions": [
-                                            {
-                                                "key": HOSTNAME_LABEL,
-                                                "operator": "In",
-                                                "values": [node["name"]],
-                                            }
-                                        ]
-                                    }
-                                ]
-                            }
-                        },
-                    },
-                )
+                k8s_object("ResourceQuota", SCRATCH_QUOTA, labels, t["namespace"], spec={"hard": hard})
             )
     for v in st["volumes"]:
         out.append(

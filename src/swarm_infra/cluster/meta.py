@@ -13,11 +13,16 @@ KUEUE_API = "kueue.x-k8s.io/v1beta2"
 RAY_API = "ray.io/v1"
 API_VERSIONS: dict[str, str] = {
     "Namespace": "v1",
+    "ServiceAccount": "v1",
+    "ClusterRole": "rbac.authorization.k8s.io/v1",
+    "ClusterRoleBinding": "rbac.authorization.k8s.io/v1",
+    "Role": "rbac.authorization.k8s.io/v1",
+    "RoleBinding": "rbac.authorization.k8s.io/v1",
+    "Deployment": "apps/v1",
     "ConfigMap": "v1",
     "Node": "v1",
     "ResourceQuota": "v1",
     "LimitRange": "v1",
-    "PersistentVolume": "v1",
     "PersistentVolumeClaim": "v1",
     "PriorityClass": "scheduling.k8s.io/v1",
     "StorageClass": "storage.k8s.io/v1",

@@ -3,8 +3,11 @@
 ``files(objects)`` → ``{file name: text}``: ``NN-<kind>.yaml`` where NN is the apply order
 (namespaces first; Kueue's objects after the cluster-scoped ones they name; claims and
 Ray clusters last), each a stream of ``---`` documents sorted by (namespace, name), keys
-sorted. The same objects always give the same bytes. ``differences(expected, directory)``
-says how a directory's rendered files differ from them (for ``swarm render --check``).
+sorted. ``Node`` objects are left out (``NOT_RENDERED``): ``kubectl apply`` or a GitOps tool
+would create a Node for a machine that has not joined; the Pulumi stack applies them as
+``NodePatch``, which only patches an existing node. The same objects always give the same
+bytes. ``differences(expected, directory)`` says how a directory's rendered files differ
+from them (for ``swarm render --check``).
 """
 
 from __future__ import annotations
@@ -21,10 +24,15 @@ from .meta import K8sObject, no_gc, sort_key
 # Apply order. Every kind the builder makes is listed (a test checks it).
 KIND_ORDER = (
     "Namespace",
+    "ServiceAccount",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "Role",
+    "RoleBinding",
     "PriorityClass",
     "StorageClass",
-    "PersistentVolume",
     "ConfigMap",
+    "Deployment",
     "ResourceQuota",
     "LimitRange",
     "ValidatingAdmissionPolicy",
@@ -38,6 +46,9 @@ KIND_ORDER = (
     "PersistentVolumeClaim",
     "RayCluster",
 )
+# Built but never written: a Node in a file would create one for a machine that has not
+# joined (issue #24); only the Pulumi stack patches nodes (NodePatch).
+NOT_RENDERED = frozenset({"Node"})
 RENDERED = re.compile(r"^[0-9]{2}-[a-z]+\.yaml$")  # the names file_name() gives; other files are left alone
 HEADER = "# Rendered by `swarm render` from fleet {fleet!r} (inventory/, policies/). Do not edit.\n"
 # No line folding: libyaml and PyYAML's own emitter fold long quoted strings differently.
@@ -49,7 +60,7 @@ except AttributeError:  # pragma: no cover - PyYAML built without libyaml
 
 
 def file_name(kind: str) -> str:
-    """``03-persistentvolume.yaml`` for ``PersistentVolume``."""
+    """``21-persistentvolumeclaim.yaml`` for ``PersistentVolumeClaim``."""
     return f"{KIND_ORDER.index(kind):02d}-{kind.lower()}.yaml"
 
 
@@ -70,7 +81,8 @@ def files(objects: Iterable[K8sObject], fleet: str) -> dict[str, str]:
     """File name → YAML text, one file per kind (see the module doc)."""
     by_kind: dict[str, list[K8sObject]] = defaultdict(list)
     for obj in objects:
-        by_kind[obj["kind"]].append(obj)
+        if obj["kind"] not in NOT_RENDERED:
+            by_kind[obj["kind"]].append(obj)
     return {
         file_name(kind): HEADER.format(fleet=fleet) + dump(sorted(objs, key=sort_key))
         for kind, objs in sorted(by_kind.items(), key=lambda kv: KIND_ORDER.index(kv[0]))

@@ -23,7 +23,12 @@ from .lockfile import Pin
 # Defaults of nested policy objects, by what they belong to (as stated in schemas/).
 HUGEPAGES_DEFAULTS = {"size_kib": 2048}
 MIG_DEFAULTS = {"profiles": ()}
-SCRATCH_DEFAULTS = {"filesystem": "xfs", "raid0": True, "storage_class": "swarm-scratch"}
+SCRATCH_DEFAULTS = {
+    "filesystem": "xfs",
+    "raid0": True,
+    "storage_class": "swarm-scratch",
+    "tenant_quota_gib": 0,
+}
 STORAGE_CLASS_DEFAULTS = {
     "parameters": {},
     "reclaim_policy": "Delete",

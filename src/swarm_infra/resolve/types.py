@@ -527,7 +527,8 @@ class ScratchPolicy(TypedDict):
     mount_path: str
     filesystem: str
     raid0: bool
-    storage_class: str  # StorageClass of the local PersistentVolumes (kubernetes.io/no-provisioner)
+    storage_class: str  # StorageClass of node-local scratch volumes (rancher.io/local-path)
+    tenant_quota_gib: int  # scratch each tenant namespace may request (a ResourceQuota)
 
 
 class ClusterStorageState(TypedDict):

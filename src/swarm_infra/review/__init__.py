@@ -62,10 +62,10 @@ _OBJECT_KINDS = {
     "WorkloadPriorityClass": ("Priority",),
     "ResourceFlavor": ("Node", "Cluster"),
     "Node": ("Node", "Site", "GpuProfile", "Cluster"),
-    "StorageClass": ("Storage",),
-    "PersistentVolume": ("Storage", "Node"),
+    "StorageClass": ("Storage", "Node"),  # the scratch class's topology: the nodes with scratch
     "PersistentVolumeClaim": ("Storage",),
-    "ConfigMap": ("Mesh", "Node", "GpuProfile", "Cluster"),
+    "ConfigMap": ("Mesh", "Node", "GpuProfile", "Cluster", "Storage"),
+    "Deployment": ("Storage",),  # the local-path provisioner
     "ValidatingAdmissionPolicy": ("Allocation", "Priority"),
     "ValidatingAdmissionPolicyBinding": ("Allocation", "Priority"),
 }

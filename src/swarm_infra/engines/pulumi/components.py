@@ -7,12 +7,15 @@
   caps, node labels and taints (NodePatch) and the GPU sharing ConfigMaps;
 - :class:`GpuOperator`: the NVIDIA GPU Operator or device plugin (Helm), after its
   namespace and ConfigMaps exist;
-- :class:`Storage`: StorageClasses, local scratch PersistentVolumes and the tenants' claims;
+- :class:`Storage`: the provisioners (csi-driver-nfs, local-path), StorageClasses, the
+  scratch quotas and the tenants' claims;
 - :class:`Mesh`: the topology ConfigMap; its outputs are the topology;
 - :class:`RayClusters`: the tenants' RayClusters, after the KubeRay operator.
 
 Dependencies are explicit: a namespaced object waits for its Namespace, Kueue's objects for
-Kueue's release (its CRDs and webhooks), claims for their StorageClass.
+Kueue's release (its CRDs and webhooks), a StorageClass for its provisioner, claims for
+their StorageClass. Every chart comes from the declared mirror, or from its public home
+with no credentials (:meth:`~swarm_infra.engines.pulumi.config.StackConfig.chart`).
 """
 
 from __future__ import annotations
@@ -25,8 +28,9 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from ...cluster import K8sObject
-from ...cluster.core import DEVICE_PLUGIN_CONFIGMAP, MIG_CONFIGMAP
+from ...cluster.core import DEVICE_PLUGIN_CONFIGMAP, LOCAL_PATH_NAMESPACE
 from ...cluster.meta import KUEUE_API
+from ...resolve.provisioners import LOCAL_PATH, NFS_CSI
 from . import config as cfg
 from .resources import register, resource_name
 
@@ -54,14 +58,18 @@ def _add(
     return out
 
 
-def _repository(url: str | None, conf: cfg.StackConfig) -> k8s.helm.v3.RepositoryOptsArgsDict | None:
-    if url is None:
-        return None
-    repo: k8s.helm.v3.RepositoryOptsArgsDict = {"repo": url}
-    if conf.helm_username:
-        repo["username"] = conf.helm_username
-        repo["password"] = conf.helm_password
-    return repo
+def _chart(name: str, conf: cfg.StackConfig) -> dict[str, Any]:
+    """``chart`` and ``repository_opts`` of a Helm Release for chart ``name``: from the
+    declared mirror with its credentials, or from the public home with none
+    (:meth:`StackConfig.chart`)."""
+    c = conf.chart(name)
+    repo: k8s.helm.v3.RepositoryOptsArgsDict = {}
+    if c.repo is not None:
+        repo["repo"] = c.repo
+    if c.username:
+        repo["username"] = c.username
+        repo["password"] = c.password
+    return {"chart": c.chart, "repository_opts": repo or None}
 
 
 @dataclass(frozen=True)
@@ -88,7 +96,7 @@ class Operators(pulumi.ComponentResource):
             self.kueue = k8s.helm.v3.Release(
                 "kueue",
                 name="kueue",
-                chart=cfg.KUEUE_CHART,
+                **_chart("kueue", c),
                 version=c.kueue.version,
                 namespace="kueue-system",
                 create_namespace=True,
@@ -99,11 +107,10 @@ class Operators(pulumi.ComponentResource):
             self.kuberay = k8s.helm.v3.Release(
                 "kuberay-operator",
                 name="kuberay-operator",
-                chart="kuberay-operator",
+                **_chart("kuberay-operator", c),
                 version=c.kuberay.version,
                 namespace="ray-system",
                 create_namespace=True,
-                repository_opts=_repository(cfg.KUBERAY_REPO, c),
                 opts=child,
             )
         self.register_outputs(
@@ -145,14 +152,48 @@ class Cluster(pulumi.ComponentResource):
 class GpuOperatorArgs:
     config: cfg.StackConfig
     namespace: str  # ClusterSettingsState.gpu_namespace (made by Cluster)
-    mig: bool  # the MIG manager's ConfigMap exists
+    mig: bool  # some GpuProfile uses MIG: the device plugin runs with MIG strategy single
     depends_on: Sequence[pulumi.Resource] = field(default_factory=list)
 
 
+def gpu_operator_values(mig: bool) -> dict[str, Any]:
+    """The GPU Operator's Helm values: one owner per concern.
+
+    - driver: the node layer (``driver.enabled: false``);
+    - container runtime: the Operator's toolkit (``toolkit.enabled: true``, the chart's
+      default) configures containerd for the NVIDIA runtime, with CDI (``cdi.enabled``,
+      default true in v26.3.3); the node layer installs the driver only;
+    - MIG: the node layer (issue #23); ``migManager.enabled: false``, so the Operator never
+      labels ``nvidia.com/mig.config`` (``state_manager.go`` sets it only while the MIG
+      manager is enabled) and no NodePatch conflicts with it on day two;
+    - node discovery: NFD on (``nfd.enabled: true``, the default), whose
+      ``feature.node.kubernetes.io/pci-10de.present`` lets the Operator label GPU nodes
+      ``nvidia.com/gpu.present=true`` and deploy its operands there;
+    - the device plugin reads the stack's config ConfigMap (``devicePlugin.config``).
+
+    Defaults from NVIDIA/gpu-operator v26.3.3 ``deployments/gpu-operator/values.yaml``;
+    ``driver.enabled: false`` is NVIDIA's documented setting for pre-installed drivers
+    (GPU Operator docs, "Install NVIDIA GPU Operator", chart customization options).
+    """
+    values: dict[str, Any] = {
+        "driver": {"enabled": False},
+        "toolkit": {"enabled": True},
+        "cdi": {"enabled": True},
+        "nfd": {"enabled": True},
+        "migManager": {"enabled": False},
+        "devicePlugin": {"config": {"name": DEVICE_PLUGIN_CONFIGMAP, "default": "default"}},
+    }
+    if mig:
+        values["mig"] = {"strategy": "single"}
+    return values
+
+
 class GpuOperator(pulumi.ComponentResource):
-    """The NVIDIA GPU Operator (or the device plugin alone), reading the device plugin and
-    MIG configs the Cluster component made. The node layer installs the driver and the
-    container toolkit, so the operator's own are off."""
+    """The NVIDIA GPU Operator (or the device plugin alone), reading the device plugin
+    config the Cluster component made. With the Operator, the node layer owns the driver
+    and MIG, the Operator the container runtime (:func:`gpu_operator_values`); with the
+    device plugin alone, the node layer owns the runtime too, and GPU nodes carry
+    ``nvidia.com/gpu.present=true`` (the chart's node affinity: no NFD there)."""
 
     release: k8s.helm.v3.Release | None
 
@@ -162,32 +203,22 @@ class GpuOperator(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on) or None)
         self.release = None
         if c.gpu_mode == "gpu-operator":
-            values: dict[str, Any] = {
-                "driver": {"enabled": False},
-                "toolkit": {"enabled": False},
-                "devicePlugin": {"config": {"name": DEVICE_PLUGIN_CONFIGMAP, "default": "default"}},
-            }
-            if args.mig:
-                values["migManager"] = {"config": {"name": MIG_CONFIGMAP, "default": "all-disabled"}}
-                values["mig"] = {"strategy": "single"}
             self.release = k8s.helm.v3.Release(
                 "gpu-operator",
                 name="gpu-operator",
-                chart="gpu-operator",
+                **_chart("gpu-operator", c),
                 version=c.gpu.version,
                 namespace=args.namespace,
-                repository_opts=_repository(cfg.NVIDIA_REPO, c),
-                values=values,
+                values=gpu_operator_values(args.mig),
                 opts=child,
             )
         elif c.gpu_mode == "device-plugin":
             self.release = k8s.helm.v3.Release(
                 "nvidia-device-plugin",
                 name="nvidia-device-plugin",
-                chart="nvidia-device-plugin",
+                **_chart("nvidia-device-plugin", c),
                 version=c.gpu.version,
                 namespace=args.namespace,
-                repository_opts=_repository(cfg.DEVICE_PLUGIN_REPO, c),
                 values={"config": {"name": DEVICE_PLUGIN_CONFIGMAP, "default": "default"}},
                 opts=child,
             )
@@ -198,31 +229,72 @@ class GpuOperator(pulumi.ComponentResource):
 class StorageArgs:
     objects: Sequence[K8sObject]  # ClusterObjects.storage
     namespaces: Mapping[str, pulumi.Resource] = field(default_factory=dict)
+    config: cfg.StackConfig = field(default_factory=cfg.StackConfig)
 
 
 class Storage(pulumi.ComponentResource):
-    """StorageClasses, local scratch PersistentVolumes and the tenants' claims (each claim
-    after its namespace and its StorageClass)."""
+    """What provisions each StorageClass, then the classes, then the claims.
+
+    The provisioners first: the csi-driver-nfs Helm release when a class names
+    ``nfs.csi.k8s.io``, and the local-path provisioner's objects (namespace, RBAC,
+    ConfigMap, Deployment) when the scratch class exists. Each StorageClass waits for its
+    provisioner, each claim for its namespace and class (pulumi-kubernetes awaits an
+    ``Immediate`` claim until it binds, and a ``WaitForFirstConsumer`` one only once its
+    class is readable: pulumi/pulumi-kubernetes#3130), each scratch ResourceQuota for its
+    tenant namespace."""
 
     resources: dict[str, pulumi.CustomResource]
+    nfs: k8s.helm.v3.Release | None
 
     def __init__(self, name: str, args: StorageArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("swarm:cluster:Storage", name, None, opts)
-        classes = [o for o in args.objects if o["kind"] == "StorageClass"]
-        self.resources = _add(self, classes, {})
-        by_class = {o["metadata"]["name"]: self.resources[_key(o)] for o in classes}
-        self.resources.update(_add(self, [o for o in args.objects if o["kind"] == "PersistentVolume"], {}))
-        for o in args.objects:
-            if o["kind"] == "PersistentVolumeClaim":
-                cls = by_class.get(o["spec"]["storageClassName"])
-                self.resources.update(
-                    _add(self, [o], args.namespaces, {"PersistentVolumeClaim": [cls] if cls else []})
-                )
+        objs = list(args.objects)
+        classes = [o for o in objs if o["kind"] == "StorageClass"]
+        self.nfs = None
+        if any(o["provisioner"] == NFS_CSI for o in classes):
+            self.nfs = k8s.helm.v3.Release(
+                "csi-driver-nfs",
+                name="csi-driver-nfs",
+                **_chart("csi-driver-nfs", args.config),
+                version=args.config.csi_nfs_version,
+                namespace=cfg.CSI_NFS_NAMESPACE,
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+        own_ns = [o for o in objs if o["kind"] == "Namespace"]
+        self.resources = _add(self, own_ns, {})
+        namespaces = {**args.namespaces, **{o["metadata"]["name"]: self.resources[_key(o)] for o in own_ns}}
+        local_path = [
+            o
+            for o in objs
+            if o["metadata"].get("namespace") == LOCAL_PATH_NAMESPACE
+            or o["kind"] in ("ClusterRole", "ClusterRoleBinding")
+        ]
+        self.resources.update(_add(self, local_path, namespaces))
+        deployment = [r for k, r in self.resources.items() if k.startswith("Deployment:")]
+        provisioner: dict[str, list[pulumi.Resource]] = {
+            NFS_CSI: [self.nfs] if self.nfs is not None else [],
+            LOCAL_PATH: [*deployment],
+        }
+        by_class: dict[str, pulumi.CustomResource] = {}
+        for o in classes:
+            made = _add(self, [o], {}, {"StorageClass": provisioner.get(o["provisioner"], [])})
+            self.resources.update(made)
+            by_class[o["metadata"]["name"]] = made[_key(o)]
+        placed = {id(o) for o in [*own_ns, *local_path, *classes]}
+        rest = [o for o in objs if id(o) not in placed]
+        for o in rest:
+            deps: list[pulumi.Resource] = []
+            if o["kind"] == "PersistentVolumeClaim" and o["spec"]["storageClassName"] in by_class:
+                deps.append(by_class[o["spec"]["storageClassName"]])
+            self.resources.update(_add(self, [o], namespaces, {o["kind"]: deps}))
         self.register_outputs(
             {
                 "classes": sorted(o["metadata"]["name"] for o in classes),
-                "claims": sorted(
-                    resource_name(o) for o in args.objects if o["kind"] == "PersistentVolumeClaim"
+                "claims": sorted(resource_name(o) for o in objs if o["kind"] == "PersistentVolumeClaim"),
+                "provisioners": sorted(
+                    p
+                    for p, deps in provisioner.items()
+                    if deps and any(c["provisioner"] == p for c in classes)
                 ),
             }
         )

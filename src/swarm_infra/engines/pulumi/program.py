@@ -48,18 +48,19 @@ class Program:
     ray_clusters: RayClusters
 
 
-def load(config: StackConfig, root: Path) -> tuple[DesiredState, ClusterObjects]:
-    """The fleet's desired state and objects (raises FleetInvalid, ScopeError)."""
+def load(config: StackConfig, root: Path, gpu_present: bool = False) -> tuple[DesiredState, ClusterObjects]:
+    """The fleet's desired state and objects (raises FleetInvalid, ScopeError);
+    ``gpu_present`` as :func:`swarm_infra.cluster.build` takes it."""
     paths = [p for p in convention_paths(root, config.fleet) if p.is_dir()]
     if not paths:
         raise FileNotFoundError(f"no inventory/{config.fleet} or policies/{config.fleet} under {root}")
     state = desired_state(load_fleet(paths))
-    return state, build(state, config.sites)
+    return state, build(state, config.sites, gpu_present)
 
 
 def run(config: StackConfig, root: Path) -> Program:
     """Register the stack's components for ``config`` with the fleet under ``root``."""
-    state, objects = load(config, root)
+    state, objects = load(config, root, gpu_present=config.gpu_mode == "device-plugin")
     settings = state["cluster"]["settings"]
     elastic = any(o["spec"].get("enableInTreeAutoscaling") for o in objects.ray)
     operators = Operators("operators", OperatorsArgs(config, elastic))
@@ -79,7 +80,7 @@ def run(config: StackConfig, root: Path) -> Program:
             gpu_inputs,
         ),
     )
-    storage = Storage("storage", StorageArgs(objects.storage, cluster.namespaces))
+    storage = Storage("storage", StorageArgs(objects.storage, cluster.namespaces, config))
     mesh = Mesh("mesh", MeshArgs(objects.mesh, state["cluster"]["mesh"], cluster.namespaces))
     queues = [
         r

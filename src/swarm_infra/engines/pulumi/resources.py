@@ -39,11 +39,16 @@ class KubernetesObject(pulumi.CustomResource):
 
 TYPED: dict[str, Callable[..., pulumi.CustomResource]] = {
     "Namespace": k8s.core.v1.Namespace,
+    "ServiceAccount": k8s.core.v1.ServiceAccount,
+    "ClusterRole": k8s.rbac.v1.ClusterRole,
+    "ClusterRoleBinding": k8s.rbac.v1.ClusterRoleBinding,
+    "Role": k8s.rbac.v1.Role,
+    "RoleBinding": k8s.rbac.v1.RoleBinding,
+    "Deployment": k8s.apps.v1.Deployment,
     "ConfigMap": k8s.core.v1.ConfigMap,
     "Node": k8s.core.v1.NodePatch,
     "ResourceQuota": k8s.core.v1.ResourceQuota,
     "LimitRange": k8s.core.v1.LimitRange,
-    "PersistentVolume": k8s.core.v1.PersistentVolume,
     "PersistentVolumeClaim": k8s.core.v1.PersistentVolumeClaim,
     "PriorityClass": k8s.scheduling.v1.PriorityClass,
     "StorageClass": k8s.storage.v1.StorageClass,

@@ -137,7 +137,7 @@ def namespaces(a: Analysis) -> Iterator[Finding]:
             ("spec", "scratch", "storage_class"),
             "name.duplicate",
             f"storage class {scratch['storage_class']!r} is also in spec.classes; the scratch "
-            "class is made by the cluster layer (kubernetes.io/no-provisioner)",
+            "class is made by the cluster layer (rancher.io/local-path on scratch)",
         )
 
 

@@ -163,6 +163,8 @@ def storage_refs(a: Analysis) -> Iterator[Finding]:
                     "storage.default-multiple",
                     "more than one storage class is marked default",
                 )
+    if st.scratch is not None:  # node-local scratch is claimed through its own class
+        classes.add(st.scratch["storage_class"])
     tenants = {t.name for t in a.fleet.allocation.tenants} if a.fleet.allocation else set()
     volumes: set[tuple[str, str]] = set()  # PVC names are unique per namespace (tenant)
     for vi, v in enumerate(st.volumes):
@@ -179,7 +181,7 @@ def storage_refs(a: Analysis) -> Iterator[Finding]:
                 st.source,
                 ("spec", "volumes", vi, "class"),
                 "reference.unresolved",
-                f"no storage class named {v['class']!r} in spec.classes",
+                f"no storage class named {v['class']!r} in spec.classes (or scratch.storage_class)",
             )
         if v["tenant"] not in tenants and a.fleet.complete("Allocation"):
             yield Finding(

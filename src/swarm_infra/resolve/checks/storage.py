@@ -1,4 +1,4 @@
-"""Storage: where node-local scratch may be mounted."""
+"""Storage: where node-local scratch may be mounted, and classes that can bind."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from ...fleet.diagnostics import Finding, excerpt
 from ..analysis import Analysis
 from ..layout import STATE_DIR
+from ..provisioners import PROVISIONERS
 
 # Mounting scratch on (or inside) these would hide or replace the system's own files.
 SYSTEM_DIRS = (
@@ -89,4 +90,49 @@ def scratch_mount(a: Analysis) -> Iterator[Finding]:
         )
 
 
-CHECKS = (scratch_mount,)
+def provisioners(a: Analysis) -> Iterator[Finding]:
+    """``storage.provisioner-not-installed``: a class names a provisioner the stack does not
+    install (:data:`~swarm_infra.resolve.provisioners.PROVISIONERS`), or ``rancher.io/local-path``
+    (the scratch class's provisioner: claim scratch through ``scratch.storage_class``);
+    ``storage.scratch-quota-exceeded``: a tenant's declared scratch volumes request more than
+    ``scratch.tenant_quota_gib`` (the ResourceQuota would refuse them)."""
+    st = a.fleet.storage
+    if st is None:
+        return
+    for ci, c in enumerate(st.classes):
+        known = PROVISIONERS.get(c["provisioner"])
+        if known is None or not known.declarable:
+            offered = ", ".join(p.name for p in PROVISIONERS.values() if p.declarable)
+            why = (
+                "is the scratch class's provisioner; claim node-local scratch with scratch.storage_class"
+                if known is not None
+                else f"is not installed by the stack (it installs {offered}); "
+                "no claim of this class would bind"
+            )
+            yield Finding(
+                st.source,
+                ("spec", "classes", ci, "provisioner"),
+                "storage.provisioner-not-installed",
+                f"provisioner {excerpt(c['provisioner'])} {why}",
+            )
+    scratch = st.scratch
+    if scratch is None:
+        return
+    used: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for vi, v in enumerate(st.volumes):
+        if v["class"] == scratch["storage_class"]:
+            used[v["tenant"]] = used.get(v["tenant"], 0) + v["size_gib"]
+            last[v["tenant"]] = vi
+    for tenant, gib in sorted(used.items()):
+        if gib > scratch["tenant_quota_gib"]:
+            yield Finding(
+                st.source,
+                ("spec", "volumes", last[tenant], "size_gib"),
+                "storage.scratch-quota-exceeded",
+                f"tenant {tenant!r}'s scratch volumes request {gib} GiB, above scratch.tenant_quota_gib "
+                f"({scratch['tenant_quota_gib']}); the ResourceQuota would refuse them",
+            )
+
+
+CHECKS = (scratch_mount, provisioners)
