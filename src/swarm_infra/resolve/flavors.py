@@ -62,3 +62,57 @@ def flavor_shapes(a: Analysis, sharing: dict[str, GpuSharingState]) -> dict[str,
                     NodeShape(node.name, slot.count * (units or 0), node.cpus, node.memory_gib)
                 )
     return dict(out)
+
+
+# A site's CPU flavor: the Kueue ResourceFlavor of its nodes without GPUs (node label
+# swarm.io/site), where Ray heads and other CPU-only pods of the site's workloads run.
+CPU_FLAVOR_PREFIX = "cpu-"
+
+
+def cpu_flavor(site: str) -> str:
+    """The name of ``site``'s CPU flavor (GPU flavors are catalog names, never ``cpu-*``)."""
+    return CPU_FLAVOR_PREFIX + site
+
+
+def cpu_nodes(a: Analysis) -> dict[str, list[Any]]:
+    """Site → its nodes without GPUs (any role; every fleet node is a Kubernetes node), in
+    name order; sites without such nodes are left out."""
+    out: dict[str, list[Any]] = defaultdict(list)
+    for node in sorted(a.fleet.nodes.values(), key=lambda n: n.name):
+        if not node.gpus:
+            out[node.site].append(node)
+    return dict(out)
+
+
+def workers_site(a: Analysis, flavor: str) -> str | None:
+    """The site with the most gpu-worker nodes of ``flavor`` (ties: the first by name), or
+    None when the flavor has no gpu-worker node."""
+    catalog = gpu_catalog()
+    count: dict[str, int] = defaultdict(int)
+    for node in a.fleet.nodes.values():
+        if "gpu-worker" in node.roles and any(
+            s.model in catalog and catalog[s.model]["flavor"] == flavor for s in node.gpus
+        ):
+            count[node.site] += 1
+    return min(count, key=lambda s: (-count[s], s)) if count else None
+
+
+def head_placement(a: Analysis, first_worker_flavor: str, cpus: int, memory_gib: int) -> tuple[str, str] | None:
+    """Where a Ray head of ``cpus`` CPUs and ``memory_gib`` GiB goes, decided once for the
+    resolver and the validator: the CPU flavor of the site that holds most of its first
+    worker group's nodes (``("cpu", site)``) when a node without GPUs there can hold it, else
+    the first worker group's GPU flavor (``("gpu", flavor)``: the head runs beside its
+    workers, on their nodes). None: the flavor has no gpu-worker node.
+
+    Kueue tries a ClusterQueue's flavors in order and a CPU-only pod fits the CPU share of
+    any GPU flavor, so without a node selector a head would take the first flavor, in any
+    site; the head's selector (site label, or the flavor label) leaves Kueue one choice
+    (kueue v0.17.5 pkg/scheduler/flavorassigner/flavorassigner.go, ``checkFlavorForPodSets``:
+    a flavor whose nodeLabels do not match the pod's selector is skipped).
+    """
+    site = workers_site(a, first_worker_flavor)
+    if site is None:
+        return None
+    if any(n.cpus >= cpus and n.memory_gib >= memory_gib for n in cpu_nodes(a).get(site, ())):
+        return ("cpu", site)
+    return ("gpu", first_worker_flavor)

@@ -30,7 +30,7 @@ from ...fleet.model import Tenant
 from .. import ray
 from ..analysis import Analysis
 from ..cluster import caps_state
-from ..flavors import flavor_nodes, flavor_shapes, node_sharing
+from ..flavors import flavor_nodes, flavor_shapes, head_placement, node_sharing, workers_site
 from ..types import ComputeState
 
 
@@ -102,9 +102,63 @@ def cohorts(a: Analysis) -> Iterator[Finding]:
         )
 
 
+# Namespaces no tenant may have: Kubernetes' own (and its ``kube-`` prefix), and those of
+# the add-ons the stack installs (Kueue, KubeRay: engines/pulumi/components.py). A tenant's
+# ResourceQuota, LimitRange, Kueue management and admission policy would apply to their pods.
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease", "kueue-system", "ray-system")
+SYSTEM_NAMESPACE_PREFIX = "kube-"
+# Label keys a Cluster may not put on every object: those the project, Kueue, KubeRay, NVIDIA's
+# operators and Kubernetes give meaning to. On every namespace, ``swarm.io/tenant`` would bind
+# the tenant admission policy to the system namespaces and ``priority.swarm.io/<p>`` would
+# allow every tenant every priority; on every node, ``swarm.io/gpu-flavor`` would move GPUs
+# between flavors.
+RESERVED_LABEL_KEYS = (
+    "swarm.io/tenant",
+    "swarm.io/fleet",
+    "swarm.io/site",
+    "swarm.io/region",
+    "swarm.io/gpu-flavor",
+    "swarm.io/mesh-address",
+    "swarm.io/purpose",
+    "app.kubernetes.io/managed-by",
+    "app.kubernetes.io/part-of",
+)
+RESERVED_LABEL_PREFIXES = ("priority.swarm.io/", "kueue.x-k8s.io/", "ray.io/", "nvidia.com/")
+RESERVED_LABEL_DOMAINS = ("kubernetes.io", "k8s.io")  # and their subdomains (pod-security...)
+
+
+def reserved_label(key: str) -> bool:
+    """Whether a Cluster label ``key`` is one :data:`RESERVED_LABEL_KEYS` and the prefixes
+    and domains above reserve."""
+    prefix = key.rpartition("/")[0]
+    return (
+        key in RESERVED_LABEL_KEYS
+        or key.startswith(RESERVED_LABEL_PREFIXES)
+        or any(prefix == d or prefix.endswith("." + d) for d in RESERVED_LABEL_DOMAINS)
+    )
+
+
+def cluster_labels(a: Analysis) -> Iterator[Finding]:
+    """``cluster.label-reserved``: a Cluster label with a reserved key (:func:`reserved_label`)."""
+    c = a.fleet.cluster
+    if c.source is None:
+        return
+    for key in c.labels:
+        if reserved_label(key):
+            yield Finding(
+                c.source,
+                ("spec", "labels", key),
+                "cluster.label-reserved",
+                f"label key {key!r} is reserved: the project, Kueue, KubeRay, NVIDIA or Kubernetes "
+                "give it meaning, and Cluster labels go on every object (namespaces and nodes included)",
+            )
+
+
 def namespaces(a: Analysis) -> Iterator[Finding]:
     """A namespace belongs to one tenant (one LocalQueue, one set of allowed priorities, one
-    set of caps) and to no project component; the scratch StorageClass is not a declared one."""
+    set of caps) and to no project component; the scratch StorageClass is not a declared one.
+    ``allocation.namespace-reserved``: a tenant namespace that is Kubernetes' or an add-on's
+    (:data:`SYSTEM_NAMESPACES`, ``kube-*``)."""
     cluster = a.fleet.cluster
     reserved = {
         cluster.system_namespace: "the cluster's system namespace",
@@ -113,6 +167,16 @@ def namespaces(a: Analysis) -> Iterator[Finding]:
     alloc = a.fleet.allocation
     owner: dict[str, str] = {}
     for ti, t in enumerate(alloc.tenants if alloc else ()):
+        if t.namespace in SYSTEM_NAMESPACES or t.namespace.startswith(SYSTEM_NAMESPACE_PREFIX):
+            assert alloc is not None  # the tenant is one of its own
+            yield Finding(
+                alloc.source,
+                ("spec", "tenants", ti, "namespace" if t.namespace != t.name else "name"),
+                "allocation.namespace-reserved",
+                f"namespace {t.namespace!r} belongs to Kubernetes or an add-on the stack installs; "
+                "the tenant's quota, Kueue management and admission policy would apply to their pods",
+            )
+            continue
         other = reserved.get(t.namespace) or (
             f"tenant {owner[t.namespace]!r}'s namespace" if t.namespace in owner else None
         )
@@ -197,7 +261,6 @@ def ray_clusters(a: Analysis) -> Iterator[Finding]:
     shapes = flavor_shapes(a, node_sharing(a))
     queues = {q.name: {x.flavor for x in q.quotas} for q in alloc.queues}
     default = next((p.name for p in a.fleet.priorities.values() if p.global_default), None)
-    biggest = max(((n.cpus, n.memory_gib) for n in a.fleet.nodes.values()), default=(0, 0))
     # Flavors and sizes depend on every node: with a Node document left out (its own error
     # reported), a missing flavor or a pod that fits nowhere would repeat that error.
     nodes_known = a.fleet.complete("Node")
@@ -221,14 +284,20 @@ def ray_clusters(a: Analysis) -> Iterator[Finding]:
                 f"{t.name!r}'s ({', '.join(sorted(allowed)) or 'none'}); the admission policy "
                 "would refuse it",
             )
-        if nodes_known and (r.head_cpus > biggest[0] or r.head_memory_gib > biggest[1]):
-            yield Finding(
-                alloc.source,
-                (*at, "head"),
-                "ray.pod-too-large",
-                f"the head ({r.head_cpus} CPUs, {r.head_memory_gib} GiB) is larger than every node "
-                f"(largest: {biggest[0]} CPUs, {biggest[1]} GiB)",
-            )
+        place = head_placement(a, r.workers[0].flavor, r.head_cpus, r.head_memory_gib) if nodes_known else None
+        if place is not None and place[0] == "gpu":
+            shown = shapes.get(place[1], ())
+            biggest = max(((n.cpus, n.memory_gib) for n in shown), default=(0, 0))
+            if r.head_cpus > biggest[0] or r.head_memory_gib > biggest[1]:
+                site = workers_site(a, place[1])
+                yield Finding(
+                    alloc.source,
+                    (*at, "head"),
+                    "ray.pod-too-large",
+                    f"the head ({r.head_cpus} CPUs, {r.head_memory_gib} GiB) fits no node without GPUs in "
+                    f"its workers' site {site!r} and no node of its first worker flavor {place[1]!r} "
+                    f"(largest: {biggest[0]} CPUs, {biggest[1]} GiB)",
+                )
         seen: set[str] = set()
         for wi, w in enumerate(r.workers):
             wat = (*at, "workers", wi)
@@ -358,4 +427,4 @@ def volume_caps(a: Analysis) -> Iterator[Finding]:
                 )
 
 
-CHECKS = (sharing, cohorts, namespaces, limit_ranges, ray_clusters, volume_caps)
+CHECKS = (sharing, cohorts, cluster_labels, namespaces, limit_ranges, ray_clusters, volume_caps)
