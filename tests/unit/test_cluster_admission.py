@@ -91,7 +91,10 @@ def test_a_pod_naming_no_class_is_refused_with_the_default_named(tenant: str) ->
     outside the fleet's priorities: every tenant's such pod is refused, and told the default."""
     ns = TENANTS[tenant]["namespace"]
     result = admit(pod(None), ("", "Pod"), ns)
-    assert result == f"a Pod in tenant namespace {ns} must name its PriorityClass (the default Priority is {DEFAULT})"
+    assert (
+        result
+        == f"a Pod in tenant namespace {ns} must name its PriorityClass (the default Priority is {DEFAULT})"
+    )
     assert admit(pod(""), ("", "Pod"), ns) == result  # an empty name is no name
 
 

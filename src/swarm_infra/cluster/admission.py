@@ -72,7 +72,9 @@ def validations(default_priority: str | None) -> list[dict[str, str]]:
     hint = f" (the default Priority is {default_priority})" if default_priority else ""
     return [
         {
-            "expression": "variables.podClass != '' || !(request.kind.group == '' && request.kind.kind == 'Pod')",
+            "expression": (
+                "variables.podClass != '' || !(request.kind.group == '' && request.kind.kind == 'Pod')"
+            ),
             "messageExpression": (
                 "'a Pod in tenant namespace ' + namespaceObject.metadata.name + "
                 f"' must name its PriorityClass{hint}'"

@@ -219,7 +219,9 @@ def manager_config(cluster: ClusterState) -> dict[str, Any]:
     """
     config = copy.deepcopy(_CHART_DEFAULTS)
     config["manageJobsWithoutQueueName"] = True
-    config["managedJobsNamespaceSelector"] = {"matchExpressions": [{"key": TENANT_LABEL, "operator": "Exists"}]}
+    config["managedJobsNamespaceSelector"] = {
+        "matchExpressions": [{"key": TENANT_LABEL, "operator": "Exists"}]
+    }
     if cluster["fair_sharing"]:
         config["fairSharing"] = {"preemptionStrategies": list(FAIR_SHARING_STRATEGIES)}
     config["resources"] = {"excludeResourcePrefixes": list(EXCLUDED_RESOURCE_PREFIXES)}

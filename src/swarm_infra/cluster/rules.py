@@ -113,21 +113,21 @@ def _resource_groups(groups: list[dict[str, Any]], where: str) -> list[str]:
 
 
 # Kubernetes quantity suffixes (apimachinery resource.Quantity), enough for Kueue's quotas.
-_SUFFIX = {
-    "": 1,
+_SUFFIX: dict[str, Fraction] = {
+    "": Fraction(1),
     "n": Fraction(1, 10**9),
     "u": Fraction(1, 10**6),
     "m": Fraction(1, 1000),
-    "k": 10**3,
-    "M": 10**6,
-    "G": 10**9,
-    "T": 10**12,
-    "P": 10**15,
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-    "Pi": 2**50,
+    "k": Fraction(10**3),
+    "M": Fraction(10**6),
+    "G": Fraction(10**9),
+    "T": Fraction(10**12),
+    "P": Fraction(10**15),
+    "Ki": Fraction(2**10),
+    "Mi": Fraction(2**20),
+    "Gi": Fraction(2**30),
+    "Ti": Fraction(2**40),
+    "Pi": Fraction(2**50),
 }
 _QUANTITY = re.compile(r"^([+-]?[0-9]+(?:\.[0-9]*)?)(n|u|m|k|M|G|T|P|Ki|Mi|Gi|Ti|Pi)?$")
 
@@ -143,7 +143,9 @@ def quantity(value: int | float | str) -> Fraction:
     return Fraction(m[1]) * _SUFFIX[m[2] or ""]
 
 
-def _webhook_resource_groups(groups: list[dict[str, Any]], *, has_parent: bool, cluster_queue: bool) -> list[str]:
+def _webhook_resource_groups(
+    groups: list[dict[str, Any]], *, has_parent: bool, cluster_queue: bool
+) -> list[str]:
     """Kueue v0.17.5 pkg/webhooks/clusterqueue_webhook.go ``validateResourceGroups`` (used
     by ClusterQueue and Cohort)."""
     out: list[str] = []
@@ -179,7 +181,9 @@ def _webhook_resource_groups(groups: list[dict[str, Any]], *, has_parent: bool, 
                     and "lendingLimit" in r
                     and quantity(r["lendingLimit"]) > quantity(r.get("nominalQuota", 0))
                 ):
-                    out.append(f"{rat}.lendingLimit: must be less than or equal to the nominalQuota (Kueue webhook)")
+                    out.append(
+                        f"{rat}.lendingLimit: must be less than or equal to the nominalQuota (Kueue webhook)"
+                    )
     return out
 
 
@@ -211,7 +215,8 @@ def _label_selector(selector: dict[str, Any] | None, where: str) -> list[str]:
         if op not in _SELECTOR_OPERATORS:
             out.append(f"{where}.matchExpressions: operator {op!r} is not valid")
         elif _SELECTOR_OPERATORS[op] != bool(e.get("values")):
-            out.append(f"{where}.matchExpressions: values {'required' if _SELECTOR_OPERATORS[op] else 'must be empty'} with {op}")
+            need = "required" if _SELECTOR_OPERATORS[op] else "must be empty"
+            out.append(f"{where}.matchExpressions: values {need} with {op}")
         if _label_key(e.get("key", "")):
             out.append(f"{where}.matchExpressions: key {e.get('key')!r} is not a label key")
     return out
@@ -229,11 +234,13 @@ def cluster_queue_webhook_violations(obj: K8sObject) -> list[str]:
     if flavors > 256:
         out.append(f"total number of flavors across all resourceGroups must be ≤ 256, got {flavors}")
     if covered > 256:
-        out.append(f"total number of covered resources across all resourceGroups must be ≤ 256, got {covered}")
+        out.append(
+            f"total number of covered resources across all resourceGroups must be ≤ 256, got {covered}"
+        )
     for gi, g in enumerate(groups):
         pairs = sum(len(f.get("resources", [])) for f in g.get("flavors", []))
         if pairs > 512:
-            out.append(f"spec.resourceGroups[{gi}]: number of flavor-resource combinations must be ≤ 512, got {pairs}")
+            out.append(f"spec.resourceGroups[{gi}]: flavor-resource combinations must be ≤ 512, got {pairs}")
     return out
 
 
@@ -301,7 +308,9 @@ def resource_flavor_violations(obj: K8sObject) -> list[str]:
         if problem:
             out.append(f"spec.nodeLabels: {problem} (Kueue webhook)")
         if not isinstance(value, str) or len(value) > 63 or not LABEL_VALUE.match(value):
-            out.append(f"spec.nodeLabels: {key!r}: value {value!r} is not a valid label value (Kueue webhook)")
+            out.append(
+                f"spec.nodeLabels: {key!r}: value {value!r} is not a valid label value (Kueue webhook)"
+            )
     seen: set[tuple[str, str]] = set()
     for t in spec.get("nodeTaints", []):
         problem = _label_key(t.get("key", ""))
@@ -354,4 +363,55 @@ def violations(obj: K8sObject) -> list[str]:
     check = _BY_KIND.get(obj["kind"])
     if check is not None:
         out += check(obj)
+    return out
+
+
+# Kueue v0.17.5 pkg/config/validation.go validStrategySets: the accepted preemption strategy lists.
+FAIR_SHARING_STRATEGY_SETS = (
+    ["LessThanOrEqualToFinalShare"],
+    ["LessThanInitialShare"],
+    ["LessThanOrEqualToFinalShare", "LessThanInitialShare"],
+)
+
+
+def selector_matches(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """Whether a LabelSelector (matchLabels, matchExpressions) selects ``labels``."""
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for e in selector.get("matchExpressions") or []:
+        key, op, values = e["key"], e["operator"], e.get("values") or []
+        ok = {
+            "In": key in labels and labels[key] in values,
+            "NotIn": key not in labels or labels[key] not in values,
+            "Exists": key in labels,
+            "DoesNotExist": key not in labels,
+        }[op]
+        if not ok:
+            return False
+    return True
+
+
+def kueue_configuration_violations(config: dict[str, Any], namespace: str = "kueue-system") -> list[str]:
+    """What Kueue v0.17.5 refuses at start in its Configuration (pkg/config/validation.go),
+    for the fields this project sets: ``fairSharing.preemptionStrategies`` one of
+    :data:`FAIR_SHARING_STRATEGY_SETS` (``validateFairSharing``); with the ``pod`` integration,
+    a ``managedJobsNamespaceSelector`` that is given (``validatePodIntegrationOptions``), and
+    that matches neither kube-system nor Kueue's own namespace
+    (``validateManagedJobsNamespaceSelector``: namespaces carry
+    ``kubernetes.io/metadata.name``)."""
+    out: list[str] = []
+    fs = config.get("fairSharing")
+    if fs is not None and list(fs.get("preemptionStrategies") or []) not in [
+        list(x) for x in FAIR_SHARING_STRATEGY_SETS
+    ]:
+        out.append(f"fairSharing.preemptionStrategies: {fs.get('preemptionStrategies')!r} is not supported")
+    selector = config.get("managedJobsNamespaceSelector")
+    if selector is None:
+        if "pod" in (config.get("integrations") or {}).get("frameworks", []):
+            out.append("managedJobsNamespaceSelector: cannot be empty when pod integration is enabled")
+        return out
+    out += _label_selector(selector, "managedJobsNamespaceSelector")
+    for ns in ("kube-system", namespace):
+        if selector_matches(selector, {"kubernetes.io/metadata.name": ns}):
+            out.append(f"managedJobsNamespaceSelector: should not match the {ns!r} namespace")
     return out

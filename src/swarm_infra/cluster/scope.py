@@ -3,7 +3,8 @@
 A fleet may run one Kubernetes cluster per region; a stack then names its sites. What
 stays: the nodes of those sites (labels, taints, local scratch volumes), the GPU flavors
 whose gpu-worker nodes are all there, the CPU flavors of those sites, the quotas of those
-flavors (a ClusterQueue left without GPU quota is left out) and the Ray clusters whose worker flavors are all there.
+flavors (a ClusterQueue left without GPU quota is left out) and the Ray clusters whose
+worker flavors are all there.
 Tenants, priorities, the admission policy, storage classes, claims and the mesh topology
 are the same in every cluster.
 

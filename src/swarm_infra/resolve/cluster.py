@@ -21,12 +21,12 @@ from .labels import FLAVOR_LABEL, SITE_LABEL
 from .types import (
     CapsState,
     ClusterQueueState,
-    CpuFlavorState,
-    CpuQuotaState,
     ClusterSettingsState,
     ClusterState,
     ClusterStorageState,
     ComputeState,
+    CpuFlavorState,
+    CpuQuotaState,
     FlavorState,
     GpuSharingClusterState,
     MeshTopologyState,
@@ -231,7 +231,12 @@ def _cpu_quota(flavor: str, millicores: int, mib: int, *, lend: bool) -> CpuQuot
     cohort, none of it is lent (lendingLimit 0), so a head never waits for a borrower."""
 
     def amount(name: Any, n: int) -> ResourceAmountState:
-        return {"name": name, "nominal_quota": n, "borrowing_limit": None, "lending_limit": None if lend else 0}
+        return {
+            "name": name,
+            "nominal_quota": n,
+            "borrowing_limit": None,
+            "lending_limit": None if lend else 0,
+        }
 
     return {
         "flavor": flavor,
@@ -349,7 +354,9 @@ def cluster_state(a: Analysis, peers: Mapping[str, list[PeerState]] | None = Non
         by_queue = {q["name"]: q for q in queues}
         for t in sorted(alloc.tenants, key=lambda t: t.name):
             caps = caps_state(t.caps)
-            admissible = admissible_gpus(by_queue[t.queue]["quotas"], flavor_states) if t.queue in by_queue else 0
+            admissible = (
+                admissible_gpus(by_queue[t.queue]["quotas"], flavor_states) if t.queue in by_queue else 0
+            )
             tenants.append(
                 {
                     "name": t.name,

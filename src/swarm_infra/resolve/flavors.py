@@ -97,7 +97,9 @@ def workers_site(a: Analysis, flavor: str) -> str | None:
     return min(count, key=lambda s: (-count[s], s)) if count else None
 
 
-def head_placement(a: Analysis, first_worker_flavor: str, cpus: int, memory_gib: int) -> tuple[str, str] | None:
+def head_placement(
+    a: Analysis, first_worker_flavor: str, cpus: int, memory_gib: int
+) -> tuple[str, str] | None:
     """Where a Ray head of ``cpus`` CPUs and ``memory_gib`` GiB goes, decided once for the
     resolver and the validator: the CPU flavor of the site that holds most of its first
     worker group's nodes (``("cpu", site)``) when a node without GPUs there can hold it, else

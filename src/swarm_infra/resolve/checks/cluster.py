@@ -284,7 +284,9 @@ def ray_clusters(a: Analysis) -> Iterator[Finding]:
                 f"{t.name!r}'s ({', '.join(sorted(allowed)) or 'none'}); the admission policy "
                 "would refuse it",
             )
-        place = head_placement(a, r.workers[0].flavor, r.head_cpus, r.head_memory_gib) if nodes_known else None
+        place = (
+            head_placement(a, r.workers[0].flavor, r.head_cpus, r.head_memory_gib) if nodes_known else None
+        )
         if place is not None and place[0] == "gpu":
             shown = shapes.get(place[1], ())
             biggest = max(((n.cpus, n.memory_gib) for n in shown), default=(0, 0))
