@@ -395,3 +395,57 @@ def test_readme_has_the_intent_table() -> None:
     assert "Who gets which GPUs" in text
     for queue in PREFERENCE:
         assert f"| {queue} |" in text
+
+
+# ------------------------------------------------------------------------------ units
+
+
+def test_ray_worker_gpus_are_gpus_like_the_quotas() -> None:
+    """Item 12: ``workers[].gpus`` counts GPUs, as quotas do; the pod requests that many
+    GPUs in the device plugin's units (community's L40S worker asks 1 GPU: 4 time slices,
+    where before it got a quarter of an L40S)."""
+    (alloc,) = declared("example", "Allocation")
+    units = {f: u for f, (_, u) in _capacity("example").items()}
+    rcs = by_kind(objects("example").all(), "RayCluster")
+    checked = 0
+    for t in alloc["spec"]["tenants"]:
+        for w in t.get("ray", {}).get("workers", []):
+            if "gpus" not in w:
+                continue
+            (group,) = [
+                g
+                for g in rcs[f"{t['name']}/{t['name']}"]["spec"]["workerGroupSpecs"]
+                if g["groupName"] == w["flavor"]
+            ]
+            limits = group["template"]["spec"]["containers"][0]["resources"]["limits"]
+            assert limits["nvidia.com/gpu"] == str(w["gpus"] * units[w["flavor"]]), (t["name"], w["flavor"])
+            checked += 1
+    assert checked >= 2 and any(u > 1 for u in units.values())
+
+
+def test_caps_gpus_are_gpus_converted_with_the_queues_smallest_split(tmp_path: Path) -> None:
+    """Item 12: ``caps.gpus`` counts GPUs; the ResourceQuota counts device units, so the cap
+    is gpus times the fewest nvidia.com/gpu per GPU among the queue's flavors: never more
+    than ``gpus`` GPUs on any flavor. The base fleet's H100s, time-sliced 4 ways here."""
+    import shutil
+
+    from swarm_infra import desired_state, load_fleet
+    from swarm_infra.cluster import build
+
+    base = tmp_path / "base"
+    shutil.copytree(DATA / "base", base)
+    fleet = base / "fleet.yaml"
+    fleet.write_text(
+        fleet.read_text().replace(
+            "spec: {persistence_mode: true, power_limit_w: 600}",
+            "spec: {persistence_mode: true, power_limit_w: 600, sharing: {time_slicing_replicas: 4}}",
+        )
+    )
+    queues = [{"name": "q", "quotas": [{"flavor": "h100-sxm5-80gb", "nominal_quota": 2}]}]
+    tenants = [{"name": "t", "queue": "q", "caps": {"gpus": 1}}]
+    paths = _allocation(
+        tmp_path, {"queues": queues, "tenants": tenants, "reserved_gpus": {"a100-sxm4-80gb": 2}}
+    )
+    paths[0] = base
+    objs = build(desired_state(load_fleet(paths))).all()
+    assert by_kind(objs, "ResourceQuota")["t/swarm-caps"]["spec"]["hard"]["requests.nvidia.com/gpu"] == "4"

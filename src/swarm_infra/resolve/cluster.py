@@ -16,7 +16,17 @@ from . import ray
 from .analysis import Analysis
 from .capacity import gpu_capacity
 from .catalog import gpu_catalog
-from .flavors import cpu_flavor, cpu_nodes, flavor_nodes, flavor_shapes, head_placement, node_sharing
+from .flavors import (
+    cpu_flavor,
+    cpu_nodes,
+    flavor_nodes,
+    flavor_shapes,
+    head_placement,
+    node_sharing,
+    queue_gpu_units,
+    ray_request_in_device_units,
+    units_per_gpu,
+)
 from .labels import FLAVOR_LABEL, SITE_LABEL
 from .types import (
     CapsState,
@@ -127,13 +137,14 @@ def _compute(c: Mapping[str, Any] | None) -> ComputeState | None:
     return out
 
 
-def caps_state(caps: Mapping[str, Any] | None) -> CapsState | None:
-    """A tenant's ``caps`` in base units (millicores, MiB), or None without caps."""
+def caps_state(caps: Mapping[str, Any] | None, gpu_units: int = 1) -> CapsState | None:
+    """A tenant's ``caps`` in base units (millicores, MiB; ``gpus``, declared in GPUs, times
+    ``gpu_units``: :func:`~swarm_infra.resolve.flavors.queue_gpu_units`), or None."""
     if caps is None:
         return None
     container = caps.get("container")
     return {
-        "gpus": caps.get("gpus"),
+        "gpus": None if caps.get("gpus") is None else caps["gpus"] * gpu_units,
         "cpu_millicores": round(caps["cpu"] * 1000) if "cpu" in caps else None,
         "memory_mib": caps["memory_gib"] * 1024 if "memory_gib" in caps else None,
         "pods": caps.get("pods"),
@@ -352,8 +363,9 @@ def cluster_state(a: Analysis, peers: Mapping[str, list[PeerState]] | None = Non
             )
         shapes = flavor_shapes(a, sharing) if any(t.ray for t in alloc.tenants) else {}
         by_queue = {q["name"]: q for q in queues}
+        units = units_per_gpu(a, sharing)
         for t in sorted(alloc.tenants, key=lambda t: t.name):
-            caps = caps_state(t.caps)
+            caps = caps_state(t.caps, queue_gpu_units(a, units, t.queue))
             admissible = (
                 admissible_gpus(by_queue[t.queue]["quotas"], flavor_states) if t.queue in by_queue else 0
             )
@@ -378,7 +390,7 @@ def cluster_state(a: Analysis, peers: Mapping[str, list[PeerState]] | None = Non
                     ray.ray_cluster(
                         t.name,
                         t.namespace,
-                        t.ray,
+                        ray_request_in_device_units(t.ray, units),
                         shapes,
                         priority=t.ray.priority or default_priority,
                         local_queue=t.name,

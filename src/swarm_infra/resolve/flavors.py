@@ -8,11 +8,13 @@ counts toward the flavor of each catalog GPU model it has; only gpu-worker nodes
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 from typing import Any
 
 from .analysis import Analysis
 from .catalog import gpu_catalog
 from .gpu import sharing_state
+from ..fleet.model import RayRequest
 from .ray import NodeShape
 from .types import GpuSharingState
 
@@ -118,3 +120,35 @@ def head_placement(
     if any(n.cpus >= cpus and n.memory_gib >= memory_gib for n in cpu_nodes(a).get(site, ())):
         return ("cpu", site)
     return ("gpu", first_worker_flavor)
+
+
+def units_per_gpu(a: Analysis, sharing: dict[str, GpuSharingState]) -> dict[str, int]:
+    """Flavor → ``nvidia.com/gpu`` its gpu-worker nodes advertise per GPU, for flavors where
+    every node agrees (the others are ``gpu.sharing-inconsistent`` once they have quota)."""
+    out: dict[str, int] = {}
+    for f, members in flavor_nodes(a, sharing).items():
+        units = {u for _, u in members}
+        if len(units) == 1 and None not in units:
+            (out[f],) = units  # type: ignore[assignment]
+    return out
+
+
+def ray_request_in_device_units(request: RayRequest, units: dict[str, int]) -> RayRequest:
+    """``request`` with each worker group's ``gpus`` (declared in GPUs, like quotas) in the
+    device plugin's units (times the flavor's ``nvidia.com/gpu`` per GPU), as pods request."""
+    return replace(
+        request,
+        workers=tuple(
+            w if w.gpus is None else replace(w, gpus=w.gpus * units.get(w.flavor, 1)) for w in request.workers
+        ),
+    )
+
+
+def queue_gpu_units(a: Analysis, units: dict[str, int], queue: str) -> int:
+    """The fewest ``nvidia.com/gpu`` per GPU among the flavors of ``queue``'s quotas (1 when
+    none is known): ``caps.gpus`` (in GPUs) times this is a namespace ResourceQuota that
+    never admits more than ``caps.gpus`` GPUs, whichever flavor the pods land on."""
+    alloc = a.fleet.allocation
+    q = next((q for q in alloc.queues if q.name == queue), None) if alloc else None
+    found = [units[x.flavor] for x in (q.quotas if q else ()) if x.flavor in units]
+    return min(found, default=1)

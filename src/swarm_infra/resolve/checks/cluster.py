@@ -30,7 +30,16 @@ from ...fleet.model import Tenant
 from .. import ray
 from ..analysis import Analysis
 from ..cluster import caps_state
-from ..flavors import flavor_nodes, flavor_shapes, head_placement, node_sharing, workers_site
+from ..flavors import (
+    flavor_nodes,
+    flavor_shapes,
+    head_placement,
+    node_sharing,
+    queue_gpu_units,
+    ray_request_in_device_units,
+    units_per_gpu,
+    workers_site,
+)
 from ..types import ComputeState
 
 
@@ -244,12 +253,15 @@ def limit_ranges(a: Analysis) -> Iterator[Finding]:
                 break
 
 
-def _ray_pods(a: Analysis, t: Tenant, shapes: Mapping[str, Any]) -> dict[str, Any] | None:
+def _ray_pods(
+    a: Analysis, t: Tenant, shapes: Mapping[str, Any], units: dict[str, int]
+) -> dict[str, Any] | None:
     """The tenant's resolved Ray cluster, or None when its flavors cannot be sized."""
     assert t.ray is not None
     if any(not any(s.gpus for s in shapes.get(w.flavor, ())) for w in t.ray.workers):
         return None
-    return dict(ray.ray_cluster(t.name, t.namespace, t.ray, shapes, priority=None, local_queue=None))
+    request = ray_request_in_device_units(t.ray, units)
+    return dict(ray.ray_cluster(t.name, t.namespace, request, shapes, priority=None, local_queue=None))
 
 
 def ray_clusters(a: Analysis) -> Iterator[Finding]:
@@ -258,7 +270,9 @@ def ray_clusters(a: Analysis) -> Iterator[Finding]:
     if alloc is None or not any(t.ray for t in alloc.tenants):
         return
     flavors = a.flavors()
-    shapes = flavor_shapes(a, node_sharing(a))
+    sharing_by_node = node_sharing(a)
+    shapes = flavor_shapes(a, sharing_by_node)
+    units = units_per_gpu(a, sharing_by_node)
     queues = {q.name: {x.flavor for x in q.quotas} for q in alloc.queues}
     default = next((p.name for p in a.fleet.priorities.values() if p.global_default), None)
     # Flavors and sizes depend on every node: with a Node document left out (its own error
@@ -337,10 +351,11 @@ def ray_clusters(a: Analysis) -> Iterator[Finding]:
                     f"min_replicas {w.min_replicas} is above max_replicas {w.max_replicas}",
                 )
             nodes = [s for s in shapes.get(w.flavor, ()) if s.gpus]
+            devices = (w.gpus or 1) * units.get(w.flavor, 1)  # declared in GPUs; nodes in device units
             fits = [
                 s
                 for s in nodes
-                if (w.gpus or 1) <= s.gpus and (w.cpus or 1) <= s.cpus and (w.memory_gib or 1) <= s.memory_gib
+                if devices <= s.gpus and (w.cpus or 1) <= s.cpus and (w.memory_gib or 1) <= s.memory_gib
             ]
             if not fits and nodes_known:
                 yield Finding(
@@ -356,16 +371,18 @@ def ray_clusters(a: Analysis) -> Iterator[Finding]:
                     ),
                 )
         if nodes_known:
-            yield from _ray_caps(a, ti, t, shapes)
+            yield from _ray_caps(a, ti, t, shapes, units)
 
 
-def _ray_caps(a: Analysis, ti: int, t: Tenant, shapes: Mapping[str, Any]) -> Iterator[Finding]:
+def _ray_caps(
+    a: Analysis, ti: int, t: Tenant, shapes: Mapping[str, Any], units: dict[str, int]
+) -> Iterator[Finding]:
     """``allocation.caps-too-small`` for the Ray cluster: each pod within the LimitRange's max,
-    the head and the minimum workers within the ResourceQuota."""
-    caps = caps_state(t.caps)
+    the head and the minimum workers within the ResourceQuota (GPUs in device units)."""
+    caps = caps_state(t.caps, queue_gpu_units(a, units, t.queue))
     if caps is None:
         return
-    cluster = _ray_pods(a, t, shapes)
+    cluster = _ray_pods(a, t, shapes, units)
     if cluster is None:
         return
     alloc = a.fleet.allocation
