@@ -18,7 +18,12 @@ from swarm_infra.cluster import render as yaml_files
 from swarm_infra.cluster.core import DEVICE_PLUGIN_CONFIG_LABEL, MIG_CONFIG_KEY, MIG_CONFIG_LABEL
 from swarm_infra.cluster.meta import KUEUE_PRIORITY_LABEL, KUEUE_QUEUE_LABEL, sort_key
 from swarm_infra.resolve import ray
-from swarm_infra.resolve.flavors import flavor_shapes, node_sharing
+from swarm_infra.resolve.flavors import (
+    flavor_shapes,
+    node_sharing,
+    ray_request_in_device_units,
+    units_per_gpu,
+)
 from swarm_infra.resolve.node import FLAVOR_LABEL
 
 from .cluster_support import (
@@ -358,8 +363,9 @@ def test_ray_clusters_come_from_the_one_ray_decision() -> None:
     assert set(rcs) == {f"{t.namespace}/{t.name}" for t in tenants}
     default = next(p["name"] for p in s["cluster"]["priorities"] if p["global_default"])
     for t in tenants:
+        request = ray_request_in_device_units(t.ray, units_per_gpu(a, node_sharing(a)))  # GPUs -> devices
         decided = ray.ray_cluster(
-            t.name, t.namespace, t.ray, shapes, priority=t.ray.priority or default, local_queue=t.name
+            t.name, t.namespace, request, shapes, priority=t.ray.priority or default, local_queue=t.name
         )
         rc = rcs[f"{t.namespace}/{t.name}"]
         labels = rc["metadata"]["labels"]

@@ -363,9 +363,9 @@ def cluster_state(a: Analysis, peers: Mapping[str, list[PeerState]] | None = Non
             )
         shapes = flavor_shapes(a, sharing) if any(t.ray for t in alloc.tenants) else {}
         by_queue = {q["name"]: q for q in queues}
-        units = units_per_gpu(a, sharing)
+        gpu_units = units_per_gpu(a, sharing)
         for t in sorted(alloc.tenants, key=lambda t: t.name):
-            caps = caps_state(t.caps, queue_gpu_units(a, units, t.queue))
+            caps = caps_state(t.caps, queue_gpu_units(a, gpu_units, t.queue))
             admissible = (
                 admissible_gpus(by_queue[t.queue]["quotas"], flavor_states) if t.queue in by_queue else 0
             )
@@ -390,7 +390,7 @@ def cluster_state(a: Analysis, peers: Mapping[str, list[PeerState]] | None = Non
                     ray.ray_cluster(
                         t.name,
                         t.namespace,
-                        ray_request_in_device_units(t.ray, units),
+                        ray_request_in_device_units(t.ray, gpu_units),
                         shapes,
                         priority=t.ray.priority or default_priority,
                         local_queue=t.name,

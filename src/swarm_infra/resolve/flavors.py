@@ -11,10 +11,10 @@ from collections import defaultdict
 from dataclasses import replace
 from typing import Any
 
+from ..fleet.model import RayRequest
 from .analysis import Analysis
 from .catalog import gpu_catalog
 from .gpu import sharing_state
-from ..fleet.model import RayRequest
 from .ray import NodeShape
 from .types import GpuSharingState
 
