@@ -449,3 +449,89 @@ def test_caps_gpus_are_gpus_converted_with_the_queues_smallest_split(tmp_path: P
     paths[0] = base
     objs = build(desired_state(load_fleet(paths))).all()
     assert by_kind(objs, "ResourceQuota")["t/swarm-caps"]["spec"]["hard"]["requests.nvidia.com/gpu"] == "4"
+
+
+# ---------------------------------------------------------- Kueue's webhooks, restated
+
+MUTATIONS = [
+    # (kind, what to break, a phrase of the upstream message), kueue v0.17.5 pkg/webhooks/
+    (
+        "ClusterQueue",
+        lambda s: s["resourceGroups"][0]["flavors"].append(
+            copy.deepcopy(s["resourceGroups"][0]["flavors"][0])
+        ),
+        "appears twice",
+    ),
+    (
+        "ClusterQueue",
+        lambda s: s["resourceGroups"][0]["flavors"][0]["resources"][0].update(nominalQuota=-1),
+        "greater than or equal to 0",
+    ),
+    (
+        "ClusterQueue",
+        lambda s: s["resourceGroups"][0]["flavors"][0]["resources"][0].update(lendingLimit=1000),
+        "less than or equal to the nominalQuota",
+    ),
+    (
+        "ClusterQueue",
+        lambda s: (
+            s.pop("cohortName")
+            and s["resourceGroups"][0]["flavors"][0]["resources"][0].update(lendingLimit=0)
+        ),
+        "must be nil when cohort is empty",
+    ),
+    (
+        "ClusterQueue",
+        lambda s: s["resourceGroups"][0]["coveredResources"].__setitem__(0, "bad key!"),
+        "not a label key",
+    ),
+    (
+        "ClusterQueue",
+        lambda s: s["resourceGroups"][0]["flavors"][0]["resources"].reverse(),
+        "must match the name in coveredResources",
+    ),
+    ("ClusterQueue", lambda s: s.update(fairSharing={"weight": "1n"}), "weight must be > 10e-9"),
+    ("ClusterQueue", lambda s: s.update(fairSharing={"weight": -1}), "greater than or equal to 0"),
+    (
+        "ClusterQueue",
+        lambda s: s["namespaceSelector"]["matchExpressions"][0].update(operator="Exists"),
+        "must be empty",
+    ),
+    ("ResourceFlavor", lambda s: s["nodeLabels"].update({"x": "not a value!"}), "not a valid label value"),
+    (
+        "ResourceFlavor",
+        lambda s: s.update(nodeTaints=[{"key": "a", "effect": "NoSchedule"}] * 2),
+        "unique by key and effect",
+    ),
+]
+
+
+@pytest.mark.parametrize(("kind", "mutate", "phrase"), MUTATIONS)
+def test_restated_kueue_webhook_rules_refuse_what_kueue_refuses(kind: str, mutate: Any, phrase: str) -> None:
+    """Each restated webhook rule refuses a mutated copy of a rendered object (acme-ai's
+    ClusterQueue, the H100 flavor) with the upstream message; the original passes."""
+    name = "acme-ai" if kind == "ClusterQueue" else "h100-sxm5-80gb"
+    obj = copy.deepcopy(by_kind(objects("example").all(), kind)[name])
+    assert rules.violations(obj) == []
+    mutate(obj["spec"])
+    assert any(phrase in v for v in rules.violations(obj)), rules.violations(obj)
+
+
+def test_restated_cohort_webhook_rules() -> None:
+    """Cohort: limits need a parent; a lendingLimit above nominal is allowed (unlike a
+    ClusterQueue's: validationConfig.enforceNominalGreaterThanLending is false for Cohorts)."""
+    group = {
+        "coveredResources": ["nvidia.com/gpu"],
+        "flavors": [
+            {"name": "f", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 1, "lendingLimit": 2}]}
+        ],
+    }
+    cohort = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Cohort",
+        "metadata": {"name": "c", "labels": {}},
+    }
+    orphan = {**cohort, "spec": {"resourceGroups": [group]}}
+    assert any("must be nil when parent is empty" in v for v in rules.violations(orphan))
+    child = {**cohort, "spec": {"parentName": "p", "resourceGroups": [group]}}
+    assert rules.violations(child) == []
