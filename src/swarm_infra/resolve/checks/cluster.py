@@ -289,7 +289,15 @@ def ray_clusters(a: Analysis) -> Iterator[Finding]:
             yield Finding(
                 alloc.source, (*at, "priority"), "reference.unresolved", f"no Priority named {prio!r}"
             )
-        elif prio is not None and prio not in allowed:
+        elif prio is None:
+            yield Finding(
+                alloc.source,
+                at,
+                "ray.priority-not-allowed",
+                "the Ray cluster names no priority and no Priority is the global default: the "
+                "admission policy refuses a tenant pod without a PriorityClass",
+            )
+        elif prio not in allowed:
             yield Finding(
                 alloc.source,
                 (*at, "priority") if r.priority else at,
