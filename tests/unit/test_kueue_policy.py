@@ -207,18 +207,24 @@ def _capacity(fleet: str) -> dict[str, tuple[int, int]]:
 @pytest.mark.parametrize("fleet", FLEETS)
 def test_every_tenant_namespace_has_a_gpu_resource_quota(fleet: str) -> None:
     """Item 8: a pod that escapes Kueue still meets a ResourceQuota on nvidia.com/gpu: the
-    tenant's caps.gpus, at most what its queue could ever be admitted (nominal plus borrowing
-    limit per flavor, every GPU of the flavor when unlimited), in device units. Before,
-    acme-ai had no ResourceQuota at all."""
+    tenant's caps.gpus, at most what its queue could ever be admitted (nominal plus, in a
+    cohort, the borrowing limit per flavor, every GPU of the flavor when unlimited), in
+    device units. Before, acme-ai had no ResourceQuota at all."""
     (alloc,) = declared(fleet, "Allocation")
     capacity = _capacity(fleet)
     queues = {q["name"]: q for q in alloc["spec"]["queues"]}
     quotas = by_kind(objects(fleet).all(), "ResourceQuota")
     for t in alloc["spec"]["tenants"]:
         most = 0
-        for x in queues[t["queue"]]["quotas"]:
+        q = queues[t["queue"]]
+        for x in q["quotas"]:
             gpus, units = capacity[x["flavor"]]
-            limit = gpus if "borrowing_limit" not in x else x["nominal_quota"] + x["borrowing_limit"]
+            if "cohort" not in q:
+                limit = x["nominal_quota"]  # nobody to borrow from
+            elif "borrowing_limit" not in x:
+                limit = gpus
+            else:
+                limit = x["nominal_quota"] + x["borrowing_limit"]
             most += min(limit, gpus) * units
         cap = t.get("caps", {}).get("gpus")
         expected = most if cap is None else min(cap, most)

@@ -114,14 +114,19 @@ def quota_resources(
     ]
 
 
-def admissible_gpus(quotas: list[QuotaState], flavors: Mapping[str, FlavorState]) -> int:
+def admissible_gpus(queue: ClusterQueueState, flavors: Mapping[str, FlavorState]) -> int:
     """The most nvidia.com/gpu (device units) a queue could ever be admitted: per flavor,
-    nominal quota plus borrowing limit (unlimited: every GPU of the flavor), at most the
-    flavor's GPUs."""
+    nominal quota plus, in a cohort, the borrowing limit (unlimited: every GPU of the
+    flavor), at most the flavor's GPUs."""
     total = 0
-    for x in quotas:
+    for x in queue["quotas"]:
         f = flavors[x["flavor"]]
-        most = f["gpus"] if x["borrowing_limit"] is None else x["nominal_quota"] + x["borrowing_limit"]
+        if queue["cohort"] is None:
+            most = x["nominal_quota"]  # no cohort: nothing to borrow from
+        elif x["borrowing_limit"] is None:
+            most = f["gpus"]
+        else:
+            most = x["nominal_quota"] + x["borrowing_limit"]
         total += min(most, f["gpus"]) * (f["units_per_gpu"] or 0)
     return total
 
@@ -296,7 +301,7 @@ def cluster_state(a: Analysis, peers: Mapping[str, list[PeerState]] | None = Non
     alloc = fleet.allocation
     # Ray heads: where each goes, and the CPU flavors (and per-queue quotas) that holds.
     heads: dict[str, dict[str, str]] = {}
-    head_need: dict[str, dict[str, list[int]]] = defaultdict(dict)  # queue -> cpu flavor -> [m, MiB]
+    head_need: dict[str, dict[str, list[int]]] = defaultdict(dict)  # queue -> site -> [m, MiB]
     for t in alloc.tenants if alloc else ():
         if not t.ray:
             continue
@@ -305,7 +310,7 @@ def cluster_state(a: Analysis, peers: Mapping[str, list[PeerState]] | None = Non
             heads[t.name] = {}
         elif place[0] == "cpu":
             heads[t.name] = {SITE_LABEL: place[1]}
-            need = head_need[t.queue].setdefault(cpu_flavor(place[1]), [0, 0])
+            need = head_need[t.queue].setdefault(place[1], [0, 0])
             need[0] += t.ray.head_cpus * 1000
             need[1] += t.ray.head_memory_gib * 1024
         else:
@@ -319,7 +324,7 @@ def cluster_state(a: Analysis, peers: Mapping[str, list[PeerState]] | None = Non
             "cpus": sum(n.cpus for n in by_site[site]),
             "memory_gib": sum(n.memory_gib for n in by_site[site]),
         }
-        for site in sorted({f[len("cpu-") :] for need in head_need.values() for f in need})
+        for site in sorted({site for need in head_need.values() for site in need})
     ]
     if alloc is not None:
         for q in sorted(alloc.queues, key=lambda q: q.name):
@@ -356,8 +361,8 @@ def cluster_state(a: Analysis, peers: Mapping[str, list[PeerState]] | None = Non
                     },
                     "quotas": quotas,
                     "cpu_quotas": [
-                        _cpu_quota(flavor, millicores, mib, lend=q.cohort is None)
-                        for flavor, (millicores, mib) in sorted(head_need.get(q.name, {}).items())
+                        _cpu_quota(cpu_flavor(site), millicores, mib, lend=q.cohort is None)
+                        for site, (millicores, mib) in sorted(head_need.get(q.name, {}).items())
                     ],
                 }
             )
@@ -366,9 +371,7 @@ def cluster_state(a: Analysis, peers: Mapping[str, list[PeerState]] | None = Non
         gpu_units = units_per_gpu(a, sharing)
         for t in sorted(alloc.tenants, key=lambda t: t.name):
             caps = caps_state(t.caps, queue_gpu_units(a, gpu_units, t.queue))
-            admissible = (
-                admissible_gpus(by_queue[t.queue]["quotas"], flavor_states) if t.queue in by_queue else 0
-            )
+            admissible = admissible_gpus(by_queue[t.queue], flavor_states) if t.queue in by_queue else 0
             tenants.append(
                 {
                     "name": t.name,
