@@ -289,7 +289,7 @@ def ray_clusters(a: Analysis) -> Iterator[Finding]:
             yield Finding(
                 alloc.source, (*at, "priority"), "reference.unresolved", f"no Priority named {prio!r}"
             )
-        elif prio is None:
+        elif prio is None and a.fleet.complete("Priority"):  # a Priority left out: reported already
             yield Finding(
                 alloc.source,
                 at,
@@ -297,7 +297,7 @@ def ray_clusters(a: Analysis) -> Iterator[Finding]:
                 "the Ray cluster names no priority and no Priority is the global default: the "
                 "admission policy refuses a tenant pod without a PriorityClass",
             )
-        elif prio not in allowed:
+        elif prio is not None and prio not in allowed:
             yield Finding(
                 alloc.source,
                 (*at, "priority") if r.priority else at,
