@@ -84,7 +84,9 @@ def render(pins: list[tuple[str, str, list[str], str]], command: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--ray-version", required=True, help="the fleet's Ray version (Cluster spec.ray_version), e.g. 2.60.0")
+    p.add_argument(
+        "--ray-version", required=True, help="the fleet's Ray version (Cluster spec.ray_version), e.g. 2.60.0"
+    )
     p.add_argument("--package", action="append", default=[], help="an entry of spec.packages (repeatable)")
     p.add_argument("--index-url", help="resolve against this index instead of pip's configured one")
     p.add_argument("--wheelhouse", type=Path, help="hash the wheels of this directory instead of resolving")

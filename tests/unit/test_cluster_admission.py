@@ -85,11 +85,16 @@ def test_a_job_naming_a_workload_priority_class(tenant: str, priority: str, allo
 
 
 @pytest.mark.parametrize("tenant", sorted(TENANTS))
-def test_a_pod_naming_no_class_gets_the_global_default(tenant: str) -> None:
-    """The community tenant may not use the default (batch): it must name spot."""
+def test_a_pod_naming_no_class_is_refused_with_the_default_named(tenant: str) -> None:
+    """No PriorityClass is a cluster-wide globalDefault (it would apply to the add-ons'
+    pods too: issue #24, item 11), so a tenant pod without a class would run at priority 0,
+    outside the fleet's priorities: every tenant's such pod is refused, and told the default."""
     ns = TENANTS[tenant]["namespace"]
     result = admit(pod(None), ("", "Pod"), ns)
-    assert (result is None) is (DEFAULT in TENANTS[tenant]["priorities"])
+    assert (
+        result
+        == f"a Pod in tenant namespace {ns} must name its PriorityClass (the default Priority is {DEFAULT})"
+    )
     assert admit(pod(""), ("", "Pod"), ns) == result  # an empty name is no name
 
 
@@ -120,6 +125,7 @@ def test_a_namespace_without_labels_refuses_every_named_priority() -> None:
     }
     variables = {v["name"]: cel(v["expression"], **activation) for v in spec["variables"]}
     assert [bool(cel(c["expression"], **activation, variables=variables)) for c in spec["validations"]] == [
+        True,
         True,
         False,
     ]

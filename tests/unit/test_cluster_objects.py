@@ -18,7 +18,12 @@ from swarm_infra.cluster import render as yaml_files
 from swarm_infra.cluster.core import DEVICE_PLUGIN_CONFIG_LABEL
 from swarm_infra.cluster.meta import KUEUE_PRIORITY_LABEL, KUEUE_QUEUE_LABEL, sort_key
 from swarm_infra.resolve import ray
-from swarm_infra.resolve.flavors import flavor_shapes, node_sharing
+from swarm_infra.resolve.flavors import (
+    flavor_shapes,
+    node_sharing,
+    ray_request_in_device_units,
+    units_per_gpu,
+)
 from swarm_infra.resolve.node import FLAVOR_LABEL
 
 from .cluster_support import (
@@ -139,7 +144,7 @@ def test_each_priority_is_a_priority_class_and_a_workload_priority_class() -> No
     for doc in declared("example", "Priority"):
         name, spec = doc["metadata"]["name"], doc["spec"]
         assert pcs[name]["value"] == wpcs[name]["value"] == spec["value"]
-        assert pcs[name]["globalDefault"] is spec.get("global_default", False)
+        assert pcs[name]["globalDefault"] is False  # never cluster-wide (issue #24, item 11)
         assert pcs[name]["preemptionPolicy"] == spec.get("preemption_policy", "PreemptLowerPriority")
         assert wpcs[name]["description"] == spec["description"]
     assert len(pcs) == len(wpcs) == len(declared("example", "Priority"))
@@ -159,7 +164,8 @@ def test_caps_become_a_resource_quota_and_a_limit_range() -> None:
     quotas, limits = by_kind(objs, "ResourceQuota"), by_kind(objs, "LimitRange")
     quotas = {k: q for k, q in quotas.items() if k.endswith("/swarm-caps")}  # not the scratch quotas
     capped = [t for t in alloc["spec"]["tenants"] if "caps" in t]
-    assert {k.split("/")[0] for k in quotas} == {t["name"] for t in capped}
+    # Every tenant namespace has a ResourceQuota (at least its GPUs); the capped ones the caps.
+    assert {k.split("/")[0] for k in quotas} == {t["name"] for t in alloc["spec"]["tenants"]}
     community = next(t for t in capped if t["name"] == "community")["caps"]
     hard = quotas["community/swarm-caps"]["spec"]["hard"]
     assert hard == {
@@ -202,7 +208,11 @@ def test_cluster_queue_quotas_cover_gpus_in_device_units_and_the_nodes_cpu_and_m
     for q in alloc["spec"]["queues"]:
         rg = cqs[q["name"]]["spec"]["resourceGroups"]
         assert [g["coveredResources"] for g in rg] == [["nvidia.com/gpu", "cpu", "memory"]]
-        flavors = {f["name"]: {r["name"]: r for r in f["resources"]} for f in rg[0]["flavors"]}
+        flavors = {
+            f["name"]: {r["name"]: r for r in f["resources"]}
+            for f in rg[0]["flavors"]
+            if not f["name"].startswith("cpu-")  # a site's CPU flavor (Ray heads)
+        }
         assert set(flavors) == {x["flavor"] for x in q["quotas"]}
         for x in q["quotas"]:
             nodes = _flavor_nodes(s, x["flavor"])
@@ -241,6 +251,8 @@ def test_resource_flavors_select_exactly_the_nodes_with_their_gpus() -> None:
     objs = objects("example").all()
     nodes = by_kind(objs, "Node")
     for name, rf in by_kind(objs, "ResourceFlavor").items():
+        if name.startswith("cpu-"):
+            continue  # a site's CPU flavor: test_cpu_flavors_select_a_sites_untainted_nodes
         selected = {
             n for n, o in nodes.items() if o["metadata"]["labels"].items() >= rf["spec"]["nodeLabels"].items()
         }
@@ -255,8 +267,11 @@ def test_gpu_nodes_are_tainted_and_flavors_tolerate_the_taint() -> None:
     assert set(nodes) == set(s["nodes"])
     tainted = {n for n, o in nodes.items() if o.get("spec", {}).get("taints")}
     assert tainted == {n for n, ns in s["nodes"].items() if ns["gpu"]}
-    for rf in by_kind(objs, "ResourceFlavor").values():
+    for name, rf in by_kind(objs, "ResourceFlavor").items():
         assert "nodeTaints" not in rf["spec"]
+        if name.startswith("cpu-"):
+            assert "tolerations" not in rf["spec"]  # CPU-only pods stay off the GPU nodes
+            continue
         for n in tainted:
             for taint in nodes[n]["spec"]["taints"]:
                 assert tolerates(rf["spec"]["tolerations"], taint)
@@ -342,10 +357,11 @@ def test_ray_clusters_come_from_the_one_ray_decision() -> None:
     assert set(rcs) == {f"{t.namespace}/{t.name}" for t in tenants}
     default = next(p["name"] for p in s["cluster"]["priorities"] if p["global_default"])
     for t in tenants:
+        request = ray_request_in_device_units(t.ray, units_per_gpu(a, node_sharing(a)))  # GPUs -> devices
         decided = ray.ray_cluster(
             t.name,
             t.namespace,
-            t.ray,
+            request,
             shapes,
             priority=t.ray.priority or default,
             local_queue=t.name,
@@ -402,9 +418,10 @@ def test_a_stack_for_one_site_gets_that_sites_nodes_and_flavors() -> None:
     s = state("example")
     objs = build(s, ["fra1"]).all()
     assert set(by_kind(objs, "Node")) == {n for n, ns in s["nodes"].items() if ns["site"] == "fra1"}
-    assert set(by_kind(objs, "ResourceFlavor")) == {"h100-sxm5-80gb"}
-    for cq in by_kind(objs, "ClusterQueue").values():
-        assert [f["name"] for f in cq["spec"]["resourceGroups"][0]["flavors"]] == ["h100-sxm5-80gb"]
+    assert set(by_kind(objs, "ResourceFlavor")) == {"h100-sxm5-80gb", "cpu-fra1"}  # acme-ai's head
+    for name, cq in by_kind(objs, "ClusterQueue").items():
+        expected = ["h100-sxm5-80gb", "cpu-fra1"] if name == "acme-ai" else ["h100-sxm5-80gb"]
+        assert [f["name"] for f in cq["spec"]["resourceGroups"][0]["flavors"]] == expected
     assert set(by_kind(objs, "RayCluster")) == {"acme-ai/acme-ai"}  # community's workers are elsewhere
     assert by_kind(objs, "Namespace") == by_kind(objects("example").all(), "Namespace")
     (term,) = by_kind(objs, "StorageClass")["swarm-scratch"]["allowedTopologies"]

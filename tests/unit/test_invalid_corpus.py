@@ -57,6 +57,7 @@ def test_corpus_covers_every_rule_family() -> None:
         "name.",
         "kind.",
         "ray.",
+        "cluster.",
     ):
         assert any(r.startswith(family) for r in rules), family
 

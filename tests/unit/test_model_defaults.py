@@ -39,6 +39,7 @@ def _entry(mapping: Mapping[str, Any], key: str) -> Callable[[], Any]:
 # (kind, path in spec: "a.b" for nested objects, "a[]" for an array's items) -> the model's
 # default for that field.
 MODEL_DEFAULTS: dict[tuple[str, str], Callable[[], Any]] = {
+    ("Allocation", "fair_sharing"): _field(model.Allocation, "fair_sharing"),
     ("Allocation", "queues[].fair_sharing_weight"): _field(model.Queue, "fair_sharing_weight"),
     ("Allocation", "queues[].preemption.within_cluster_queue"): _field(model.Queue, "within_cluster_queue"),
     ("Allocation", "queues[].preemption.reclaim_within_cohort"): _field(model.Queue, "reclaim_within_cohort"),

@@ -321,3 +321,28 @@ def test_sites_that_cannot_form_a_cluster_stop_the_program_before_any_resource()
     with pytest.raises(ScopeError, match="community"):
         program()
     assert recorder.created == []
+
+
+@pytest.mark.parametrize("fleet", ["example", "lab"])
+def test_kueue_release_carries_the_policys_configuration(fleet: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue #24, items 7, 8, 12: the Kueue release's values hold the manager Configuration
+    (kueue chart v0.17.5: managerConfig.controllerManagerConfigYaml): fair sharing exactly
+    when the fleet's Allocation chooses it, jobs without a queue name managed in the tenant
+    namespaces, node-local resources excluded; the chart's integrations kept."""
+    created = run_stack(StackConfig(fleet=fleet), monkeypatch).created
+    (kueue,) = [c.inputs for c in created if c.typ == "kubernetes:helm.sh/v3:Release" and c.name == "kueue"]
+    config = yaml.safe_load(kueue["values"]["managerConfig"]["controllerManagerConfigYaml"])
+    assert config["apiVersion"] == "config.kueue.x-k8s.io/v1beta2" and config["kind"] == "Configuration"
+    fair = bool(state(fleet)["cluster"]["fair_sharing"])
+    assert fair is (fleet == "example")  # the example chooses fair sharing, the lab does not
+    assert ("fairSharing" in config) is fair
+    assert config["manageJobsWithoutQueueName"] is True
+    assert config["managedJobsNamespaceSelector"] == {
+        "matchExpressions": [{"key": "swarm.io/tenant", "operator": "Exists"}]
+    }
+    assert config["resources"]["excludeResourcePrefixes"] == ["ephemeral-storage", "hugepages-", "rdma/"]
+    assert (
+        "pod" in config["integrations"]["frameworks"]
+        and "ray.io/raycluster" in config["integrations"]["frameworks"]
+    )
+    assert config["webhook"] == {"port": 9443} and config["leaderElection"]["leaderElect"] is True

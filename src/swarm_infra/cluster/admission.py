@@ -6,10 +6,11 @@ does not restrict PriorityClasses per namespace. So each tenant namespace carrie
 label ``priority.swarm.io/<priority>: allowed`` per priority the tenant may use, and one
 policy, bound to every namespace labelled ``swarm.io/tenant``, refuses:
 
-- a Pod whose ``spec.priorityClassName`` is not allowed in its namespace. A Pod naming no
-  class gets the global default (the API server's Priority admission plugin fills it in
-  before validation; the expression assumes the same), so a tenant that may not use the
-  default must name one of its own;
+- a Pod that names no ``spec.priorityClassName``: the cluster has no globalDefault
+  PriorityClass (it would apply to every pod of the cluster, the add-ons' included, see
+  :func:`swarm_infra.cluster.core.priority_classes`), so such a pod would run at priority
+  0, outside the fleet's declared priorities; the message names the fleet's default;
+- a Pod whose ``spec.priorityClassName`` is not allowed in its namespace;
 - any object (Job, RayCluster, RayJob, JobSet, ...) whose ``kueue.x-k8s.io/priority-class``
   label names a WorkloadPriorityClass that is not allowed.
 
@@ -36,16 +37,15 @@ def _quote(text: str) -> str:
     return f"'{text}'"
 
 
-def variables(default_priority: str | None) -> list[dict[str, str]]:
-    """The policy's CEL variables: the Pod's effective PriorityClass and the Kueue label."""
-    default = _quote(default_priority or "")
+def variables() -> list[dict[str, str]]:
+    """The policy's CEL variables: a Pod's PriorityClass ('' when none or not a Pod) and
+    the Kueue label."""
     return [
         {
             "name": "podClass",
             "expression": (
-                "request.kind.group == '' && request.kind.kind == 'Pod' ? "
-                "(has(object.spec.priorityClassName) && object.spec.priorityClassName != '' ? "
-                f"object.spec.priorityClassName : {default}) : ''"
+                "request.kind.group == '' && request.kind.kind == 'Pod' && "
+                "has(object.spec.priorityClassName) ? object.spec.priorityClassName : ''"
             ),
         },
         {
@@ -65,10 +65,22 @@ def _allowed(var: str) -> str:
     )
 
 
-def validations() -> list[dict[str, str]]:
-    """One validation per priority system (Kubernetes PriorityClass, Kueue WorkloadPriorityClass)."""
+def validations(default_priority: str | None) -> list[dict[str, str]]:
+    """A Pod names a class; then one validation per priority system (Kubernetes
+    PriorityClass, Kueue WorkloadPriorityClass)."""
     where = "' is not allowed in namespace ' + namespaceObject.metadata.name"
+    hint = f" (the default Priority is {default_priority})" if default_priority else ""
     return [
+        {
+            "expression": (
+                "variables.podClass != '' || !(request.kind.group == '' && request.kind.kind == 'Pod')"
+            ),
+            "messageExpression": (
+                "'a Pod in tenant namespace ' + namespaceObject.metadata.name + "
+                f"' must name its PriorityClass{hint}'"
+            ),
+            "reason": "Forbidden",
+        },
         {
             "expression": _allowed("podClass"),
             "messageExpression": f"'PriorityClass ' + variables.podClass + {where}",
@@ -108,8 +120,8 @@ def admission_objects(cluster: ClusterState) -> list[K8sObject]:
                     }
                 ],
             },
-            "variables": variables(default),
-            "validations": validations(),
+            "variables": variables(),
+            "validations": validations(default),
         },
     )
     binding = k8s_object(

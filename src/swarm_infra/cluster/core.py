@@ -74,7 +74,13 @@ def namespaces(cluster: ClusterState) -> list[K8sObject]:
 
 
 def priority_classes(cluster: ClusterState) -> list[K8sObject]:
-    """A scheduling.k8s.io/v1 PriorityClass per Priority."""
+    """A scheduling.k8s.io/v1 PriorityClass per Priority, none of them ``globalDefault``.
+
+    A global default applies to every pod that names no class in the whole cluster (the API
+    server's Priority admission plugin), the Kueue, KubeRay and GPU Operator pods included:
+    tenant pods of a higher class could then preempt the add-ons, and the add-ons would
+    preempt tenants. The fleet's default Priority is a tenants' matter: the admission policy
+    (:mod:`.admission`) refuses a tenant pod without a class and names the default."""
     labels = cluster["settings"]["labels"]
     return [
         k8s_object(
@@ -83,7 +89,7 @@ def priority_classes(cluster: ClusterState) -> list[K8sObject]:
             labels,
             value=p["value"],
             preemptionPolicy=p["preemption_policy"],
-            globalDefault=p["global_default"],
+            globalDefault=False,
             description=p["description"],
         )
         for p in cluster["priorities"]
@@ -102,15 +108,20 @@ def _compute(c: ComputeState | None) -> dict[str, str] | None:
 
 
 def caps(cluster: ClusterState) -> list[K8sObject]:
-    """ResourceQuota (namespace totals) and LimitRange (per container) where a tenant has caps."""
+    """A ResourceQuota on every tenant namespace (its GPUs, ``TenantState.gpu_quota``, and
+    the caps' totals): a pod that escapes Kueue (a queue label removed, a pod created before
+    Kueue's webhook) still cannot take more GPUs than the tenant's queue could be admitted;
+    and a LimitRange (per container) where a tenant has container caps."""
     labels = cluster["settings"]["labels"]
     out: list[K8sObject] = []
     for t in cluster["tenants"]:
         c: CapsState | None = t["caps"]
+        gpus = {"requests.nvidia.com/gpu": str(t["gpu_quota"])}
         if c is None:
+            out.append(k8s_object("ResourceQuota", CAPS_NAME, labels, t["namespace"], spec={"hard": gpus}))
             continue
         hard = {
-            "requests.nvidia.com/gpu": None if c["gpus"] is None else str(c["gpus"]),
+            **gpus,
             "requests.cpu": None if c["cpu_millicores"] is None else cpu(c["cpu_millicores"]),
             "requests.memory": None if c["memory_mib"] is None else memory(c["memory_mib"]),
             "pods": None if c["pods"] is None else str(c["pods"]),

@@ -3,6 +3,7 @@ ClusterQueues and LocalQueues."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Literal
 
 from ..resolve.types import ClusterQueueState, ClusterState, ResourceAmountState
@@ -30,9 +31,10 @@ def workload_priority_classes(cluster: ClusterState) -> list[K8sObject]:
 
 def resource_flavors(cluster: ClusterState) -> list[K8sObject]:
     """A ResourceFlavor per GPU flavor: the node label that selects its nodes, and the GPU
-    taint's toleration, which Kueue adds to the pods it admits to the flavor."""
+    taint's toleration, which Kueue adds to the pods it admits to the flavor; and one per
+    site CPU flavor (Ray heads): the site label, no toleration (GPU nodes stay off-limits)."""
     labels = cluster["settings"]["labels"]
-    return [
+    gpu = [
         k8s_object(
             "ResourceFlavor",
             f["name"],
@@ -44,6 +46,11 @@ def resource_flavors(cluster: ClusterState) -> list[K8sObject]:
         )
         for f in cluster["flavors"]
     ]
+    cpu = [
+        k8s_object("ResourceFlavor", f["name"], labels, spec={"nodeLabels": dict(f["node_labels"])})
+        for f in cluster["cpu_flavors"]
+    ]
+    return gpu + cpu
 
 
 def cohorts(cluster: ClusterState) -> list[K8sObject]:
@@ -51,7 +58,9 @@ def cohorts(cluster: ClusterState) -> list[K8sObject]:
     labels = cluster["settings"]["labels"]
     out = []
     for c in cluster["cohort_objects"]:
-        spec: dict[str, Any] = {"fairSharing": {"weight": weight(c["fair_sharing_weight"])}}
+        spec: dict[str, Any] = {}
+        if cluster["fair_sharing"]:
+            spec["fairSharing"] = {"weight": weight(c["fair_sharing_weight"])}
         if c["parent"]:
             spec["parentName"] = c["parent"]
         out.append(k8s_object("Cohort", c["name"], labels, spec=spec))
@@ -80,8 +89,14 @@ def _flavor_resources(resources: list[ResourceAmountState]) -> list[dict[str, An
     return out
 
 
-def cluster_queue(q: ClusterQueueState, tenants: list[str], labels: dict[str, str]) -> K8sObject:
-    """One ClusterQueue; ``tenants`` are the tenants whose namespaces may use it."""
+def cluster_queue(
+    q: ClusterQueueState, tenants: list[str], labels: dict[str, str], fair_sharing: bool = False
+) -> K8sObject:
+    """One ClusterQueue; ``tenants`` are the tenants whose namespaces may use it.
+
+    One resource group: the GPU flavors in the policy's order (Kueue tries them in order, so
+    the order is the queue's preference), then the CPU flavors of its Ray heads' sites.
+    ``fairSharing.weight`` only with fair sharing on (it means nothing otherwise)."""
     spec: dict[str, Any] = {}
     if q["cohort"]:
         spec["cohortName"] = q["cohort"]
@@ -93,7 +108,8 @@ def cluster_queue(q: ClusterQueueState, tenants: list[str], labels: dict[str, st
         {
             "coveredResources": list(COVERED_RESOURCES),
             "flavors": [
-                {"name": x["flavor"], "resources": _flavor_resources(x["resources"])} for x in q["quotas"]
+                {"name": x["flavor"], "resources": _flavor_resources(x["resources"])}
+                for x in [*q["quotas"], *q["cpu_quotas"]]
             ],
         }
     ]
@@ -103,7 +119,8 @@ def cluster_queue(q: ClusterQueueState, tenants: list[str], labels: dict[str, st
         "reclaimWithinCohort": p["reclaim_within_cohort"],
         "borrowWithinCohort": {"policy": p["borrow_within_cohort"]},
     }
-    spec["fairSharing"] = {"weight": weight(q["fair_sharing_weight"])}
+    if fair_sharing:
+        spec["fairSharing"] = {"weight": weight(q["fair_sharing_weight"])}
     return k8s_object("ClusterQueue", q["name"], labels, spec=spec)
 
 
@@ -113,7 +130,10 @@ def cluster_queues(cluster: ClusterState) -> list[K8sObject]:
     users: dict[str, list[str]] = {}
     for t in cluster["tenants"]:
         users.setdefault(t["cluster_queue"], []).append(t["name"])
-    return [cluster_queue(q, users.get(q["name"], []), labels) for q in cluster["cluster_queues"]]
+    return [
+        cluster_queue(q, users.get(q["name"], []), labels, cluster["fair_sharing"])
+        for q in cluster["cluster_queues"]
+    ]
 
 
 def local_queues(cluster: ClusterState) -> list[K8sObject]:
@@ -131,3 +151,78 @@ def local_queues(cluster: ClusterState) -> list[K8sObject]:
         for t in cluster["tenants"]
         if t["cluster_queue"] in queues
     ]
+
+
+# Kueue's manager Configuration (config.kueue.x-k8s.io/v1beta2), as the pinned chart passes
+# it (kueue chart v0.17.5 values.yaml, managerConfig.controllerManagerConfigYaml): the
+# chart's own defaults, restated because a value given replaces the whole document.
+_CHART_DEFAULTS: dict[str, Any] = {
+    "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+    "kind": "Configuration",
+    "health": {"healthProbeBindAddress": ":8081"},
+    "metrics": {"bindAddress": ":8443"},
+    "webhook": {"port": 9443},
+    "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"},
+    "controller": {
+        "groupKindConcurrency": {
+            "Job.batch": 5,
+            "Pod": 5,
+            "Workload.kueue.x-k8s.io": 5,
+            "LocalQueue.kueue.x-k8s.io": 1,
+            "ClusterQueue.kueue.x-k8s.io": 1,
+            "ResourceFlavor.kueue.x-k8s.io": 1,
+        }
+    },
+    "clientConnection": {"qps": 50, "burst": 100},
+    "integrations": {
+        "frameworks": [
+            "batch/job",
+            "kubeflow.org/mpijob",
+            "ray.io/rayjob",
+            "ray.io/rayservice",
+            "ray.io/raycluster",
+            "jobset.x-k8s.io/jobset",
+            "trainer.kubeflow.org/trainjob",
+            "kubeflow.org/paddlejob",
+            "kubeflow.org/pytorchjob",
+            "kubeflow.org/tfjob",
+            "kubeflow.org/xgboostjob",
+            "kubeflow.org/jaxjob",
+            "workload.codeflare.dev/appwrapper",
+            "pod",
+            "deployment",
+            "statefulset",
+            "leaderworkerset.x-k8s.io/leaderworkerset",
+        ]
+    },
+}
+# Fair sharing's preemption strategies: Kueue's default pair (one of the three sets
+# pkg/config/validation.go validStrategySets accepts at v0.17.5).
+FAIR_SHARING_STRATEGIES = ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]
+# Requests Kueue ignores: no ClusterQueue covers them, and Kueue refuses to admit a workload
+# that requests a resource its queue does not cover. Node-local resources, bounded by the
+# kubelet (ephemeral-storage, hugepages) and by the nodes' device plugins (RDMA), not by quota.
+EXCLUDED_RESOURCE_PREFIXES = ["ephemeral-storage", "hugepages-", "rdma/"]
+
+
+def manager_config(cluster: ClusterState) -> dict[str, Any]:
+    """Kueue's Configuration for this cluster: the chart's defaults, plus
+
+    - ``manageJobsWithoutQueueName: true`` with ``managedJobsNamespaceSelector`` selecting
+      the tenant namespaces (label ``swarm.io/tenant``): a Job, RayCluster or plain Pod there
+      without a queue name is suspended, never run outside its quota (Kueue v0.17.5
+      apis/config/v1beta2 ManageJobsWithoutQueueName); kube-system and kueue-system never
+      match (Kueue's config validation requires it; tenant namespaces are never those);
+    - ``fairSharing`` when the Allocation chooses it (its presence enables fair sharing:
+      pkg/scheduler/preemption/fairsharing ``Enabled``);
+    - ``resources.excludeResourcePrefixes``: :data:`EXCLUDED_RESOURCE_PREFIXES`.
+    """
+    config = copy.deepcopy(_CHART_DEFAULTS)
+    config["manageJobsWithoutQueueName"] = True
+    config["managedJobsNamespaceSelector"] = {
+        "matchExpressions": [{"key": TENANT_LABEL, "operator": "Exists"}]
+    }
+    if cluster["fair_sharing"]:
+        config["fairSharing"] = {"preemptionStrategies": list(FAIR_SHARING_STRATEGIES)}
+    config["resources"] = {"excludeResourcePrefixes": list(EXCLUDED_RESOURCE_PREFIXES)}
+    return config

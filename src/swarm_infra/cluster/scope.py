@@ -2,8 +2,9 @@
 
 A fleet may run one Kubernetes cluster per region; a stack then names its sites. What
 stays: the nodes of those sites (labels, taints, local scratch volumes), the GPU flavors
-whose gpu-worker nodes are all there, the quotas of those flavors (a ClusterQueue left
-without quota is left out) and the Ray clusters whose worker flavors are all there.
+whose gpu-worker nodes are all there, the CPU flavors of those sites, the quotas of those
+flavors (a ClusterQueue left without GPU quota is left out) and the Ray clusters whose
+worker flavors are all there.
 Tenants, priorities, the admission policy, storage classes, claims and the mesh topology
 are the same in every cluster.
 
@@ -54,9 +55,12 @@ def scope(state: DesiredState, sites: Iterable[str] | None) -> DesiredState:
     kept = {f["name"] for f in cluster["flavors"] if True in inside.get(f["name"], {True})}
     cluster["flavors"] = [f for f in cluster["flavors"] if f["name"] in kept]
     cluster["capacity"] = {f: c for f, c in cluster["capacity"].items() if f in kept}
+    cluster["cpu_flavors"] = [f for f in cluster["cpu_flavors"] if f["site"] in wanted]
+    cpu_kept = {f["name"] for f in cluster["cpu_flavors"]}
     queues = []
     for q in cluster["cluster_queues"]:
         q["quotas"] = [x for x in q["quotas"] if x["flavor"] in kept]
+        q["cpu_quotas"] = [x for x in q["cpu_quotas"] if x["flavor"] in cpu_kept]
         if q["quotas"]:
             queues.append(q)
     cluster["cluster_queues"] = queues

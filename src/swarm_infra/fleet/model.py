@@ -263,6 +263,8 @@ class Allocation:
     queues: tuple[Queue, ...]
     tenants: tuple[Tenant, ...]
     cohorts: tuple[Cohort, ...] = ()
+    fair_sharing: bool = False  # Kueue fair sharing (Configuration fairSharing) instead of classical
+    reserved_gpus: Mapping[str, int] = field(default_factory=lambda: _EMPTY)  # flavor -> GPUs in no queue
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -702,6 +704,8 @@ def _allocation(doc: _Doc) -> Allocation:
             Cohort(name=c["name"], **_given(c, parent="parent", fair_sharing_weight="fair_sharing_weight"))
             for c in spec.get("cohorts", ())
         ),
+        reserved_gpus=_frozen(spec.get("reserved_gpus")),
+        **_given(spec, fair_sharing="fair_sharing"),
     )
 
 

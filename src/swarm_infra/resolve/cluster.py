@@ -16,8 +16,18 @@ from . import ray
 from .analysis import Analysis
 from .capacity import gpu_capacity
 from .catalog import gpu_catalog
-from .flavors import flavor_nodes, flavor_shapes, node_sharing
-from .labels import FLAVOR_LABEL
+from .flavors import (
+    cpu_flavor,
+    cpu_nodes,
+    flavor_nodes,
+    flavor_shapes,
+    head_placement,
+    node_sharing,
+    queue_gpu_units,
+    ray_request_in_device_units,
+    units_per_gpu,
+)
+from .labels import FLAVOR_LABEL, SITE_LABEL
 from .types import (
     CapsState,
     ClusterQueueState,
@@ -25,6 +35,8 @@ from .types import (
     ClusterState,
     ClusterStorageState,
     ComputeState,
+    CpuFlavorState,
+    CpuQuotaState,
     FlavorState,
     GpuSharingClusterState,
     MeshTopologyState,
@@ -102,6 +114,23 @@ def quota_resources(
     ]
 
 
+def admissible_gpus(queue: ClusterQueueState, flavors: Mapping[str, FlavorState]) -> int:
+    """The most nvidia.com/gpu (device units) a queue could ever be admitted: per flavor,
+    nominal quota plus, in a cohort, the borrowing limit (unlimited: every GPU of the
+    flavor), at most the flavor's GPUs."""
+    total = 0
+    for x in queue["quotas"]:
+        f = flavors[x["flavor"]]
+        if queue["cohort"] is None:
+            most = x["nominal_quota"]  # no cohort: nothing to borrow from
+        elif x["borrowing_limit"] is None:
+            most = f["gpus"]
+        else:
+            most = x["nominal_quota"] + x["borrowing_limit"]
+        total += min(most, f["gpus"]) * (f["units_per_gpu"] or 0)
+    return total
+
+
 def _compute(c: Mapping[str, Any] | None) -> ComputeState | None:
     if c is None:
         return None
@@ -113,13 +142,14 @@ def _compute(c: Mapping[str, Any] | None) -> ComputeState | None:
     return out
 
 
-def caps_state(caps: Mapping[str, Any] | None) -> CapsState | None:
-    """A tenant's ``caps`` in base units (millicores, MiB), or None without caps."""
+def caps_state(caps: Mapping[str, Any] | None, gpu_units: int = 1) -> CapsState | None:
+    """A tenant's ``caps`` in base units (millicores, MiB; ``gpus``, declared in GPUs, times
+    ``gpu_units``: :func:`~swarm_infra.resolve.flavors.queue_gpu_units`), or None."""
     if caps is None:
         return None
     container = caps.get("container")
     return {
-        "gpus": caps.get("gpus"),
+        "gpus": None if caps.get("gpus") is None else caps["gpus"] * gpu_units,
         "cpu_millicores": round(caps["cpu"] * 1000) if "cpu" in caps else None,
         "memory_mib": caps["memory_gib"] * 1024 if "memory_gib" in caps else None,
         "pods": caps.get("pods"),
@@ -212,6 +242,24 @@ def mesh_topology(a: Analysis, peers: Mapping[str, list[PeerState]]) -> MeshTopo
     }
 
 
+def _cpu_quota(flavor: str, millicores: int, mib: int, *, lend: bool) -> CpuQuotaState:
+    """A queue's quota on a CPU flavor: no GPU, and exactly its heads' CPU and memory; in a
+    cohort, none of it is lent (lendingLimit 0), so a head never waits for a borrower."""
+
+    def amount(name: Any, n: int) -> ResourceAmountState:
+        return {
+            "name": name,
+            "nominal_quota": n,
+            "borrowing_limit": None,
+            "lending_limit": None if lend else 0,
+        }
+
+    return {
+        "flavor": flavor,
+        "resources": [amount(GPU_RESOURCE, 0), amount("cpu", millicores), amount("memory", mib)],
+    }
+
+
 def cluster_state(a: Analysis, peers: Mapping[str, list[PeerState]] | None = None) -> ClusterState:
     """The cluster's desired state for a checked fleet (shapes in :mod:`.types`).
 
@@ -219,7 +267,10 @@ def cluster_state(a: Analysis, peers: Mapping[str, list[PeerState]] | None = Non
     every covered resource in Kueue's units (:func:`quota_resources`). ``capacity`` gives per
     flavor the fleet's GPUs (on gpu-worker nodes), the sum of nominal quotas and what is
     unallocated. ``peers`` (from :func:`swarm_infra.resolve.mesh.peers`) gives the mesh
-    topology's edges. Lists are in name order, priorities highest value first.
+    topology's edges. Lists are in name order, priorities highest value first, except a
+    queue's quotas: in the policy's order, which Kueue takes as preference. Each Ray head
+    goes to its workers' site (:func:`~swarm_infra.resolve.flavors.head_placement`); its
+    queue gets a quota of exactly its heads on that site's CPU flavor.
     """
     fleet, catalog = a.fleet, gpu_catalog()
     settings = settings_state(a)
@@ -248,12 +299,40 @@ def cluster_state(a: Analysis, peers: Mapping[str, list[PeerState]] | None = Non
     ray_clusters: list[RayClusterState] = []
     default_priority = next((p.name for p in fleet.priorities.values() if p.global_default), None)
     alloc = fleet.allocation
+    # Ray heads: where each goes, and the CPU flavors (and per-queue quotas) that holds.
+    heads: dict[str, dict[str, str]] = {}
+    head_need: dict[str, dict[str, list[int]]] = defaultdict(dict)  # queue -> site -> [m, MiB]
+    for t in alloc.tenants if alloc else ():
+        if not t.ray:
+            continue
+        place = head_placement(a, t.ray.workers[0].flavor, t.ray.head_cpus, t.ray.head_memory_gib)
+        if place is None:
+            heads[t.name] = {}
+        elif place[0] == "cpu":
+            heads[t.name] = {SITE_LABEL: place[1]}
+            need = head_need[t.queue].setdefault(place[1], [0, 0])
+            need[0] += t.ray.head_cpus * 1000
+            need[1] += t.ray.head_memory_gib * 1024
+        else:
+            heads[t.name] = {FLAVOR_LABEL: place[1]}
+    by_site = cpu_nodes(a)
+    cpu_flavors: list[CpuFlavorState] = [
+        {
+            "name": cpu_flavor(site),
+            "site": site,
+            "node_labels": {SITE_LABEL: site},
+            "cpus": sum(n.cpus for n in by_site[site]),
+            "memory_gib": sum(n.memory_gib for n in by_site[site]),
+        }
+        for site in sorted({site for need in head_need.values() for site in need})
+    ]
     if alloc is not None:
         for q in sorted(alloc.queues, key=lambda q: q.name):
             if q.cohort:
                 cohorts.add(q.cohort)
             quotas: list[QuotaState] = []
-            for quota in sorted(q.quotas, key=lambda x: x.flavor):
+            # The policy's order: Kueue tries a resource group's flavors in order (preference).
+            for quota in q.quotas:
                 nominal[quota.flavor] += quota.nominal_quota
                 quotas.append(
                     {
@@ -281,10 +360,18 @@ def cluster_state(a: Analysis, peers: Mapping[str, list[PeerState]] | None = Non
                         "borrow_within_cohort": q.borrow_within_cohort,
                     },
                     "quotas": quotas,
+                    "cpu_quotas": [
+                        _cpu_quota(cpu_flavor(site), millicores, mib, lend=q.cohort is None)
+                        for site, (millicores, mib) in sorted(head_need.get(q.name, {}).items())
+                    ],
                 }
             )
         shapes = flavor_shapes(a, sharing) if any(t.ray for t in alloc.tenants) else {}
+        by_queue = {q["name"]: q for q in queues}
+        gpu_units = units_per_gpu(a, sharing)
         for t in sorted(alloc.tenants, key=lambda t: t.name):
+            caps = caps_state(t.caps, queue_gpu_units(a, gpu_units, t.queue))
+            admissible = admissible_gpus(by_queue[t.queue], flavor_states) if t.queue in by_queue else 0
             tenants.append(
                 {
                     "name": t.name,
@@ -294,7 +381,10 @@ def cluster_state(a: Analysis, peers: Mapping[str, list[PeerState]] | None = Non
                     "priorities": sorted(t.priorities)
                     if t.priorities is not None
                     else sorted(fleet.priorities),
-                    "caps": caps_state(t.caps),
+                    "caps": caps,
+                    "gpu_quota": admissible
+                    if caps is None or caps["gpus"] is None
+                    else min(caps["gpus"], admissible),
                     "ray_cluster": t.name if t.ray else None,
                 }
             )
@@ -303,12 +393,13 @@ def cluster_state(a: Analysis, peers: Mapping[str, list[PeerState]] | None = Non
                     ray.ray_cluster(
                         t.name,
                         t.namespace,
-                        t.ray,
+                        ray_request_in_device_units(t.ray, gpu_units),
                         shapes,
                         priority=t.ray.priority or default_priority,
                         local_queue=t.name,
                         ray_version=ray.fleet_ray_version(fleet),
                         tenant=t.name,
+                        head_node_labels=heads.get(t.name),
                     )
                 )
     namespaces = {t["name"]: t["namespace"] for t in tenants}
@@ -349,7 +440,9 @@ def cluster_state(a: Analysis, peers: Mapping[str, list[PeerState]] | None = Non
         }
     return {
         "settings": settings,
+        "fair_sharing": alloc.fair_sharing if alloc else False,
         "flavors": list(flavor_states.values()),
+        "cpu_flavors": cpu_flavors,
         "cohorts": sorted(cohorts),
         "cohort_objects": [
             {"name": c.name, "parent": c.parent, "fair_sharing_weight": c.fair_sharing_weight}

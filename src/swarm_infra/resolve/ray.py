@@ -11,7 +11,8 @@ and the node labels from :func:`ray_node_labels`, so both Rays place work alike.
 Rules:
 
 - a worker group runs on the gpu-worker nodes of one GPU flavor (node label
-  ``swarm.io/gpu-flavor``); the head needs no GPU and has no node constraint;
+  ``swarm.io/gpu-flavor``); the head needs no GPU: it runs in its workers' site (see
+  ``resolve.flavors.head_placement``);
 - a worker's GPUs default to all ``nvidia.com/gpu`` of the smallest node of the flavor
   (device units: a time-sliced or MIG-partitioned GPU counts as several). Its CPUs and
   memory default to the same share of each node's CPUs and memory, less
@@ -90,6 +91,7 @@ def ray_cluster(
     local_queue: str | None,
     ray_version: str,
     tenant: str | None = None,
+    head_node_labels: Mapping[str, str] | None = None,
 ) -> RayClusterState:
     """The Ray cluster ``name`` for ``request``, running Ray ``ray_version`` (the fleet's:
     :func:`fleet_ray_version`).
@@ -99,12 +101,14 @@ def ray_cluster(
     ``reference.unresolved`` and ``ray.pod-too-large`` guarantee it). ``priority`` is the
     resolved Priority name (the request's, else the global default), ``local_queue`` the
     Kueue LocalQueue that admits the cluster. Groups: the head, then workers by flavor.
+    ``head_node_labels``: the head's node selector (its site's CPU flavor, or its workers'
+    GPU flavor: :func:`swarm_infra.resolve.flavors.head_placement`); None: no constraint.
     """
     pct = request.object_store_percent
     head: RayGroupState = {
         "name": "head",
         "flavor": None,
-        "node_labels": {},
+        "node_labels": dict(head_node_labels or {}),
         "gpus": 0,
         "cpus": request.head_cpus,
         "memory_gib": request.head_memory_gib,

@@ -356,12 +356,20 @@ class PreemptionState(TypedDict):
     borrow_within_cohort: str  # Never | LowerPriority
 
 
+class CpuQuotaState(TypedDict):
+    """A queue's quota on a site's CPU flavor: its tenants' Ray heads there (nvidia.com/gpu 0)."""
+
+    flavor: str  # CpuFlavorState.name
+    resources: list[ResourceAmountState]  # nvidia.com/gpu 0, cpu (millicores), memory (MiB)
+
+
 class ClusterQueueState(TypedDict):
     name: str
     cohort: str | None
     fair_sharing_weight: float
     preemption: PreemptionState
-    quotas: list[QuotaState]
+    quotas: list[QuotaState]  # GPU flavors in the policy's order (Kueue: order is preference)
+    cpu_quotas: list[CpuQuotaState]  # after the GPU flavors, by flavor name
 
 
 class ComputeState(TypedDict, total=False):
@@ -394,6 +402,9 @@ class TenantState(TypedDict):
     cluster_queue: str
     priorities: list[str]  # Priority names the tenant may use
     caps: CapsState | None
+    # requests.nvidia.com/gpu of the namespace's ResourceQuota, device units: caps.gpus, else
+    # (and at most) what the queue could ever be admitted (nominal + borrowing limit per flavor).
+    gpu_quota: int
     ray_cluster: str | None  # name of the tenant's RayCluster (in ClusterState.ray_clusters)
 
 
@@ -410,7 +421,7 @@ class RayGroupState(TypedDict):
 
     name: str  # "head" or the worker group's name (its flavor)
     flavor: str | None  # GPU flavor; None: the head
-    node_labels: dict[str, str]  # where the pods must run ({} for the head)
+    node_labels: dict[str, str]  # where the pods must run (head: its site, or its first workers' flavor)
     gpus: int  # nvidia.com/gpu per pod, device units
     cpus: int  # per pod
     memory_gib: int  # per pod
@@ -543,9 +554,21 @@ class CapacityState(TypedDict):
     unallocated: int  # gpus - nominal_quota (negative is invalid and never resolved)
 
 
+class CpuFlavorState(TypedDict):
+    """A site's nodes without GPUs as a Kueue ResourceFlavor (node label swarm.io/site)."""
+
+    name: str  # "cpu-<site>"
+    site: str
+    node_labels: dict[str, str]
+    cpus: int  # of the site's nodes without GPUs
+    memory_gib: int
+
+
 class ClusterState(TypedDict):
     settings: ClusterSettingsState
+    fair_sharing: bool  # Kueue fair sharing on (Allocation fair_sharing); else classical preemption
     flavors: list[FlavorState]
+    cpu_flavors: list[CpuFlavorState]  # the sites where a Ray head goes, by name
     cohorts: list[str]  # every cohort a queue names
     cohort_objects: list[CohortState]  # the cohorts that need a Kueue Cohort object
     cluster_queues: list[ClusterQueueState]

@@ -26,6 +26,7 @@ from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
+import yaml
 
 from ...cluster import K8sObject
 from ...cluster.core import DEVICE_PLUGIN_CONFIGMAP, LOCAL_PATH_NAMESPACE
@@ -76,6 +77,8 @@ def _chart(name: str, conf: cfg.StackConfig) -> dict[str, Any]:
 class OperatorsArgs:
     config: cfg.StackConfig
     elastic_ray: bool  # a RayCluster autoscales: Kueue needs the ElasticJobsViaWorkloadSlices gate
+    # Kueue's Configuration (swarm_infra.cluster.kueue.manager_config); None: the chart's own.
+    kueue_config: Mapping[str, Any] | None = None
 
 
 class Operators(pulumi.ComponentResource):
@@ -93,6 +96,11 @@ class Operators(pulumi.ComponentResource):
             values: dict[str, Any] = {}
             if args.elastic_ray:
                 values = {"controllerManager": {"featureGates": [{"name": ELASTIC_GATE, "enabled": True}]}}
+            if args.kueue_config is not None:
+                # The chart writes this string as the manager's ConfigMap (kueue chart v0.17.5
+                # values.yaml: managerConfig.controllerManagerConfigYaml), replacing its default.
+                text = yaml.safe_dump(dict(args.kueue_config), sort_keys=False, default_flow_style=False)
+                values["managerConfig"] = {"controllerManagerConfigYaml": text}
             self.kueue = k8s.helm.v3.Release(
                 "kueue",
                 name="kueue",

@@ -13,6 +13,7 @@ from pathlib import Path
 import pulumi
 
 from ...cluster import ClusterObjects, build
+from ...cluster.kueue import manager_config
 from ...fleet.sources import convention_paths
 from ...resolve import desired_state, load_fleet
 from ...resolve.types import DesiredState
@@ -63,7 +64,7 @@ def run(config: StackConfig, root: Path) -> Program:
     state, objects = load(config, root, gpu_present=config.gpu_mode == "device-plugin")
     settings = state["cluster"]["settings"]
     elastic = any(o["spec"].get("enableInTreeAutoscaling") for o in objects.ray)
-    operators = Operators("operators", OperatorsArgs(config, elastic))
+    operators = Operators("operators", OperatorsArgs(config, elastic, manager_config(state["cluster"])))
     cluster = Cluster("cluster", ClusterArgs(objects.cluster, operators.kueue))
     gpu_inputs = [
         r

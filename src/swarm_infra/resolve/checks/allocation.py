@@ -72,6 +72,88 @@ def queues(a: Analysis) -> Iterator[Finding]:
                 )
 
 
+def fair_sharing(a: Analysis) -> Iterator[Finding]:
+    """Fair sharing or classical preemption, never half of each (``spec.fair_sharing``).
+
+    ``allocation.fair-sharing-conflict``: ``borrow_within_cohort`` other than Never with fair
+    sharing on: Kueue documents it as working with classical preemption only, not with fair
+    sharing (kueue v0.17.5 apis/kueue/v1beta2/clusterqueue_types.go, BorrowWithinCohort), and
+    its preemptor takes the fair-sharing path when fair sharing is on
+    (pkg/scheduler/preemption/preemption.go), so the setting would be inert;
+    ``allocation.weight-without-fair-sharing``: a queue's or cohort's ``fair_sharing_weight``
+    other than 1 with fair sharing off (Kueue reads weights only under fair sharing).
+    """
+    alloc = a.fleet.allocation
+    if alloc is None:
+        return
+    for qi, q in enumerate(alloc.queues):
+        if alloc.fair_sharing and q.borrow_within_cohort != "Never":
+            yield Finding(
+                alloc.source,
+                ("spec", "queues", qi, "preemption", "borrow_within_cohort"),
+                "allocation.fair-sharing-conflict",
+                "borrow_within_cohort works with classical preemption only; Kueue ignores it under "
+                "fair sharing (spec.fair_sharing: true): remove it or turn fair sharing off",
+            )
+        if not alloc.fair_sharing and q.fair_sharing_weight != 1:
+            yield Finding(
+                alloc.source,
+                ("spec", "queues", qi, "fair_sharing_weight"),
+                "allocation.weight-without-fair-sharing",
+                f"fair_sharing_weight {q.fair_sharing_weight:g} has no effect without fair sharing: "
+                "set spec.fair_sharing: true or remove the weight",
+            )
+    for ci, c in enumerate(alloc.cohorts):
+        if not alloc.fair_sharing and c.fair_sharing_weight != 1:
+            yield Finding(
+                alloc.source,
+                ("spec", "cohorts", ci, "fair_sharing_weight"),
+                "allocation.weight-without-fair-sharing",
+                f"fair_sharing_weight {c.fair_sharing_weight:g} has no effect without fair sharing: "
+                "set spec.fair_sharing: true or remove the weight",
+            )
+
+
+def unallocated(a: Analysis) -> Iterator[Finding]:
+    """``allocation.capacity-unallocated`` (a warning): a flavor's GPUs that no queue's
+    nominal_quota holds and that ``reserved_gpus`` does not declare. Kueue admits nothing on
+    them (borrowing only lends other queues' nominal quota), so they idle; a warning, not an
+    error, because nodes join before their quota is written and leave for maintenance, and
+    idle GPUs break nothing; ``reserved_gpus`` states the intent and silences it.
+    ``reference.unresolved``: ``reserved_gpus`` names no flavor of the fleet."""
+    alloc = a.fleet.allocation
+    if alloc is None or not a.fleet.complete("Node"):
+        return
+    flavors = a.flavors()
+    capacity = gpu_capacity(a.fleet)
+    nominal: dict[str, int] = defaultdict(int)
+    for q in alloc.queues:
+        for x in q.quotas:
+            nominal[x.flavor] += x.nominal_quota
+    for f in alloc.reserved_gpus:
+        if f not in flavors:
+            yield Finding(
+                alloc.source,
+                ("spec", "reserved_gpus", f),
+                "reference.unresolved",
+                f"no GPU flavor {f!r} in this fleet (flavors: {', '.join(flavors) or 'none'})",
+            )
+    for f in flavors:
+        idle = capacity.get(f, 0) - nominal[f]
+        reserved = alloc.reserved_gpus.get(f, 0)
+        if idle > 0 and idle != reserved:
+            yield Finding(
+                alloc.source,
+                ("spec", "reserved_gpus", f) if f in alloc.reserved_gpus else ("spec", "queues"),
+                "allocation.capacity-unallocated",
+                f"{idle} of the fleet's {capacity.get(f, 0)} {f} GPUs are in no queue's nominal_quota"
+                + (f" (reserved_gpus says {reserved})" if reserved else "")
+                + ": Kueue can never admit work on them; give them to a queue or declare them "
+                "in spec.reserved_gpus",
+                "warning",
+            )
+
+
 def priorities(a: Analysis) -> Iterator[Finding]:
     """``priority.default-multiple`` (more than one global default) and
     ``priority.reserved-name`` (the ``system-`` prefix is Kubernetes')."""
@@ -93,4 +175,4 @@ def priorities(a: Analysis) -> Iterator[Finding]:
             )
 
 
-CHECKS = (queues, priorities)
+CHECKS = (queues, fair_sharing, unallocated, priorities)

@@ -30,7 +30,16 @@ from ...fleet.model import Tenant
 from .. import ray
 from ..analysis import Analysis
 from ..cluster import caps_state
-from ..flavors import flavor_nodes, flavor_shapes, node_sharing
+from ..flavors import (
+    flavor_nodes,
+    flavor_shapes,
+    head_placement,
+    node_sharing,
+    queue_gpu_units,
+    ray_request_in_device_units,
+    units_per_gpu,
+    workers_site,
+)
 from ..types import ComputeState
 
 
@@ -102,9 +111,63 @@ def cohorts(a: Analysis) -> Iterator[Finding]:
         )
 
 
+# Namespaces no tenant may have: Kubernetes' own (and its ``kube-`` prefix), and those of
+# the add-ons the stack installs (Kueue, KubeRay: engines/pulumi/components.py). A tenant's
+# ResourceQuota, LimitRange, Kueue management and admission policy would apply to their pods.
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease", "kueue-system", "ray-system")
+SYSTEM_NAMESPACE_PREFIX = "kube-"
+# Label keys a Cluster may not put on every object: those the project, Kueue, KubeRay, NVIDIA's
+# operators and Kubernetes give meaning to. On every namespace, ``swarm.io/tenant`` would bind
+# the tenant admission policy to the system namespaces and ``priority.swarm.io/<p>`` would
+# allow every tenant every priority; on every node, ``swarm.io/gpu-flavor`` would move GPUs
+# between flavors.
+RESERVED_LABEL_KEYS = (
+    "swarm.io/tenant",
+    "swarm.io/fleet",
+    "swarm.io/site",
+    "swarm.io/region",
+    "swarm.io/gpu-flavor",
+    "swarm.io/mesh-address",
+    "swarm.io/purpose",
+    "app.kubernetes.io/managed-by",
+    "app.kubernetes.io/part-of",
+)
+RESERVED_LABEL_PREFIXES = ("priority.swarm.io/", "kueue.x-k8s.io/", "ray.io/", "nvidia.com/")
+RESERVED_LABEL_DOMAINS = ("kubernetes.io", "k8s.io")  # and their subdomains (pod-security...)
+
+
+def reserved_label(key: str) -> bool:
+    """Whether a Cluster label ``key`` is one :data:`RESERVED_LABEL_KEYS` and the prefixes
+    and domains above reserve."""
+    prefix = key.rpartition("/")[0]
+    return (
+        key in RESERVED_LABEL_KEYS
+        or key.startswith(RESERVED_LABEL_PREFIXES)
+        or any(prefix == d or prefix.endswith("." + d) for d in RESERVED_LABEL_DOMAINS)
+    )
+
+
+def cluster_labels(a: Analysis) -> Iterator[Finding]:
+    """``cluster.label-reserved``: a Cluster label with a reserved key (:func:`reserved_label`)."""
+    c = a.fleet.cluster
+    if c.source is None:
+        return
+    for key in c.labels:
+        if reserved_label(key):
+            yield Finding(
+                c.source,
+                ("spec", "labels", key),
+                "cluster.label-reserved",
+                f"label key {key!r} is reserved: the project, Kueue, KubeRay, NVIDIA or Kubernetes "
+                "give it meaning, and Cluster labels go on every object (namespaces and nodes included)",
+            )
+
+
 def namespaces(a: Analysis) -> Iterator[Finding]:
     """A namespace belongs to one tenant (one LocalQueue, one set of allowed priorities, one
-    set of caps) and to no project component; the scratch StorageClass is not a declared one."""
+    set of caps) and to no project component; the scratch StorageClass is not a declared one.
+    ``allocation.namespace-reserved``: a tenant namespace that is Kubernetes' or an add-on's
+    (:data:`SYSTEM_NAMESPACES`, ``kube-*``)."""
     cluster = a.fleet.cluster
     reserved = {
         cluster.system_namespace: "the cluster's system namespace",
@@ -113,6 +176,16 @@ def namespaces(a: Analysis) -> Iterator[Finding]:
     alloc = a.fleet.allocation
     owner: dict[str, str] = {}
     for ti, t in enumerate(alloc.tenants if alloc else ()):
+        if t.namespace in SYSTEM_NAMESPACES or t.namespace.startswith(SYSTEM_NAMESPACE_PREFIX):
+            assert alloc is not None  # the tenant is one of its own
+            yield Finding(
+                alloc.source,
+                ("spec", "tenants", ti, "namespace" if t.namespace != t.name else "name"),
+                "allocation.namespace-reserved",
+                f"namespace {t.namespace!r} belongs to Kubernetes or an add-on the stack installs; "
+                "the tenant's quota, Kueue management and admission policy would apply to their pods",
+            )
+            continue
         other = reserved.get(t.namespace) or (
             f"tenant {owner[t.namespace]!r}'s namespace" if t.namespace in owner else None
         )
@@ -180,15 +253,18 @@ def limit_ranges(a: Analysis) -> Iterator[Finding]:
                 break
 
 
-def _ray_pods(a: Analysis, t: Tenant, shapes: Mapping[str, Any]) -> dict[str, Any] | None:
+def _ray_pods(
+    a: Analysis, t: Tenant, shapes: Mapping[str, Any], units: dict[str, int]
+) -> dict[str, Any] | None:
     """The tenant's resolved Ray cluster, or None when its flavors cannot be sized."""
     assert t.ray is not None
     if any(not any(s.gpus for s in shapes.get(w.flavor, ())) for w in t.ray.workers):
         return None
+    request = ray_request_in_device_units(t.ray, units)
     # Sizes only: the version (ray.version-missing when undeclared) plays no part in them.
     version = a.fleet.cluster.ray_version or ""
     decided = ray.ray_cluster(
-        t.name, t.namespace, t.ray, shapes, priority=None, local_queue=None, ray_version=version
+        t.name, t.namespace, request, shapes, priority=None, local_queue=None, ray_version=version
     )
     return dict(decided)
 
@@ -199,10 +275,11 @@ def ray_clusters(a: Analysis) -> Iterator[Finding]:
     if alloc is None or not any(t.ray for t in alloc.tenants):
         return
     flavors = a.flavors()
-    shapes = flavor_shapes(a, node_sharing(a))
+    sharing_by_node = node_sharing(a)
+    shapes = flavor_shapes(a, sharing_by_node)
+    units = units_per_gpu(a, sharing_by_node)
     queues = {q.name: {x.flavor for x in q.quotas} for q in alloc.queues}
     default = next((p.name for p in a.fleet.priorities.values() if p.global_default), None)
-    biggest = max(((n.cpus, n.memory_gib) for n in a.fleet.nodes.values()), default=(0, 0))
     # Flavors and sizes depend on every node: with a Node document left out (its own error
     # reported), a missing flavor or a pod that fits nowhere would repeat that error.
     nodes_known = a.fleet.complete("Node")
@@ -217,6 +294,14 @@ def ray_clusters(a: Analysis) -> Iterator[Finding]:
             yield Finding(
                 alloc.source, (*at, "priority"), "reference.unresolved", f"no Priority named {prio!r}"
             )
+        elif prio is None and a.fleet.complete("Priority"):  # a Priority left out: reported already
+            yield Finding(
+                alloc.source,
+                at,
+                "ray.priority-not-allowed",
+                "the Ray cluster names no priority and no Priority is the global default: the "
+                "admission policy refuses a tenant pod without a PriorityClass",
+            )
         elif prio is not None and prio not in allowed:
             yield Finding(
                 alloc.source,
@@ -226,14 +311,22 @@ def ray_clusters(a: Analysis) -> Iterator[Finding]:
                 f"{t.name!r}'s ({', '.join(sorted(allowed)) or 'none'}); the admission policy "
                 "would refuse it",
             )
-        if nodes_known and (r.head_cpus > biggest[0] or r.head_memory_gib > biggest[1]):
-            yield Finding(
-                alloc.source,
-                (*at, "head"),
-                "ray.pod-too-large",
-                f"the head ({r.head_cpus} CPUs, {r.head_memory_gib} GiB) is larger than every node "
-                f"(largest: {biggest[0]} CPUs, {biggest[1]} GiB)",
-            )
+        place = (
+            head_placement(a, r.workers[0].flavor, r.head_cpus, r.head_memory_gib) if nodes_known else None
+        )
+        if place is not None and place[0] == "gpu":
+            shown = shapes.get(place[1], ())
+            biggest = max(((n.cpus, n.memory_gib) for n in shown), default=(0, 0))
+            if r.head_cpus > biggest[0] or r.head_memory_gib > biggest[1]:
+                site = workers_site(a, place[1])
+                yield Finding(
+                    alloc.source,
+                    (*at, "head"),
+                    "ray.pod-too-large",
+                    f"the head ({r.head_cpus} CPUs, {r.head_memory_gib} GiB) fits no node without GPUs in "
+                    f"its workers' site {site!r} and no node of its first worker flavor {place[1]!r} "
+                    f"(largest: {biggest[0]} CPUs, {biggest[1]} GiB)",
+                )
         seen: set[str] = set()
         for wi, w in enumerate(r.workers):
             wat = (*at, "workers", wi)
@@ -271,10 +364,11 @@ def ray_clusters(a: Analysis) -> Iterator[Finding]:
                     f"min_replicas {w.min_replicas} is above max_replicas {w.max_replicas}",
                 )
             nodes = [s for s in shapes.get(w.flavor, ()) if s.gpus]
+            devices = (w.gpus or 1) * units.get(w.flavor, 1)  # declared in GPUs; nodes in device units
             fits = [
                 s
                 for s in nodes
-                if (w.gpus or 1) <= s.gpus and (w.cpus or 1) <= s.cpus and (w.memory_gib or 1) <= s.memory_gib
+                if devices <= s.gpus and (w.cpus or 1) <= s.cpus and (w.memory_gib or 1) <= s.memory_gib
             ]
             if not fits and nodes_known:
                 yield Finding(
@@ -290,16 +384,18 @@ def ray_clusters(a: Analysis) -> Iterator[Finding]:
                     ),
                 )
         if nodes_known:
-            yield from _ray_caps(a, ti, t, shapes)
+            yield from _ray_caps(a, ti, t, shapes, units)
 
 
-def _ray_caps(a: Analysis, ti: int, t: Tenant, shapes: Mapping[str, Any]) -> Iterator[Finding]:
+def _ray_caps(
+    a: Analysis, ti: int, t: Tenant, shapes: Mapping[str, Any], units: dict[str, int]
+) -> Iterator[Finding]:
     """``allocation.caps-too-small`` for the Ray cluster: each pod within the LimitRange's max,
-    the head and the minimum workers within the ResourceQuota."""
-    caps = caps_state(t.caps)
+    the head and the minimum workers within the ResourceQuota (GPUs in device units)."""
+    caps = caps_state(t.caps, queue_gpu_units(a, units, t.queue))
     if caps is None:
         return
-    cluster = _ray_pods(a, t, shapes)
+    cluster = _ray_pods(a, t, shapes, units)
     if cluster is None:
         return
     alloc = a.fleet.allocation
@@ -363,4 +459,4 @@ def volume_caps(a: Analysis) -> Iterator[Finding]:
                 )
 
 
-CHECKS = (sharing, cohorts, namespaces, limit_ranges, ray_clusters, volume_caps)
+CHECKS = (sharing, cohorts, cluster_labels, namespaces, limit_ranges, ray_clusters, volume_caps)

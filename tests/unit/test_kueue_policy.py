@@ -1,0 +1,543 @@
+"""Kueue enforces what the policy says (issue #24, items 6-9, 11, 12): flavor preference,
+where Ray heads land, fair sharing or classical preemption, no way around a quota, tenant
+namespaces and label keys, no cluster-wide default priority, the README's intent table.
+
+Kueue cannot run here. Its flavor assignment is restated from kubernetes-sigs/kueue v0.17.5
+pkg/scheduler/flavorassigner/flavorassigner.go (``findFlavorForPodSets``: the resource
+group's flavors in order; ``checkFlavorForPodSets``: a flavor whose NoSchedule/NoExecute
+``nodeTaints`` the pod does not tolerate, or whose ``nodeLabels`` do not satisfy the pod's
+node selector restricted to the label keys of the group's flavors (``flavorSelector``), is
+skipped); quota is left out: the first flavor that may hold the pod at all is the one it
+gets when quota allows, which is what preference means.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from swarm_infra import validate
+from swarm_infra.cluster import rules
+from swarm_infra.cluster.kueue import manager_config
+from swarm_infra.resolve.checks.cluster import reserved_label
+from swarm_infra.resolve.labels import SITE_LABEL
+
+from .cluster_support import ROOT, by_kind, objects, state
+from .test_cluster_objects import declared, tolerates
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+FLEETS = ("example", "lab")
+
+
+# ------------------------------------------------------------ Kueue's flavor assignment
+
+
+def flavor_for(cq: dict[str, Any], flavors: dict[str, Any], pod: dict[str, Any], resource: str) -> str | None:
+    """The first flavor of the resource group covering ``resource`` that may hold ``pod``
+    (restated from Kueue v0.17.5, see the module doc), or None."""
+    (group,) = [g for g in cq["spec"]["resourceGroups"] if resource in g["coveredResources"]]
+    names = [f["name"] for f in group["flavors"]]
+    keys = {k for n in names for k in flavors[n]["spec"].get("nodeLabels", {})}
+    selector = {k: v for k, v in (pod.get("nodeSelector") or {}).items() if k in keys}
+    for name in names:
+        spec = flavors[name]["spec"]
+        tolerations = [*(pod.get("tolerations") or []), *spec.get("tolerations", [])]
+        if any(
+            t["effect"] in ("NoSchedule", "NoExecute") and not tolerates(tolerations, t)
+            for t in spec.get("nodeTaints", [])
+        ):
+            continue
+        if all(spec.get("nodeLabels", {}).get(k) == v for k, v in selector.items()):
+            return str(name)
+    return None
+
+
+def nodes_for(objs: list[dict[str, Any]], flavor: dict[str, Any], pod: dict[str, Any]) -> set[str]:
+    """The Nodes a pod admitted to ``flavor`` can run on: Kueue adds the flavor's nodeLabels
+    to its node selector and the flavor's tolerations to its tolerations; the scheduler then
+    needs every selector label and every NoSchedule taint tolerated."""
+    selector = {**(pod.get("nodeSelector") or {}), **flavor["spec"].get("nodeLabels", {})}
+    tolerations = [*(pod.get("tolerations") or []), *flavor["spec"].get("tolerations", [])]
+    return {
+        name
+        for name, node in by_kind(objs, "Node").items()
+        if node["metadata"]["labels"].items() >= selector.items()
+        and all(tolerates(tolerations, t) for t in node.get("spec", {}).get("taints", []))
+    }
+
+
+@pytest.mark.parametrize("fleet", FLEETS)
+def test_cluster_queue_flavors_keep_the_policys_order(fleet: str) -> None:
+    """Item 6: Kueue takes the order of a resource group's flavors as preference; the GPU
+    flavors are the Allocation's quotas in the order written (before: sorted by name, so
+    community tried H100 before its own RTX 4090)."""
+    (alloc,) = declared(fleet, "Allocation")
+    cqs = by_kind(objects(fleet).all(), "ClusterQueue")
+    for q in alloc["spec"]["queues"]:
+        (group,) = cqs[q["name"]]["spec"]["resourceGroups"]
+        gpu = [f["name"] for f in group["flavors"] if not f["name"].startswith("cpu-")]
+        assert gpu == [x["flavor"] for x in q["quotas"]], q["name"]
+        # CPU flavors only after every GPU flavor: a GPU pod never reaches them first.
+        names = [f["name"] for f in group["flavors"]]
+        assert names[: len(gpu)] == gpu
+
+
+@pytest.mark.parametrize("fleet", FLEETS)
+def test_ray_pods_get_a_flavor_in_their_workers_site(fleet: str) -> None:
+    """Item 6: a head (CPU only) takes a flavor whose nodes are in a site of its cluster's
+    workers, never the queue's first GPU flavor elsewhere; each worker takes its own flavor.
+    The sites expected come from the inventory: where the declared worker flavors' nodes are."""
+    objs = objects(fleet).all()
+    cqs, flavors = by_kind(objs, "ClusterQueue"), by_kind(objs, "ResourceFlavor")
+    nodes = by_kind(objs, "Node")
+    lqs = by_kind(objs, "LocalQueue")
+    (alloc,) = declared(fleet, "Allocation")
+    tenants = {t["name"]: t for t in alloc["spec"]["tenants"]}
+    checked = 0
+    for key, rc in by_kind(objs, "RayCluster").items():
+        ns, name = key.split("/")
+        cq = cqs[lqs[f"{ns}/{rc['metadata']['labels']['kueue.x-k8s.io/queue-name']}"]["spec"]["clusterQueue"]]
+        worker_flavors = [w["flavor"] for w in tenants[name]["ray"]["workers"]]
+        sites = {
+            n["metadata"]["labels"][SITE_LABEL]
+            for n in nodes.values()
+            if n["metadata"]["labels"].get("swarm.io/gpu-flavor") in worker_flavors
+        }
+        head = rc["spec"]["headGroupSpec"]["template"]["spec"]
+        got = flavor_for(cq, flavors, head, "cpu")
+        assert got is not None, key
+        assert got in worker_flavors or got.startswith("cpu-"), (key, got)
+        placed = nodes_for(objs, flavors[got], head)
+        assert placed, (key, got)
+        assert {nodes[n]["metadata"]["labels"][SITE_LABEL] for n in placed} <= sites, (key, got)
+        for w in rc["spec"]["workerGroupSpecs"]:
+            assert flavor_for(cq, flavors, w["template"]["spec"], "nvidia.com/gpu") == w["groupName"]
+        checked += 1
+    assert checked == len(by_kind(objs, "RayCluster")) > 0
+
+
+def test_a_head_uses_its_sites_cpu_nodes_when_they_can_hold_it() -> None:
+    """acme-ai's head (8 CPUs, 64 GiB) fits fra1's node without GPUs: it takes fra1's CPU
+    flavor and only that node; community's head (16 GiB) fits no node without GPUs in tyo1
+    (4 CPUs, 8 GiB there), so it runs beside its RTX 4090 workers."""
+    objs = objects("example").all()
+    cqs, flavors = by_kind(objs, "ClusterQueue"), by_kind(objs, "ResourceFlavor")
+    rcs = by_kind(objs, "RayCluster")
+    acme = rcs["acme-ai/acme-ai"]["spec"]["headGroupSpec"]["template"]["spec"]
+    assert flavor_for(cqs["acme-ai"], flavors, acme, "cpu") == "cpu-fra1"
+    assert nodes_for(objs, flavors["cpu-fra1"], acme) == {"fra1-head-01"}
+    community = rcs["community/community"]["spec"]["headGroupSpec"]["template"]["spec"]
+    assert flavor_for(cqs["community"], flavors, community, "cpu") == "rtx-4090"
+
+
+def test_a_cpu_flavor_quota_is_exactly_its_heads() -> None:
+    """The CPU flavor quota of a queue is its tenants' heads there, none of it lent (a head
+    never waits for a borrower to finish); nvidia.com/gpu 0."""
+    (alloc,) = declared("example", "Allocation")
+    acme = next(t for t in alloc["spec"]["tenants"] if t["name"] == "acme-ai")["ray"]["head"]
+    cq = by_kind(objects("example").all(), "ClusterQueue")["acme-ai"]
+    (cpu,) = [f for f in cq["spec"]["resourceGroups"][0]["flavors"] if f["name"] == "cpu-fra1"]
+    assert cpu["resources"] == [
+        {"name": "nvidia.com/gpu", "nominalQuota": 0, "lendingLimit": 0},
+        {"name": "cpu", "nominalQuota": str(acme["cpus"]), "lendingLimit": "0"},
+        {"name": "memory", "nominalQuota": f"{acme['memory_gib']}Gi", "lendingLimit": "0Gi"},
+    ]
+
+
+# --------------------------------------------------------- fair sharing, quota bypass
+
+
+@pytest.mark.parametrize("fleet", FLEETS)
+def test_kueue_configuration_follows_the_policy(fleet: str) -> None:
+    """Items 7, 8, 12: fair sharing on exactly when the Allocation says so (then the queues
+    carry their weights); jobs without a queue name in tenant namespaces are managed (held),
+    elsewhere not; node-local resources are excluded; Kueue's own config validation passes."""
+    (alloc,) = declared(fleet, "Allocation")
+    on = alloc["spec"].get("fair_sharing", False)
+    config = manager_config(state(fleet)["cluster"])
+    assert rules.kueue_configuration_violations(config) == []
+    assert ("fairSharing" in config) is on
+    for cq in by_kind(objects(fleet).all(), "ClusterQueue").values():
+        assert ("fairSharing" in cq["spec"]) is on
+    assert config["manageJobsWithoutQueueName"] is True
+    namespaces = by_kind(objects(fleet).all(), "Namespace")
+    tenants = {t.get("namespace", t["name"]) for t in alloc["spec"]["tenants"]}
+    selected = {
+        n
+        for n, o in namespaces.items()
+        if rules.selector_matches(
+            config["managedJobsNamespaceSelector"],
+            {**o["metadata"]["labels"], "kubernetes.io/metadata.name": n},
+        )
+    }
+    assert selected == tenants
+    assert {"pod", "ray.io/raycluster", "batch/job"} <= set(config["integrations"]["frameworks"])
+    assert config["resources"]["excludeResourcePrefixes"] == ["ephemeral-storage", "hugepages-", "rdma/"]
+
+
+def test_kueue_configuration_rules_refuse_what_kueue_refuses() -> None:
+    config = manager_config(state("example")["cluster"])
+    bad = copy.deepcopy(config)
+    bad["managedJobsNamespaceSelector"] = {"matchExpressions": [{"key": "x", "operator": "DoesNotExist"}]}
+    assert any("kube-system" in v for v in rules.kueue_configuration_violations(bad))
+    bad = copy.deepcopy(config)
+    bad["fairSharing"] = {"preemptionStrategies": ["LessThanInitialShare", "LessThanOrEqualToFinalShare"]}
+    assert rules.kueue_configuration_violations(bad)
+    bad = copy.deepcopy(config)
+    del bad["managedJobsNamespaceSelector"]
+    assert rules.kueue_configuration_violations(bad)
+
+
+def _capacity(fleet: str) -> dict[str, tuple[int, int]]:
+    """Flavor → (GPUs on gpu-worker nodes, nvidia.com/gpu per GPU), from the node states."""
+    out: dict[str, tuple[int, int]] = {}
+    for n in state(fleet)["nodes"].values():
+        flavor = n["labels"].get("swarm.io/gpu-flavor")
+        if flavor and "gpu-worker" in n["roles"] and n["gpu"]:
+            gpus, _ = out.get(flavor, (0, 0))
+            count = sum(g["count"] for g in n["hardware"]["gpus"])
+            out[flavor] = (gpus + count, n["gpu"]["sharing"]["units_per_gpu"])
+    return out
+
+
+@pytest.mark.parametrize("fleet", FLEETS)
+def test_every_tenant_namespace_has_a_gpu_resource_quota(fleet: str) -> None:
+    """Item 8: a pod that escapes Kueue still meets a ResourceQuota on nvidia.com/gpu: the
+    tenant's caps.gpus, at most what its queue could ever be admitted (nominal plus, in a
+    cohort, the borrowing limit per flavor, every GPU of the flavor when unlimited), in
+    device units. Before, acme-ai had no ResourceQuota at all."""
+    (alloc,) = declared(fleet, "Allocation")
+    capacity = _capacity(fleet)
+    queues = {q["name"]: q for q in alloc["spec"]["queues"]}
+    quotas = by_kind(objects(fleet).all(), "ResourceQuota")
+    for t in alloc["spec"]["tenants"]:
+        most = 0
+        q = queues[t["queue"]]
+        for x in q["quotas"]:
+            gpus, units = capacity[x["flavor"]]
+            if "cohort" not in q:
+                limit = x["nominal_quota"]  # nobody to borrow from
+            elif "borrowing_limit" not in x:
+                limit = gpus
+            else:
+                limit = x["nominal_quota"] + x["borrowing_limit"]
+            most += min(limit, gpus) * units
+        cap = t.get("caps", {}).get("gpus")
+        expected = most if cap is None else min(cap, most)
+        ns = t.get("namespace", t["name"])
+        assert quotas[f"{ns}/swarm-caps"]["spec"]["hard"]["requests.nvidia.com/gpu"] == str(expected), t[
+            "name"
+        ]
+
+
+# ---------------------------------------------------------------- priorities, labels
+
+
+@pytest.mark.parametrize("fleet", FLEETS)
+def test_no_priority_class_is_a_cluster_wide_default(fleet: str) -> None:
+    """Item 11: a globalDefault PriorityClass gives every class-less pod of the cluster its
+    value, the Kueue and KubeRay controllers' included."""
+    pcs = by_kind(objects(fleet).all(), "PriorityClass")
+    assert pcs and all(p["globalDefault"] is False for p in pcs.values())
+
+
+@pytest.mark.parametrize("fleet", FLEETS)
+def test_every_label_key_the_cluster_layer_sets_is_reserved(fleet: str) -> None:
+    """Item 9: the keys the project sets are exactly those a Cluster may not declare (so a
+    Cluster label can never override one); the Cluster's own labels are the rest."""
+    (cluster,) = declared(fleet, "Cluster")
+    own = set(cluster["spec"].get("labels", {}))
+    inventory = {k for n in declared(fleet, "Node") for k in n["metadata"].get("labels", {})}
+    keys = {k for o in objects(fleet).all() for k in o["metadata"]["labels"]} - own - inventory
+    assert keys and all(reserved_label(k) for k in keys), sorted(k for k in keys if not reserved_label(k))
+    assert not any(reserved_label(k) for k in own)
+
+
+# --------------------------------------------------------------------- validation
+
+
+def _allocation(tmp_path: Path, spec: dict[str, Any]) -> list[Path]:
+    doc = {"apiVersion": "swarm.io/v1alpha1", "kind": "Allocation", "metadata": {"name": "a"}, "spec": spec}
+    (tmp_path / "alloc.yaml").write_text(yaml.safe_dump(doc))
+    return [DATA / "base", tmp_path / "alloc.yaml"]
+
+
+def test_gpus_in_no_queue_are_a_warning_unless_reserved(tmp_path: Path) -> None:
+    """Item 12: the base fleet has 2 H100s; a queue with 1 leaves one that Kueue can never
+    admit: a warning (not an error: nodes join before their quota is written), silenced by
+    declaring it in reserved_gpus."""
+    queues = [
+        {
+            "name": "q",
+            "quotas": [
+                {"flavor": "h100-sxm5-80gb", "nominal_quota": 1},
+                {"flavor": "a100-sxm4-80gb", "nominal_quota": 2},
+            ],
+        }
+    ]
+    report = validate(_allocation(tmp_path, {"queues": queues})).report
+    assert report.errors == []
+    assert [(w.rule, w.path) for w in report.warnings if w.rule.startswith("allocation.")] == [
+        ("allocation.capacity-unallocated", "$.spec.queues")
+    ]
+    report = validate(
+        _allocation(tmp_path, {"queues": queues, "reserved_gpus": {"h100-sxm5-80gb": 1}})
+    ).report
+    assert report.errors == [] and not [w for w in report.warnings if w.rule.startswith("allocation.")]
+
+
+@pytest.mark.parametrize("fleet", FLEETS)
+def test_the_fleets_validate_without_errors_or_allocation_warnings(fleet: str) -> None:
+    from .cluster_support import fleet_dirs
+
+    report = validate(fleet_dirs(fleet)).report
+    assert report.errors == []
+    assert not [w for w in report.warnings if w.rule.startswith("allocation.")]
+
+
+# ------------------------------------------------------------------- intent table
+
+# The README's "Who gets which GPUs" table for the example fleet, written from the policy's
+# meaning (policies/example/scheduling.yaml), not from what the renderer makes.
+PREFERENCE = {
+    "acme-ai": ["h100-sxm5-80gb", "a100-sxm4-80gb"],
+    "helix-labs": ["h100-sxm5-80gb", "a100-sxm4-80gb", "l40s"],
+    "community": ["rtx-4090", "l40s", "a100-pcie-40gb", "h100-sxm5-80gb"],
+}
+# (queue, flavor) -> GPUs it may borrow beyond its nominal quota (None: no limit).
+BORROW = {
+    ("acme-ai", "h100-sxm5-80gb"): 16,
+    ("acme-ai", "a100-sxm4-80gb"): None,
+    ("helix-labs", "h100-sxm5-80gb"): 24,
+    ("helix-labs", "a100-sxm4-80gb"): None,
+    ("helix-labs", "l40s"): None,
+    ("community", "rtx-4090"): None,
+    ("community", "l40s"): None,
+    ("community", "a100-pcie-40gb"): None,
+    ("community", "h100-sxm5-80gb"): 8,
+}
+LEND = {("acme-ai", "h100-sxm5-80gb"): 8, ("helix-labs", "a100-sxm4-80gb"): 16}
+# queue -> (preempts lower priority in its own queue, reclaims its quota from: borrowers of
+# any priority / of lower priority / never)
+PREEMPTS = {
+    "acme-ai": ("LowerPriority", "Any"),
+    "helix-labs": ("LowerPriority", "LowerPriority"),
+    "community": ("Never", "Never"),
+}
+WEIGHTS = {"acme-ai": 2, "helix-labs": 1, "community": 0.5}
+PRIORITIES = {
+    "acme-ai": {"production", "batch"},
+    "helix-labs": {"production", "batch", "spot"},
+    "community": {"spot"},
+}
+
+
+def test_intent_preference_borrowing_lending() -> None:
+    """Rows 1-3: who uses which GPUs first, who may borrow how much, who lends how much."""
+    cqs = by_kind(objects("example").all(), "ClusterQueue")
+    capacity = _capacity("example")
+    for queue, order in PREFERENCE.items():
+        spec = cqs[queue]["spec"]
+        assert spec["cohortName"] == "swarm"
+        flavors = {
+            f["name"]: {r["name"]: r for r in f["resources"]} for f in spec["resourceGroups"][0]["flavors"]
+        }
+        assert [f for f in flavors if not f.startswith("cpu-")] == order
+        for f in order:
+            gpu = flavors[f]["nvidia.com/gpu"]
+            units = capacity[f][1]
+            borrow = BORROW[(queue, f)]
+            assert gpu.get("borrowingLimit") == (None if borrow is None else borrow * units), (queue, f)
+            lend = LEND.get((queue, f))
+            assert gpu.get("lendingLimit") == (None if lend is None else lend * units), (queue, f)
+    # community may use H100s only by borrowing idle ones.
+    community = {f["name"]: f for f in cqs["community"]["spec"]["resourceGroups"][0]["flavors"]}
+    assert community["h100-sxm5-80gb"]["resources"][0]["nominalQuota"] == 0
+
+
+def test_intent_who_preempts_whom() -> None:
+    """Row 4: acme-ai takes its quota back from any borrower, helix-labs from lower-priority
+    borrowers only, community never preempts (its only priority, spot, never preempts either);
+    under fair sharing no queue preempts to borrow."""
+    objs = objects("example").all()
+    cqs, pcs = by_kind(objs, "ClusterQueue"), by_kind(objs, "PriorityClass")
+    for queue, (within, reclaim) in PREEMPTS.items():
+        p = cqs[queue]["spec"]["preemption"]
+        assert (p["withinClusterQueue"], p["reclaimWithinCohort"]) == (within, reclaim)
+        assert p["borrowWithinCohort"]["policy"] == "Never"
+    assert pcs["spot"]["preemptionPolicy"] == "Never"
+
+
+def test_intent_fair_shares_and_priorities() -> None:
+    """Rows 5-6: idle GPUs are shared 2 : 1 : 0.5 (fair sharing on); each tenant may use only
+    its priorities; 8 H100s are held in reserve (in no queue)."""
+    objs = objects("example").all()
+    cqs, namespaces = by_kind(objs, "ClusterQueue"), by_kind(objs, "Namespace")
+    assert "fairSharing" in manager_config(state("example")["cluster"])
+    for queue, w in WEIGHTS.items():
+        assert float(cqs[queue]["spec"]["fairSharing"]["weight"]) == w
+    for tenant, allowed in PRIORITIES.items():
+        labels = namespaces[tenant]["metadata"]["labels"]
+        assert {k.split("/", 1)[1] for k in labels if k.startswith("priority.swarm.io/")} == allowed
+    h100 = sum(
+        f["resources"][0]["nominalQuota"]
+        for cq in cqs.values()
+        for f in cq["spec"]["resourceGroups"][0]["flavors"]
+        if f["name"] == "h100-sxm5-80gb"
+    )
+    assert capacity_h100() - h100 == 8
+
+
+def capacity_h100() -> int:
+    return _capacity("example")["h100-sxm5-80gb"][0]
+
+
+def test_readme_has_the_intent_table() -> None:
+    text = (ROOT / "README.md").read_text()
+    assert "Who gets which GPUs" in text
+    for queue in PREFERENCE:
+        assert f"| {queue} |" in text
+
+
+# ------------------------------------------------------------------------------ units
+
+
+def test_ray_worker_gpus_are_gpus_like_the_quotas() -> None:
+    """Item 12: ``workers[].gpus`` counts GPUs, as quotas do; the pod requests that many
+    GPUs in the device plugin's units (community's L40S worker asks 1 GPU: 4 time slices,
+    where before it got a quarter of an L40S)."""
+    (alloc,) = declared("example", "Allocation")
+    units = {f: u for f, (_, u) in _capacity("example").items()}
+    rcs = by_kind(objects("example").all(), "RayCluster")
+    checked = 0
+    for t in alloc["spec"]["tenants"]:
+        for w in t.get("ray", {}).get("workers", []):
+            if "gpus" not in w:
+                continue
+            (group,) = [
+                g
+                for g in rcs[f"{t['name']}/{t['name']}"]["spec"]["workerGroupSpecs"]
+                if g["groupName"] == w["flavor"]
+            ]
+            limits = group["template"]["spec"]["containers"][0]["resources"]["limits"]
+            assert limits["nvidia.com/gpu"] == str(w["gpus"] * units[w["flavor"]]), (t["name"], w["flavor"])
+            checked += 1
+    assert checked >= 2 and any(u > 1 for u in units.values())
+
+
+def test_caps_gpus_are_gpus_converted_with_the_queues_smallest_split(tmp_path: Path) -> None:
+    """Item 12: ``caps.gpus`` counts GPUs; the ResourceQuota counts device units, so the cap
+    is gpus times the fewest nvidia.com/gpu per GPU among the queue's flavors: never more
+    than ``gpus`` GPUs on any flavor. The base fleet's H100s, time-sliced 4 ways here."""
+    import shutil
+
+    from swarm_infra import desired_state, load_fleet
+    from swarm_infra.cluster import build
+
+    base = tmp_path / "base"
+    shutil.copytree(DATA / "base", base)
+    fleet = base / "fleet.yaml"
+    fleet.write_text(
+        fleet.read_text().replace(
+            "spec: {persistence_mode: true, power_limit_w: 600}",
+            "spec: {persistence_mode: true, power_limit_w: 600, sharing: {time_slicing_replicas: 4}}",
+        )
+    )
+    queues = [{"name": "q", "quotas": [{"flavor": "h100-sxm5-80gb", "nominal_quota": 2}]}]
+    tenants = [{"name": "t", "queue": "q", "caps": {"gpus": 1}}]
+    paths = _allocation(
+        tmp_path, {"queues": queues, "tenants": tenants, "reserved_gpus": {"a100-sxm4-80gb": 2}}
+    )
+    paths[0] = base
+    objs = build(desired_state(load_fleet(paths))).all()
+    assert by_kind(objs, "ResourceQuota")["t/swarm-caps"]["spec"]["hard"]["requests.nvidia.com/gpu"] == "4"
+
+
+# ---------------------------------------------------------- Kueue's webhooks, restated
+
+MUTATIONS = [
+    # (kind, what to break, a phrase of the upstream message), kueue v0.17.5 pkg/webhooks/
+    (
+        "ClusterQueue",
+        lambda s: s["resourceGroups"][0]["flavors"].append(
+            copy.deepcopy(s["resourceGroups"][0]["flavors"][0])
+        ),
+        "appears twice",
+    ),
+    (
+        "ClusterQueue",
+        lambda s: s["resourceGroups"][0]["flavors"][0]["resources"][0].update(nominalQuota=-1),
+        "greater than or equal to 0",
+    ),
+    (
+        "ClusterQueue",
+        lambda s: s["resourceGroups"][0]["flavors"][0]["resources"][0].update(lendingLimit=1000),
+        "less than or equal to the nominalQuota",
+    ),
+    (
+        "ClusterQueue",
+        lambda s: (
+            s.pop("cohortName")
+            and s["resourceGroups"][0]["flavors"][0]["resources"][0].update(lendingLimit=0)
+        ),
+        "must be nil when cohort is empty",
+    ),
+    (
+        "ClusterQueue",
+        lambda s: s["resourceGroups"][0]["coveredResources"].__setitem__(0, "bad key!"),
+        "not a label key",
+    ),
+    (
+        "ClusterQueue",
+        lambda s: s["resourceGroups"][0]["flavors"][0]["resources"].reverse(),
+        "must match the name in coveredResources",
+    ),
+    ("ClusterQueue", lambda s: s.update(fairSharing={"weight": "1n"}), "weight must be > 10e-9"),
+    ("ClusterQueue", lambda s: s.update(fairSharing={"weight": -1}), "greater than or equal to 0"),
+    (
+        "ClusterQueue",
+        lambda s: s["namespaceSelector"]["matchExpressions"][0].update(operator="Exists"),
+        "must be empty",
+    ),
+    ("ResourceFlavor", lambda s: s["nodeLabels"].update({"x": "not a value!"}), "not a valid label value"),
+    (
+        "ResourceFlavor",
+        lambda s: s.update(nodeTaints=[{"key": "a", "effect": "NoSchedule"}] * 2),
+        "unique by key and effect",
+    ),
+]
+
+
+@pytest.mark.parametrize(("kind", "mutate", "phrase"), MUTATIONS)
+def test_restated_kueue_webhook_rules_refuse_what_kueue_refuses(kind: str, mutate: Any, phrase: str) -> None:
+    """Each restated webhook rule refuses a mutated copy of a rendered object (acme-ai's
+    ClusterQueue, the H100 flavor) with the upstream message; the original passes."""
+    name = "acme-ai" if kind == "ClusterQueue" else "h100-sxm5-80gb"
+    obj = copy.deepcopy(by_kind(objects("example").all(), kind)[name])
+    assert rules.violations(obj) == []
+    mutate(obj["spec"])
+    assert any(phrase in v for v in rules.violations(obj)), rules.violations(obj)
+
+
+def test_restated_cohort_webhook_rules() -> None:
+    """Cohort: limits need a parent; a lendingLimit above nominal is allowed (unlike a
+    ClusterQueue's: validationConfig.enforceNominalGreaterThanLending is false for Cohorts)."""
+    group = {
+        "coveredResources": ["nvidia.com/gpu"],
+        "flavors": [
+            {"name": "f", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 1, "lendingLimit": 2}]}
+        ],
+    }
+    cohort = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Cohort",
+        "metadata": {"name": "c", "labels": {}},
+    }
+    orphan = {**cohort, "spec": {"resourceGroups": [group]}}
+    assert any("must be nil when parent is empty" in v for v in rules.violations(orphan))
+    child = {**cohort, "spec": {"parentName": "p", "resourceGroups": [group]}}
+    assert rules.violations(child) == []
