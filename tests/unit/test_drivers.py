@@ -46,7 +46,9 @@ def _archive() -> dict[str, dict[str, str]]:
     return out
 
 
-def probe(sources: dict[str, str], kernel: str = "6.1.0-28-amd64", sb: str = "6 0 0 0 0", key: str = "") -> str:
+def probe(
+    sources: dict[str, str], kernel: str = "6.1.0-28-amd64", sb: str = "6 0 0 0 0", key: str = ""
+) -> str:
     text = f"@@ kernel\n{kernel}\n@@ secure-boot\n{sb}\n@@ dkms-key\n{key}\n@@ sources\n"
     return text + "".join(f"@@@ {path}\n{body}\n" for path, body in sources.items())
 
@@ -99,7 +101,9 @@ def test_nvidia_set_is_the_guides_compute_only_set_with_open_modules() -> None:
         ([{"model": "H100-SXM5-80GB", "count": 4}], False),  # HGX 4-GPU: NVLink, no NVSwitch
     ],
 )
-def test_fabric_manager_at_the_drivers_version_on_nvswitch_boards(gpus: list[dict[str, Any]], fabric: bool) -> None:
+def test_fabric_manager_at_the_drivers_version_on_nvswitch_boards(
+    gpus: list[dict[str, Any]], fabric: bool
+) -> None:
     driver = driver_state({"branch": "570", "version": "570.86.15"}, gpus)
     assert driver["fabric_manager"] is fabric
     # Pinned packages are installed at apt_version: Fabric Manager at exactly the driver's.
@@ -121,7 +125,8 @@ def _apt_reads(tmp: Path, files: dict[str, str]) -> subprocess.CompletedProcess[
     (tmp / "sources.list").write_text("")
     return subprocess.run(
         ["apt-get", f"-oDir::Etc::SourceList={tmp}/sources.list", f"-oDir::Etc::SourceParts={parts}",
-         f"-oDir::State={tmp}/state", f"-oDir::Cache={tmp}/cache", "-oDebug::NoLocking=1", "update", "--print-uris"],
+         f"-oDir::State={tmp}/state", f"-oDir::Cache={tmp}/cache", "-oDebug::NoLocking=1",
+         "update", "--print-uris"],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
 
@@ -147,7 +152,9 @@ def test_a_node_set_up_by_nvidias_instructions_is_adopted_and_apt_reads_it(tmp_p
              "/etc/apt/sources.list.d/cuda-debian12-x86_64.list": NVIDIA_OWN}  # fmt: skip
     driver = driver_state({"branch": "570", "version": "570.86.15"})
     # What adding ours regardless did: apt itself refuses the node's sources.
-    naive = _apt_reads(tmp_path / "naive", {**files, "nvidia-cuda.list": driver["apt_sources"][0]["repo"] + "\n"})
+    naive = _apt_reads(
+        tmp_path / "naive", {**files, "nvidia-cuda.list": driver["apt_sources"][0]["repo"] + "\n"}
+    )
     assert naive.returncode != 0 and "Conflicting values set for option Signed-By" in naive.stderr
     plan = driver_plan(driver, probe(files))
     assert plan["problems"] == []
@@ -190,7 +197,10 @@ def test_another_nvidia_source_is_refused() -> None:
 def test_no_debian_source_is_refused_and_a_complete_one_is_left_alone() -> None:
     driver = driver_state({"source": "debian", "branch": "535"})
     assert driver_plan(driver, probe({}))["problems"]
-    full = {"/etc/apt/sources.list": "deb http://deb.debian.org/debian bookworm main contrib non-free non-free-firmware\n"}
+    full = {
+        "/etc/apt/sources.list": "deb http://deb.debian.org/debian bookworm main contrib non-free "
+        "non-free-firmware\n"
+    }
     plan = driver_plan(driver, probe(full))
     assert plan["problems"] == [] and [s["name"] for s in plan["add"]] == ["nvidia-container-toolkit"]
 
@@ -268,3 +278,48 @@ def test_gpu_nodes_name_their_mig_holders_and_marker() -> None:
     for gpu in gpus:
         assert gpu["mig_holders"] == ["dcgm-exporter.service", "nvidia-dcgm.service"]
         assert gpu["reboot_marker"] == "/run/reboot-required"
+
+
+# ------------------------------------------------------------ both engines alike
+
+
+@pytest.mark.parametrize(
+    ("sources", "secure_boot", "expect"),
+    [
+        ({"/etc/apt/sources.list.d/cuda-debian12-x86_64.list": NVIDIA_OWN}, "6 0 0 0 0", "adopted"),
+        ({}, "6 0 0 0 1", "Secure Boot is on"),
+    ],
+    ids=["adopts-nvidias-source", "secure-boot-refused"],
+)
+def test_both_engines_adopt_and_refuse_alike(
+    sources: dict[str, str], secure_boot: str, expect: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The drivers layer of both engines on the example fleet's real-NVML GPU nodes, with
+    the node probe given: the same sources, packages, notes and refusal (the parity test's
+    recorders: the role read by role_reader, the pyinfra layer with operations recorded)."""
+    import json
+
+    from tests.unit import test_engine_parity as P
+
+    files = {"/etc/apt/sources.list.d/debian.sources": DEBIAN_822, **sources}
+    monkeypatch.setattr(P, "DRIVER_PROBE", probe(files, sb=secure_boot))
+    inv = P._inventory(ROOT / "inventory/example")
+    groups = P._groups(inv)
+    seen = 0
+    for host, hostvars in sorted(inv["_meta"]["hostvars"].items()):
+        node = json.loads(json.dumps(hostvars["swarm"]))
+        if not node["gpu"] or not node["gpu"]["driver"] or node["gpu"]["backend"] != "nvml":
+            continue
+        seen += 1
+        ansible = P._ansible("drivers", {**hostvars, "inventory_hostname": host}, groups[host], node)
+        pyinfra = P._pyinfra("drivers", node, monkeypatch)
+        for key in ansible:
+            assert P._norm(ansible[key]) == P._norm(pyinfra[key]), f"{host}: {key} differ"
+        if expect == "adopted":
+            assert ansible["refused"] is None
+            assert not [s for s in ansible["sources"] if s[0] == "nvidia-cuda"]
+            assert any(expect in n for n in ansible["notes"])
+            assert "python3-pynvml" in ansible["packages"] and "linux-headers-amd64" in ansible["packages"]
+        else:
+            assert ansible["refused"] and ansible["refused"].startswith(expect)
+    assert seen

@@ -104,7 +104,8 @@ Components: main non-free-firmware
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 
 @@@ /etc/apt/sources.list.d/cuda-debian12-x86_64.list
-deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/ /
+deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] \
+https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/ /
 """
 
 
@@ -161,6 +162,8 @@ def _ansible(layer: str, hostvars: dict[str, Any], groups: set[str], node: dict[
             managed["gpu"] = {k: a[k] for k in GPU_REQUEST}
         elif m == "reboot":
             managed["reboot"] = True
+        elif m == "fail":
+            managed["refused"] = str(a["msg"])
         elif m == "debug" and "msg" in a:
             msgs = a["msg"] if isinstance(a["msg"], list) else [a["msg"]]
             managed["notes"] |= {str(x) for x in msgs if not str(x).startswith("check mode:")}
@@ -231,6 +234,11 @@ class _Recorder:
 
     def gpu_settings(self, gpu: dict[str, Any], **kw: Any) -> _Op:
         self.m["gpu"] = {k: gpu[k] for k in GPU_REQUEST}
+        return _Op()
+
+    def refuse(self, problems: list[str], **kw: Any) -> _Op:
+        if problems:
+            self.m["refused"] = "; ".join(problems)
         return _Op()
 
     def record_note(self, text: str) -> None:
@@ -331,7 +339,8 @@ def _pyinfra(layer: str, node: dict[str, Any], monkeypatch: pytest.MonkeyPatch) 
 
 def _empty() -> dict[str, Any]:
     return {"files": {}, "downloads": [], "sources": [], "packages": {}, "held": [], "units": {},
-            "pip": None, "tunables": [], "gpu": None, "reboot": False, "notes": set()}  # fmt: skip
+            "pip": None, "tunables": [], "gpu": None, "reboot": False, "notes": set(),
+            "refused": None}  # fmt: skip
 
 
 def _file(managed: dict[str, Any], item: dict[str, Any]) -> None:

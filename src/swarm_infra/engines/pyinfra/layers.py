@@ -93,14 +93,15 @@ def host_layer() -> None:
 # ---------------------------------------------------------------------------- drivers
 
 
-def drivers_layer(require_device: bool = True) -> None:
+def drivers_layer(require_device: bool = True, kernel_headers: bool = True) -> None:
     """The NVIDIA driver stack of the declared source at the declared version, pinned and
     held (:mod:`swarm_infra.resolve.drivers`); nouveau blacklisted; nvidia-persistenced
     (and Fabric Manager on NVSwitch boards); pynvml, the kernel headers and the container
     toolkit; a reboot only when allowed (else marked and reported). The node's probe first:
     a source the node has for the same repository is adopted, and Secure Boot without an
     enrolled DKMS key or a foreign NVIDIA source is refused before anything is installed.
-    Simulated GPUs, and nodes without an NVIDIA PCI device, are reported and skipped."""
+    Simulated GPUs, and nodes without an NVIDIA PCI device, are reported and skipped.
+    ``kernel_headers`` false: no linux-headers (a kernel that is not the node's own)."""
     node = _node()
     gpu = node["gpu"]
     if not gpu or not gpu["driver"]:
@@ -115,7 +116,7 @@ def drivers_layer(require_device: bool = True) -> None:
     # The node's probe, decided on by the library (resolve.drivers.driver_plan), as the role does.
     plan = driver_plan(driver, host.get_fact(F.DriverProbe))
     ops.refuse(
-        name="Refuse before installing anything (Secure Boot without an enrolled key, a foreign NVIDIA source)",
+        name="Refuse before installing anything (Secure Boot, no key; another NVIDIA source)",
         problems=plan["problems"],
     )
     for text in plan["notes"]:
@@ -154,7 +155,7 @@ def drivers_layer(require_device: bool = True) -> None:
     )
     ops.apt_install(
         name="Install pynvml, the kernel headers and the NVIDIA container toolkit",
-        packages=[*driver["extra_packages"], *plan["headers"]],
+        packages=[*driver["extra_packages"], *(plan["headers"] if kernel_headers else [])],
     )
     ops.dpkg_hold(name="Hold the driver packages", packages=driver["packages"])
     ops.unit(
