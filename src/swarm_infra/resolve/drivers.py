@@ -49,6 +49,8 @@ from .types import AptSource, DriverState
 # The sources a GpuProfile's driver may come from (schemas/gpuprofile.schema.json).
 SOURCES = ("nvidia-cuda", "debian")
 DEBIAN_SUITE = "bookworm"
+# The one driver branch bookworm non-free publishes (nvidia-graphics-drivers 535.x).
+DEBIAN_BRANCH = "535"
 NVIDIA_CUDA_REPO = "https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/"
 NVIDIA_TOOLKIT_REPO = "https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH)"
 # NVIDIA's apt repositories: the CUDA repository (driver packages) and the libnvidia-container
