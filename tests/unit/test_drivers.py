@@ -26,6 +26,7 @@ import pytest
 from swarm_infra.nodeside import gpu as G
 from swarm_infra.resolve import drivers as D
 from swarm_infra.resolve.drivers import driver_plan, driver_state
+from swarm_infra.resolve.layout import node_layout
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ROOT / "tests/data/debian/bookworm-nvidia.Packages"
@@ -278,7 +279,8 @@ def test_gpu_nodes_name_their_mig_holders_and_marker() -> None:
     assert gpus
     for gpu in gpus:
         assert gpu["mig_holders"] == ["dcgm-exporter.service", "nvidia-dcgm.service"]
-        assert gpu["reboot_marker"] == "/run/reboot-required"
+        # The drivers layer's marker (the layout's, where Debian's tools look for it too).
+        assert gpu["reboot_marker"] == node_layout()["files"]["reboot_required"]["path"]
 
 
 # ------------------------------------------------------------ both engines alike
