@@ -183,6 +183,21 @@ def test_our_entry_beside_a_foreign_one_is_dropped(tmp_path: Path) -> None:
     assert _apt_reads(tmp_path, _after(files, plan)).returncode == 0
 
 
+@needs_apt
+@pytest.mark.parametrize("source", ["nvidia-cuda", "debian"])
+def test_the_debian_components_are_added_to_a_one_line_source(tmp_path: Path, source: str) -> None:
+    """The lab's nodes (debootstrap): one-line entries, main only, no Signed-By."""
+    files = {"/etc/apt/sources.list": "deb http://deb.debian.org/debian bookworm main\n"
+             "deb http://deb.debian.org/debian bookworm-updates main\n"}  # fmt: skip
+    driver = driver_state({"source": source, "branch": "535"})
+    plan = driver_plan(driver, probe(files))
+    assert plan["problems"] == []
+    proc = _apt_reads(tmp_path, _after(files, plan))
+    assert proc.returncode == 0, proc.stderr
+    for component in driver["debian_components"]:
+        assert f"/debian/dists/bookworm/{component}/binary-amd64/Packages" in proc.stdout
+
+
 def test_another_nvidia_source_is_refused() -> None:
     files = {"/etc/apt/sources.list": "deb http://deb.debian.org/debian bookworm main contrib\n",
              "/etc/apt/sources.list.d/cuda.list":
@@ -194,6 +209,18 @@ def test_another_nvidia_source_is_refused() -> None:
     del nvidia["/etc/apt/sources.list.d/cuda.list"]
     plan = driver_plan(driver_state({"source": "debian", "branch": "535"}), probe(nvidia))
     assert any("declared driver source debian" in p for p in plan["problems"])
+
+
+def test_a_debian_source_with_an_inline_key_is_refused_not_doubled() -> None:
+    inline = DEBIAN_822.replace(
+        "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n",
+        "Signed-By:\n -----BEGIN PGP PUBLIC KEY BLOCK-----\n .\n mQINBGPL0BUBEADmW5NdOOHwPIJ\n",
+    )
+    plan = driver_plan(
+        driver_state({"branch": "570"}), probe({"/etc/apt/sources.list.d/debian.sources": inline})
+    )
+    assert any("embeds its Signed-By key inline: add contrib" in p for p in plan["problems"])
+    assert not [s for s in plan["add"] if s["name"] == "swarm-debian-nvidia"]
 
 
 def test_no_debian_source_is_refused_and_a_complete_one_is_left_alone() -> None:

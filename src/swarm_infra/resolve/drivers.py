@@ -334,7 +334,15 @@ def source_plan(
     missing = [c for c in driver["debian_components"] if c not in have]
     if missing:
         signed = debian[0]["options"].get("signed-by", "")
-        options = f"[signed-by={signed}] " if signed and "\n" not in signed else ""
+        if "\n" in signed or " " in signed:
+            # A deb822 source with its key inline: a one-line entry cannot say the same
+            # Signed-By, and any other value makes apt refuse both.
+            problems.append(
+                f"{debian[0]['file']} embeds its Signed-By key inline: add {' '.join(missing)} to its "
+                "Components (apt refuses a second entry for that mirror with another Signed-By)"
+            )
+            return add, remove, notes, problems
+        options = f"[signed-by={signed}] " if signed else ""
         add.append({"name": "swarm-debian-nvidia", "key_url": "",
                     "repo": f"deb {options}{uri} {DEBIAN_SUITE} {' '.join(missing)}"})  # fmt: skip
     return add, remove, notes, problems
