@@ -47,6 +47,8 @@ def _converge(tmp: Path, driver: dict) -> object:
         "drivers_apt_sources": [],
         "drivers_unpinned_packages": [p for p in driver["extra_packages"] if p != "nvidia-container-toolkit"],
         "drivers_require_device": False,
+        # The host's kernel is not the node's: no headers for it (nor a module build of minutes).
+        "drivers_kernel_headers": False,
     }
     path = tmp / "drivers-debian.json"
     path.write_text(json.dumps(data))
@@ -83,8 +85,8 @@ def test_debians_driver_stack_installs_with_its_real_closure(cleanup, tmp_path) 
     # The closure is consistent (apt's own check) and pynvml is there for the GPU layer.
     assert on_node(NODE, "apt-get check -q", check=False).returncode == 0
     assert on_node(NODE, "dpkg-query -W -f '${Status}' python3-pynvml").stdout.endswith("installed")
-    # The lab's kernel is the host's: no headers package, reported; DKMS builds nothing.
-    assert "is not a Debian kernel" in proc.stdout or "linux-headers" in proc.stdout
+    # The lab's kernel is the host's, without headers: DKMS registered the module, built
+    # nothing, and says why when asked to build.
     status = on_node(NODE, "dkms status").stdout
     assert status.strip() and "installed" not in status, status
     module = status.split(",")[0].split(":")[0].strip()  # nvidia-current/535.261.03
