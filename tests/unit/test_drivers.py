@@ -48,9 +48,14 @@ def _archive() -> dict[str, dict[str, str]]:
 
 
 def probe(
-    sources: dict[str, str], kernel: str = "6.1.0-28-amd64", sb: str = "6 0 0 0 0", key: str = ""
+    sources: dict[str, str],
+    kernel: str = "6.1.0-28-amd64",
+    sb: str = "6 0 0 0 0",
+    key: str = "",
+    module: str = "loaded",
 ) -> str:
-    text = f"@@ kernel\n{kernel}\n@@ secure-boot\n{sb}\n@@ dkms-key\n{key}\n@@ sources\n"
+    text = f"@@ kernel\n{kernel}\n@@ module\n{module}\n@@ secure-boot\n{sb}\n@@ dkms-key\n{key}\n"
+    text += "@@ sources\n"
     return text + "".join(f"@@@ {path}\n{body}\n" for path, body in sources.items())
 
 
@@ -314,15 +319,16 @@ def test_gpu_nodes_name_their_mig_holders_and_marker() -> None:
 
 
 @pytest.mark.parametrize(
-    ("sources", "secure_boot", "expect"),
+    ("sources", "secure_boot", "module", "expect"),
     [
-        ({"/etc/apt/sources.list.d/cuda-debian12-x86_64.list": NVIDIA_OWN}, "6 0 0 0 0", "adopted"),
-        ({}, "6 0 0 0 1", "Secure Boot is on"),
+        ({"/etc/apt/sources.list.d/cuda-debian12-x86_64.list": NVIDIA_OWN}, "6 0 0 0 0", "loaded", "adopted"),
+        ({}, "6 0 0 0 1", "loaded", "Secure Boot is on"),
+        ({}, "6 0 0 0 0", "", "enabled only"),
     ],
-    ids=["adopts-nvidias-source", "secure-boot-refused"],
+    ids=["adopts-nvidias-source", "secure-boot-refused", "module-not-loaded"],
 )
 def test_both_engines_adopt_and_refuse_alike(
-    sources: dict[str, str], secure_boot: str, expect: str, monkeypatch: pytest.MonkeyPatch
+    sources: dict[str, str], secure_boot: str, module: str, expect: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The drivers layer of both engines on the example fleet's real-NVML GPU nodes, with
     the node probe given: the same sources, packages, notes and refusal (the parity test's
@@ -332,7 +338,7 @@ def test_both_engines_adopt_and_refuse_alike(
     from tests.unit import test_engine_parity as P
 
     files = {"/etc/apt/sources.list.d/debian.sources": DEBIAN_822, **sources}
-    monkeypatch.setattr(P, "DRIVER_PROBE", probe(files, sb=secure_boot))
+    monkeypatch.setattr(P, "DRIVER_PROBE", probe(files, sb=secure_boot, module=module))
     inv = P._inventory(ROOT / "inventory/example")
     groups = P._groups(inv)
     seen = 0
@@ -350,6 +356,12 @@ def test_both_engines_adopt_and_refuse_alike(
             assert not [s for s in ansible["sources"] if s[0] == "nvidia-cuda"]
             assert any(expect in n for n in ansible["notes"])
             assert "python3-pynvml" in ansible["packages"] and "linux-headers-amd64" in ansible["packages"]
+            assert ansible["units"]["nvidia-persistenced.service"] == {"enabled": True, "running": True}
+        elif expect == "enabled only":
+            # A driver installed, its module not loaded yet (the reboot to come): the daemons
+            # would fail to start; they are enabled and start with the module.
+            assert ansible["refused"] is None
+            assert ansible["units"]["nvidia-persistenced.service"] == {"enabled": True}
         else:
             assert ansible["refused"] and ansible["refused"].startswith(expect)
     assert seen

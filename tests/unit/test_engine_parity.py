@@ -92,6 +92,8 @@ FACTS = {"userspace_wireguard": True, "nvidia_device": True}
 # CUDA source with NVIDIA's keyring: adopted, not doubled) whose Debian source lacks contrib.
 DRIVER_PROBE = """@@ kernel
 6.1.0-28-amd64
+@@ module
+loaded
 @@ secure-boot
    6   0   0   0   0
 @@ dkms-key

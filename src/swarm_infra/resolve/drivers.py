@@ -98,10 +98,12 @@ _DEBIAN_KERNEL = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+-[0-9]+-(?P<flavour>[a-z0-9
 SECURE_BOOT_VAR = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-e098032b8c"
 DKMS_KEY = "/var/lib/dkms/mok.pub"
 SOURCES_FILES = "/etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources"
-# One round trip: the running kernel, Secure Boot, the DKMS key's enrolment, every apt source
-# file. A constant (no fleet data in it); both engines run it with ``sh -c``.
+# One round trip: the running kernel, whether the NVIDIA module is loaded, Secure Boot, the DKMS
+# key's enrolment, every apt source file. A constant (no fleet data in it); both engines run
+# it with ``sh -c``.
 NODE_PROBE = (
     "echo '@@ kernel'; uname -r; "
+    "echo '@@ module'; test -d /sys/module/nvidia && echo loaded; "
     f"echo '@@ secure-boot'; od -An -tu1 {SECURE_BOOT_VAR} 2>/dev/null; "
     f"echo '@@ dkms-key'; command -v mokutil >/dev/null && mokutil --test-key {DKMS_KEY} 2>&1; "
     f"echo '@@ sources'; for f in {SOURCES_FILES}; do "
@@ -163,6 +165,7 @@ class SourceEntry(TypedDict):
 
 class DriverPlan(TypedDict):
     kernel: str
+    module_loaded: bool  # the NVIDIA kernel module runs: its daemons can start now
     secure_boot: bool
     headers: list[str]  # linux-headers packages to install (unpinned)
     add: list[AptSource]  # sources to write (sources.list.d/NAME.list), keys to fetch
@@ -172,9 +175,9 @@ class DriverPlan(TypedDict):
 
 
 def probe_sections(output: str) -> dict[str, Any]:
-    """:data:`NODE_PROBE`'s output as ``{"kernel": str, "secure-boot": str, "dkms-key": str,
-    "sources": {path: text}}``."""
-    out: dict[str, Any] = {"kernel": "", "secure-boot": "", "dkms-key": "", "sources": {}}
+    """:data:`NODE_PROBE`'s output as ``{"kernel": str, "module": "loaded" or "",
+    "secure-boot": str, "dkms-key": str, "sources": {path: text}}``."""
+    out: dict[str, Any] = {"kernel": "", "module": "", "secure-boot": "", "dkms-key": "", "sources": {}}
     section, path = "", ""
     for line in output.splitlines():
         if line.startswith("@@@ ") and section == "sources":
@@ -184,7 +187,7 @@ def probe_sections(output: str) -> dict[str, Any]:
             section, path = line[3:].strip(), ""
         elif section == "sources" and path:
             out["sources"][path] += line + "\n"
-        elif section in ("kernel", "secure-boot", "dkms-key"):
+        elif section in ("kernel", "module", "secure-boot", "dkms-key"):
             out[section] = (out[section] + "\n" + line).strip()
     return out
 
@@ -365,5 +368,6 @@ def driver_plan(driver: Mapping[str, Any], probe_output: str) -> DriverPlan:
             f"({facts['dkms-key'] or 'mokutil not installed'}): the NVIDIA module would not load; "
             f"enroll it (mokutil --import {DKMS_KEY}, then confirm at the next boot) or turn Secure Boot off"
         ))  # fmt: skip
-    return {"kernel": facts["kernel"], "secure_boot": secure_boot, "headers": headers,
+    return {"kernel": facts["kernel"], "module_loaded": facts["module"] == "loaded",
+            "secure_boot": secure_boot, "headers": headers,
             "add": add, "remove": remove, "notes": notes, "problems": problems}  # fmt: skip

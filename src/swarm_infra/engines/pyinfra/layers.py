@@ -158,17 +158,14 @@ def drivers_layer(require_device: bool = True, kernel_headers: bool = True) -> N
         packages=[*driver["extra_packages"], *(plan["headers"] if kernel_headers else [])],
     )
     ops.dpkg_hold(name="Hold the driver packages", packages=driver["packages"])
-    ops.unit(
-        name="Run nvidia-persistenced (NVIDIA calls nvidia-smi -pm legacy)",
-        service=layout["units"]["persistenced"],
-        running=True,
-        enabled=True,
-    )
-    if driver["fabric_manager"]:
+    # nvidia-persistenced (NVIDIA calls nvidia-smi -pm legacy) and, on NVSwitch boards, Fabric
+    # Manager (CUDA waits for it). Both need the kernel module: where it is not loaded (a
+    # driver installed and the reboot still to come) they are enabled and start with it.
+    for key in ("persistenced", *(("fabricmanager",) if driver["fabric_manager"] else ())):
         ops.unit(
-            name="Run Fabric Manager (NVSwitch boards; CUDA waits for it)",
-            service=layout["units"]["fabricmanager"],
-            running=True,
+            name=f"Enable {'and start ' if plan['module_loaded'] else ''}{layout['units'][key]}",
+            service=layout["units"][key],
+            running=True if plan["module_loaded"] else None,
             enabled=True,
         )
     if driver["allow_reboot"]:
