@@ -228,6 +228,15 @@ def test_a_debian_source_with_an_inline_key_is_refused_not_doubled() -> None:
     assert not [s for s in plan["add"] if s["name"] == "swarm-debian-nvidia"]
 
 
+def test_a_debian_source_that_would_change_our_line_is_not_copied() -> None:
+    odd = DEBIAN_822.replace("debian-archive-keyring.gpg", "k.gpg]trusted=yes")
+    plan = driver_plan(
+        driver_state({"branch": "570"}), probe({"/etc/apt/sources.list.d/debian.sources": odd})
+    )
+    assert any("not one plain word" in p for p in plan["problems"])
+    assert not [s for s in plan["add"] if s["name"] == "swarm-debian-nvidia"]
+
+
 def test_no_debian_source_is_refused_and_a_complete_one_is_left_alone() -> None:
     driver = driver_state({"source": "debian", "branch": "535"})
     assert driver_plan(driver, probe({}))["problems"]

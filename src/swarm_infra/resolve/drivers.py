@@ -88,6 +88,7 @@ NVSWITCH_GPUS = 8
 
 # Debian 12's kernel flavours with a linux-headers-<flavour> meta package (bookworm main).
 DEBIAN_FLAVOURS = ("amd64", "cloud-amd64", "rt-amd64", "arm64", "cloud-arm64", "rt-arm64")
+_SAFE_WORD = re.compile(r"[A-Za-z0-9._~:/@+%=,-]+")
 _DEBIAN_KERNEL = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+-[0-9]+-(?P<flavour>[a-z0-9-]+)$")
 
 # The UEFI global variable SecureBoot (EFI_GLOBAL_VARIABLE GUID, UEFI spec 2.10 §3.3): in
@@ -344,6 +345,11 @@ def source_plan(
                 f"{debian[0]['file']} embeds its Signed-By key inline: add {' '.join(missing)} to its "
                 "Components (apt refuses a second entry for that mirror with another Signed-By)"
             )
+            return add, remove, notes, problems
+        if not all(_SAFE_WORD.fullmatch(w) for w in (uri, signed or "-")):
+            # Read from the node and written back into a sources line: one word each, or the
+            # line would gain options or fields.
+            problems.append(f"{debian[0]['file']}: its URI or Signed-By is not one plain word; not copied")
             return add, remove, notes, problems
         options = f"[signed-by={signed}] " if signed else ""
         add.append({"name": "swarm-debian-nvidia", "key_url": "",
