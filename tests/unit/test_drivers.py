@@ -203,6 +203,21 @@ def test_the_debian_components_are_added_to_a_one_line_source(tmp_path: Path, so
         assert f"/debian/dists/bookworm/{component}/binary-amd64/Packages" in proc.stdout
 
 
+@needs_apt
+def test_the_container_toolkits_own_source_is_adopted_too(tmp_path: Path) -> None:
+    """NVIDIA's container toolkit guide writes the same file name ours has, another Signed-By."""
+    own = (
+        "deb [signed-by=/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg] "
+        "https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH) /\n"
+    )
+    files = {"/etc/apt/sources.list.d/debian.sources": DEBIAN_822,
+             "/etc/apt/sources.list.d/cuda-debian12-x86_64.list": NVIDIA_OWN,
+             "/etc/apt/sources.list.d/nvidia-container-toolkit.list": own}  # fmt: skip
+    plan = driver_plan(driver_state({"branch": "570"}), probe(files))
+    assert plan["problems"] == [] and [s["name"] for s in plan["add"]] == ["swarm-debian-nvidia"]
+    assert _apt_reads(tmp_path, _after(files, plan)).returncode == 0
+
+
 def test_another_nvidia_source_is_refused() -> None:
     files = {"/etc/apt/sources.list": "deb http://deb.debian.org/debian bookworm main contrib\n",
              "/etc/apt/sources.list.d/cuda.list":
