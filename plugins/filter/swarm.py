@@ -35,6 +35,10 @@ description:
     requirements it does not satisfy; C(NODE | swarm_pip_environment) is pip's environment
     for installing Ray's lock (the index, hash-checking mode, wheels only, the index's CA).
   - C(LAYER | swarm_packages) lists the Debian packages a layer installs.
+  - C('' | swarm_driver_probe) is the command (for C(sh -c)) reading the node's kernel,
+    Secure Boot state, DKMS key enrolment and apt source files;
+    C(DRIVER | swarm_driver_plan(THAT_OUTPUT)) is what the drivers role does with it (the
+    sources to add or drop, headers, notes, refusals: C(swarm_infra.resolve.drivers)).
   - C(swarm | swarm_note(NAME)) is the operator note NAME (C(drivers_simulated),
     C(drivers_no_device), C(drivers_reboot_pending), C(gpu_simulated),
     C(ray_simulated_gpus)) from C(swarm_infra.resolve.notes), worded as the pyinfra engine
@@ -218,6 +222,20 @@ def swarm_scratch_problems(results: list, scratch: dict) -> list[str]:
     return [p for p in problems if p]
 
 
+def swarm_driver_probe(_: object = "") -> str:
+    """The drivers layer's node probe (resolve.drivers.NODE_PROBE), a constant command."""
+    from swarm_infra.resolve.drivers import NODE_PROBE
+
+    return NODE_PROBE
+
+
+def swarm_driver_plan(driver: dict, probe_output: str) -> dict:
+    """resolve.drivers.driver_plan: the drivers layer's decisions from the node's probe."""
+    from swarm_infra.resolve.drivers import driver_plan
+
+    return dict(driver_plan(driver, str(probe_output)))
+
+
 class FilterModule:
     def filters(self) -> dict:
         return {
@@ -231,6 +249,8 @@ class FilterModule:
             "swarm_wireguard_running_differs": swarm_wireguard_running_differs,
             "swarm_scratch_problems": swarm_scratch_problems,
             "swarm_packages": swarm_packages,
+            "swarm_driver_probe": swarm_driver_probe,
+            "swarm_driver_plan": swarm_driver_plan,
             "swarm_note": swarm_note,
             "swarm_wireguard_key_problem": swarm_wireguard_key_problem,
             "swarm_wireguard_key_change_problem": swarm_wireguard_key_change_problem,

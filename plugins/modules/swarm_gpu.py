@@ -53,6 +53,13 @@ options:
     type: list
     elements: str
     default: []
+  reboot_marker:
+    description:
+      - The drivers layer's pending-reboot marker (NodeState.gpu.reboot_marker). While it
+        names the NVIDIA driver, the node is pending a reboot: nothing is read or set, the
+        result says C(pending_reboot) and the task does not fail.
+    type: str
+    default: ""
 author: Swarm infrastructure team
 """
 
@@ -106,6 +113,7 @@ def main() -> None:
             "devices": {"type": "list", "elements": "dict", "required": True},
             "limits": {"type": "dict", "default": {}},
             "mig_holders": {"type": "list", "elements": "str", "default": []},
+            "reboot_marker": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )
@@ -116,6 +124,7 @@ def main() -> None:
         hint = {
             "NO_PERMISSION": " (run as root)",
             "DRIVER_NOT_LOADED": " (is the NVIDIA driver installed and loaded? run the drivers role first)",
+            "PYNVML_MISSING": " (the drivers layer installs python3-pynvml; run it first)",
             "NOT_SUPPORTED": " (this GPU model does not support the setting; change the GpuProfile)",
             "IN_USE": " (stop the GPU's workloads first; nothing was changed on that GPU)",
             "IDENTITY": " (the node's GPUs are not the ones its inventory declares; fix the inventory)",

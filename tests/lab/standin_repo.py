@@ -12,10 +12,16 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-# name -> versions published; 575 is a newer branch the pin must keep out.
+# name -> versions published; 575 is a newer branch the pin must keep out. The names of
+# NVIDIA's compute-only set (swarm_infra.resolve.drivers.PINNED["nvidia-cuda"]), and
+# libnvidia-ml1, which Debian's python3-pynvml (bookworm contrib, installed from the real
+# mirror) depends on.
+_DRIVER = ["570.86.15-1", "570.124.06-1", "575.51.03-1"]
 PACKAGES = {
-    "nvidia-driver": ["570.86.15-1", "570.124.06-1", "575.51.03-1"],
-    "nvidia-persistenced": ["570.86.15-1", "570.124.06-1", "575.51.03-1"],
+    "nvidia-driver-cuda": _DRIVER,
+    "nvidia-kernel-open-dkms": _DRIVER,
+    "nvidia-persistenced": _DRIVER,
+    "libnvidia-ml1": _DRIVER,
     "nvidia-container-toolkit": ["1.17.4-1"],
 }
 UNIT = """[Unit]

@@ -1,9 +1,18 @@
 """roles/drivers against a local stand-in NVIDIA apt repository on a real lab node (root).
 
 The lab's GPUs are simulated, so the role is given an nvml-backed GPU slice through extra
-vars and told not to require an NVIDIA PCI device; the packages come from
-``standin_repo`` (real debs, no driver inside). Unproven here: a real driver build (DKMS),
-the NVIDIA signing keys, nouveau unloading and the reboot itself.
+vars and told not to require an NVIDIA PCI device nor to install kernel headers (a lab
+node runs the host's kernel); the driver packages come from ``standin_repo`` (real debs
+with the names of NVIDIA's compute-only set, no driver inside), python3-pynvml from
+Debian's real contrib (added to the node's Debian source by the role). Unproven here: a
+real driver build (DKMS: see test_drivers_debian.py), the NVIDIA signing keys, nouveau
+unloading and the reboot itself.
+
+The last test pre-seeds the source file NVIDIA's own instructions leave
+(``cuda-debian12-x86_64.list``, another ``signed-by`` for the same repository): the role
+adopts it instead of adding a second entry, which would make apt refuse every source
+("Conflicting values set for option Signed-By", checked with Debian's apt in
+tests/unit/test_drivers.py).
 """
 
 from __future__ import annotations
@@ -39,6 +48,7 @@ def overrides(tmp: Path, version: str) -> str:
             }
         ],
         "drivers_require_device": False,
+        "drivers_kernel_headers": False,
     }
     path = tmp / f"drivers-{version}.json"
     path.write_text(json.dumps(data))
@@ -72,16 +82,19 @@ def test_simulated_nodes_are_reported_and_skipped(lab) -> None:
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "SIMULATED NVML backend: no NVIDIA driver is installed" in proc.stdout
     assert all(v["changed"] == 0 for v in recap(proc.stdout).values())
-    assert not installed("nvidia-driver")
+    assert not installed("nvidia-driver-cuda")
 
 
 def test_check_diff_on_a_fresh_node_reports_and_installs_nothing(repo_on_node, tmp_path) -> None:
     proc = drivers(tmp_path, "570.86.15", "--check", "--diff")
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert recap(proc.stdout)[NODE]["changed"] > 0
-    assert "would install nvidia-driver, nvidia-persistenced at 570.86.15-*" in proc.stdout
+    assert (
+        "would install nvidia-driver-cuda, nvidia-kernel-open-dkms, nvidia-persistenced at 570.86.15-*"
+        in proc.stdout
+    )
     assert "blacklist nouveau" in proc.stdout  # the diff of the file it would write
-    assert not installed("nvidia-driver")
+    assert not installed("nvidia-driver-cuda")
     assert not on_node(
         NODE, f"ls {FILES['nouveau_blacklist']} {FILES['driver_preferences']}", check=False
     ).stdout
@@ -92,12 +105,15 @@ def test_installs_the_pinned_version_and_holds_it(repo_on_node, tmp_path) -> Non
     proc = drivers(tmp_path, "570.86.15")
     assert proc.returncode == 0, proc.stdout[-3000:]
     # 570.124.06 and 575.51.03 are newer in the repository: the pin keeps them out.
-    assert installed("nvidia-driver") == "570.86.15-1"
-    assert installed("nvidia-persistenced") == "570.86.15-1"
+    pinned = driver_state({"branch": "570", "version": "570.86.15"})["packages"]
+    assert {p: installed(p) for p in pinned} == dict.fromkeys(pinned, "570.86.15-1")
     assert installed("nvidia-container-toolkit") == "1.17.4-1"
+    # pynvml for the node-side GPU code: Debian's, from contrib, on the stand-in's libnvidia-ml1.
+    assert installed("python3-pynvml").startswith("11.")
+    assert "contrib" in on_node(NODE, "cat /etc/apt/sources.list.d/swarm-debian-nvidia.list").stdout
     held = on_node(NODE, "apt-mark showhold").stdout.split()
-    assert {"nvidia-driver", "nvidia-persistenced"} <= set(held)
-    assert on_node(NODE, "systemctl is-active nvidia-persistenced").stdout.strip() == "active"
+    assert set(pinned) <= set(held)
+    # The lab has no NVIDIA module loaded: the daemon is enabled, to start with the module.
     assert on_node(NODE, "systemctl is-enabled nvidia-persistenced").stdout.strip() == "enabled"
     assert "blacklist nouveau" in on_node(NODE, f"cat {FILES['nouveau_blacklist']}").stdout
     # allow_reboot is false: the reboot is marked and reported, not done.
@@ -105,7 +121,7 @@ def test_installs_the_pinned_version_and_holds_it(repo_on_node, tmp_path) -> Non
     assert "reboot required" in proc.stdout
     # `apt upgrade` does not move the driver either.
     on_node(NODE, "DEBIAN_FRONTEND=noninteractive apt-get -y -q upgrade")
-    assert installed("nvidia-driver") == "570.86.15-1"
+    assert installed("nvidia-driver-cuda") == "570.86.15-1"
 
 
 def test_second_run_changes_nothing(repo_on_node, tmp_path) -> None:
@@ -117,10 +133,35 @@ def test_second_run_changes_nothing(repo_on_node, tmp_path) -> None:
 def test_a_new_declared_version_moves_through_the_hold(repo_on_node, tmp_path) -> None:
     check = drivers(tmp_path, "570.124.06", "--check", "--diff")
     assert check.returncode == 0 and recap(check.stdout)[NODE]["changed"] > 0
-    assert installed("nvidia-driver") == "570.86.15-1"
+    assert installed("nvidia-driver-cuda") == "570.86.15-1"
     proc = drivers(tmp_path, "570.124.06")
     assert proc.returncode == 0, proc.stdout[-3000:]
-    assert installed("nvidia-driver") == "570.124.06-1"
-    assert "nvidia-driver" in on_node(NODE, "apt-mark showhold").stdout.split()
+    assert installed("nvidia-driver-cuda") == "570.124.06-1"
+    assert "nvidia-driver-cuda" in on_node(NODE, "apt-mark showhold").stdout.split()
     pin = on_node(NODE, f"cat {FILES['driver_preferences']}").stdout
     assert "Pin: version 570.124.06-*" in pin
+
+
+# What NVIDIA's instructions leave: the same repository, another Signed-By (trusted=yes keeps
+# the unsigned stand-in readable; apt compares Signed-By all the same).
+NVIDIA_OWN = "/etc/apt/sources.list.d/cuda-debian12-x86_64.list"
+NVIDIA_OWN_LINE = f"deb [trusted=yes signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] file:{REPO} /"
+
+
+def test_a_node_set_up_by_nvidias_instructions_converges_without_an_apt_conflict(
+    repo_on_node, tmp_path
+) -> None:
+    on_node(
+        NODE, f"rm -f /etc/apt/sources.list.d/swarm-standin.list && echo '{NVIDIA_OWN_LINE}' > {NVIDIA_OWN}"
+    )
+    try:
+        proc = drivers(tmp_path, "570.124.06")
+        assert proc.returncode == 0, proc.stdout[-3000:]
+        assert f"adopted {NVIDIA_OWN}" in proc.stdout
+        assert not on_node(NODE, "ls /etc/apt/sources.list.d/swarm-standin.list", check=False).stdout.strip()
+        # apt reads the node's sources: no "Conflicting values set for option Signed-By".
+        update = on_node(NODE, "apt-get update -q 2>&1", check=False)
+        assert update.returncode == 0 and "Conflicting" not in update.stdout, update.stdout
+        assert installed("nvidia-driver-cuda") == "570.124.06-1"
+    finally:
+        on_node(NODE, f"rm -f {NVIDIA_OWN}", check=False)

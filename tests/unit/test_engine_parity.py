@@ -28,12 +28,15 @@ from typing import Any
 import pytest
 import yaml
 
+from swarm_infra.engines.pyinfra import facts as F
 from swarm_infra.engines.pyinfra import layers as L
 from swarm_infra.engines.pyinfra import operations as O
 from swarm_infra.resolve.layers import NAMES
 from tests.unit.role_reader import run_layer
 
 ROOT = Path(__file__).resolve().parents[2]
+# What the GPU layer hands the node-side code: the MIG holders and the pending-reboot marker too.
+GPU_REQUEST = ("backend", "devices", "limits", "mig_holders", "reboot_marker")
 
 
 def _key(name: str) -> str:
@@ -85,9 +88,33 @@ def _bare_fleet(tmp: Path) -> Path:
 FACTS = {"userspace_wireguard": True, "nvidia_device": True}
 
 
+# The drivers layer's probe of a Debian 12 node set up by NVIDIA's own instructions (its
+# CUDA source with NVIDIA's keyring: adopted, not doubled) whose Debian source lacks contrib.
+DRIVER_PROBE = """@@ kernel
+6.1.0-28-amd64
+@@ module
+loaded
+@@ secure-boot
+   6   0   0   0   0
+@@ dkms-key
+@@ sources
+@@@ /etc/apt/sources.list.d/debian.sources
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: bookworm bookworm-updates
+Components: main non-free-firmware
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+
+@@@ /etc/apt/sources.list.d/cuda-debian12-x86_64.list
+deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] \
+https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/ /
+"""
+
+
 def _registered(node: dict[str, Any]) -> dict[str, Any]:
     """What the roles register from the node, as the facts above say."""
     return {
+        "drivers_probe": {"stdout": DRIVER_PROBE},
         "wireguard_module": {"stat": {"exists": not FACTS["userspace_wireguard"]}},
         "drivers_pci": {"matched": 1 if FACTS["nvidia_device"] else 0},
         "wireguard_pubkey": {"stdout": _key(node["name"]), "stderr": ""},
@@ -114,7 +141,7 @@ def _ansible(layer: str, hostvars: dict[str, Any], groups: set[str], node: dict[
         elif m == "get_url":
             managed["downloads"].append((a["url"], a["dest"], a["mode"]))
         elif m == "apt_repository":
-            managed["sources"].append((a["filename"], a["repo"]))
+            managed["sources"].append((a["filename"], a["repo"], a.get("state", "present")))
         elif m == "apt" and "name" in a:
             for name in a["name"]:
                 package, _, version = str(name).partition("=")
@@ -134,9 +161,13 @@ def _ansible(layer: str, hostvars: dict[str, Any], groups: set[str], node: dict[
         elif m == "swarm_tunables":
             managed["tunables"].append(_spec(a))
         elif m == "swarm_gpu":
-            managed["gpu"] = {k: a[k] for k in ("backend", "devices", "limits")}
+            managed["gpu"] = {k: a[k] for k in GPU_REQUEST}
         elif m == "reboot":
             managed["reboot"] = True
+        elif m == "fail" and layer == "drivers":
+            # The drivers layer's refusal (the probe is a fixture here, so its condition is
+            # known; other layers' refusals wait on results this test does not have).
+            managed["refused"] = str(a["msg"])
         elif m == "debug" and "msg" in a:
             msgs = a["msg"] if isinstance(a["msg"], list) else [a["msg"]]
             managed["notes"] |= {str(x) for x in msgs if not str(x).startswith("check mode:")}
@@ -206,7 +237,12 @@ class _Recorder:
         return _Op()
 
     def gpu_settings(self, gpu: dict[str, Any], **kw: Any) -> _Op:
-        self.m["gpu"] = {k: gpu[k] for k in ("backend", "devices", "limits")}
+        self.m["gpu"] = {k: gpu[k] for k in GPU_REQUEST}
+        return _Op()
+
+    def refuse(self, problems: list[str], **kw: Any) -> _Op:
+        if problems:
+            self.m["refused"] = "; ".join(problems)
         return _Op()
 
     def record_note(self, text: str) -> None:
@@ -261,8 +297,8 @@ class _Module:
         self.m["downloads"].append((src, dest, mode))
         return _Op()
 
-    def repo(self, src: str, filename: str, **kw: Any) -> _Op:
-        self.m["sources"].append((filename, src))
+    def repo(self, src: str, filename: str, present: bool = True, **kw: Any) -> _Op:
+        self.m["sources"].append((filename, src, "present" if present else "absent"))
         return _Op()
 
     def reboot(self, **kw: Any) -> _Op:
@@ -289,7 +325,10 @@ def _pyinfra(layer: str, node: dict[str, Any], monkeypatch: pytest.MonkeyPatch) 
             L,
             "host",
             SimpleNamespace(
-                data=SimpleNamespace(swarm=node), get_fact=lambda *a, **k: FACTS["nvidia_device"]
+                data=SimpleNamespace(swarm=node),
+                get_fact=lambda fact, *a, **k: (
+                    DRIVER_PROBE if fact is F.DriverProbe else FACTS["nvidia_device"]
+                ),
             ),
         )
         peers = {p["name"]: _key(p["name"]) for p in (node["mesh"] or {}).get("peers", [])}
@@ -304,7 +343,8 @@ def _pyinfra(layer: str, node: dict[str, Any], monkeypatch: pytest.MonkeyPatch) 
 
 def _empty() -> dict[str, Any]:
     return {"files": {}, "downloads": [], "sources": [], "packages": {}, "held": [], "units": {},
-            "pip": None, "tunables": [], "gpu": None, "reboot": False, "notes": set()}  # fmt: skip
+            "pip": None, "tunables": [], "gpu": None, "reboot": False, "notes": set(),
+            "refused": None}  # fmt: skip
 
 
 def _file(managed: dict[str, Any], item: dict[str, Any]) -> None:

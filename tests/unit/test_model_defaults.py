@@ -55,6 +55,7 @@ MODEL_DEFAULTS: dict[tuple[str, str], Callable[[], Any]] = {
     ("Cluster", "gpu_taint"): _field(model.ClusterSettings, "gpu_taint"),
     # The one default applied past the model: resolve reads the driver block as declared.
     ("GpuProfile", "driver.allow_reboot"): lambda: driver_state({"branch": "570"})["allow_reboot"],
+    ("GpuProfile", "driver.source"): lambda: driver_state({"branch": "570"})["source"],
     ("GpuProfile", "mig.profiles"): _entry(model.MIG_DEFAULTS, "profiles"),
     ("HostProfile", "hugepages.size_kib"): _entry(model.HUGEPAGES_DEFAULTS, "size_kib"),
     ("Mesh", "interface"): _field(model.Mesh, "interface"),

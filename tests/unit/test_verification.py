@@ -148,10 +148,10 @@ def test_the_pinned_driver_matches_the_debian_versions_apt_installs() -> None:
     pinned = {}
     for node in state["nodes"].values():
         for c in checks_for({**state, "nodes": {node["name"]: node}}):
-            if c.key == "package nvidia-driver":
+            if c.key == "package nvidia-driver-cuda":
                 pinned[c.desired] = c
     exact, branch = pinned["570.86.15-*"], pinned["570.*"]
-    versions = PACKAGES["nvidia-driver"]  # 570.86.15-1, 570.124.06-1, 575.51.03-1
+    versions = PACKAGES["nvidia-driver-cuda"]  # 570.86.15-1, 570.124.06-1, 575.51.03-1
     assert [matches(exact, v) for v in versions] == [True, False, False]
     assert [matches(branch, v) for v in versions] == [True, True, False]
 

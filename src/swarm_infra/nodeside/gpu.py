@@ -223,7 +223,13 @@ class NvmlBackend:
         try:
             import pynvml
         except ImportError as exc:
-            raise GpuError("DRIVER_NOT_LOADED", "pynvml (nvidia-ml-py) is not installed") from exc
+            # The drivers layer installs Debian's python3-pynvml (bookworm contrib) for
+            # /usr/bin/python3: say that, not "driver not loaded" (the driver may be fine).
+            raise GpuError(
+                "PYNVML_MISSING",
+                f"pynvml is not importable by {sys.executable} ({exc}): install Debian's "
+                "python3-pynvml (bookworm contrib; the drivers layer does) or nvidia-ml-py",
+            ) from exc
         self.nvml = pynvml
         self.readonly = readonly
         self.mig_holders = list(mig_holders)
@@ -910,6 +916,10 @@ def converge(
     }
 
 
+# What the drivers layer's pending-reboot marker says (swarm_infra.resolve.files.reboot_required).
+DRIVER_REBOOT_TAG = "NVIDIA driver"
+
+
 def pending_reboot(exc: GpuError) -> dict[str, Any]:
     """The result of a node whose NVML library and kernel module differ
     (LIB_RM_VERSION_MISMATCH: "RM detects a driver/library version mismatch", nvml.h):
@@ -930,7 +940,16 @@ def converge_spec(spec: Mapping[str, Any], check_mode: bool = False, root: str =
     """:func:`converge` on the backend a settings document (NodeState.gpu) asks for, the
     GPUs identified against its ``limits``; a LIB_RM_VERSION_MISMATCH anywhere becomes
     :func:`pending_reboot`. ``spec["mig_holders"]`` (optional): the systemd units the
-    NVML backend stops around MIG changes (:class:`NvmlBackend`)."""
+    NVML backend stops around MIG changes (:class:`NvmlBackend`). ``spec["reboot_marker"]``
+    (optional): the drivers layer's pending-reboot marker; while it names the NVIDIA driver
+    (:data:`DRIVER_REBOOT_TAG`) the node is pending a reboot and nothing is read or set (the
+    marker lives in /run, which a reboot empties)."""
+    marker = spec.get("reboot_marker")
+    if spec["backend"] == "nvml" and marker and os.path.isfile(marker):
+        with open(marker, encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+        if DRIVER_REBOOT_TAG in text:
+            return pending_reboot(GpuError("REBOOT_PENDING", f"{marker}: {text.strip()}"))
     try:
         backend = backend_for(dict(spec), root=root, readonly=check_mode)
         return converge(backend, spec["devices"], check_mode=check_mode, limits=spec.get("limits"))

@@ -9,7 +9,7 @@ clusters (``ray``), ClusterState (``cluster``) and Rollout (``rollout``).
 Shapes: :mod:`swarm_infra.resolve.types`.
 """
 
-from .node import driver_state
+from .drivers import driver_state
 from .rollout import rollout_state
 from .state import desired_state
 from .validate import Validation, load_fleet, validate

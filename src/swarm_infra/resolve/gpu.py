@@ -12,6 +12,7 @@ from typing import Any, Literal, cast
 
 from ..nodeside import gpu as nodeside_gpu
 from .catalog import gpu_catalog, mig_fit_problem
+from .drivers import DEBIAN_BRANCH
 from .types import ClockLimits, GpuLimits, GpuSettings, GpuSharingState, MigPlacement, PowerLimits
 
 
@@ -34,7 +35,8 @@ def problems(spec: Mapping[str, Any], model: str) -> Iterator[tuple[tuple[str, .
     ``gpu.power-limit-conflict`` (both W and percent given),
     ``gpu.clocks-unsupported`` (a memory clock not offered, a graphics clock not in the
     supported list, application clocks on a model without them, locked clocks outside the
-    range or min above max), ``gpu.ecc-unsupported``, ``gpu.mig-unsupported``.
+    range or min above max), ``gpu.ecc-unsupported``, ``gpu.mig-unsupported``,
+    ``gpu.driver-source`` (a branch the declared source does not publish: Debian 12 has one).
 
     Power limits and clocks are judged by the node-side code's own rule
     (:func:`swarm_infra.nodeside.gpu.setting_problem`) over :func:`model_limits`, the limits
@@ -42,6 +44,14 @@ def problems(spec: Mapping[str, Any], model: str) -> Iterator[tuple[tuple[str, .
     """
     limits = model_limits(model)
     constraints = nodeside_gpu.catalog_constraints(limits)
+    driver = spec.get("driver") or {}
+    if driver.get("source") == "debian" and driver["branch"] != DEBIAN_BRANCH:
+        yield (
+            ("driver", "branch"),
+            "gpu.driver-source",
+            f"Debian 12 (bookworm non-free) publishes the {DEBIAN_BRANCH} driver branch only, not "
+            f"{driver['branch']}: declare branch {DEBIAN_BRANCH}, or source nvidia-cuda",
+        )
     if "power_limit_w" in spec and "power_limit_percent" in spec:
         yield (
             ("power_limit_percent",),

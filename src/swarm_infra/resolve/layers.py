@@ -80,9 +80,10 @@ LAYERS: tuple[Layer, ...] = (
         role="drivers",
         hosts="gpu",
         state="gpu",
-        summary="the NVIDIA driver at the declared version, pinned and held; persistenced",
+        summary="the NVIDIA driver stack of the declared source at the declared version, pinned and "
+        "held; persistenced, Fabric Manager on NVSwitch boards; pynvml, kernel headers",
         files=("nouveau_blacklist", "apt_keyrings_dir", "driver_preferences", "reboot_required"),
-        units=("persistenced",),
+        units=("persistenced", "fabricmanager"),
         may_reboot=True,
     ),
     Layer(

@@ -59,8 +59,8 @@ def node_layout(interface: str = "wg0") -> LayoutState:
       ``reboot_required``: Debian's pending-reboot marker;
       ``mdadm_conf``, ``storage_record``: the scratch array for boot, and what scratch the
       project made (so that removing the declaration unmounts it).
-    ``units``: ``gpu_apply``, ``wireguard`` (wg-quick@IFACE), ``persistenced``, ``ray_head``,
-    ``ray_worker``, ``ray_firewall``.
+    ``units``: ``gpu_apply``, ``wireguard`` (wg-quick@IFACE), ``persistenced``,
+    ``fabricmanager``, ``ray_head``, ``ray_worker``, ``ray_firewall``.
     """
     wg_unit = f"wg-quick@{interface}"
     return {
@@ -110,6 +110,7 @@ def node_layout(interface: str = "wg0") -> LayoutState:
             "gpu_apply": "swarm-gpu-apply.service",
             "wireguard": wg_unit,
             "persistenced": "nvidia-persistenced.service",
+            "fabricmanager": "nvidia-fabricmanager.service",
             "ray_head": "ray-head.service",
             "ray_worker": "ray-worker.service",
             "ray_firewall": "swarm-ray-firewall.service",

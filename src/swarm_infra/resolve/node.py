@@ -8,12 +8,12 @@ from ..fleet.model import Node
 from . import gpu, host
 from .analysis import Analysis
 from .catalog import gpu_catalog
+from .drivers import driver_state
 from .labels import FLAVOR_LABEL, SITE_LABEL
 from .layout import node_layout
 from .ray import bare_node_ray, fleet_ray_version
 from .ray import members as ray_members
 from .types import (
-    DriverState,
     GpuDevice,
     GpuSettings,
     GpuSharingState,
@@ -28,46 +28,14 @@ FORWARDING_SYSCTLS = {"net.ipv4.ip_forward": "1"}
 # both xfs (12 characters at most) and ext4 (16): fstab mounts it by label.
 SCRATCH_ARRAY = "/dev/md/swarm-scratch"
 SCRATCH_LABEL = "swarmscratch"
-
-
-# NVIDIA's apt repositories for Debian 12: the CUDA repository carries the driver packages
-# (https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/), the
-# libnvidia-container repository the container toolkit
-# (https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/install-guide.html).
-DRIVER_APT_SOURCES = (
-    ("nvidia-cuda", "https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/3bf863cc.pub",
-     "https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/ /"),
-    ("nvidia-container-toolkit", "https://nvidia.github.io/libnvidia-container/gpgkey",
-     "https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH) /"),
-)  # fmt: skip
-# The driver's own packages, installed at the pinned version and held; and packages outside
-# the pin (their own version line): the NVIDIA container toolkit.
-DRIVER_PACKAGES = ("nvidia-driver", "nvidia-persistenced")
-DRIVER_EXTRA_PACKAGES = ("nvidia-container-toolkit",)
-
-
-def driver_state(driver: dict[str, Any]) -> DriverState:
-    """A GpuProfile's ``driver`` ({branch, version?, allow_reboot?}) as NodeState: with
-    ``apt_version``, the Debian version glob that pins it (``570.86.15-*`` for a version,
-    ``570.*`` for a whole branch; apt_preferences(5) and ``apt-get install name=glob``),
-    the packages to install, pin and hold, and NVIDIA's apt sources (each a one-line
-    ``deb`` entry signed by the key fetched into the layout's ``apt_keyrings_dir``).
-    Debian packages of NVIDIA's driver carry a revision (``570.86.15-1``), so the pin is a
-    glob, and verification matches installed versions against the same glob."""
-    version = driver.get("version")
-    keyrings = node_layout()["files"]["apt_keyrings_dir"]["path"]
-    return {
-        "branch": driver["branch"],
-        "version": version,
-        "allow_reboot": driver.get("allow_reboot", False),
-        "apt_version": f"{version}-*" if version else f"{driver['branch']}.*",
-        "packages": list(DRIVER_PACKAGES),
-        "extra_packages": list(DRIVER_EXTRA_PACKAGES),
-        "apt_sources": [
-            {"name": name, "key_url": key, "repo": f"deb [signed-by={keyrings}/{name}.asc] {url}"}
-            for name, key, url in DRIVER_APT_SOURCES
-        ],
-    }
+# systemd units that hold MIG GPU instances open without being compute processes, stopped
+# (when active) before instances are destroyed and started again after, as NVIDIA mig-parted's
+# nvidia-mig-manager.service hooks do (NVIDIA/mig-parted deployments/systemd/hooks.sh,
+# pre-apply-config: k8s_services dcgm-exporter.service; pre-apply-mode: driver_services
+# nvidia-dcgm.service; utils-custom.sh stops the same DCGM units): the exporter first, then
+# DCGM. kubelet (also in hooks.sh) is left to the cluster layer's drain, and
+# nvidia-persistenced holds no GPU instance (mig-parted stops it only to unload the module).
+MIG_HOLDERS = ("dcgm-exporter.service", "nvidia-dcgm.service")
 
 
 def package_cache(apt_proxy: str | None) -> PackageCacheState | None:
@@ -167,10 +135,12 @@ class NodeResolver:
                 "backend": node.gpu_backend,
                 "profile": profile,
                 "assignment": choice.assignment if choice else None,
-                "driver": driver_state(driver) if driver else None,
+                "driver": driver_state(driver, state["hardware"]["gpus"]) if driver else None,
                 "devices": gpu_devices,
                 "limits": {m: gpu.model_limits(m) for m in sorted(set(node.gpu_models))},
                 "sharing": self._gpu_sharing(profile),
+                "mig_holders": list(MIG_HOLDERS),
+                "reboot_marker": state["layout"]["files"]["reboot_required"]["path"],
             }
         choice = choices.get("host_profile")
         if choice:

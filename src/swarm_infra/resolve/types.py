@@ -77,11 +77,12 @@ class GpuDevice(TypedDict):
 
 class AptSource(TypedDict):
     name: str  # the sources.list.d file name, and the key's name in the keyrings directory
-    key_url: str  # the repository's signing key, fetched to <apt_keyrings_dir>/<name>.asc
+    key_url: str  # the signing key, fetched to <apt_keyrings_dir>/<name>.asc ("": none to fetch)
     repo: str  # one-line sources.list(5) entry, signed-by that key
 
 
 class DriverState(TypedDict):
+    source: Literal["nvidia-cuda", "debian"]  # where the packages come from (resolve/drivers.py)
     branch: str  # e.g. "570"
     version: str | None  # e.g. "570.86.15"; None: the newest of the branch
     allow_reboot: bool
@@ -89,6 +90,8 @@ class DriverState(TypedDict):
     packages: list[str]  # installed at apt_version and held
     extra_packages: list[str]  # installed at their newest version (the container toolkit)
     apt_sources: list[AptSource]  # NVIDIA's repositories
+    debian_components: list[str]  # what the node's Debian source must offer (contrib, non-free...)
+    fabric_manager: bool  # NVSwitch: nvidia-fabricmanager pinned with the driver, and running
 
 
 class PowerLimits(TypedDict):
@@ -144,6 +147,10 @@ class GpuState(TypedDict):
     devices: list[GpuDevice]
     limits: dict[str, GpuLimits]  # by model
     sharing: GpuSharingState
+    # systemd units holding MIG instances open, stopped around a MIG change (nodeside/gpu.py)
+    mig_holders: list[str]
+    # the drivers layer's pending-reboot marker: while it names the driver, the GPU layer waits
+    reboot_marker: str
 
 
 class SysfsItem(TypedDict):

@@ -308,14 +308,22 @@ def checks_for(state: DesiredState, nodes: list[str] | None = None) -> list[Chec
                 local.append(Check(name, "host", item["name"], "sysfs", item["value"], args))
         g = node["gpu"]
         if g and g["backend"] == "nvml" and g["driver"]:
-            # The resolver's pin glob (570.86.15-*): Debian versions carry a revision.
+            # The resolver's pin glob (570.86.15-*): Debian versions carry a revision. Every
+            # package of the declared source's pinned set, Fabric Manager included.
             pin = g["driver"]["apt_version"]
+            for package in g["driver"]["packages"]:
+                local.append(
+                    Check(name, "drivers", f"package {package}", "package", pin, {"package": package})
+                )
+            for key in ("persistenced", *(("fabricmanager",) if g["driver"]["fabric_manager"] else ())):
+                unit = units[key]
+                local.append(Check(name, "drivers", f"service {unit.removesuffix('.service')}", "service",
+                                   "enabled, running", {"unit": unit}))  # fmt: skip
+            # The drivers layer's pending-reboot marker: a driver installed but not running yet.
+            marker = files["reboot_required"]["path"]
             local.append(
-                Check(name, "drivers", "package nvidia-driver", "package", pin, {"package": "nvidia-driver"})
+                Check(name, "drivers", f"pending reboot ({marker})", "absent", "absent", {"path": marker})
             )
-            unit = units["persistenced"]
-            local.append(Check(name, "drivers", f"service {unit.removesuffix('.service')}", "service",
-                               "enabled, running", {"unit": unit}))  # fmt: skip
         if not g:  # no GPUs: none of the GPU layer's files
             local += _removed(name, node, "gpu")
         if g:

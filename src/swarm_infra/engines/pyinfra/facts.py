@@ -18,9 +18,12 @@ Example::
 from __future__ import annotations
 
 import json
+import shlex
 from typing import Any
 
 from pyinfra.api import FactBase, FactProcessError, QuoteString, StringCommand
+
+from ...resolve.drivers import NODE_PROBE
 
 # A node-side program sent on stdin: the envelope ``{"code": source, "call": function name,
 # "args": [...], "kwargs": {...}}`` is read by this bootstrap, which runs the code as a module
@@ -82,6 +85,16 @@ class NvidiaPciDevice(FactBase):
 
     def process(self, output: list[str]) -> bool:
         return bool(output) and output[0].strip() == "yes"
+
+
+class DriverProbe(FactBase):
+    """The drivers layer's probe of the node (kernel, Secure Boot, DKMS key, apt source
+    files): :data:`swarm_infra.resolve.drivers.NODE_PROBE`'s output, as one text."""
+
+    command = f"sh -c {shlex.quote(NODE_PROBE)}"  # type: ignore[assignment]
+
+    def process(self, output: list[str]) -> str:
+        return "\n".join(output)
 
 
 class DpkgSelections(FactBase):

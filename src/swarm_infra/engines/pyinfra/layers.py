@@ -21,6 +21,7 @@ from pyinfra.operations import apt, files, server
 
 from ...nodeside.facts import scratch_device_problem
 from ...resolve import notes
+from ...resolve.drivers import driver_plan
 from ...resolve.files import layer_files, static_file, tunables_spec, wireguard_dropin_items
 from ...resolve.layers import NAMES, node_packages
 from ...resolve.ray import pip_environment
@@ -92,11 +93,15 @@ def host_layer() -> None:
 # ---------------------------------------------------------------------------- drivers
 
 
-def drivers_layer(require_device: bool = True) -> None:
-    """The NVIDIA driver at the declared version, pinned and held; nouveau blacklisted;
-    nvidia-persistenced; the container toolkit; a reboot only when allowed (else marked and
-    reported). Simulated GPUs, and nodes without an NVIDIA PCI device, are reported and
-    skipped."""
+def drivers_layer(require_device: bool = True, kernel_headers: bool = True) -> None:
+    """The NVIDIA driver stack of the declared source at the declared version, pinned and
+    held (:mod:`swarm_infra.resolve.drivers`); nouveau blacklisted; nvidia-persistenced
+    (and Fabric Manager on NVSwitch boards); pynvml, the kernel headers and the container
+    toolkit; a reboot only when allowed (else marked and reported). The node's probe first:
+    a source the node has for the same repository is adopted, and Secure Boot without an
+    enrolled DKMS key or a foreign NVIDIA source is refused before anything is installed.
+    Simulated GPUs, and nodes without an NVIDIA PCI device, are reported and skipped.
+    ``kernel_headers`` false: no linux-headers (a kernel that is not the node's own)."""
     node = _node()
     gpu = node["gpu"]
     if not gpu or not gpu["driver"]:
@@ -108,6 +113,14 @@ def drivers_layer(require_device: bool = True) -> None:
     if require_device and not host.get_fact(F.NvidiaPciDevice):
         ops.record_note(notes.drivers_no_device(node))
         return
+    # The node's probe, decided on by the library (resolve.drivers.driver_plan), as the role does.
+    plan = driver_plan(driver, host.get_fact(F.DriverProbe))
+    ops.refuse(
+        name="Refuse before installing anything (Secure Boot, no key; another NVIDIA source)",
+        problems=plan["problems"],
+    )
+    for text in plan["notes"]:
+        ops.record_note(text)
     blacklist = put(node, "nouveau_blacklist", static_file(node, "nouveau_blacklist"), "Blacklist nouveau")
     server.shell(
         name="Rebuild the initramfs",
@@ -115,16 +128,21 @@ def drivers_layer(require_device: bool = True) -> None:
         _if=any_changed(blacklist),
     )
     keyrings = layout["files"]["apt_keyrings_dir"]["path"]
-    sources = []
-    for src in driver["apt_sources"]:
-        files.download(
-            name=f"Fetch the {src['name']} apt signing key",
-            src=src["key_url"],
-            dest=f"{keyrings}/{src['name']}.asc",
-            user="root",
-            group="root",
-            mode="0644",
-        )
+    sources = [
+        apt.repo(name=f"Drop our {src['name']} apt source (the node has its own)", src=src["repo"],
+                 filename=src["name"], present=False)
+        for src in plan["remove"]
+    ]  # fmt: skip
+    for src in plan["add"]:
+        if src["key_url"]:
+            files.download(
+                name=f"Fetch the {src['name']} apt signing key",
+                src=src["key_url"],
+                dest=f"{keyrings}/{src['name']}.asc",
+                user="root",
+                group="root",
+                mode="0644",
+            )
         sources.append(
             apt.repo(name=f"Add the {src['name']} apt source", src=src["repo"], filename=src["name"])
         )
@@ -135,14 +153,21 @@ def drivers_layer(require_device: bool = True) -> None:
         packages=driver["packages"],
         version=driver["apt_version"],
     )
-    ops.apt_install(name="Install the NVIDIA container toolkit", packages=driver["extra_packages"])
-    ops.dpkg_hold(name="Hold the driver packages", packages=driver["packages"])
-    ops.unit(
-        name="Run nvidia-persistenced (NVIDIA calls nvidia-smi -pm legacy)",
-        service=layout["units"]["persistenced"],
-        running=True,
-        enabled=True,
+    ops.apt_install(
+        name="Install pynvml, the kernel headers and the NVIDIA container toolkit",
+        packages=[*driver["extra_packages"], *(plan["headers"] if kernel_headers else [])],
     )
+    ops.dpkg_hold(name="Hold the driver packages", packages=driver["packages"])
+    # nvidia-persistenced (NVIDIA calls nvidia-smi -pm legacy) and, on NVSwitch boards, Fabric
+    # Manager (CUDA waits for it). Both need the kernel module: where it is not loaded (a
+    # driver installed and the reboot still to come) they are enabled and start with it.
+    for key in ("persistenced", *(("fabricmanager",) if driver["fabric_manager"] else ())):
+        ops.unit(
+            name=f"Enable {'and start ' if plan['module_loaded'] else ''}{layout['units'][key]}",
+            service=layout["units"][key],
+            running=True if plan["module_loaded"] else None,
+            enabled=True,
+        )
     if driver["allow_reboot"]:
         server.reboot(name="Reboot into the new driver (the GPU profile allows it)", _if=any_changed(install))
         return
