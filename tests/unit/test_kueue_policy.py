@@ -134,18 +134,38 @@ def test_a_head_uses_its_sites_cpu_nodes_when_they_can_hold_it() -> None:
     assert flavor_for(cqs["community"], flavors, community, "cpu") == "rtx-4090"
 
 
+# (fleet, queue, CPU flavor) -> (CPUs, GiB): the only CPU flavor quotas, written from the
+# tenants' declared heads (policies/<fleet>/scheduling.yaml) and the nodes without GPUs:
+# - example acme-ai: head {cpus: 8, memory_gib: 64}, workers on H100s in fra1, where
+#   fra1-head-01 (32 CPUs, 128 GiB, no GPU) can hold it: cpu-fra1 gets 8 CPUs, 64 GiB;
+# - example community: head {cpus: 4, memory_gib: 16}, workers in tyo1, whose only node
+#   without GPUs (tyo1-relay-01: 4 CPUs, 8 GiB) cannot hold it: no CPU flavor (it runs
+#   beside its workers); helix-labs declares no Ray cluster;
+# - lab team-a: head {cpus: 1, memory_gib: 2}, workers on lab-gpu-1 (H100, site lab-a),
+#   where lab-head-1 (2 CPUs, 4 GiB) can hold it: cpu-lab-a gets 1 CPU, 2 GiB; team-b has
+#   no Ray cluster.
+HEAD_QUOTAS = {
+    ("example", "acme-ai", "cpu-fra1"): (8, 64),
+    ("lab", "team-a", "cpu-lab-a"): (1, 2),
+}
+
+
 def test_a_cpu_flavor_quota_is_exactly_its_heads() -> None:
     """The CPU flavor quota of a queue is its tenants' heads there, none of it lent (a head
-    never waits for a borrower to finish); nvidia.com/gpu 0."""
-    (alloc,) = declared("example", "Allocation")
-    acme = next(t for t in alloc["spec"]["tenants"] if t["name"] == "acme-ai")["ray"]["head"]
-    cq = by_kind(objects("example").all(), "ClusterQueue")["acme-ai"]
-    (cpu,) = [f for f in cq["spec"]["resourceGroups"][0]["flavors"] if f["name"] == "cpu-fra1"]
-    assert cpu["resources"] == [
-        {"name": "nvidia.com/gpu", "nominalQuota": 0, "lendingLimit": 0},
-        {"name": "cpu", "nominalQuota": str(acme["cpus"]), "lendingLimit": "0"},
-        {"name": "memory", "nominalQuota": f"{acme['memory_gib']}Gi", "lendingLimit": "0Gi"},
-    ]
+    never waits for a borrower to finish); nvidia.com/gpu 0. Compared as quantities (any
+    spelling Kubernetes reads as the same amount passes)."""
+    found = {}
+    for fleet in FLEETS:
+        for name, cq in by_kind(objects(fleet).all(), "ClusterQueue").items():
+            for f in cq["spec"]["resourceGroups"][0]["flavors"]:
+                if f["name"].startswith("cpu-"):
+                    found[(fleet, name, f["name"])] = {r["name"]: r for r in f["resources"]}
+    assert set(found) == set(HEAD_QUOTAS)
+    for key, (cpus, gib) in HEAD_QUOTAS.items():
+        r = found[key]
+        nominal = {n: rules.quantity(x["nominalQuota"]) for n, x in r.items()}
+        assert nominal == {"nvidia.com/gpu": 0, "cpu": cpus, "memory": gib * 2**30}, key
+        assert {n: rules.quantity(x["lendingLimit"]) for n, x in r.items()} == dict.fromkeys(r, 0), key
 
 
 # --------------------------------------------------------- fair sharing, quota bypass
@@ -204,34 +224,48 @@ def _capacity(fleet: str) -> dict[str, tuple[int, int]]:
     return out
 
 
+# Tenant -> requests.nvidia.com/gpu of its namespace's ResourceQuota, in device units,
+# written from policies/<fleet>/scheduling.yaml and the inventory. The rule: the tenant's
+# caps.gpus, at most what its queue could ever be admitted: per flavor, the nominal quota
+# plus (in a cohort) the borrowing limit, or every GPU of the flavor when borrowing is
+# unlimited, times the flavor's device units per GPU.
+# Example fleet, GPU-worker capacity (inventory/example/nodes): 80 H100 (fra1, 10 x 8),
+# 48 A100 80GB (ams2-gpu-01..06, 8 each), 8 A100 40GB PCIe (ams2-gpu-07..08, 4 each),
+# 40 L40S (sjc1, 10 x 4), 16 RTX 4090 (tyo1). Units per GPU (policies/shared/gpu-profiles.yaml):
+# L40S 4 (time_slicing_replicas: 4), A100 40GB 2 (MIG: two 3g.20gb), the others 1.
+GPU_QUOTAS = {
+    "example": {
+        # H100: nominal 48 + borrowable 16 = 64; A100 80GB: no borrowing limit, all 48
+        # -> 64 + 48 = 112 (no caps.gpus).
+        "acme-ai": 112,
+        # H100 24 + 24 = 48; A100 80GB unlimited: 48; L40S unlimited: 40 GPUs x 4 = 160
+        # -> 48 + 48 + 160 = 256 (no caps.gpus).
+        "helix-labs": 256,
+        # RTX 4090 all 16; L40S 40 x 4 = 160; A100 40GB 8 x 2 = 16; H100 0 + 8 = 8
+        # -> 200; caps.gpus 32 (x 1, the smallest split of its flavors) -> 32.
+        "community": 32,
+    },
+    # Lab: 2 H100 (lab-gpu-1), 2 A100 80GB (lab-gpu-2), 1 unit each.
+    "lab": {
+        # H100 1 + 1 = 2; A100 1 + 1 = 2 -> 4 (no caps.gpus).
+        "team-a": 4,
+        # H100 and A100 without a borrowing limit: all 2 + 2 = 4; caps.gpus 2 -> 2.
+        "team-b": 2,
+    },
+}
+
+
 @pytest.mark.parametrize("fleet", FLEETS)
 def test_every_tenant_namespace_has_a_gpu_resource_quota(fleet: str) -> None:
-    """Item 8: a pod that escapes Kueue still meets a ResourceQuota on nvidia.com/gpu: the
-    tenant's caps.gpus, at most what its queue could ever be admitted (nominal plus, in a
-    cohort, the borrowing limit per flavor, every GPU of the flavor when unlimited), in
-    device units. Before, acme-ai had no ResourceQuota at all."""
-    (alloc,) = declared(fleet, "Allocation")
-    capacity = _capacity(fleet)
-    queues = {q["name"]: q for q in alloc["spec"]["queues"]}
+    """Item 8: a pod that escapes Kueue still meets a ResourceQuota on nvidia.com/gpu (the
+    numbers above). Before, acme-ai had no ResourceQuota at all."""
     quotas = by_kind(objects(fleet).all(), "ResourceQuota")
-    for t in alloc["spec"]["tenants"]:
-        most = 0
-        q = queues[t["queue"]]
-        for x in q["quotas"]:
-            gpus, units = capacity[x["flavor"]]
-            if "cohort" not in q:
-                limit = x["nominal_quota"]  # nobody to borrow from
-            elif "borrowing_limit" not in x:
-                limit = gpus
-            else:
-                limit = x["nominal_quota"] + x["borrowing_limit"]
-            most += min(limit, gpus) * units
-        cap = t.get("caps", {}).get("gpus")
-        expected = most if cap is None else min(cap, most)
-        ns = t.get("namespace", t["name"])
-        assert quotas[f"{ns}/swarm-caps"]["spec"]["hard"]["requests.nvidia.com/gpu"] == str(expected), t[
-            "name"
-        ]
+    got = {
+        key.split("/")[0]: rules.quantity(q["spec"]["hard"]["requests.nvidia.com/gpu"])
+        for key, q in quotas.items()
+        if "requests.nvidia.com/gpu" in q["spec"]["hard"]
+    }
+    assert got == GPU_QUOTAS[fleet]
 
 
 # ---------------------------------------------------------------- priorities, labels
