@@ -14,11 +14,13 @@ gets when quota allows, which is what preference means.
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from markdown_it import MarkdownIt
 
 from swarm_infra import validate
 from swarm_infra.cluster import rules
@@ -355,6 +357,19 @@ BORROW = {
     ("community", "h100-sxm5-80gb"): 8,
 }
 LEND = {("acme-ai", "h100-sxm5-80gb"): 8, ("helix-labs", "a100-sxm4-80gb"): 16}
+# (queue, flavor) -> nominal quota in GPUs (community has no H100 of its own).
+NOMINAL = {
+    ("acme-ai", "h100-sxm5-80gb"): 48,
+    ("acme-ai", "a100-sxm4-80gb"): 16,
+    ("helix-labs", "h100-sxm5-80gb"): 24,
+    ("helix-labs", "a100-sxm4-80gb"): 32,
+    ("helix-labs", "l40s"): 24,
+    ("community", "rtx-4090"): 16,
+    ("community", "l40s"): 16,
+    ("community", "a100-pcie-40gb"): 8,
+    ("community", "h100-sxm5-80gb"): 0,
+}
+RESERVED_H100 = 8  # reserved_gpus: in no queue
 # queue -> (preempts lower priority in its own queue, reclaims its quota from: borrowers of
 # any priority / of lower priority / never)
 PREEMPTS = {
@@ -371,7 +386,8 @@ PRIORITIES = {
 
 
 def test_intent_preference_borrowing_lending() -> None:
-    """Rows 1-3: who uses which GPUs first, who may borrow how much, who lends how much."""
+    """Rows 1-3: who uses which GPUs first and how many of its own, who may borrow how much,
+    who lends how much."""
     cqs = by_kind(objects("example").all(), "ClusterQueue")
     capacity = _capacity("example")
     for queue, order in PREFERENCE.items():
@@ -388,9 +404,8 @@ def test_intent_preference_borrowing_lending() -> None:
             assert gpu.get("borrowingLimit") == (None if borrow is None else borrow * units), (queue, f)
             lend = LEND.get((queue, f))
             assert gpu.get("lendingLimit") == (None if lend is None else lend * units), (queue, f)
-    # community may use H100s only by borrowing idle ones.
-    community = {f["name"]: f for f in cqs["community"]["spec"]["resourceGroups"][0]["flavors"]}
-    assert community["h100-sxm5-80gb"]["resources"][0]["nominalQuota"] == 0
+            # community may use H100s only by borrowing idle ones (nominal 0).
+            assert rules.quantity(gpu["nominalQuota"]) == NOMINAL[(queue, f)] * units, (queue, f)
 
 
 def test_intent_who_preempts_whom() -> None:
@@ -423,18 +438,120 @@ def test_intent_fair_shares_and_priorities() -> None:
         for f in cq["spec"]["resourceGroups"][0]["flavors"]
         if f["name"] == "h100-sxm5-80gb"
     )
-    assert capacity_h100() - h100 == 8
+    assert capacity_h100() - h100 == RESERVED_H100
 
 
 def capacity_h100() -> int:
     return _capacity("example")["h100-sxm5-80gb"][0]
 
 
-def test_readme_has_the_intent_table() -> None:
-    text = (ROOT / "README.md").read_text()
-    assert "Who gets which GPUs" in text
-    for queue in PREFERENCE:
-        assert f"| {queue} |" in text
+# The README names flavors as people do; these are the names its table uses.
+README_FLAVORS = {
+    "H100": "h100-sxm5-80gb",
+    "A100 80GB": "a100-sxm4-80gb",
+    "A100 40GB": "a100-pcie-40gb",
+    "L40S": "l40s",
+    "RTX 4090": "rtx-4090",
+}
+# The README's "preempts" phrases, as (withinClusterQueue, reclaimWithinCohort).
+README_WITHIN = {"lower priority in its queue": "LowerPriority"}
+README_RECLAIM = {
+    "takes its quota back from any borrower": "Any",
+    "takes its quota back from lower-priority borrowers": "LowerPriority",
+}
+README_NEVER = "never (and its only priority, spot, never preempts)"
+
+
+def readme_intent_rows() -> dict[str, list[str]]:
+    """The README's "Who gets which GPUs" table, parsed as Markdown (markdown-it-py, tables
+    on): queue -> its cells' text, after checking the header."""
+    tokens = MarkdownIt("commonmark").enable("table").parse((ROOT / "README.md").read_text())
+    start = next(
+        i
+        for i, t in enumerate(tokens)
+        if t.type == "inline" and tokens[i - 1].type == "heading_open" and "Who gets which GPUs" in t.content
+    )
+    open_at = next(i for i in range(start, len(tokens)) if tokens[i].type == "table_open")
+    rows: list[list[str]] = []
+    for t in tokens[open_at:]:
+        if t.type == "table_close":
+            break
+        if t.type == "tr_open":
+            rows.append([])
+        elif t.type == "inline":
+            rows[-1].append(t.content.strip())
+    header, *body = rows
+    assert header == [
+        "queue",
+        "uses first, in order",
+        "may borrow beyond its quota",
+        "lends at most",
+        "preempts",
+        "fair-sharing weight",
+        "tenant priorities",
+    ]
+    return {row[0]: row[1:] for row in body}
+
+
+def _flavor(name: str) -> str:
+    assert name in README_FLAVORS, f"README flavor {name!r} is not one the test knows"
+    return README_FLAVORS[name]
+
+
+def _amount(text: str) -> tuple[int, str]:
+    """``"48 H100"`` -> (48, flavor)."""
+    m = re.fullmatch(r"(\d+) (.+)", text)
+    assert m, text
+    return int(m[1]), _flavor(m[2])
+
+
+def test_readme_intent_table_says_what_the_tests_assert() -> None:
+    """Each cell of the README's intent table, read as data, equals the constant the intent
+    tests assert against the rendered objects (PREFERENCE, NOMINAL, BORROW, LEND, PREEMPTS,
+    WEIGHTS, PRIORITIES): a README row that drifts from what is asserted fails here."""
+    rows = readme_intent_rows()
+    assert set(rows) == set(PREFERENCE)
+    for queue, (uses, borrows, lends, preempts, weight, priorities) in rows.items():
+        # "48 H100, then 16 A100 80GB[; H100 only borrowed]"
+        first, _, borrowed_only = uses.partition("; ")
+        order = [_amount(x) for x in first.split(", then ")]
+        if borrowed_only:
+            m = re.fullmatch(r"(.+) only borrowed", borrowed_only)
+            assert m, borrowed_only
+            order.append((0, _flavor(m[1])))
+        assert [f for _, f in order] == PREFERENCE[queue], queue
+        assert {f: n for n, f in order} == {f: n for (q, f), n in NOMINAL.items() if q == queue}, queue
+        # "16 H100 (no quota of its own); any idle A100 80GB, L40S or A100 40GB"
+        borrow: dict[str, int | None] = {}
+        for part in borrows.split("; "):
+            if part.startswith("any idle "):
+                for name in re.split(r", | or ", part.removeprefix("any idle ")):
+                    borrow[_flavor(name)] = None
+            else:
+                n, f = _amount(part.removesuffix(" (no quota of its own)"))
+                borrow[f] = n
+        assert borrow == {f: b for (q, f), b in BORROW.items() if q == queue}, queue
+        # "8 of its H100" or "all"
+        lend = {}
+        if lends != "all":
+            m = re.fullmatch(r"(\d+) of its (.+)", lends)
+            assert m, lends
+            lend[_flavor(m[2])] = int(m[1])
+        assert lend == {f: n for (q, f), n in LEND.items() if q == queue}, queue
+        if preempts == README_NEVER:
+            assert PREEMPTS[queue] == ("Never", "Never"), queue
+        else:
+            within, reclaim = preempts.split("; ")
+            assert (README_WITHIN[within], README_RECLAIM[reclaim]) == PREEMPTS[queue], queue
+        assert float(weight) == WEIGHTS[queue], queue
+        assert set(priorities.split(", ")) == PRIORITIES[queue], queue
+
+
+def test_readme_reserved_h100s_are_what_is_asserted() -> None:
+    """The sentence under the table: how many H100s are in no queue, out of how many."""
+    m = re.search(r"(\d+) of the (\d+) H100s are in no queue", (ROOT / "README.md").read_text())
+    assert m
+    assert (int(m[1]), int(m[2])) == (RESERVED_H100, capacity_h100())
 
 
 # ------------------------------------------------------------------------------ units
