@@ -35,7 +35,6 @@ import json
 import math
 import re
 import shlex
-from fractions import Fraction
 from typing import Any
 
 from click import Context
@@ -43,6 +42,8 @@ from ray._private.label_utils import parse_node_labels_string
 from ray._private.utils import parse_resources_json
 from ray.autoscaler._private.cli_logger import cf, cli_logger
 from ray.scripts.scripts import start
+
+from swarm_infra.cluster.rules import quantity
 
 KUBERAY_TAG = "v1.6.0"
 # ray-operator/controllers/ray/utils/constant.go (v1.6.0)
@@ -52,34 +53,6 @@ DEFAULT_DASHBOARD_AGENT_LISTEN_PORT = "52365"
 DEFAULT_DOMAIN_NAME = "cluster.local"  # utils/util.go DefaultDomainName
 ULIMIT = "ulimit -n 65536"  # common/pod.go BuildPod
 BOOLEAN_EXCEPTIONS = ("log-color", "include-dashboard")  # convertParamMap specialParameterOptions
-
-# Kubernetes resource.Quantity suffixes (apimachinery pkg/api/resource/suffix.go).
-_SUFFIXES = {
-    "": Fraction(1),
-    "m": Fraction(1, 1000),
-    "k": Fraction(10**3),
-    "M": Fraction(10**6),
-    "G": Fraction(10**9),
-    "T": Fraction(10**12),
-    "P": Fraction(10**15),
-    "E": Fraction(10**18),
-    "Ki": Fraction(2**10),
-    "Mi": Fraction(2**20),
-    "Gi": Fraction(2**30),
-    "Ti": Fraction(2**40),
-    "Pi": Fraction(2**50),
-    "Ei": Fraction(2**60),
-}
-_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]*)?|\.[0-9]+)([A-Za-z]*)$")
-
-
-def quantity(text: str) -> Fraction:
-    """A Kubernetes quantity (``"8"``, ``"64Gi"``, ``"500m"``) as an exact number; ValueError
-    for forms this restatement does not cover (exponents, signs)."""
-    m = _QUANTITY.match(text)
-    if not m or m[2] not in _SUFFIXES:
-        raise ValueError(f"quantity {text!r} is not restated here")
-    return Fraction(m[1]) * _SUFFIXES[m[2]]
 
 
 def quantity_value(text: str) -> int:

@@ -14,11 +14,13 @@ gets when quota allows, which is what preference means.
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from markdown_it import MarkdownIt
 
 from swarm_infra import validate
 from swarm_infra.cluster import rules
@@ -134,18 +136,38 @@ def test_a_head_uses_its_sites_cpu_nodes_when_they_can_hold_it() -> None:
     assert flavor_for(cqs["community"], flavors, community, "cpu") == "rtx-4090"
 
 
+# (fleet, queue, CPU flavor) -> (CPUs, GiB): the only CPU flavor quotas, written from the
+# tenants' declared heads (policies/<fleet>/scheduling.yaml) and the nodes without GPUs:
+# - example acme-ai: head {cpus: 8, memory_gib: 64}, workers on H100s in fra1, where
+#   fra1-head-01 (32 CPUs, 128 GiB, no GPU) can hold it: cpu-fra1 gets 8 CPUs, 64 GiB;
+# - example community: head {cpus: 4, memory_gib: 16}, workers in tyo1, whose only node
+#   without GPUs (tyo1-relay-01: 4 CPUs, 8 GiB) cannot hold it: no CPU flavor (it runs
+#   beside its workers); helix-labs declares no Ray cluster;
+# - lab team-a: head {cpus: 1, memory_gib: 2}, workers on lab-gpu-1 (H100, site lab-a),
+#   where lab-head-1 (2 CPUs, 4 GiB) can hold it: cpu-lab-a gets 1 CPU, 2 GiB; team-b has
+#   no Ray cluster.
+HEAD_QUOTAS = {
+    ("example", "acme-ai", "cpu-fra1"): (8, 64),
+    ("lab", "team-a", "cpu-lab-a"): (1, 2),
+}
+
+
 def test_a_cpu_flavor_quota_is_exactly_its_heads() -> None:
     """The CPU flavor quota of a queue is its tenants' heads there, none of it lent (a head
-    never waits for a borrower to finish); nvidia.com/gpu 0."""
-    (alloc,) = declared("example", "Allocation")
-    acme = next(t for t in alloc["spec"]["tenants"] if t["name"] == "acme-ai")["ray"]["head"]
-    cq = by_kind(objects("example").all(), "ClusterQueue")["acme-ai"]
-    (cpu,) = [f for f in cq["spec"]["resourceGroups"][0]["flavors"] if f["name"] == "cpu-fra1"]
-    assert cpu["resources"] == [
-        {"name": "nvidia.com/gpu", "nominalQuota": 0, "lendingLimit": 0},
-        {"name": "cpu", "nominalQuota": str(acme["cpus"]), "lendingLimit": "0"},
-        {"name": "memory", "nominalQuota": f"{acme['memory_gib']}Gi", "lendingLimit": "0Gi"},
-    ]
+    never waits for a borrower to finish); nvidia.com/gpu 0. Compared as quantities (any
+    spelling Kubernetes reads as the same amount passes)."""
+    found = {}
+    for fleet in FLEETS:
+        for name, cq in by_kind(objects(fleet).all(), "ClusterQueue").items():
+            for f in cq["spec"]["resourceGroups"][0]["flavors"]:
+                if f["name"].startswith("cpu-"):
+                    found[(fleet, name, f["name"])] = {r["name"]: r for r in f["resources"]}
+    assert set(found) == set(HEAD_QUOTAS)
+    for key, (cpus, gib) in HEAD_QUOTAS.items():
+        r = found[key]
+        nominal = {n: rules.quantity(x["nominalQuota"]) for n, x in r.items()}
+        assert nominal == {"nvidia.com/gpu": 0, "cpu": cpus, "memory": gib * 2**30}, key
+        assert {n: rules.quantity(x["lendingLimit"]) for n, x in r.items()} == dict.fromkeys(r, 0), key
 
 
 # --------------------------------------------------------- fair sharing, quota bypass
@@ -204,34 +226,48 @@ def _capacity(fleet: str) -> dict[str, tuple[int, int]]:
     return out
 
 
+# Tenant -> requests.nvidia.com/gpu of its namespace's ResourceQuota, in device units,
+# written from policies/<fleet>/scheduling.yaml and the inventory. The rule: the tenant's
+# caps.gpus, at most what its queue could ever be admitted: per flavor, the nominal quota
+# plus (in a cohort) the borrowing limit, or every GPU of the flavor when borrowing is
+# unlimited, times the flavor's device units per GPU.
+# Example fleet, GPU-worker capacity (inventory/example/nodes): 80 H100 (fra1, 10 x 8),
+# 48 A100 80GB (ams2-gpu-01..06, 8 each), 8 A100 40GB PCIe (ams2-gpu-07..08, 4 each),
+# 40 L40S (sjc1, 10 x 4), 16 RTX 4090 (tyo1). Units per GPU (policies/shared/gpu-profiles.yaml):
+# L40S 4 (time_slicing_replicas: 4), A100 40GB 2 (MIG: two 3g.20gb), the others 1.
+GPU_QUOTAS = {
+    "example": {
+        # H100: nominal 48 + borrowable 16 = 64; A100 80GB: no borrowing limit, all 48
+        # -> 64 + 48 = 112 (no caps.gpus).
+        "acme-ai": 112,
+        # H100 24 + 24 = 48; A100 80GB unlimited: 48; L40S unlimited: 40 GPUs x 4 = 160
+        # -> 48 + 48 + 160 = 256 (no caps.gpus).
+        "helix-labs": 256,
+        # RTX 4090 all 16; L40S 40 x 4 = 160; A100 40GB 8 x 2 = 16; H100 0 + 8 = 8
+        # -> 200; caps.gpus 32 (x 1, the smallest split of its flavors) -> 32.
+        "community": 32,
+    },
+    # Lab: 2 H100 (lab-gpu-1), 2 A100 80GB (lab-gpu-2), 1 unit each.
+    "lab": {
+        # H100 1 + 1 = 2; A100 1 + 1 = 2 -> 4 (no caps.gpus).
+        "team-a": 4,
+        # H100 and A100 without a borrowing limit: all 2 + 2 = 4; caps.gpus 2 -> 2.
+        "team-b": 2,
+    },
+}
+
+
 @pytest.mark.parametrize("fleet", FLEETS)
 def test_every_tenant_namespace_has_a_gpu_resource_quota(fleet: str) -> None:
-    """Item 8: a pod that escapes Kueue still meets a ResourceQuota on nvidia.com/gpu: the
-    tenant's caps.gpus, at most what its queue could ever be admitted (nominal plus, in a
-    cohort, the borrowing limit per flavor, every GPU of the flavor when unlimited), in
-    device units. Before, acme-ai had no ResourceQuota at all."""
-    (alloc,) = declared(fleet, "Allocation")
-    capacity = _capacity(fleet)
-    queues = {q["name"]: q for q in alloc["spec"]["queues"]}
+    """Item 8: a pod that escapes Kueue still meets a ResourceQuota on nvidia.com/gpu (the
+    numbers above). Before, acme-ai had no ResourceQuota at all."""
     quotas = by_kind(objects(fleet).all(), "ResourceQuota")
-    for t in alloc["spec"]["tenants"]:
-        most = 0
-        q = queues[t["queue"]]
-        for x in q["quotas"]:
-            gpus, units = capacity[x["flavor"]]
-            if "cohort" not in q:
-                limit = x["nominal_quota"]  # nobody to borrow from
-            elif "borrowing_limit" not in x:
-                limit = gpus
-            else:
-                limit = x["nominal_quota"] + x["borrowing_limit"]
-            most += min(limit, gpus) * units
-        cap = t.get("caps", {}).get("gpus")
-        expected = most if cap is None else min(cap, most)
-        ns = t.get("namespace", t["name"])
-        assert quotas[f"{ns}/swarm-caps"]["spec"]["hard"]["requests.nvidia.com/gpu"] == str(expected), t[
-            "name"
-        ]
+    got = {
+        key.split("/")[0]: rules.quantity(q["spec"]["hard"]["requests.nvidia.com/gpu"])
+        for key, q in quotas.items()
+        if "requests.nvidia.com/gpu" in q["spec"]["hard"]
+    }
+    assert got == GPU_QUOTAS[fleet]
 
 
 # ---------------------------------------------------------------- priorities, labels
@@ -321,6 +357,19 @@ BORROW = {
     ("community", "h100-sxm5-80gb"): 8,
 }
 LEND = {("acme-ai", "h100-sxm5-80gb"): 8, ("helix-labs", "a100-sxm4-80gb"): 16}
+# (queue, flavor) -> nominal quota in GPUs (community has no H100 of its own).
+NOMINAL = {
+    ("acme-ai", "h100-sxm5-80gb"): 48,
+    ("acme-ai", "a100-sxm4-80gb"): 16,
+    ("helix-labs", "h100-sxm5-80gb"): 24,
+    ("helix-labs", "a100-sxm4-80gb"): 32,
+    ("helix-labs", "l40s"): 24,
+    ("community", "rtx-4090"): 16,
+    ("community", "l40s"): 16,
+    ("community", "a100-pcie-40gb"): 8,
+    ("community", "h100-sxm5-80gb"): 0,
+}
+RESERVED_H100 = 8  # reserved_gpus: in no queue
 # queue -> (preempts lower priority in its own queue, reclaims its quota from: borrowers of
 # any priority / of lower priority / never)
 PREEMPTS = {
@@ -337,7 +386,8 @@ PRIORITIES = {
 
 
 def test_intent_preference_borrowing_lending() -> None:
-    """Rows 1-3: who uses which GPUs first, who may borrow how much, who lends how much."""
+    """Rows 1-3: who uses which GPUs first and how many of its own, who may borrow how much,
+    who lends how much."""
     cqs = by_kind(objects("example").all(), "ClusterQueue")
     capacity = _capacity("example")
     for queue, order in PREFERENCE.items():
@@ -354,9 +404,8 @@ def test_intent_preference_borrowing_lending() -> None:
             assert gpu.get("borrowingLimit") == (None if borrow is None else borrow * units), (queue, f)
             lend = LEND.get((queue, f))
             assert gpu.get("lendingLimit") == (None if lend is None else lend * units), (queue, f)
-    # community may use H100s only by borrowing idle ones.
-    community = {f["name"]: f for f in cqs["community"]["spec"]["resourceGroups"][0]["flavors"]}
-    assert community["h100-sxm5-80gb"]["resources"][0]["nominalQuota"] == 0
+            # community may use H100s only by borrowing idle ones (nominal 0).
+            assert rules.quantity(gpu["nominalQuota"]) == NOMINAL[(queue, f)] * units, (queue, f)
 
 
 def test_intent_who_preempts_whom() -> None:
@@ -389,18 +438,120 @@ def test_intent_fair_shares_and_priorities() -> None:
         for f in cq["spec"]["resourceGroups"][0]["flavors"]
         if f["name"] == "h100-sxm5-80gb"
     )
-    assert capacity_h100() - h100 == 8
+    assert capacity_h100() - h100 == RESERVED_H100
 
 
 def capacity_h100() -> int:
     return _capacity("example")["h100-sxm5-80gb"][0]
 
 
-def test_readme_has_the_intent_table() -> None:
-    text = (ROOT / "README.md").read_text()
-    assert "Who gets which GPUs" in text
-    for queue in PREFERENCE:
-        assert f"| {queue} |" in text
+# The README names flavors as people do; these are the names its table uses.
+README_FLAVORS = {
+    "H100": "h100-sxm5-80gb",
+    "A100 80GB": "a100-sxm4-80gb",
+    "A100 40GB": "a100-pcie-40gb",
+    "L40S": "l40s",
+    "RTX 4090": "rtx-4090",
+}
+# The README's "preempts" phrases, as (withinClusterQueue, reclaimWithinCohort).
+README_WITHIN = {"lower priority in its queue": "LowerPriority"}
+README_RECLAIM = {
+    "takes its quota back from any borrower": "Any",
+    "takes its quota back from lower-priority borrowers": "LowerPriority",
+}
+README_NEVER = "never (and its only priority, spot, never preempts)"
+
+
+def readme_intent_rows() -> dict[str, list[str]]:
+    """The README's "Who gets which GPUs" table, parsed as Markdown (markdown-it-py, tables
+    on): queue -> its cells' text, after checking the header."""
+    tokens = MarkdownIt("commonmark").enable("table").parse((ROOT / "README.md").read_text())
+    start = next(
+        i
+        for i, t in enumerate(tokens)
+        if t.type == "inline" and tokens[i - 1].type == "heading_open" and "Who gets which GPUs" in t.content
+    )
+    open_at = next(i for i in range(start, len(tokens)) if tokens[i].type == "table_open")
+    rows: list[list[str]] = []
+    for t in tokens[open_at:]:
+        if t.type == "table_close":
+            break
+        if t.type == "tr_open":
+            rows.append([])
+        elif t.type == "inline":
+            rows[-1].append(t.content.strip())
+    header, *body = rows
+    assert header == [
+        "queue",
+        "uses first, in order",
+        "may borrow beyond its quota",
+        "lends at most",
+        "preempts",
+        "fair-sharing weight",
+        "tenant priorities",
+    ]
+    return {row[0]: row[1:] for row in body}
+
+
+def _flavor(name: str) -> str:
+    assert name in README_FLAVORS, f"README flavor {name!r} is not one the test knows"
+    return README_FLAVORS[name]
+
+
+def _amount(text: str) -> tuple[int, str]:
+    """``"48 H100"`` -> (48, flavor)."""
+    m = re.fullmatch(r"(\d+) (.+)", text)
+    assert m, text
+    return int(m[1]), _flavor(m[2])
+
+
+def test_readme_intent_table_says_what_the_tests_assert() -> None:
+    """Each cell of the README's intent table, read as data, equals the constant the intent
+    tests assert against the rendered objects (PREFERENCE, NOMINAL, BORROW, LEND, PREEMPTS,
+    WEIGHTS, PRIORITIES): a README row that drifts from what is asserted fails here."""
+    rows = readme_intent_rows()
+    assert set(rows) == set(PREFERENCE)
+    for queue, (uses, borrows, lends, preempts, weight, priorities) in rows.items():
+        # "48 H100, then 16 A100 80GB[; H100 only borrowed]"
+        first, _, borrowed_only = uses.partition("; ")
+        order = [_amount(x) for x in first.split(", then ")]
+        if borrowed_only:
+            m = re.fullmatch(r"(.+) only borrowed", borrowed_only)
+            assert m, borrowed_only
+            order.append((0, _flavor(m[1])))
+        assert [f for _, f in order] == PREFERENCE[queue], queue
+        assert {f: n for n, f in order} == {f: n for (q, f), n in NOMINAL.items() if q == queue}, queue
+        # "16 H100 (no quota of its own); any idle A100 80GB, L40S or A100 40GB"
+        borrow: dict[str, int | None] = {}
+        for part in borrows.split("; "):
+            if part.startswith("any idle "):
+                for name in re.split(r", | or ", part.removeprefix("any idle ")):
+                    borrow[_flavor(name)] = None
+            else:
+                n, f = _amount(part.removesuffix(" (no quota of its own)"))
+                borrow[f] = n
+        assert borrow == {f: b for (q, f), b in BORROW.items() if q == queue}, queue
+        # "8 of its H100" or "all"
+        lend = {}
+        if lends != "all":
+            m = re.fullmatch(r"(\d+) of its (.+)", lends)
+            assert m, lends
+            lend[_flavor(m[2])] = int(m[1])
+        assert lend == {f: n for (q, f), n in LEND.items() if q == queue}, queue
+        if preempts == README_NEVER:
+            assert PREEMPTS[queue] == ("Never", "Never"), queue
+        else:
+            within, reclaim = preempts.split("; ")
+            assert (README_WITHIN[within], README_RECLAIM[reclaim]) == PREEMPTS[queue], queue
+        assert float(weight) == WEIGHTS[queue], queue
+        assert set(priorities.split(", ")) == PRIORITIES[queue], queue
+
+
+def test_readme_reserved_h100s_are_what_is_asserted() -> None:
+    """The sentence under the table: how many H100s are in no queue, out of how many."""
+    m = re.search(r"(\d+) of the (\d+) H100s are in no queue", (ROOT / "README.md").read_text())
+    assert m
+    assert (int(m[1]), int(m[2])) == (RESERVED_H100, capacity_h100())
 
 
 # ------------------------------------------------------------------------------ units

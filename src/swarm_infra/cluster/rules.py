@@ -129,35 +129,62 @@ def _resource_groups(groups: list[dict[str, Any]], where: str) -> list[str]:
     return out
 
 
-# Kubernetes quantity suffixes (apimachinery resource.Quantity), enough for Kueue's quotas.
-_SUFFIX: dict[str, Fraction] = {
-    "": Fraction(1),
-    "n": Fraction(1, 10**9),
-    "u": Fraction(1, 10**6),
-    "m": Fraction(1, 1000),
-    "k": Fraction(10**3),
-    "M": Fraction(10**6),
-    "G": Fraction(10**9),
-    "T": Fraction(10**12),
-    "P": Fraction(10**15),
-    "Ki": Fraction(2**10),
-    "Mi": Fraction(2**20),
-    "Gi": Fraction(2**30),
-    "Ti": Fraction(2**40),
-    "Pi": Fraction(2**50),
-}
-_QUANTITY = re.compile(r"^([+-]?[0-9]+(?:\.[0-9]*)?)(n|u|m|k|M|G|T|P|Ki|Mi|Gi|Ti|Pi)?$")
+# Kubernetes' resource.Quantity, restated from kubernetes/apimachinery tag v0.35.0,
+# pkg/api/resource/quantity.go (the grammar in the doc comment of ``Quantity``, unchanged from
+# v0.30.0 to v0.36.0; ``ParseQuantity`` for rounding and the cap) and suffix.go
+# (``suffixHandler.interpret``: the suffix tables first, then ``e``/``E`` and an integer):
+#
+#   <quantity>        ::= <signedNumber><suffix>
+#   <number>          ::= <digits> | <digits>.<digits> | <digits>. | .<digits>
+#   <signedNumber>    ::= <number> | <sign><number>      <sign> ::= "+" | "-"
+#   <suffix>          ::= <binarySI> | <decimalExponent> | <decimalSI>
+#   <binarySI>        ::= Ki | Mi | Gi | Ti | Pi | Ei
+#   <decimalSI>       ::= n | u | m | "" | k | M | G | T | P | E
+#   <decimalExponent> ::= "e" <signedNumber> | "E" <signedNumber>   (an integer: interpret
+#                                                                    uses strconv.ParseInt)
+_DECIMAL_SI = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+_BINARY_SI = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
+_QUANTITY = re.compile(
+    r"(?P<sign>[+-]?)(?P<int>[0-9]*)(?:\.(?P<frac>[0-9]*))?"
+    r"(?:(?P<bin>Ki|Mi|Gi|Ti|Pi|Ei)|[eE](?P<exp>[+-]?[0-9]+)|(?P<dec>[numkMGTPE]?))"
+)
+_NANO = Fraction(1, 10**9)
+_MAX_BINARY = Fraction(2**63 - 1)  # quantity.go maxAllowed
+# A decimal exponent this restatement computes: Fraction would build 10**e digit by digit.
+_MAX_EXPONENT = 1000
 
 
 def quantity(value: int | float | str) -> Fraction:
-    """A Kubernetes quantity (``8``, ``"500m"``, ``"16Gi"``, ``"0.5"``) as an exact number.
-    Raises ValueError for anything else."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return Fraction(value)
-    m = _QUANTITY.match(str(value))
-    if not m:
+    """A Kubernetes quantity as an exact number: ``8`` (a JSON number, parsed from its text as
+    ``Quantity.UnmarshalJSON`` does), ``"500m"``, ``"16Gi"``, ``".5"``, ``"-1.5e3"``, ``"2E"``.
+
+    As ``ParseQuantity`` (apimachinery v0.35.0, see the grammar above): a non-zero value is
+    rounded away from zero to a whole number of nano (``"0.9n"`` is 1n), a binarySI value is
+    capped at 2^63-1 in magnitude (``"9Ei"``). Raises ValueError for a string outside the
+    grammar (``"1K"``, ``"0.1mi"``, ``" 1"``) and for a bool; also for ``"+"``, ``"-"`` and
+    ``"."``, which the grammar excludes though Go's scanner reads them as 0, and for a decimal
+    exponent beyond +-1000, which this restatement does not compute.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise ValueError(f"{value!r} is not a quantity")
-    return Fraction(m[1]) * _SUFFIX[m[2] or ""]
+    text = value if isinstance(value, str) else str(value)
+    m = _QUANTITY.fullmatch(text)
+    if not m or not (m["int"] or m["frac"]):
+        raise ValueError(f"{value!r} is not a quantity")
+    frac = m["frac"] or ""
+    number = Fraction(int(m["int"] + frac or "0"), 10 ** len(frac))
+    if m["bin"]:
+        number *= 2 ** _BINARY_SI[m["bin"]]
+    else:
+        exponent = int(m["exp"]) if m["exp"] is not None else _DECIMAL_SI[m["dec"]]
+        if abs(exponent) > _MAX_EXPONENT:
+            raise ValueError(f"{value!r}: exponent {exponent} is not computed here")
+        number *= Fraction(10) ** exponent
+    if number:
+        number = -(-number // _NANO) * _NANO  # ceiling to nano (inf.RoundUp on the magnitude)
+    if m["bin"]:
+        number = min(number, _MAX_BINARY)
+    return -number if m["sign"] == "-" else number
 
 
 def _webhook_resource_groups(

@@ -95,21 +95,23 @@ def fair_sharing(a: Analysis) -> Iterator[Finding]:
                 "borrow_within_cohort works with classical preemption only; Kueue ignores it under "
                 "fair sharing (spec.fair_sharing: true): remove it or turn fair sharing off",
             )
-        if not alloc.fair_sharing and q.fair_sharing_weight != 1:
+    if alloc.fair_sharing:
+        return
+    weights = [
+        (("spec", "queues", i, "fair_sharing_weight"), q.fair_sharing_weight)
+        for i, q in enumerate(alloc.queues)
+    ]
+    weights += [
+        (("spec", "cohorts", i, "fair_sharing_weight"), c.fair_sharing_weight)
+        for i, c in enumerate(alloc.cohorts)
+    ]
+    for path, weight in weights:
+        if weight != 1:
             yield Finding(
                 alloc.source,
-                ("spec", "queues", qi, "fair_sharing_weight"),
+                path,
                 "allocation.weight-without-fair-sharing",
-                f"fair_sharing_weight {q.fair_sharing_weight:g} has no effect without fair sharing: "
-                "set spec.fair_sharing: true or remove the weight",
-            )
-    for ci, c in enumerate(alloc.cohorts):
-        if not alloc.fair_sharing and c.fair_sharing_weight != 1:
-            yield Finding(
-                alloc.source,
-                ("spec", "cohorts", ci, "fair_sharing_weight"),
-                "allocation.weight-without-fair-sharing",
-                f"fair_sharing_weight {c.fair_sharing_weight:g} has no effect without fair sharing: "
+                f"fair_sharing_weight {weight:g} has no effect without fair sharing: "
                 "set spec.fair_sharing: true or remove the weight",
             )
 
