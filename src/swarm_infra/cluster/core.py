@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from ..resolve.addons import LOCAL_PATH_NAMESPACE
 from ..resolve.provisioners import LOCAL_PATH
 from ..resolve.types import CapsState, ClusterState, ComputeState, NodeState
 from .admission import ALLOWED
@@ -35,7 +36,6 @@ CONFIGMAP_MAX_BYTES = 1024 * 1024  # the API server's limit on a ConfigMap's dat
 # at this tag (namespace, RBAC, Deployment, ConfigMap), with the node paths set to scratch.
 LOCAL_PATH_VERSION = "v0.0.37"
 LOCAL_PATH_IMAGE = f"docker.io/rancher/local-path-provisioner:{LOCAL_PATH_VERSION}"
-LOCAL_PATH_NAMESPACE = "local-path-storage"
 LOCAL_PATH_NAME = "local-path-provisioner"
 LOCAL_PATH_ACCOUNT = "local-path-provisioner-service-account"
 LOCAL_PATH_CONFIGMAP = "local-path-config"

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from ...fleet.diagnostics import Finding, excerpt
 from ..analysis import Analysis
 from ..layout import STATE_DIR
-from ..provisioners import PROVISIONERS
+from ..provisioners import LOCAL_PATH, PROVISIONERS
 
 # Mounting scratch on (or inside) these would hide or replace the system's own files.
 SYSTEM_DIRS = (
@@ -135,4 +135,56 @@ def provisioners(a: Analysis) -> Iterator[Finding]:
             )
 
 
-CHECKS = (scratch_mount, provisioners)
+def access_modes(a: Analysis) -> Iterator[Finding]:
+    """``storage.access-mode-unsupported``: a volume asks for an access mode its class's
+    provisioner cannot provision (:attr:`~swarm_infra.resolve.provisioners.Provisioner.access_modes`):
+    the claim would stay ``Pending``. The scratch class is ``rancher.io/local-path``, which
+    takes ``ReadWriteOnce`` and ``ReadWriteOncePod`` only; ``access_modes`` defaults to
+    ``[ReadWriteMany]``, so a scratch volume must name its mode. A class that names no known
+    provisioner is reported by ``storage.provisioner-not-installed``, an unknown class by
+    ``reference.unresolved``."""
+    st = a.fleet.storage
+    if st is None:
+        return
+    provisioner = {c["name"]: c["provisioner"] for c in st.classes}
+    if st.scratch is not None:
+        provisioner[st.scratch["storage_class"]] = LOCAL_PATH
+    for vi, v in enumerate(st.volumes):
+        known = PROVISIONERS.get(provisioner.get(v["class"], ""))
+        if known is None:
+            continue
+        bad = [m for m in v["access_modes"] if m not in known.access_modes]
+        if bad:
+            yield Finding(
+                st.source,
+                ("spec", "volumes", vi, "access_modes"),
+                "storage.access-mode-unsupported",
+                f"class {v['class']!r} ({known.name}) cannot provision {', '.join(bad)} "
+                f"(it takes {', '.join(known.access_modes)}; access_modes defaults to [ReadWriteMany]): "
+                "the claim would stay Pending",
+            )
+
+
+def scratch_nodes(a: Analysis) -> Iterator[Finding]:
+    """``storage.scratch-unavailable``: a volume names the scratch class, but no node has NVMe
+    scratch (``hardware.nvme``): the cluster layer renders neither the scratch class nor its
+    provisioner then (nowhere to put a volume), and the claim would stay ``Pending``. Not
+    reported while a Node document is left out (its own error is)."""
+    st = a.fleet.storage
+    if st is None or st.scratch is None or not a.fleet.complete("Node"):
+        return
+    if any(n.nvme for n in a.fleet.nodes.values()):
+        return
+    cls = st.scratch["storage_class"]
+    for vi, v in enumerate(st.volumes):
+        if v["class"] == cls:
+            yield Finding(
+                st.source,
+                ("spec", "volumes", vi, "class"),
+                "storage.scratch-unavailable",
+                f"class {cls!r} is node-local scratch, but no node has NVMe scratch (hardware.nvme): "
+                "the class is not made and the claim would stay Pending",
+            )
+
+
+CHECKS = (scratch_mount, provisioners, access_modes, scratch_nodes)
