@@ -187,4 +187,31 @@ def scratch_nodes(a: Analysis) -> Iterator[Finding]:
             )
 
 
-CHECKS = (scratch_mount, provisioners, access_modes, scratch_nodes)
+def scratch_quota_caps(a: Analysis) -> Iterator[Finding]:
+    """``storage.scratch-quota-above-caps`` (a warning): ``scratch.tenant_quota_gib`` is above
+    a tenant's ``caps.storage_gib``. Both ResourceQuotas apply to the tenant's namespace
+    (``swarm-scratch`` on the scratch class, ``swarm-caps`` on every claim, scratch included)
+    and the API server's quota admission refuses a claim that exceeds either, so the tenant
+    never gets the declared scratch: the smaller number is the real one. A warning, not an
+    error: nothing is refused that the policy meant to allow beyond the caps, and the scratch
+    quota is one number for every tenant, so a tenant with a small storage cap may be meant
+    to have less scratch. Lower ``tenant_quota_gib`` (or raise the cap) to silence it."""
+    st, alloc = a.fleet.storage, a.fleet.allocation
+    if st is None or st.scratch is None or alloc is None:
+        return
+    quota = st.scratch["tenant_quota_gib"]
+    for ti, t in enumerate(alloc.tenants):
+        cap = t.caps.get("storage_gib") if t.caps is not None else None
+        if cap is not None and quota > cap:
+            yield Finding(
+                alloc.source,
+                ("spec", "tenants", ti, "caps", "storage_gib"),
+                "storage.scratch-quota-above-caps",
+                f"tenant {t.name!r} may request {cap} GiB of storage in all (caps.storage_gib), less "
+                f"than scratch.tenant_quota_gib ({quota} GiB): its namespace's quotas allow at most "
+                f"{cap} GiB of scratch",
+                "warning",
+            )
+
+
+CHECKS = (scratch_mount, provisioners, access_modes, scratch_nodes, scratch_quota_caps)
