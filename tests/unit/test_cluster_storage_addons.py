@@ -148,7 +148,10 @@ def test_add_on_namespaces_are_reserved_and_used_by_the_stack() -> None:
 @pytest.mark.parametrize("field", ["system_namespace", "gpu_namespace"])
 @pytest.mark.parametrize("namespace", ADDON_NAMESPACES)
 def test_the_clusters_namespaces_are_no_add_ons(tmp_path: Path, field: str, namespace: str) -> None:
-    text = f"apiVersion: swarm.io/v1alpha1\nkind: Cluster\nmetadata: {{name: c}}\nspec: {{{field}: {namespace}}}\n"
+    text = (
+        "apiVersion: swarm.io/v1alpha1\nkind: Cluster\nmetadata: {name: c}\n"
+        f"spec: {{{field}: {namespace}}}\n"
+    )
     report = _validate(tmp_path, text)
     assert [(e.rule, e.path) for e in report.errors] == [("cluster.namespace-reserved", f"$.spec.{field}")]
 

@@ -174,7 +174,8 @@ def namespaces(a: Analysis) -> Iterator[Finding]:
     (:data:`~swarm_infra.resolve.addons.ADDON_NAMESPACES`): the stack would create that
     namespace twice (its Namespace object beside the add-on's Helm release or rendered one)."""
     cluster = a.fleet.cluster
-    for field, ns in (("system_namespace", cluster.system_namespace), ("gpu_namespace", cluster.gpu_namespace)):
+    own = (("system_namespace", cluster.system_namespace), ("gpu_namespace", cluster.gpu_namespace))
+    for field, ns in own:
         if ns in ADDON_NAMESPACES and cluster.source is not None:
             yield Finding(
                 cluster.source,
