@@ -248,8 +248,8 @@ def local_path_provisioner(cluster: ClusterState, scratch_nodes: list[NodeState]
     pods (``setup``/``teardown``, which deletes a volume's directory when its claim goes)
     tolerate the GPU taint, since scratch is on GPU nodes, and run :data:`LOCAL_PATH_HELPER_IMAGE`.
 
-    Raises ValueError when the config (compact JSON, about 60 bytes per node) exceeds what a
-    ConfigMap can hold (1 MiB)."""
+    Raises ValueError when the config (compact JSON: about 35 bytes per node plus its name and
+    mount path) exceeds what a ConfigMap can hold (1 MiB)."""
     s = cluster["settings"]
     labels, ns, account = s["labels"], LOCAL_PATH_NAMESPACE, LOCAL_PATH_ACCOUNT
     subject = [{"kind": "ServiceAccount", "name": account, "namespace": ns}]
