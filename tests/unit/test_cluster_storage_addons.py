@@ -16,8 +16,8 @@ Upstream behaviour restated from the pinned versions' source (no cluster here):
   ``isValidVolumeCapabilities`` (only block volumes refused: every filesystem access mode
   is provisioned) and ``pkg/nfs/nfs.go`` ``NewDriver`` (advertises
   ``SINGLE_NODE_MULTI_WRITER``, which ``ReadWriteOncePod`` needs);
-- Kubernetes: a ConfigMap's data holds at most 1 MiB (``core/v1`` ``MaxSecretSize``, the
-  limit the API server applies to ConfigMaps too).
+- kubernetes/kubernetes ``pkg/apis/core/validation/validation.go`` ``ValidateConfigMap``:
+  the bytes of a ConfigMap's values may total at most ``MaxSecretSize`` (1 MiB).
 """
 
 from __future__ import annotations

@@ -248,20 +248,19 @@ def local_path_provisioner(cluster: ClusterState, scratch_nodes: list[NodeState]
     pods (``setup``/``teardown``, which deletes a volume's directory when its claim goes)
     tolerate the GPU taint, since scratch is on GPU nodes, and run :data:`LOCAL_PATH_HELPER_IMAGE`.
 
-    Raises ValueError when the config (compact JSON: about 35 bytes per node plus its name and
-    mount path) exceeds what a ConfigMap can hold (1 MiB)."""
+    Raises ValueError when the ConfigMap's data (the config in compact JSON: about 35 bytes per
+    node plus its name and mount path) exceeds what a ConfigMap can hold (1 MiB)."""
     s = cluster["settings"]
     labels, ns, account = s["labels"], LOCAL_PATH_NAMESPACE, LOCAL_PATH_ACCOUNT
     subject = [{"kind": "ServiceAccount", "name": account, "namespace": ns}]
     rbac = "rbac.authorization.k8s.io"
     paths = {n["name"]: [n["storage"]["scratch"]["mount_path"]] for n in scratch_nodes if n["storage"]}
     config = {"nodePathMap": [{"node": name, "paths": p} for name, p in paths.items()]}
-    text = json.dumps(config, sort_keys=True, separators=(",", ":"))
-    if len(text.encode()) > CONFIGMAP_MAX_BYTES:
-        raise ValueError(
-            f"the local-path config (scratch paths of {len(paths)} nodes) is {len(text.encode())} bytes, "
-            "above a ConfigMap's 1 MiB"
-        )
+    data = {
+        "config.json": json.dumps(config, sort_keys=True, separators=(",", ":")),
+        "setup": '#!/bin/sh\nset -eu\nmkdir -m 0777 -p "$VOL_DIR"\n',
+        "teardown": '#!/bin/sh\nset -eu\nrm -rf "$VOL_DIR"\n',
+    }
     tolerations: list[dict[str, str]] = [
         {"key": "node.kubernetes.io/disk-pressure", "operator": "Exists", "effect": "NoSchedule"}
     ]
@@ -285,6 +284,15 @@ def local_path_provisioner(cluster: ClusterState, scratch_nodes: list[NodeState]
             ],
         },
     }
+    data["helperPod.yaml"] = _dump(helper)
+    # The API server sums the bytes of a ConfigMap's values (kubernetes
+    # pkg/apis/core/validation/validation.go, ValidateConfigMap: totalSize > MaxSecretSize).
+    size = sum(len(v.encode()) for v in data.values())
+    if size > CONFIGMAP_MAX_BYTES:
+        raise ValueError(
+            f"the local-path config (scratch paths of {len(paths)} nodes) is {size} bytes, "
+            "above a ConfigMap's 1 MiB"
+        )
     probe = {"httpGet": {"path": "/health", "port": "health"}}
     container = {
         "name": LOCAL_PATH_NAME,
@@ -366,12 +374,7 @@ def local_path_provisioner(cluster: ClusterState, scratch_nodes: list[NodeState]
             LOCAL_PATH_CONFIGMAP,
             labels,
             ns,
-            data={
-                "config.json": text,
-                "setup": '#!/bin/sh\nset -eu\nmkdir -m 0777 -p "$VOL_DIR"\n',
-                "teardown": '#!/bin/sh\nset -eu\nrm -rf "$VOL_DIR"\n',
-                "helperPod.yaml": _dump(helper),
-            },
+            data=data,
         ),
         k8s_object(
             "Deployment",
