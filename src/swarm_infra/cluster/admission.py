@@ -32,8 +32,10 @@ ALLOWED = "allowed"  # value of the priority.swarm.io/<name> namespace labels
 
 
 def _quote(text: str) -> str:
-    """A CEL string literal (names are DNS labels: no quote or backslash can occur)."""
-    assert "'" not in text and "\\" not in text
+    """A CEL string literal of ``text``. Raises ValueError for a quote or backslash (names
+    are DNS labels, so none can occur: the schema refuses them before this is reached)."""
+    if "'" in text or "\\" in text:
+        raise ValueError(f"{text!r} cannot be a CEL string literal here (quote or backslash)")
     return f"'{text}'"
 
 
@@ -77,7 +79,7 @@ def validations(default_priority: str | None) -> list[dict[str, str]]:
             ),
             "messageExpression": (
                 "'a Pod in tenant namespace ' + namespaceObject.metadata.name + "
-                f"' must name its PriorityClass{hint}'"
+                + _quote(f" must name its PriorityClass{hint}")
             ),
             "reason": "Forbidden",
         },

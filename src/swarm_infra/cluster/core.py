@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from ..resolve.addons import LOCAL_PATH_NAMESPACE
 from ..resolve.provisioners import LOCAL_PATH
 from ..resolve.types import CapsState, ClusterState, ComputeState, NodeState
 from .admission import ALLOWED
@@ -35,7 +36,11 @@ CONFIGMAP_MAX_BYTES = 1024 * 1024  # the API server's limit on a ConfigMap's dat
 # at this tag (namespace, RBAC, Deployment, ConfigMap), with the node paths set to scratch.
 LOCAL_PATH_VERSION = "v0.0.37"
 LOCAL_PATH_IMAGE = f"docker.io/rancher/local-path-provisioner:{LOCAL_PATH_VERSION}"
-LOCAL_PATH_NAMESPACE = "local-path-storage"
+# The helper pods' image (setup/teardown: sh, mkdir, rm). Upstream's deploy manifest at
+# v0.0.37 names docker.io/library/busybox with no tag (so `latest`, whatever it is that day)
+# and its chart's values.yaml helperImage.tag is `latest`; its binary's own default helper
+# image is pinned (main.go DefaultHelperImage at v0.0.37): that one.
+LOCAL_PATH_HELPER_IMAGE = "docker.io/rancher/library-busybox:1.32.1"
 LOCAL_PATH_NAME = "local-path-provisioner"
 LOCAL_PATH_ACCOUNT = "local-path-provisioner-service-account"
 LOCAL_PATH_CONFIGMAP = "local-path-config"
@@ -241,13 +246,21 @@ def local_path_provisioner(cluster: ClusterState, scratch_nodes: list[NodeState]
     its mount path and names no ``DEFAULT_PATH_FOR_NON_LISTED_NODES``, so no volume is ever
     made outside scratch (upstream ``getPathOnNode`` refuses an unlisted node). Its helper
     pods (``setup``/``teardown``, which deletes a volume's directory when its claim goes)
-    tolerate the GPU taint, since scratch is on GPU nodes."""
+    tolerate the GPU taint, since scratch is on GPU nodes, and run :data:`LOCAL_PATH_HELPER_IMAGE`.
+
+    Raises ValueError when the ConfigMap's data (the config in compact JSON: about 35 bytes per
+    node plus its name and mount path) exceeds what a ConfigMap can hold (1 MiB)."""
     s = cluster["settings"]
     labels, ns, account = s["labels"], LOCAL_PATH_NAMESPACE, LOCAL_PATH_ACCOUNT
     subject = [{"kind": "ServiceAccount", "name": account, "namespace": ns}]
     rbac = "rbac.authorization.k8s.io"
     paths = {n["name"]: [n["storage"]["scratch"]["mount_path"]] for n in scratch_nodes if n["storage"]}
     config = {"nodePathMap": [{"node": name, "paths": p} for name, p in paths.items()]}
+    data = {
+        "config.json": json.dumps(config, sort_keys=True, separators=(",", ":")),
+        "setup": '#!/bin/sh\nset -eu\nmkdir -m 0777 -p "$VOL_DIR"\n',
+        "teardown": '#!/bin/sh\nset -eu\nrm -rf "$VOL_DIR"\n',
+    }
     tolerations: list[dict[str, str]] = [
         {"key": "node.kubernetes.io/disk-pressure", "operator": "Exists", "effect": "NoSchedule"}
     ]
@@ -265,12 +278,21 @@ def local_path_provisioner(cluster: ClusterState, scratch_nodes: list[NodeState]
             "containers": [
                 {
                     "name": "helper-pod",
-                    "image": "docker.io/library/busybox",
+                    "image": LOCAL_PATH_HELPER_IMAGE,
                     "imagePullPolicy": "IfNotPresent",
                 }
             ],
         },
     }
+    data["helperPod.yaml"] = _dump(helper)
+    # The API server sums the bytes of a ConfigMap's values (kubernetes
+    # pkg/apis/core/validation/validation.go, ValidateConfigMap: totalSize > MaxSecretSize).
+    size = sum(len(v.encode()) for v in data.values())
+    if size > CONFIGMAP_MAX_BYTES:
+        raise ValueError(
+            f"the local-path config (scratch paths of {len(paths)} nodes) is {size} bytes, "
+            "above a ConfigMap's 1 MiB"
+        )
     probe = {"httpGet": {"path": "/health", "port": "health"}}
     container = {
         "name": LOCAL_PATH_NAME,
@@ -352,12 +374,7 @@ def local_path_provisioner(cluster: ClusterState, scratch_nodes: list[NodeState]
             LOCAL_PATH_CONFIGMAP,
             labels,
             ns,
-            data={
-                "config.json": json.dumps(config, sort_keys=True, indent=2),
-                "setup": '#!/bin/sh\nset -eu\nmkdir -m 0777 -p "$VOL_DIR"\n',
-                "teardown": '#!/bin/sh\nset -eu\nrm -rf "$VOL_DIR"\n',
-                "helperPod.yaml": _dump(helper),
-            },
+            data=data,
         ),
         k8s_object(
             "Deployment",
@@ -394,7 +411,13 @@ def storage(cluster: ClusterState, states: Iterable[NodeState]) -> list[K8sObjec
     a node. A ResourceQuota ``swarm-scratch`` on
     ``<class>.storageclass.storage.k8s.io/requests.storage`` in every tenant namespace caps
     what each tenant requests (``scratch.tenant_quota_gib``). Classes of other provisioners
-    are those :mod:`swarm_infra.resolve.provisioners` allows (installed by the stack)."""
+    are those :mod:`swarm_infra.resolve.provisioners` allows (installed by the stack).
+
+    Raises ValueError for a volume of the scratch class when no node of ``states`` has
+    scratch: that class is not made, and the claim would stay ``Pending`` (validation
+    refuses it for the fleet, ``storage.scratch-unavailable``, and
+    :func:`swarm_infra.cluster.scope.scope` leaves such claims out of a cluster without
+    scratch)."""
     st = cluster["storage"]
     if st is None:
         return []
@@ -437,6 +460,11 @@ def storage(cluster: ClusterState, states: Iterable[NodeState]) -> list[K8sObjec
                 k8s_object("ResourceQuota", SCRATCH_QUOTA, labels, t["namespace"], spec={"hard": hard})
             )
     for v in st["volumes"]:
+        if scratch is not None and v["class"] == scratch["storage_class"] and not scratch_nodes:
+            raise ValueError(
+                f"volume {v['namespace']}/{v['name']} is in the scratch class {v['class']!r}, "
+                "but no node of this cluster has scratch: the claim would stay Pending"
+            )
         out.append(
             k8s_object(
                 "PersistentVolumeClaim",

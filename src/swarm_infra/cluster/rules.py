@@ -57,6 +57,7 @@ import re
 from fractions import Fraction
 from typing import Any
 
+from ..resolve.addons import KUEUE_NAMESPACE
 from .meta import K8sObject
 
 EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
@@ -587,7 +588,7 @@ def selector_matches(selector: dict[str, Any], labels: dict[str, str]) -> bool:
     return True
 
 
-def kueue_configuration_violations(config: dict[str, Any], namespace: str = "kueue-system") -> list[str]:
+def kueue_configuration_violations(config: dict[str, Any], namespace: str = KUEUE_NAMESPACE) -> list[str]:
     """What Kueue v0.17.5 refuses at start in its Configuration (pkg/config/validation.go),
     for the fields this project sets: ``fairSharing.preemptionStrategies`` one of
     :data:`FAIR_SHARING_STRATEGY_SETS` (``validateFairSharing``); with the ``pod`` integration,

@@ -6,7 +6,9 @@ whose gpu-worker nodes are all there, the CPU flavors of those sites, the quotas
 flavors (a ClusterQueue left without GPU quota is left out) and the Ray clusters whose
 worker flavors are all there.
 Tenants, priorities, the admission policy, storage classes, claims and the mesh topology
-are the same in every cluster.
+are the same in every cluster, except claims of the scratch class in a cluster where no
+node has scratch: that class is not made there (``cluster.core.storage``), so they are left
+out rather than left ``Pending``.
 
 A flavor whose nodes are split between the chosen sites and others cannot keep its quota
 (a quota counts GPUs in one cluster): :class:`ScopeError`, before any object is made.
@@ -75,8 +77,12 @@ def scope(state: DesiredState, sites: Iterable[str] | None) -> DesiredState:
                 f"{', '.join(sorted(wanted))}"
             )
     cluster["ray_clusters"] = rays
+    nodes = {k: n for k, n in state["nodes"].items() if n["site"] in wanted}
+    st = cluster["storage"]
+    if st is not None and st["scratch"] is not None and all(n["storage"] is None for n in nodes.values()):
+        st["volumes"] = [v for v in st["volumes"] if v["class"] != st["scratch"]["storage_class"]]
     return {
-        "nodes": {k: n for k, n in state["nodes"].items() if n["site"] in wanted},
+        "nodes": nodes,
         "cluster": cluster,
         "rollout": state["rollout"],
     }

@@ -15,6 +15,17 @@ installs each one it names:
   class must bind ``WaitForFirstConsumer`` (upstream provisioner.go v0.0.37,
   ``provisionFor``: a claim with no selected node is refused), and it is the scratch class
   (``scratch.storage_class``), not one of ``classes``.
+
+What access modes a claim may ask for (``access_modes``; ``storage.access-mode-unsupported``):
+
+- csi-driver-nfs (v4.13.1): every mode of a filesystem volume. Its controller refuses only
+  block volumes (``pkg/nfs/controllerserver.go`` ``isValidVolumeCapabilities``) and the
+  driver advertises ``SINGLE_NODE_MULTI_WRITER`` (``pkg/nfs/nfs.go`` ``NewDriver``), which
+  Kubernetes needs to pass ``ReadWriteOncePod`` on to a CSI driver.
+- local-path-provisioner (v0.0.37): ``ReadWriteOnce`` and ``ReadWriteOncePod`` only, on
+  node paths (``provisioner.go`` ``provisionFor``: any other mode fails provisioning with
+  "NodePath only supports ReadWriteOnce and ReadWriteOncePod (1.22+) access modes", so the
+  claim stays ``Pending``).
 """
 
 from __future__ import annotations
@@ -31,14 +42,22 @@ class Provisioner:
     installed_by: str  # what installs it, in words (for messages and docs)
     node_local: bool  # volumes live on one node: the class must bind WaitForFirstConsumer
     declarable: bool  # may be named in Storage.classes (False: only the scratch class uses it)
+    access_modes: tuple[str, ...]  # the PVC access modes its volumes can be provisioned with
 
 
 PROVISIONERS: dict[str, Provisioner] = {
-    NFS_CSI: Provisioner(NFS_CSI, "the csi-driver-nfs Helm chart", node_local=False, declarable=True),
+    NFS_CSI: Provisioner(
+        NFS_CSI,
+        "the csi-driver-nfs Helm chart",
+        node_local=False,
+        declarable=True,
+        access_modes=("ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod"),
+    ),
     LOCAL_PATH: Provisioner(
         LOCAL_PATH,
         "the local-path provisioner on scratch (Storage.scratch)",
         node_local=True,
         declarable=False,
+        access_modes=("ReadWriteOnce", "ReadWriteOncePod"),
     ),
 }

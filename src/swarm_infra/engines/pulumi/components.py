@@ -29,8 +29,9 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from ...cluster import K8sObject
-from ...cluster.core import DEVICE_PLUGIN_CONFIGMAP, LOCAL_PATH_NAMESPACE
+from ...cluster.core import DEVICE_PLUGIN_CONFIGMAP
 from ...cluster.meta import KUEUE_API
+from ...resolve.addons import KUBERAY_NAMESPACE, KUEUE_NAMESPACE, LOCAL_PATH_NAMESPACE
 from ...resolve.provisioners import LOCAL_PATH, NFS_CSI
 from . import config as cfg
 from .resources import register, resource_name
@@ -106,7 +107,7 @@ class Operators(pulumi.ComponentResource):
                 name="kueue",
                 **_chart("kueue", c),
                 version=c.kueue.version,
-                namespace="kueue-system",
+                namespace=KUEUE_NAMESPACE,
                 create_namespace=True,
                 values=values,
                 opts=child,
@@ -117,7 +118,7 @@ class Operators(pulumi.ComponentResource):
                 name="kuberay-operator",
                 **_chart("kuberay-operator", c),
                 version=c.kuberay.version,
-                namespace="ray-system",
+                namespace=KUBERAY_NAMESPACE,
                 create_namespace=True,
                 opts=child,
             )

@@ -28,6 +28,7 @@ from typing import Any, Literal
 from ...fleet.diagnostics import Finding
 from ...fleet.model import Tenant
 from .. import ray
+from ..addons import ADDON_NAMESPACES
 from ..analysis import Analysis
 from ..cluster import caps_state
 from ..flavors import (
@@ -112,9 +113,10 @@ def cohorts(a: Analysis) -> Iterator[Finding]:
 
 
 # Namespaces no tenant may have: Kubernetes' own (and its ``kube-`` prefix), and those of
-# the add-ons the stack installs (Kueue, KubeRay: engines/pulumi/components.py). A tenant's
-# ResourceQuota, LimitRange, Kueue management and admission policy would apply to their pods.
-SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease", "kueue-system", "ray-system")
+# the add-ons the stack installs (Kueue, KubeRay, the local-path provisioner:
+# resolve/addons.py). A tenant's ResourceQuota, LimitRange, Kueue management and admission
+# policy would apply to their pods.
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease", *ADDON_NAMESPACES)
 SYSTEM_NAMESPACE_PREFIX = "kube-"
 # Label keys a Cluster may not put on every object: those the project, Kueue, KubeRay, NVIDIA's
 # operators and Kubernetes give meaning to. On every namespace, ``swarm.io/tenant`` would bind
@@ -167,8 +169,21 @@ def namespaces(a: Analysis) -> Iterator[Finding]:
     """A namespace belongs to one tenant (one LocalQueue, one set of allowed priorities, one
     set of caps) and to no project component; the scratch StorageClass is not a declared one.
     ``allocation.namespace-reserved``: a tenant namespace that is Kubernetes' or an add-on's
-    (:data:`SYSTEM_NAMESPACES`, ``kube-*``)."""
+    (:data:`SYSTEM_NAMESPACES`, ``kube-*``). ``cluster.namespace-reserved``: the Cluster's
+    ``system_namespace`` or ``gpu_namespace`` is an add-on's
+    (:data:`~swarm_infra.resolve.addons.ADDON_NAMESPACES`): the stack would create that
+    namespace twice (its Namespace object beside the add-on's Helm release or rendered one)."""
     cluster = a.fleet.cluster
+    own = (("system_namespace", cluster.system_namespace), ("gpu_namespace", cluster.gpu_namespace))
+    for field, ns in own:
+        if ns in ADDON_NAMESPACES and cluster.source is not None:
+            yield Finding(
+                cluster.source,
+                ("spec", field),
+                "cluster.namespace-reserved",
+                f"namespace {ns!r} belongs to an add-on the stack installs (Kueue, KubeRay or the "
+                f"local-path provisioner: {', '.join(ADDON_NAMESPACES)}); choose another",
+            )
     reserved = {
         cluster.system_namespace: "the cluster's system namespace",
         cluster.gpu_namespace: "the GPU namespace",

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from ...fleet.diagnostics import Finding, excerpt
 from ..analysis import Analysis
 from ..layout import STATE_DIR
-from ..provisioners import PROVISIONERS
+from ..provisioners import LOCAL_PATH, PROVISIONERS
 
 # Mounting scratch on (or inside) these would hide or replace the system's own files.
 SYSTEM_DIRS = (
@@ -135,4 +135,83 @@ def provisioners(a: Analysis) -> Iterator[Finding]:
             )
 
 
-CHECKS = (scratch_mount, provisioners)
+def access_modes(a: Analysis) -> Iterator[Finding]:
+    """``storage.access-mode-unsupported``: a volume asks for an access mode its class's
+    provisioner cannot provision (:attr:`~swarm_infra.resolve.provisioners.Provisioner.access_modes`):
+    the claim would stay ``Pending``. The scratch class is ``rancher.io/local-path``, which
+    takes ``ReadWriteOnce`` and ``ReadWriteOncePod`` only; ``access_modes`` defaults to
+    ``[ReadWriteMany]``, so a scratch volume must name its mode. A class that names no known
+    provisioner is reported by ``storage.provisioner-not-installed``, an unknown class by
+    ``reference.unresolved``."""
+    st = a.fleet.storage
+    if st is None:
+        return
+    provisioner = {c["name"]: c["provisioner"] for c in st.classes}
+    if st.scratch is not None:
+        provisioner[st.scratch["storage_class"]] = LOCAL_PATH
+    for vi, v in enumerate(st.volumes):
+        known = PROVISIONERS.get(provisioner.get(v["class"], ""))
+        if known is None:
+            continue
+        bad = [m for m in v["access_modes"] if m not in known.access_modes]
+        if bad:
+            yield Finding(
+                st.source,
+                ("spec", "volumes", vi, "access_modes"),
+                "storage.access-mode-unsupported",
+                f"class {v['class']!r} ({known.name}) cannot provision {', '.join(bad)} "
+                f"(it takes {', '.join(known.access_modes)}; access_modes defaults to [ReadWriteMany]): "
+                "the claim would stay Pending",
+            )
+
+
+def scratch_nodes(a: Analysis) -> Iterator[Finding]:
+    """``storage.scratch-unavailable``: a volume names the scratch class, but no node has NVMe
+    scratch (``hardware.nvme``): the cluster layer renders neither the scratch class nor its
+    provisioner then (nowhere to put a volume), and the claim would stay ``Pending``. Not
+    reported while a Node document is left out (its own error is)."""
+    st = a.fleet.storage
+    if st is None or st.scratch is None or not a.fleet.complete("Node"):
+        return
+    if any(n.nvme for n in a.fleet.nodes.values()):
+        return
+    cls = st.scratch["storage_class"]
+    for vi, v in enumerate(st.volumes):
+        if v["class"] == cls:
+            yield Finding(
+                st.source,
+                ("spec", "volumes", vi, "class"),
+                "storage.scratch-unavailable",
+                f"class {cls!r} is node-local scratch, but no node has NVMe scratch (hardware.nvme): "
+                "the class is not made and the claim would stay Pending",
+            )
+
+
+def scratch_quota_caps(a: Analysis) -> Iterator[Finding]:
+    """``storage.scratch-quota-above-caps`` (a warning): ``scratch.tenant_quota_gib`` is above
+    a tenant's ``caps.storage_gib``. Both ResourceQuotas apply to the tenant's namespace
+    (``swarm-scratch`` on the scratch class, ``swarm-caps`` on every claim, scratch included)
+    and the API server's quota admission refuses a claim that exceeds either, so the tenant
+    never gets the declared scratch: the smaller number is the real one. A warning, not an
+    error: nothing is refused that the policy meant to allow beyond the caps, and the scratch
+    quota is one number for every tenant, so a tenant with a small storage cap may be meant
+    to have less scratch. Lower ``tenant_quota_gib`` (or raise the cap) to silence it."""
+    st, alloc = a.fleet.storage, a.fleet.allocation
+    if st is None or st.scratch is None or alloc is None:
+        return
+    quota = st.scratch["tenant_quota_gib"]
+    for ti, t in enumerate(alloc.tenants):
+        cap = t.caps.get("storage_gib") if t.caps is not None else None
+        if cap is not None and quota > cap:
+            yield Finding(
+                alloc.source,
+                ("spec", "tenants", ti, "caps", "storage_gib"),
+                "storage.scratch-quota-above-caps",
+                f"tenant {t.name!r} may request {cap} GiB of storage in all (caps.storage_gib), less "
+                f"than scratch.tenant_quota_gib ({quota} GiB): its namespace's quotas allow at most "
+                f"{cap} GiB of scratch",
+                "warning",
+            )
+
+
+CHECKS = (scratch_mount, provisioners, access_modes, scratch_nodes, scratch_quota_caps)
