@@ -221,11 +221,12 @@ def test_operators_can_each_be_switched_off(monkeypatch: pytest.MonkeyPatch) -> 
     assert len(kube) == len(objects("lab").all())
 
 
-def test_device_plugin_mode(monkeypatch: pytest.MonkeyPatch) -> None:
-    r = run_stack(StackConfig(fleet="lab", gpu_mode="device-plugin"), monkeypatch)
-    (release,) = [c for c in r.created if c.name == "nvidia-device-plugin"]
-    assert release.inputs["version"] == cfg.DEVICE_PLUGIN_VERSION
-    assert release.inputs["values"]["config"] == {"name": "swarm-device-plugin-config", "default": "default"}
+def test_device_plugin_mode_is_refused_until_the_node_layer_configures_the_runtime() -> None:
+    """The device plugin alone needs containerd configured for the NVIDIA runtime, which no
+    node-layer role does yet (the GPU Operator's toolkit does): refused before anything is
+    registered, naming the reason and the way out."""
+    with pytest.raises(ValueError, match=r"containerd.*use gpu-operator"):
+        StackConfig(fleet="lab", gpu_mode="device-plugin")
     with pytest.raises(ValueError, match="gpuOperator"):
         StackConfig(gpu_mode="amd")
 
@@ -236,8 +237,8 @@ def test_config_is_read_from_the_stack(monkeypatch: pytest.MonkeyPatch) -> None:
             "swarm:fleet": "example",
             "swarm:sites": '["fra1"]',
             "swarm:kuberayEnabled": "false",
-            "swarm:gpuOperator": "device-plugin",
-            "swarm:gpuOperatorVersion": "0.18.0",
+            "swarm:gpuOperator": "gpu-operator",
+            "swarm:gpuOperatorVersion": "v26.3.4",
         }
     )
     try:
@@ -245,7 +246,7 @@ def test_config_is_read_from_the_stack(monkeypatch: pytest.MonkeyPatch) -> None:
     finally:
         pulumi.runtime.set_all_config({})
     assert conf.sites == ("fra1",) and conf.kuberay.enabled is False and conf.kueue.enabled is True
-    assert conf.gpu == Operator(True, "0.18.0") and conf.kueue.version == cfg.KUEUE_VERSION
+    assert conf.gpu == Operator(True, "v26.3.4") and conf.kueue.version == cfg.KUEUE_VERSION
     r = run_stack(conf, monkeypatch)
     nodes = {c.name for c in r.created if c.typ == "kubernetes:core/v1:NodePatch"}
     assert nodes == {n for n, s in state("example")["nodes"].items() if s["site"] == "fra1"}

@@ -21,6 +21,7 @@ Upstream behaviour is restated from the pinned versions' source (no cluster here
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,7 @@ GPU_OPERATOR_DEFAULTS = {
     ("toolkit", "enabled"): True,
     ("migManager", "enabled"): True,
     ("migManager", "config", "default"): "all-disabled",
+    ("mig", "strategy"): "single",
 }
 # controllers/state_manager.go v26.3.3: gpuNodeLabels (NFD's labels of an NVIDIA PCI device).
 NFD_GPU_LABELS = {
@@ -180,15 +182,84 @@ def test_the_device_plugin_lands_on_exactly_the_gpu_nodes_in_device_plugin_mode(
     assert admitted == gpu_nodes and gpu_nodes
 
 
-def test_device_plugin_mode_labels_the_gpu_nodes_through_the_node_patch(
-    monkeypatch: pytest.MonkeyPatch,
+def test_device_plugin_mode_is_refused_while_no_one_configures_the_runtime() -> None:
+    """Item 3: in device-plugin mode nothing would configure containerd for the NVIDIA
+    runtime (no node-layer role runs ``nvidia-ctk``: see the test above), so the stack
+    refuses the mode instead of deploying a device plugin that finds no GPU."""
+    with pytest.raises(ValueError, match="does not configure containerd"):
+        StackConfig(fleet="lab", gpu_mode="device-plugin")
+
+
+def effective_mig_strategy(values: dict[str, Any], config_strategy: str) -> str:
+    """The MIG strategy the device plugin runs with on a node whose config says
+    ``config_strategy``. NVIDIA/gpu-operator v26.3.3 ``controllers/object_controls.go``
+    ``applyMIGConfiguration``: a non-empty ``ClusterPolicy.spec.mig.strategy`` (the chart's
+    ``mig.strategy``, default ``single``) becomes the container's ``MIG_STRATEGY`` env;
+    NVIDIA/k8s-device-plugin v0.17.2 ``cmd/nvidia-device-plugin/main.go`` binds
+    ``--mig-strategy`` to ``MIG_STRATEGY`` and ``api/config/v1/flags.go``
+    (``UpdateFromCLIFlags``/``updateFromCLIFlag``: ``c.IsSet``, true for a flag set by
+    env) lets it override the config file's ``flags.migStrategy``."""
+    operator = value(values, ("mig", "strategy"))
+    return operator if operator else config_strategy
+
+
+def advertised(strategy: str, layout: str) -> str:
+    """What the device plugin advertises for a GPU whose MIG layout is ``layout`` (none,
+    single: one repeated profile, mixed) under ``strategy``. NVIDIA/k8s-device-plugin
+    v0.17.2 ``internal/rm/rm.go`` ``AddDefaultResourcesToConfig``: whole GPUs are always
+    ``nvidia.com/gpu``; ``single`` adds every MIG device as ``nvidia.com/gpu``, ``mixed``
+    each profile as ``nvidia.com/mig-<profile>``; ``none`` adds no MIG resource."""
+    if layout == "none":
+        return "nvidia.com/gpu (whole GPU)"
+    return {"single": "nvidia.com/gpu (MIG device)", "mixed": "nvidia.com/mig-<profile>"}.get(
+        strategy, "no MIG device"
+    )
+
+
+def _mixed_mig_root(tmp: Path) -> Path:
+    """The example fleet with the A100 40GB MIG profile split into a mixed layout (its
+    flavor then out of every queue: a mixed layout has no nvidia.com/gpu to count)."""
+    root = Path(__file__).resolve().parents[2]
+    for d in ("inventory", "policies"):
+        shutil.copytree(root / d, tmp / d)
+    profiles = tmp / "policies/shared/gpu-profiles.yaml"
+    text = profiles.read_text()
+    old = "mig: {enabled: true, profiles: [3g.20gb, 3g.20gb]}"
+    assert old in text
+    profiles.write_text(text.replace(old, "mig: {enabled: true, profiles: [3g.20gb, 2g.10gb, 1g.5gb]}"))
+    scheduling = tmp / "policies/example/scheduling.yaml"
+    text = scheduling.read_text()
+    quota = "        - {flavor: a100-pcie-40gb, nominal_quota: 8}\n"
+    assert quota in text
+    scheduling.write_text(text.replace(quota, ""))
+    return tmp
+
+
+@pytest.mark.parametrize("fleet", ["example", "lab", "mixed"])
+def test_the_operators_mig_strategy_keeps_what_each_config_advertises(
+    fleet: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    r = run_stack(StackConfig(fleet="lab", gpu_mode="device-plugin"), monkeypatch)
-    patches = {c.name: c.inputs for c in r.created if c.typ == "kubernetes:core/v1:NodePatch"}
-    gpu_nodes = {n for n, ns in state("lab")["nodes"].items() if ns["gpu"] is not None}
-    assert {
-        n for n, p in patches.items() if p["metadata"]["labels"].get(GPU_PRESENT_LABEL) == "true"
-    } == gpu_nodes
+    """Item 4: the Operator's one MIG strategy overrides every config's ``migStrategy``;
+    on each node, the device plugin must still advertise what the node's config (the
+    library's decision, which the quotas count) says. ``mig: {enabled: false}`` is no MIG."""
+    if fleet == "mixed":
+        r = run_stack(StackConfig(), monkeypatch, root=_mixed_mig_root(tmp_path))
+    else:
+        r = run_stack(StackConfig(fleet=fleet), monkeypatch)
+    values = releases(r)["gpu-operator"]["values"]
+    assert r.program is not None
+    (configmap,) = [
+        o for o in r.program.objects.cluster if o["kind"] == "ConfigMap" and "migStrategy" in str(o["data"])
+    ]
+    configs = {k: yaml.safe_load(v)["flags"]["migStrategy"] for k, v in configmap["data"].items()}
+    if fleet == "mixed":
+        assert "mixed" in configs.values()
+    for name, own in configs.items():
+        layout = own  # a config's strategy is its profile's layout (resolve/gpu.py sharing_state)
+        assert advertised(effective_mig_strategy(values, own), layout) == advertised(own, layout), name
+    # No config uses MIG: the Operator monitors no MIG device (chart default: single).
+    if set(configs.values()) == {"none"}:
+        assert value(values, ("mig", "strategy")) == "none"
 
 
 def test_gpu_operator_mode_leaves_gpu_present_to_the_operator() -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable
 
+from ..resolve.cluster import gpu_quota
 from ..resolve.labels import FLAVOR_LABEL
 from ..resolve.types import DesiredState
 
@@ -66,6 +67,12 @@ def scope(state: DesiredState, sites: Iterable[str] | None) -> DesiredState:
         if q["quotas"]:
             queues.append(q)
     cluster["cluster_queues"] = queues
+    # Each tenant's GPU ResourceQuota: what its queue could be admitted in this cluster, not
+    # in the fleet (a queue left out of this cluster admits nothing here).
+    by_queue = {q["name"]: q for q in queues}
+    kept_flavors = {f["name"]: f for f in cluster["flavors"]}
+    for t in cluster["tenants"]:
+        t["gpu_quota"] = gpu_quota(t["caps"], by_queue.get(t["cluster_queue"]), kept_flavors)
     rays = []
     for r in cluster["ray_clusters"]:
         flavors = {w["flavor"] for w in r["workers"]}

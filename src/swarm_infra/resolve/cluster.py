@@ -9,8 +9,8 @@ without deciding anything further.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
-from typing import Any, cast
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal, cast
 
 from . import ray
 from .analysis import Analysis
@@ -18,7 +18,6 @@ from .capacity import gpu_capacity
 from .catalog import gpu_catalog
 from .flavors import (
     cpu_flavor,
-    cpu_nodes,
     flavor_nodes,
     flavor_shapes,
     head_placement,
@@ -27,7 +26,7 @@ from .flavors import (
     ray_request_in_device_units,
     units_per_gpu,
 )
-from .labels import FLAVOR_LABEL, SITE_LABEL
+from .labels import FLAVOR_LABEL, NODE_CLASS_LABEL, SITE_LABEL
 from .types import (
     CapsState,
     ClusterQueueState,
@@ -131,6 +130,18 @@ def admissible_gpus(queue: ClusterQueueState, flavors: Mapping[str, FlavorState]
     return total
 
 
+def gpu_quota(
+    caps: CapsState | None, queue: ClusterQueueState | None, flavors: Mapping[str, FlavorState]
+) -> int:
+    """A tenant namespace's ``requests.nvidia.com/gpu`` ResourceQuota (device units): what
+    its ``queue`` could ever be admitted on ``flavors`` (:func:`admissible_gpus`; 0 for no
+    queue), at most ``caps.gpus``. A regional stack gives the flavors and queues of its own
+    cluster (``swarm_infra.cluster.scope``)."""
+    admissible = admissible_gpus(queue, flavors) if queue is not None else 0
+    cap = caps["gpus"] if caps is not None else None
+    return admissible if cap is None else min(cap, admissible)
+
+
 def _compute(c: Mapping[str, Any] | None) -> ComputeState | None:
     if c is None:
         return None
@@ -166,7 +177,9 @@ def caps_state(caps: Mapping[str, Any] | None, gpu_units: int = 1) -> CapsState 
 
 
 def gpu_sharing_state(a: Analysis, sharing: Mapping[str, Mapping[str, Any]]) -> GpuSharingClusterState:
-    """The device plugin configs and MIG layouts the fleet's GPU nodes select."""
+    """The device plugin configs the fleet's GPU nodes select, and the GPU Operator's one
+    MIG strategy derived from them (:func:`operator_mig_strategy`). MIG layouts are the
+    node layer's (issue #23): the Operator's MIG manager is off."""
     configs: dict[str, Any] = {
         "default": {
             "name": "default",
@@ -175,37 +188,46 @@ def gpu_sharing_state(a: Analysis, sharing: Mapping[str, Mapping[str, Any]]) -> 
             "time_slicing_resources": [],
         }
     }
-    migs: dict[str, Any] = {}
     for s in sharing.values():
         name = s["device_plugin_config"]
+        if name in configs:
+            continue
         profile = a.fleet.gpu_profiles.get(name)
         layout = list(profile.spec.get("mig", {}).get("profiles", ())) if profile else []
-        if name not in configs:
-            replicas = s["time_slicing_replicas"]
-            if s["mig_strategy"] == "mixed":
-                resources = [f"nvidia.com/mig-{p}" for p in sorted(set(layout))]
-            else:
-                resources = [GPU_RESOURCE]
-            configs[name] = {
-                "name": name,
-                "mig_strategy": s["mig_strategy"],
-                "time_slicing_replicas": replicas,
-                "time_slicing_resources": resources if replicas else [],
-            }
-        mig = s["mig_config"]
-        if mig is not None and mig not in migs:
-            enabled = mig != "all-disabled"
-            devices: dict[str, int] = defaultdict(int)
-            for p in layout if enabled else ():
-                devices[p] += 1
-            migs[mig] = {"name": mig, "enabled": enabled, "devices": dict(sorted(devices.items()))}
+        replicas = s["time_slicing_replicas"]
+        if s["mig_strategy"] == "mixed":
+            resources = [f"nvidia.com/mig-{p}" for p in sorted(set(layout))]
+        else:
+            resources = [GPU_RESOURCE]
+        configs[name] = {
+            "name": name,
+            "mig_strategy": s["mig_strategy"],
+            "time_slicing_replicas": replicas,
+            "time_slicing_resources": resources if replicas else [],
+        }
+    ordered = [configs["default"], *(configs[k] for k in sorted(configs) if k != "default")]
     return {
-        "device_plugin_configs": [
-            configs["default"],
-            *(configs[k] for k in sorted(configs) if k != "default"),
-        ],
-        "mig_configs": [migs[k] for k in sorted(migs)],
+        "device_plugin_configs": ordered,
+        "operator_mig_strategy": operator_mig_strategy(c["mig_strategy"] for c in ordered),
     }
+
+
+def operator_mig_strategy(strategies: Iterable[str]) -> Literal["none", "single", "mixed"]:
+    """The GPU Operator's ``mig.strategy`` for device plugin configs of ``strategies``:
+    ``mixed`` if one is mixed, else ``single`` if one is single, else ``none``.
+
+    The Operator has one strategy for the cluster: NVIDIA/gpu-operator v26.3.3
+    ``controllers/object_controls.go`` ``applyMIGConfiguration`` sets the device plugin's
+    and GFD's ``MIG_STRATEGY`` env from ``ClusterPolicy.spec.mig.strategy`` whenever it is
+    set, and NVIDIA/k8s-device-plugin v0.17.2 ``api/config/v1/flags.go``
+    ``UpdateFromCLIFlags`` lets a flag set by env override the config file's
+    ``flags.migStrategy``. With ``single`` or ``mixed``, GPUs without MIG are still
+    advertised whole as ``nvidia.com/gpu`` (``internal/rm/rm.go``
+    ``AddDefaultResourcesToConfig``), so ``none`` configs are unaffected. The chart's own
+    default is ``single`` (``deployments/gpu-operator/values.yaml`` ``mig.strategy``), so
+    the value is always given."""
+    seen = set(strategies)
+    return "mixed" if "mixed" in seen else "single" if "single" in seen else "none"
 
 
 def mesh_topology(a: Analysis, peers: Mapping[str, list[PeerState]]) -> MeshTopologyState | None:
@@ -315,15 +337,11 @@ def cluster_state(a: Analysis, peers: Mapping[str, list[PeerState]] | None = Non
             need[1] += t.ray.head_memory_gib * 1024
         else:
             heads[t.name] = {FLAVOR_LABEL: place[1]}
-    by_site = cpu_nodes(a)
+    # The site's nodes without GPUs, by the node class NodeState.labels gives them: a head
+    # admitted to cpu-<site> never lands on a GPU node of that site (Kueue injects the
+    # flavor's nodeLabels into the pod's node selector), whether or not GPU nodes are tainted.
     cpu_flavors: list[CpuFlavorState] = [
-        {
-            "name": cpu_flavor(site),
-            "site": site,
-            "node_labels": {SITE_LABEL: site},
-            "cpus": sum(n.cpus for n in by_site[site]),
-            "memory_gib": sum(n.memory_gib for n in by_site[site]),
-        }
+        {"name": cpu_flavor(site), "site": site, "node_labels": {NODE_CLASS_LABEL: "cpu", SITE_LABEL: site}}
         for site in sorted({site for need in head_need.values() for site in need})
     ]
     if alloc is not None:
@@ -371,7 +389,6 @@ def cluster_state(a: Analysis, peers: Mapping[str, list[PeerState]] | None = Non
         gpu_units = units_per_gpu(a, sharing)
         for t in sorted(alloc.tenants, key=lambda t: t.name):
             caps = caps_state(t.caps, queue_gpu_units(a, gpu_units, t.queue))
-            admissible = admissible_gpus(by_queue[t.queue], flavor_states) if t.queue in by_queue else 0
             tenants.append(
                 {
                     "name": t.name,
@@ -382,9 +399,7 @@ def cluster_state(a: Analysis, peers: Mapping[str, list[PeerState]] | None = Non
                     if t.priorities is not None
                     else sorted(fleet.priorities),
                     "caps": caps,
-                    "gpu_quota": admissible
-                    if caps is None or caps["gpus"] is None
-                    else min(caps["gpus"], admissible),
+                    "gpu_quota": gpu_quota(caps, by_queue.get(t.queue), flavor_states),
                     "ray_cluster": t.name if t.ray else None,
                 }
             )

@@ -145,9 +145,8 @@ def sharing_state(profile: str | None, spec: Mapping[str, Any]) -> GpuSharingSta
     - MIG: a layout of one repeated profile uses the device plugin's ``single`` strategy
       (each MIG instance is one ``nvidia.com/gpu``); a mixed layout uses ``mixed``
       (``nvidia.com/mig-<profile>`` resources, no ``nvidia.com/gpu``: ``units_per_gpu``
-      None); MIG disabled or not declared: ``none``. ``mig_config`` is the GPU Operator's
-      ``nvidia.com/mig.config`` label: the profile's name when MIG is enabled,
-      ``all-disabled`` when disabled, None when the profile says nothing about MIG.
+      None); MIG disabled or not declared: ``none``. The MIG layout itself is the node
+      layer's (issue #23).
     - Time-slicing (``sharing.time_slicing_replicas``) multiplies what is advertised.
     - ``device_plugin_config`` is the profile's name when the profile shares GPUs or uses
       MIG, else ``default`` (no sharing, strategy none). A node without a profile: default.
@@ -156,22 +155,19 @@ def sharing_state(profile: str | None, spec: Mapping[str, Any]) -> GpuSharingSta
     replicas = spec.get("sharing", {}).get("time_slicing_replicas")
     strategy: Literal["none", "single", "mixed"]
     units: int | None
-    strategy, units, mig_config = "none", 1, None
-    if mig is not None:
-        mig_config = profile if mig["enabled"] else "all-disabled"
-        if mig["enabled"]:
-            layout = list(mig["profiles"])
-            if len(set(layout)) <= 1:
-                strategy, units = "single", len(layout)
-            else:
-                strategy, units = "mixed", None
+    strategy, units = "none", 1
+    if mig is not None and mig["enabled"]:
+        layout = list(mig["profiles"])
+        if len(set(layout)) <= 1:
+            strategy, units = "single", len(layout)
+        else:
+            strategy, units = "mixed", None
     if replicas and units is not None:
         units *= replicas
     custom = profile is not None and (strategy != "none" or replicas is not None)
     return {
         "device_plugin_config": profile if custom and profile is not None else "default",
         "mig_strategy": strategy,
-        "mig_config": mig_config,
         "time_slicing_replicas": replicas,
         "units_per_gpu": units,
     }

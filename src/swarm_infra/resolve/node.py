@@ -9,7 +9,7 @@ from . import gpu, host
 from .analysis import Analysis
 from .catalog import gpu_catalog
 from .drivers import driver_state
-from .labels import FLAVOR_LABEL, SITE_LABEL
+from .labels import FLAVOR_LABEL, NODE_CLASS_LABEL, SITE_LABEL
 from .layout import node_layout
 from .ray import bare_node_ray, fleet_ray_version
 from .ray import members as ray_members
@@ -88,10 +88,16 @@ class NodeResolver:
         """The NodeState of ``node`` (see :class:`swarm_infra.resolve.types.NodeState`)."""
         a, fleet = self.a, self.a.fleet
         choices = a.choices.get(node.name, {})
+        # The project's labels are decided here, never taken from the node's own document
+        # (which validation keeps out of reserved keys: label.reserved): a node is trusted
+        # with itself only, and these labels decide which tenants' work lands on it.
         labels = dict(node.labels)
         labels[SITE_LABEL] = node.site
+        labels[NODE_CLASS_LABEL] = "gpu" if node.gpus else "cpu"
         if node.gpus:
             labels[FLAVOR_LABEL] = gpu_catalog()[node.gpus[0].model]["flavor"]
+        else:
+            labels.pop(FLAVOR_LABEL, None)
         state: NodeState = {
             "name": node.name,
             "site": node.site,

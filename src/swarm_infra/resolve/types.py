@@ -134,7 +134,6 @@ class GpuSharingState(TypedDict):
 
     device_plugin_config: str  # key of the device plugin's config the node selects: profile name or "default"
     mig_strategy: Literal["none", "single", "mixed"]  # device plugin flags.migStrategy
-    mig_config: str | None  # nvidia.com/mig.config: "all-disabled", the profile's name, None: not declared
     time_slicing_replicas: int | None  # None: no time-slicing
     units_per_gpu: int | None  # nvidia.com/gpu per physical GPU; None: mixed MIG (nvidia.com/mig-*)
 
@@ -455,14 +454,6 @@ class RayClusterState(TypedDict):
     workers: list[RayGroupState]
 
 
-class MigConfigState(TypedDict):
-    """A MIG layout for the GPU Operator's MIG manager (mig-parted config named ``name``)."""
-
-    name: str  # the GpuProfile's name, or "all-disabled"
-    enabled: bool
-    devices: dict[str, int]  # MIG profile -> instances per GPU
-
-
 class DevicePluginConfigState(TypedDict):
     """One named NVIDIA device plugin config (nodes select it with nvidia.com/device-plugin.config)."""
 
@@ -474,7 +465,10 @@ class DevicePluginConfigState(TypedDict):
 
 class GpuSharingClusterState(TypedDict):
     device_plugin_configs: list[DevicePluginConfigState]  # "default" first, then by name
-    mig_configs: list[MigConfigState]  # by name; [] when no profile declares MIG
+    # The GPU Operator's one MIG strategy (ClusterPolicy mig.strategy), which it passes to
+    # the device plugin and GFD as MIG_STRATEGY, overriding each config's migStrategy:
+    # "mixed" if a config is mixed, else "single" if one is single, else "none".
+    operator_mig_strategy: Literal["none", "single", "mixed"]
 
 
 class RelayRouteState(TypedDict):
@@ -562,13 +556,12 @@ class CapacityState(TypedDict):
 
 
 class CpuFlavorState(TypedDict):
-    """A site's nodes without GPUs as a Kueue ResourceFlavor (node label swarm.io/site)."""
+    """A site's nodes without GPUs as a Kueue ResourceFlavor (node labels swarm.io/site and
+    swarm.io/node-class=cpu)."""
 
     name: str  # "cpu-<site>"
     site: str
     node_labels: dict[str, str]
-    cpus: int  # of the site's nodes without GPUs
-    memory_gib: int
 
 
 class ClusterState(TypedDict):

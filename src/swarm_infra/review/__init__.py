@@ -22,8 +22,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..cluster.core import SCRATCH_QUOTA
 from ..cluster.meta import no_gc
 from ..fleet.model import ReviewPolicy
+from ..resolve.addons import LOCAL_PATH_NAMESPACE
+from ..resolve.flavors import CPU_FLAVOR_PREFIX
 from .diff import capacity_rows, mesh_impact, node_changes, object_changes, rollout_fields
 from .flags import FlagRaiser
 from .git import (
@@ -61,14 +64,45 @@ _OBJECT_KINDS = {
     "PriorityClass": ("Priority",),
     "WorkloadPriorityClass": ("Priority",),
     "ResourceFlavor": ("Node", "Cluster"),
+    # GPU quotas in device units (GpuProfile sharing and MIG); CPU and memory quotas are a
+    # share of the flavor's nodes (Node).
+    "ClusterQueue": ("Allocation", "Node", "GpuProfile"),
     "Node": ("Node", "Site", "GpuProfile", "Cluster"),
     "StorageClass": ("Storage", "Node"),  # the scratch class's topology: the nodes with scratch
     "PersistentVolumeClaim": ("Storage",),
     "ConfigMap": ("Mesh", "Node", "GpuProfile", "Cluster", "Storage"),
-    "Deployment": ("Storage",),  # the local-path provisioner
+    "Deployment": ("Storage",),  # the local-path provisioner, with its account and RBAC
+    "ServiceAccount": ("Storage",),
+    "Role": ("Storage",),
+    "RoleBinding": ("Storage",),
+    "ClusterRole": ("Storage",),
+    "ClusterRoleBinding": ("Storage",),
     "ValidatingAdmissionPolicy": ("Allocation", "Priority"),
     "ValidatingAdmissionPolicyBinding": ("Allocation", "Priority"),
 }
+
+
+# Objects whose kind alone does not say where they come from, by (kind, name): the scratch
+# quota in each tenant namespace (Storage's scratch.tenant_quota_gib), the local-path
+# provisioner's namespace (Storage), and by name prefix the site CPU flavors (the
+# Allocation's Ray heads on the site's nodes without GPUs).
+_NAMED_OBJECT_KINDS = {
+    ("ResourceQuota", SCRATCH_QUOTA): ("Storage",),
+    ("Namespace", LOCAL_PATH_NAMESPACE): ("Storage",),
+}
+_PREFIXED_OBJECT_KINDS = {("ResourceFlavor", CPU_FLAVOR_PREFIX): ("Allocation", "Node")}
+
+
+def object_kinds(kind: str, name: str) -> tuple[tuple[str, ...], bool]:
+    """The document kinds a cluster object's change of ``kind`` named ``name`` may come
+    from, and whether its lines are those of one Allocation entry (queue or tenant) first."""
+    named = _NAMED_OBJECT_KINDS.get((kind, name))
+    if named is not None:
+        return named, False
+    for (k, prefix), kinds in _PREFIXED_OBJECT_KINDS.items():
+        if kind == k and name.startswith(prefix):
+            return kinds, False
+    return _OBJECT_KINDS.get(kind, ("Allocation", "Cluster")), kind in _TENANT_OBJECTS
 
 
 def changed_fleets(before: dict[str, TreeFile], after: dict[str, TreeFile]) -> list[str]:
@@ -146,7 +180,7 @@ def _attribute(fr: FleetReview, base: Snapshot, head: Snapshot, index: ChangeInd
         p.where = pick(where("Node", p.peer), where("Mesh"), where("Node"), fallback=every)
     alloc = next((n for k, n in head.documents if k == "Allocation"), None)
     for o in fr.objects:
-        kinds = _OBJECT_KINDS.get(o.kind, ("Allocation", "Cluster"))
+        kinds, tenant_scoped = object_kinds(o.kind, o.name)
         named = (
             where("Node", o.name)
             if o.kind == "Node"
@@ -157,7 +191,7 @@ def _attribute(fr: FleetReview, base: Snapshot, head: Snapshot, index: ChangeInd
         scoped: list[Location] = []
         item = o.name if o.kind == "ClusterQueue" else o.namespace or o.name
         lst = "queues" if o.kind == "ClusterQueue" else "tenants"
-        if alloc and o.kind in _TENANT_OBJECTS:
+        if alloc and tenant_scoped:
             i = index.index_of("Allocation", alloc, ("spec", lst), item)
             if i is not None:
                 scoped = index.where("Allocation", alloc, ("spec", lst, i))

@@ -161,11 +161,13 @@ class Cluster(pulumi.ComponentResource):
 class GpuOperatorArgs:
     config: cfg.StackConfig
     namespace: str  # ClusterSettingsState.gpu_namespace (made by Cluster)
-    mig: bool  # some GpuProfile uses MIG: the device plugin runs with MIG strategy single
+    # GpuSharingClusterState.operator_mig_strategy: the Operator's one MIG strategy, decided
+    # by the library from the device plugin configs (resolve.cluster.operator_mig_strategy)
+    mig_strategy: str
     depends_on: Sequence[pulumi.Resource] = field(default_factory=list)
 
 
-def gpu_operator_values(mig: bool) -> dict[str, Any]:
+def gpu_operator_values(mig_strategy: str) -> dict[str, Any]:
     """The GPU Operator's Helm values: one owner per concern.
 
     - driver: the node layer (``driver.enabled: false``);
@@ -178,7 +180,10 @@ def gpu_operator_values(mig: bool) -> dict[str, Any]:
     - node discovery: NFD on (``nfd.enabled: true``, the default), whose
       ``feature.node.kubernetes.io/pci-10de.present`` lets the Operator label GPU nodes
       ``nvidia.com/gpu.present=true`` and deploy its operands there;
-    - the device plugin reads the stack's config ConfigMap (``devicePlugin.config``).
+    - the device plugin reads the stack's config ConfigMap (``devicePlugin.config``);
+    - ``mig.strategy``: ``mig_strategy``, always given (the chart's default is ``single``),
+      since the Operator passes it to the device plugin and GFD as ``MIG_STRATEGY``, which
+      overrides each config's ``migStrategy`` (the library derives it from those configs).
 
     Defaults from NVIDIA/gpu-operator v26.3.3 ``deployments/gpu-operator/values.yaml``;
     ``driver.enabled: false`` is NVIDIA's documented setting for pre-installed drivers
@@ -191,18 +196,16 @@ def gpu_operator_values(mig: bool) -> dict[str, Any]:
         "nfd": {"enabled": True},
         "migManager": {"enabled": False},
         "devicePlugin": {"config": {"name": DEVICE_PLUGIN_CONFIGMAP, "default": "default"}},
+        "mig": {"strategy": mig_strategy},
     }
-    if mig:
-        values["mig"] = {"strategy": "single"}
     return values
 
 
 class GpuOperator(pulumi.ComponentResource):
-    """The NVIDIA GPU Operator (or the device plugin alone), reading the device plugin
-    config the Cluster component made. With the Operator, the node layer owns the driver
-    and MIG, the Operator the container runtime (:func:`gpu_operator_values`); with the
-    device plugin alone, the node layer owns the runtime too, and GPU nodes carry
-    ``nvidia.com/gpu.present=true`` (the chart's node affinity: no NFD there)."""
+    """The NVIDIA GPU Operator, reading the device plugin config the Cluster component
+    made: the node layer owns the driver and MIG, the Operator the container runtime
+    (:func:`gpu_operator_values`). The device plugin alone (``device-plugin``) is refused by
+    :class:`~.config.StackConfig` until the node layer configures the runtime."""
 
     release: k8s.helm.v3.Release | None
 
@@ -218,17 +221,7 @@ class GpuOperator(pulumi.ComponentResource):
                 **_chart("gpu-operator", c),
                 version=c.gpu.version,
                 namespace=args.namespace,
-                values=gpu_operator_values(args.mig),
-                opts=child,
-            )
-        elif c.gpu_mode == "device-plugin":
-            self.release = k8s.helm.v3.Release(
-                "nvidia-device-plugin",
-                name="nvidia-device-plugin",
-                **_chart("nvidia-device-plugin", c),
-                version=c.gpu.version,
-                namespace=args.namespace,
-                values={"config": {"name": DEVICE_PLUGIN_CONFIGMAP, "default": "default"}},
+                values=gpu_operator_values(args.mig_strategy),
                 opts=child,
             )
         self.register_outputs({"mode": c.gpu_mode, "version": c.gpu.version if self.release else None})

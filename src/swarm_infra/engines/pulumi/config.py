@@ -2,8 +2,9 @@
 
 Keys: ``fleet`` (inventory/<fleet>, policies/<fleet>, policies/shared), ``sites`` (a list:
 one regional cluster), and per operator ``kueueEnabled``/``kueueVersion``,
-``kuberayEnabled``/``kuberayVersion``, ``gpuOperator`` (``gpu-operator``,
-``device-plugin`` or ``none``)/``gpuOperatorVersion``, ``csiNfsVersion``. ``chartMirror``
+``kuberayEnabled``/``kuberayVersion``, ``gpuOperator`` (``gpu-operator`` or ``none``;
+``device-plugin`` is refused until the node layer configures the container
+runtime)/``gpuOperatorVersion``, ``csiNfsVersion``. ``chartMirror``
 declares a private chart mirror (an ``https://`` Helm repository or an ``oci://`` registry
 path): every chart then comes from it, and ``helmRepoUsername`` and the secret
 ``helmRepoPassword`` (``pulumi config set --secret``) authenticate to it and to nothing
@@ -83,6 +84,15 @@ class StackConfig:
         if self.gpu_mode not in GPU_MODES:
             raise ValueError(
                 f"swarm:gpuOperator must be one of {', '.join(GPU_MODES)}, not {self.gpu_mode!r}"
+            )
+        if self.gpu_mode == "device-plugin":
+            # Issue #24: the device plugin alone needs containerd configured for the NVIDIA
+            # runtime on every GPU node, and the node layer does not do that yet (issue #23);
+            # the GPU Operator's toolkit does.
+            raise ValueError(
+                "swarm:gpuOperator: device-plugin is not supported yet: the node layer does not "
+                "configure containerd for the NVIDIA runtime, so the device plugin would find no "
+                "GPU; use gpu-operator (its toolkit configures the runtime) or none"
             )
         if self.chart_mirror is None and (self.helm_username or self.helm_password is not None):
             raise ValueError(

@@ -61,7 +61,7 @@ def load(config: StackConfig, root: Path, gpu_present: bool = False) -> tuple[De
 
 def run(config: StackConfig, root: Path) -> Program:
     """Register the stack's components for ``config`` with the fleet under ``root``."""
-    state, objects = load(config, root, gpu_present=config.gpu_mode == "device-plugin")
+    state, objects = load(config, root)
     settings = state["cluster"]["settings"]
     elastic = any(o["spec"].get("enableInTreeAutoscaling") for o in objects.ray)
     operators = Operators("operators", OperatorsArgs(config, elastic, manager_config(state["cluster"])))
@@ -77,7 +77,7 @@ def run(config: StackConfig, root: Path) -> Program:
         GpuOperatorArgs(
             config,
             settings["gpu_namespace"],
-            bool(state["cluster"]["gpu_sharing"]["mig_configs"]),
+            state["cluster"]["gpu_sharing"]["operator_mig_strategy"],
             gpu_inputs,
         ),
     )

@@ -6,6 +6,8 @@ Rules (README, Validation):
 - ``gpu.sharing-inconsistent``: a flavor with quota whose gpu-worker nodes do not all
   advertise the same ``nvidia.com/gpu`` per GPU (different time-slicing or MIG layouts, or a
   mixed MIG layout that advertises ``nvidia.com/mig-*`` instead): one quota cannot count them;
+- ``gpu.mig-strategy-conflict``: a one-profile MIG layout and a mixed one in one fleet (the
+  GPU Operator has one MIG strategy: the mixed one would change what the others advertise);
 - ``allocation.cohort-cycle``: Cohort parents that loop (Kueue cohorts form a tree);
 - ``allocation.limit-range-invalid``: ``default_request <= default_limit <= max`` broken
   (the API server rejects such a LimitRange);
@@ -75,6 +77,29 @@ def sharing(a: Analysis) -> Iterator[Finding]:
             )
 
 
+def mig_strategies(a: Analysis) -> Iterator[Finding]:
+    """``gpu.mig-strategy-conflict``: nodes use both a one-profile MIG layout (strategy
+    ``single``: each instance one ``nvidia.com/gpu``) and a mixed one. The GPU Operator has
+    one MIG strategy for the cluster, which overrides every device plugin config's
+    (:func:`swarm_infra.resolve.cluster.operator_mig_strategy`): it is then ``mixed``, and the
+    single-layout nodes would advertise ``nvidia.com/mig-<profile>`` instead of the
+    ``nvidia.com/gpu`` their quotas count. Reported once per single-layout GpuProfile."""
+    used = {s["device_plugin_config"]: s["mig_strategy"] for s in node_sharing(a).values()}
+    mixed = sorted(p for p, strategy in used.items() if strategy == "mixed")
+    if not mixed:
+        return
+    for name in sorted(p for p, strategy in used.items() if strategy == "single"):
+        profile = a.fleet.gpu_profiles[name]
+        yield Finding(
+            profile.source,
+            ("spec", "mig", "profiles"),
+            "gpu.mig-strategy-conflict",
+            f"GpuProfile {mixed[0]!r} uses a mixed MIG layout, so the GPU Operator's one MIG "
+            f"strategy is mixed: nodes of {name!r} would advertise nvidia.com/mig-* instead of "
+            "nvidia.com/gpu; give all MIG profiles one kind of layout (one repeated profile, or mixed)",
+        )
+
+
 def cohorts(a: Analysis) -> Iterator[Finding]:
     """Cohort names unique; ``allocation.cohort-cycle`` where following parents comes back
     (once per loop, at the declaration that closes it)."""
@@ -130,6 +155,7 @@ RESERVED_LABEL_KEYS = (
     "swarm.io/region",
     "swarm.io/gpu-flavor",
     "swarm.io/mesh-address",
+    "swarm.io/node-class",
     "swarm.io/purpose",
     "app.kubernetes.io/managed-by",
     "app.kubernetes.io/part-of",
@@ -342,6 +368,8 @@ def ray_clusters(a: Analysis) -> Iterator[Finding]:
                     f"its workers' site {site!r} and no node of its first worker flavor {place[1]!r} "
                     f"(largest: {biggest[0]} CPUs, {biggest[1]} GiB)",
                 )
+        # Each worker's GPUs as its pods request them (device units), decided by the library.
+        requested = ray_request_in_device_units(r, units).workers
         seen: set[str] = set()
         for wi, w in enumerate(r.workers):
             wat = (*at, "workers", wi)
@@ -379,7 +407,7 @@ def ray_clusters(a: Analysis) -> Iterator[Finding]:
                     f"min_replicas {w.min_replicas} is above max_replicas {w.max_replicas}",
                 )
             nodes = [s for s in shapes.get(w.flavor, ()) if s.gpus]
-            devices = (w.gpus or 1) * units.get(w.flavor, 1)  # declared in GPUs; nodes in device units
+            devices = requested[wi].gpus or 1  # None: all of a node's, so at least one
             fits = [
                 s
                 for s in nodes
@@ -474,4 +502,13 @@ def volume_caps(a: Analysis) -> Iterator[Finding]:
                 )
 
 
-CHECKS = (sharing, cohorts, cluster_labels, namespaces, limit_ranges, ray_clusters, volume_caps)
+CHECKS = (
+    sharing,
+    mig_strategies,
+    cohorts,
+    cluster_labels,
+    namespaces,
+    limit_ranges,
+    ray_clusters,
+    volume_caps,
+)

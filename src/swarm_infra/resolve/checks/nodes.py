@@ -9,7 +9,8 @@ from collections.abc import Iterator
 from ...fleet.diagnostics import Finding
 from ..analysis import Analysis
 from ..keys import ssh_host_key_fingerprint, ssh_host_key_problem
-from ..labels import FLAVOR_LABEL, SITE_LABEL
+from ..labels import FLAVOR_LABEL, NODE_CLASS_LABEL, SITE_LABEL
+from .cluster import reserved_label
 
 # Ansible's implicit groups and host: a node with one of these names breaks inventory
 # patterns (``--limit all``) or is silently taken for the controller (``localhost``). ``gpu``
@@ -24,7 +25,7 @@ RESERVED_NODE_NAMES = {
 # (SITE_LABEL, FLAVOR_LABEL are set from the fleet), kubernetes.io and k8s.io are
 # Kubernetes' (its "reserved for Kubernetes core components" rule), with their subdomains.
 RESERVED_LABEL_DOMAINS = ("swarm.io", "kubernetes.io", "k8s.io")
-PROJECT_LABELS = (SITE_LABEL, FLAVOR_LABEL)
+PROJECT_LABELS = (SITE_LABEL, FLAVOR_LABEL, NODE_CLASS_LABEL)
 
 
 def _reserved_domain(key: str) -> str | None:
@@ -37,7 +38,11 @@ def _reserved_domain(key: str) -> str | None:
 def names_and_labels(a: Analysis) -> Iterator[Finding]:
     """``name.reserved``: a node named like an Ansible implicit group or host (or the
     inventory's ``gpu`` group); ``label.reserved``: a user label under a prefix this project
-    or Kubernetes owns (``swarm.io/gpu-flavor`` would be overwritten by the derived one)."""
+    or Kubernetes owns (``swarm.io/gpu-flavor`` would be overwritten by the derived one), or
+    any key a Cluster label may not use either (:func:`.cluster.reserved_label`: Kueue's,
+    KubeRay's, NVIDIA's; ``nvidia.com/gpu.present=true`` would draw the device plugin onto
+    the node). A node's document is trusted with that node only: its labels must not pull
+    other tenants' work onto it."""
     for node in a.fleet.nodes.values():
         if node.name in RESERVED_NODE_NAMES:
             yield Finding(
@@ -48,14 +53,15 @@ def names_and_labels(a: Analysis) -> Iterator[Finding]:
             )
         for key in node.labels:
             domain = _reserved_domain(key)
-            if domain is None:
+            if domain is None and not reserved_label(key):
                 continue
             derived = " (set from the fleet: it would be overwritten)" if key in PROJECT_LABELS else ""
+            owner = f"the prefix {domain}/" if domain else "the key"
             yield Finding(
                 node.source,
                 ("metadata", "labels", key),
                 "label.reserved",
-                f"label {key!r}: the prefix {domain}/ is reserved{derived}; use your own prefix",
+                f"label {key!r}: {owner} is reserved{derived}; use your own prefix",
             )
 
 
