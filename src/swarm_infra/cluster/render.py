@@ -60,7 +60,7 @@ except AttributeError:  # pragma: no cover - PyYAML built without libyaml
 
 
 def file_name(kind: str) -> str:
-    """``21-persistentvolumeclaim.yaml`` for ``PersistentVolumeClaim``."""
+    """``20-persistentvolumeclaim.yaml`` for ``PersistentVolumeClaim``."""
     return f"{KIND_ORDER.index(kind):02d}-{kind.lower()}.yaml"
 
 
