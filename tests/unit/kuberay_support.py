@@ -122,8 +122,14 @@ def ray_start_command(rc: dict[str, Any], group: int | None) -> str:
     """The ``ray start`` command KubeRay v1.6.0 generates for the head (``group`` None) or
     worker group ``group`` (an index into workerGroupSpecs) of the RayCluster ``rc``."""
     spec, meta = rc["spec"], rc["metadata"]
-    if "gcsFaultToleranceOptions" in spec or "authOptions" in spec:
-        raise NotImplementedError("GCS fault tolerance and auth are not restated")
+    if "gcsFaultToleranceOptions" in spec:
+        raise NotImplementedError("GCS fault tolerance is not restated")
+    # Token auth (authOptions.mode token) changes the containers' environment, not the
+    # command: pod.go configureTokenAuth sets RAY_AUTH_MODE and RAY_AUTH_TOKEN (from the
+    # Secret KubeRay makes) on the Ray container and the wait-gcs-ready init container.
+    # Kubernetes token auth (enableK8sTokenAuth) also mounts a volume: not restated.
+    if (spec.get("authOptions") or {}).get("enableK8sTokenAuth"):
+        raise NotImplementedError("Kubernetes token auth is not restated")
     head_spec = spec["headGroupSpec"]
     g = head_spec if group is None else spec["workerGroupSpecs"][group]
     pod = g["template"]["spec"]

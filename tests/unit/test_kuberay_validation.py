@@ -147,3 +147,13 @@ def test_token_auth_on_a_recent_ray_passes() -> None:
     rc["spec"]["authOptions"] = {"mode": "token"}
     rc["spec"]["rayVersion"] = "2.52.0"  # the least KubeRay accepts with token auth
     assert kuberay_violations(rc) == []
+
+
+@pytest.mark.parametrize(("fleet", "key"), ray_clusters(), ids=lambda x: str(x))
+def test_every_rendered_ray_cluster_asks_kuberay_for_token_auth(fleet: str, key: str) -> None:
+    """The tenants' clusters answer only with a token, as the bare-node cluster does: KubeRay
+    (v1.5.1 and later) then makes a Secret with a random token and sets RAY_AUTH_MODE and
+    RAY_AUTH_TOKEN on every Ray container (Ray docs, "Configure Ray clusters to use token
+    authentication"); the head's dashboard and job API listen on 0.0.0.0 in the pod."""
+    rc = by_kind(objects(fleet).all(), "RayCluster")[key]
+    assert rc["spec"]["authOptions"] == {"mode": "token"}

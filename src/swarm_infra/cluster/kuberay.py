@@ -112,7 +112,11 @@ def ray_cluster(cluster: RayClusterState, state: ClusterState) -> K8sObject:
                 **w,
             }
         )
-    spec: dict[str, Any] = {"rayVersion": cluster["ray_version"]}
+    # Ray's token authentication, as the bare-node cluster has it: KubeRay (v1.5.1 and later)
+    # makes a Secret with a random token and sets RAY_AUTH_MODE and RAY_AUTH_TOKEN on every
+    # Ray container (Ray docs, "Configure Ray clusters to use token authentication"), so the
+    # dashboard and job API on the head's 0.0.0.0 answer only with the token.
+    spec: dict[str, Any] = {"rayVersion": cluster["ray_version"], "authOptions": {"mode": "token"}}
     if cluster["autoscaling"]:
         spec["enableInTreeAutoscaling"] = True
     spec["headGroupSpec"] = head

@@ -155,6 +155,21 @@ def ray_cluster(
 # ------------------------------------------------------------------ shared by both Rays
 
 
+# Ray's token authentication, which every Ray of the fleet runs (the bare-node cluster's
+# RAY_AUTH_MODE=token, KubeRay's ``authOptions.mode: token``), exists from Ray 2.52.0 (Ray
+# docs, "Ray token authentication"; KubeRay v1.5.1 release notes: rayVersion 2.52.0 or newer).
+TOKEN_AUTH_MIN_VERSION = (2, 52, 0)
+
+
+def token_auth_supported(version: str) -> bool:
+    """Whether Ray ``version`` (``X.Y.Z``) has token authentication
+    (:data:`TOKEN_AUTH_MIN_VERSION` or later); False for a string that is not such a version."""
+    parts = version.split(".")
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        return False
+    return tuple(int(p) for p in parts) >= TOKEN_AUTH_MIN_VERSION
+
+
 def fleet_ray_version(fleet: Fleet) -> str:
     """The fleet's one Ray release (kind Cluster, ``spec.ray_version``), which both the
     bare-node RayCluster and every tenant's KubeRay cluster run. ValueError when it is not

@@ -12,6 +12,8 @@ port range empty or holding another port, or a port (or the range) holding SSH's
 member's declared SSH port (Ray's firewall drops its ports off the mesh);
 ``ray.lock-invalid``: a line of the lock file that is not ``name==version --hash=sha256:...``
 (reported at the lock file's line, :mod:`swarm_infra.fleet.lockfile`);
+``ray.version-too-old``: the fleet's Ray version predates token authentication (2.52.0),
+which both Rays run;
 ``ray.version-missing``: the fleet declares Ray (this RayCluster, or a tenant's ``ray`` in
 the Allocation) but not its Ray version (kind Cluster, ``spec.ray_version``, the one place it
 is declared), reported at each Ray declaration;
@@ -42,7 +44,7 @@ from ...fleet.lockfile import (
 )
 from ...fleet.model import Fleet, RayCluster
 from ..analysis import Analysis
-from ..ray import RAY_EXTRAS, members
+from ..ray import RAY_EXTRAS, TOKEN_AUTH_MIN_VERSION, members, token_auth_supported
 
 OBJECT_STORE_MAX_PERCENT = 80  # Ray refuses an object store above 80% of the node's memory
 
@@ -194,7 +196,20 @@ def read_ray_files(fleet: Fleet, roots: Sequence[str]) -> tuple[Fleet, list[Find
 def version_declared(a: Analysis) -> Iterator[Finding]:
     """Every Ray of the fleet runs the fleet's Ray version: it must be declared (Cluster
     ``spec.ray_version``) when the fleet declares a RayCluster or a tenant's ``ray``."""
-    if a.fleet.cluster.ray_version is not None:
+    declared = a.fleet.cluster.ray_version
+    if declared is not None:
+        uses_ray = a.fleet.ray is not None or any(
+            t.ray is not None for t in (a.fleet.allocation.tenants if a.fleet.allocation else ())
+        )
+        if uses_ray and not token_auth_supported(declared) and a.fleet.cluster.source is not None:
+            least = ".".join(map(str, TOKEN_AUTH_MIN_VERSION))
+            yield Finding(
+                a.fleet.cluster.source,
+                ("spec", "ray_version"),
+                "ray.version-too-old",
+                f"Ray {declared} has no token authentication, which every Ray of the fleet runs "
+                f"(the bare-node cluster's token, KubeRay's authOptions): {least} or later",
+            )
         return
     why = "the fleet's Ray version is not declared: give it once, in the Cluster document's spec.ray_version"
     if a.fleet.ray is not None:
