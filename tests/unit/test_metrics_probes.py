@@ -139,7 +139,7 @@ def test_a_run_measures_both_paths_respects_nat_and_reports_what_it_cannot_measu
         ("a-hub", "b-n"),
     }
     assert {m.label("node") for m in out.measurements if m.tool == "fio"} == {"a-w"}
-    assert ("a-w", "NVML telemetry, matmul TFLOP/s", NOT_SIMULATED) in {
+    assert ("a-w", fleetrun.GPU_PROBES, NOT_SIMULATED) in {
         (n.node, n.what, n.why) for n in out.not_measured
     }
     assert any("round 1/" in line for line in lines) and lines[-1].startswith("inference: done")
@@ -227,11 +227,16 @@ def test_the_matmul_probe_says_why_it_cannot_run_and_its_lines_parse():
     with pytest.raises(MeasurementParseError, match=r"matmul: (no torch|torch sees no CUDA)"):
         probes.parse_matmul(result.stdout)
     # The line format the probe prints on a GPU node (no GPU on this machine to produce it).
-    (m,) = probes.parse_matmul('MATMUL {"gpu": 0, "n": 8192, "iters": 50, "tflops": 612.5}\n', node="g1")
-    assert (m.field, m.value, m.unit, m.label("gpu"), m.label("node")) == (
-        "matmul.tflops",
-        612.5,
-        "TFLOP/s",
-        "0",
-        "g1",
+    line = (
+        'MATMUL {"gpu": 0, "n": 8192, "iters": 4200, "seconds": 60.2, "flops": 7.6e14, '
+        '"first_window_flops": 7.9e14, "last_window_flops": 6.1e14}\n'
     )
+    got = {m.field: (m.value, m.unit, m.label("gpu"), m.label("node")) for m in probes.parse_matmul(line, node="g1")}
+    assert got == {
+        "matmul.flops": (7.6e14, "FLOP/s", "0", "g1"),
+        "matmul.flops.first_window": (7.9e14, "FLOP/s", "0", "g1"),
+        "matmul.flops.last_window": (6.1e14, "FLOP/s", "0", "g1"),
+        "matmul.seconds": (60.2, "s", "0", "g1"),
+    }
+    with pytest.raises(MeasurementParseError, match="a GPU failed"):
+        probes.parse_matmul(line + 'MATMUL-FAILED {"gpu": 1, "error": "OutOfMemoryError()"}\n')

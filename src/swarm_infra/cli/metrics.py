@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ..engines.inventory import Connection, inventory_hosts, ssh_argv
 from ..fleet.diagnostics import FleetInvalid
+from ..fleet.model import Fleet
 from ..lab.state import read_connections
 from ..metrics import fleetrun, probes
 from ..metrics.acceptance import NodeFacts, evaluate
@@ -176,7 +177,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_INVALID
-    numbers = {"--duration": args.duration, "--ping-count": args.ping_count, "--parallel": args.parallel}
+    numbers = {
+        "--duration": args.duration,
+        "--ping-count": args.ping_count,
+        "--parallel": args.parallel,
+        "--matmul-seconds": args.matmul_seconds,
+    }
     bad = [k for k, v in numbers.items() if v < 1] + (["--threshold"] if not args.threshold >= 0 else [])
     if bad:
         print(f"swarm metrics run: {', '.join(bad)} must be positive", file=sys.stderr)
@@ -211,6 +217,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         fio_runtime_s=args.duration,
         max_parallel=args.parallel,
         matmul_python=args.matmul_python,
+        matmul_seconds=args.matmul_seconds,
+        dcgm_diag_level=_dcgm_diag_level(loaded.fleet),
     )
     at = datetime.now(UTC).isoformat(timespec="seconds")
     ray = ray_target(state)
@@ -267,6 +275,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_FAILURE if outcome.failed else EXIT_OK
 
 
+def _dcgm_diag_level(fleet: Fleet) -> int:
+    """The ``dcgmi diag`` level a run uses: the highest ``min_dcgm_diag_level`` of the fleet's
+    NodeAcceptance rules, 1 (the quick check) when none asks for one."""
+    rules = fleet.acceptance.rules if fleet.acceptance else ()
+    return int(max([t["min_dcgm_diag_level"] for _, t in rules if "min_dcgm_diag_level" in t], default=1))
+
+
 def cmd_accept(args: argparse.Namespace) -> int:
     try:
         fleet = load_fleet(fleet_paths(args)).fleet
@@ -287,7 +302,15 @@ def cmd_accept(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     head = next((n.name for n in fleet.nodes.values() if "head" in n.roles), None)
     nodes = [
-        NodeFacts(n.name, n.site, n.roles, tuple(g.model for g in n.gpus), n.gpu_backend == "simulated", head)
+        NodeFacts(
+            n.name,
+            n.site,
+            n.roles,
+            tuple(g.model for g in n.gpus),
+            n.gpu_backend == "simulated",
+            head,
+            gpus=tuple((g.model, g.count) for g in n.gpus),
+        )
         for n in fleet.nodes.values()
         if not args.limit or n.name in args.limit.split(",")
     ]
@@ -295,7 +318,8 @@ def cmd_accept(args: argparse.Namespace) -> int:
     failed = [v for v in verdicts if not v.passed]
     for v in failed:
         value = v.note if v.value is None else f"{v.value:.4g}"
-        emit(f"{v.node}: {v.threshold_name} = {value}, threshold {v.threshold:g}")
+        note = f" ({v.note})" if v.note and v.value is not None else ""
+        emit(f"{v.node}: {v.threshold_name} = {value}, threshold {v.threshold:g}{note}")
     judged = sorted({v.node for v in verdicts})
     bad = sorted({v.node for v in failed})
     run = f"run {runs[-1][0]}" if runs else "no run recorded"
@@ -319,7 +343,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "single stream and -P 4 on one pair per site pair, one inside each site and one per node to "
         "its site's representative (rounds share no node or link), WireGuard overhead. storage: fio "
         "on the scratch mount (4 KiB random read QD32, 1 MiB sequential read and write). gpu: NVML "
-        "telemetry (nvidia-smi) and a bf16 matmul TFLOP/s probe (PyTorch); simulated GPUs are "
+        "telemetry (nvidia-smi), the GPUs' identity, remapped rows and XID errors, a bf16 matmul on every GPU "
+        "for --matmul-seconds sampling PCIe link state and clock event reasons under load, and "
+        "dcgmi diag where DCGM is installed; simulated GPUs are "
         "'not measured (simulated)'. training: Ray "
         "throughput and weak scaling over 1..N GPU workers. inference: Ray Serve latency p50/p99 and "
         "requests/s at 1, 8 and 32 clients over the mesh. The run is stored "
@@ -357,7 +383,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "--matmul-python",
         default="python3",
         metavar="PATH",
-        help="the nodes' Python with PyTorch for the matmul TFLOP/s probe (default: python3)",
+        help="the nodes' Python with PyTorch for the matmul FLOP/s probe (default: python3)",
+    )
+    r.add_argument(
+        "--matmul-seconds",
+        type=int,
+        default=int(probes.MATMUL_SECONDS),
+        help="seconds the matmul probe loads every GPU, to expose throttling "
+        f"(default: {int(probes.MATMUL_SECONDS)})",
     )
     r.add_argument(
         "--threshold",

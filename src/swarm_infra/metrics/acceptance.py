@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from swarm_infra.metrics import gpu_health
 from swarm_infra.metrics.measurement import Measurement
 
 NOT_SIMULATED = "not measured (simulated)"
@@ -14,7 +15,8 @@ NOT_SIMULATED = "not measured (simulated)"
 class NodeFacts:
     """What rules match on: the node's name, site, roles, GPU models, and whether its GPUs are
     simulated; ``head``: the name of the fleet's head node (``max_rtt_to_head_ms`` is the
-    node's mesh RTT to it; None when the fleet has none)."""
+    node's mesh RTT to it; None when the fleet has none); ``gpus``: the declared GPUs, (model,
+    count), which the reported GPUs' identity is checked against."""
 
     name: str
     site: str
@@ -22,6 +24,7 @@ class NodeFacts:
     gpu_models: tuple[str, ...]
     simulated_gpu: bool
     head: str | None = None
+    gpus: tuple[tuple[str, int], ...] = ()  # (GPU catalog model, count) as declared
 
 
 @dataclass(frozen=True)
@@ -74,7 +77,9 @@ def _value(name: str, node: NodeFacts, ms: list[Measurement]) -> float | None:
     elif name == "max_storage_p99_ms":
         values = pick("fio", "read.clat_ns.percentile.99.000000", 1e-6, node=node.name)
     elif name == "min_tflops":
-        values = [m.value for m in ms if m.field == "matmul.tflops" and m.label("node") == node.name]
+        values = [m.value * 1e-12 for m in ms if m.field == "matmul.flops" and m.label("node") == node.name]
+    elif name in gpu_health.THRESHOLDS:
+        return gpu_health.threshold_value(name, node.name, ms)
     else:
         raise ValueError(f"unknown threshold {name!r}")
     if not values:
@@ -89,16 +94,27 @@ def evaluate(
 ) -> list[Verdict]:
     """A verdict per (node, threshold) of every rule that matches the node, in node then rule order.
 
-    A threshold with no measurement fails with note "not measured"; ``min_tflops`` on a node
-    with simulated GPUs fails with note "not measured (simulated)" and no value, never a number.
+    A threshold with no measurement fails with note "not measured"; a GPU threshold
+    (``min_tflops`` and :data:`swarm_infra.metrics.gpu_health.THRESHOLDS`) on a node with
+    simulated GPUs fails with note "not measured (simulated)" and no value, never a number.
+
+    Every node with real (nvml) GPUs that a rule matches also gets a ``gpu_identity`` verdict
+    first, whatever the rules say: the GPUs nvidia-smi reported must be the declared ones
+    (:func:`swarm_infra.metrics.gpu_health.identity_problems`); its value is the number of
+    problems, its threshold 0, its note the problems (or "not measured").
     """
     out: list[Verdict] = []
     for node in nodes:
-        for match, thresholds in rules:
-            if not matches(match, node):
-                continue
+        matched = [thresholds for match, thresholds in rules if matches(match, node)]
+        if matched and node.gpus and not node.simulated_gpu:
+            problems = gpu_health.identity_problems(node.name, node.gpus, measurements)
+            if problems is None:
+                out.append(Verdict(node.name, "gpu_identity", 0.0, None, False, "not measured"))
+            else:
+                out.append(Verdict(node.name, "gpu_identity", 0.0, float(len(problems)), not problems, "; ".join(problems)))
+        for thresholds in matched:
             for name, limit in thresholds.items():
-                if name == "min_tflops" and node.simulated_gpu:
+                if node.simulated_gpu and (name == "min_tflops" or name in gpu_health.THRESHOLDS):
                     out.append(Verdict(node.name, name, limit, None, False, NOT_SIMULATED))
                     continue
                 value = _value(name, node, measurements)
@@ -106,5 +122,8 @@ def evaluate(
                     out.append(Verdict(node.name, name, limit, None, False, "not measured"))
                 else:
                     ok = value >= limit if name.startswith("min_") else value <= limit
-                    out.append(Verdict(node.name, name, limit, value, ok))
+                    note = ""
+                    if name == "min_dcgm_diag_level" and not ok:
+                        note = "; ".join(gpu_health.failed_tests(node.name, measurements))
+                    out.append(Verdict(node.name, name, limit, value, ok, note))
     return out

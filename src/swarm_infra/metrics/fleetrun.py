@@ -11,9 +11,12 @@ decides what runs where and in what order, and never how a node is reached. Part
   (:mod:`swarm_infra.metrics.schedule`); the mesh result against the underlay result on the
   same pair (``wireguard.overhead``).
 - ``storage``: fio on each node's scratch mount.
-- ``gpu``: NVML telemetry (``nvidia-smi --query-gpu``) and a short bf16 matmul probe
-  (PyTorch, TFLOP/s) on nodes with the nvml backend; nodes with simulated GPUs are reported
-  as not measured (simulated), never as a number.
+- ``gpu``: on nodes with the nvml backend, NVML telemetry (``nvidia-smi --query-gpu``), the
+  GPUs' identity (name, UUID, memory), remapped rows and XID errors
+  (:mod:`swarm_infra.metrics.gpu_health`), a bf16 matmul on every GPU for
+  ``matmul_seconds`` (PyTorch, FLOP/s) sampling PCIe link state and clock event reasons
+  under load, and ``dcgmi diag`` where DCGM is installed (not measured, not failed, where it
+  is not); nodes with simulated GPUs are reported as not measured (simulated), never as a number.
 - ``training``: throughput and weak scaling over 1..N GPU workers of the fleet's Ray cluster
   (``jobs/fleet_training.py``, submitted on the head).
 - ``inference``: a small model served with Ray Serve on the GPU workers, behind the head's
@@ -30,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from swarm_infra.metrics import probes
+from swarm_infra.metrics import gpu_health, probes
 from swarm_infra.metrics.acceptance import NOT_SIMULATED
 from swarm_infra.metrics.fio import parse_fio
 from swarm_infra.metrics.iperf3 import parse_iperf3
@@ -38,6 +41,9 @@ from swarm_infra.metrics.measurement import Measurement, MeasurementParseError, 
 from swarm_infra.metrics.ping import parse_ping
 from swarm_infra.metrics.schedule import PairTest, admission_pairs, representative_pairs, schedule_rounds
 from swarm_infra.metrics.targets import NodeTarget, RayTarget
+
+GPU_PROBES = "NVML telemetry, GPU identity and health, matmul FLOP/s under load, DCGM diagnostics"
+"""What the ``gpu`` part measures, as a not-measured record names it."""
 
 PARTS = ("network", "storage", "gpu", "training", "inference")
 """What ``--only`` chooses from, in the order a run measures them."""
@@ -74,7 +80,9 @@ class NotMeasured:
 @dataclass(frozen=True)
 class Options:
     """The run's knobs: ping count and interval (s), iperf3 seconds per test and stream
-    counts, fio file size (MiB) and seconds per job, tests at once per round."""
+    counts, fio file size (MiB) and seconds per job, tests at once per round; the matmul
+    probe's duration (s) and ``dcgmi diag`` run level (1-4; ``swarm metrics run`` takes the
+    highest ``min_dcgm_diag_level`` of the fleet's NodeAcceptance, default 1)."""
 
     ping_count: int = 20
     ping_interval_s: float = 0.2
@@ -89,6 +97,8 @@ class Options:
     inference_requests: int = 400
     inference_port: int = 8000
     matmul_python: str = "python3"
+    matmul_seconds: float = probes.MATMUL_SECONDS
+    dcgm_diag_level: int = 1
 
 
 @dataclass
@@ -241,28 +251,45 @@ class _Run:
 
     # ---------------------------------------------------------------- gpu
     def telemetry(self, node: NodeTarget) -> list[Measurement]:
-        """NVML telemetry, then the matmul probe (PyTorch, where the node has it)."""
+        """NVML telemetry; GPU identity, remapped rows and XID errors; the matmul probe with its
+        samples under load (PyTorch, where the node has it); DCGM diagnostics (where dcgmi is)."""
         out: list[Measurement] = []
+        lab = {"node": node.name, "site": node.site}
         result = self.shell(node.name, probes.nvidia_smi_command(), 60)
         try:
             if result.rc != 0:
                 raise MeasurementParseError(f"nvidia-smi: {why(result)}")
-            out += probes.parse_nvidia_smi(result.stdout, node=node.name, site=node.site)
+            out += probes.parse_nvidia_smi(result.stdout, **lab)
         except MeasurementParseError as exc:
             self._miss(node.name, "gpu", "NVML telemetry", str(exc))
-        result = self.shell(node.name, probes.matmul_command(self.options.matmul_python), 300)
+        result = self.shell(node.name, gpu_health.inventory_command(), 120)
+        found, problems = gpu_health.parse_inventory(result.stdout, **lab)
+        out += found
+        for section, reason in sorted(problems.items()):
+            self._miss(node.name, "gpu", f"GPU {section}", reason)
+        o = self.options
+        result = self.shell(node.name, probes.matmul_command(o.matmul_python, seconds=o.matmul_seconds), o.matmul_seconds + 300)
         try:
-            out += probes.parse_matmul(result.stdout, node=node.name, site=node.site)
+            out += probes.parse_matmul(result.stdout, **lab)
+            out += gpu_health.parse_load_samples(result.stdout, **lab)
         except MeasurementParseError as exc:
-            self._miss(node.name, "gpu", "matmul TFLOP/s", str(exc) if result.rc == 0 else why(result))
+            self._miss(node.name, "gpu", "matmul FLOP/s under load", str(exc) if result.rc == 0 else why(result))
+        level = o.dcgm_diag_level
+        result = self.shell(node.name, gpu_health.dcgm_diag_command(level), gpu_health.DCGM_DIAG_TIMEOUT_S[level])
+        try:
+            out += gpu_health.parse_dcgm_diag(result.stdout, level, **lab)
+        except gpu_health.DcgmUnavailable as exc:
+            self._miss(node.name, "gpu", f"dcgmi diag -r {level}", str(exc), failed=False)
+        except MeasurementParseError as exc:
+            self._miss(node.name, "gpu", f"dcgmi diag -r {level}", str(exc))
         return out
 
     def gpu(self) -> None:
         real = [t for t in self.targets.values() if t.gpu_backend == "nvml"]
         for t in self.targets.values():
             if t.gpu_backend == "simulated":
-                self._miss(t.name, "gpu", "NVML telemetry, matmul TFLOP/s", NOT_SIMULATED, failed=False)
-        self.progress(f"gpu: NVML telemetry on {len(real)} node(s) with real GPUs")
+                self._miss(t.name, "gpu", GPU_PROBES, NOT_SIMULATED, failed=False)
+        self.progress(f"gpu: identity, health, matmul and DCGM diagnostics on {len(real)} node(s) with real GPUs")
         for ms in self._parallel(self.telemetry, real, self.options.max_parallel):
             self.outcome.measurements += ms
 

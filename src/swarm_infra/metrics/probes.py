@@ -14,6 +14,7 @@ import shlex
 from collections.abc import Callable
 from typing import TypeVar
 
+from swarm_infra.metrics import gpu_health
 from swarm_infra.metrics.measurement import Measurement, MeasurementParseError, make_labels
 from swarm_infra.resolve.ray import client_env_prefix
 
@@ -229,52 +230,123 @@ def parse_inference(text: str, **labels: str | int | None) -> list[Measurement]:
 
 
 MATMUL_SCRIPT = """
-import json, sys, time
+import json, subprocess, sys, threading, time
 try:
     import torch
 except ImportError:
     print("MATMUL-UNAVAILABLE no torch in this python"); sys.exit(0)
 if not torch.cuda.is_available():
     print("MATMUL-UNAVAILABLE torch sees no CUDA device"); sys.exit(0)
-n, iters = int(sys.argv[1]), int(sys.argv[2])
-for gpu in range(torch.cuda.device_count()):
-    with torch.cuda.device(gpu):
-        a = torch.randn(n, n, dtype=torch.bfloat16, device="cuda")
-        b = torch.randn(n, n, dtype=torch.bfloat16, device="cuda")
-        for _ in range(3):
+n, seconds, queries = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3:]
+lock = threading.Lock()
+
+def emit(tag, record):
+    with lock:
+        print(tag + " " + json.dumps(record), flush=True)
+
+def sample(gpu):
+    # nvidia-smi while this GPU's queue is full: the first field list the driver accepts.
+    error = "no field list"
+    for fields in queries:
+        try:
+            r = subprocess.run(["nvidia-smi", "-i", str(gpu), "--query-gpu=" + fields,
+                                "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError) as exc:
+            error = str(exc)
+            continue
+        if r.returncode == 0:
+            emit("MATMUL-SAMPLE", {"gpu": gpu, "fields": fields, "csv": r.stdout.strip()})
+            return
+        error = (r.stderr or r.stdout).strip()[-200:]
+    emit("MATMUL-SAMPLE", {"gpu": gpu, "error": error})
+
+def run(gpu):
+    device = torch.device("cuda", gpu)
+    a = torch.randn(n, n, dtype=torch.bfloat16, device=device)
+    b = torch.randn(n, n, dtype=torch.bfloat16, device=device)
+    for _ in range(3):
+        a @ b
+    torch.cuda.synchronize(device)
+    t = time.perf_counter()
+    a @ b
+    torch.cuda.synchronize(device)
+    batch = max(1, int(1.0 / max(time.perf_counter() - t, 1e-6)))  # about 1 s of work per window
+    windows, iters, started = [], 0, time.perf_counter()
+    while True:
+        t0 = time.perf_counter()
+        for _ in range(batch):
             a @ b
-        torch.cuda.synchronize()
-        started = time.perf_counter()
-        for _ in range(iters):
-            a @ b
-        torch.cuda.synchronize()
-        seconds = time.perf_counter() - started
-    tflops = 2 * n**3 * iters / seconds / 1e12
-    print("MATMUL " + json.dumps({"gpu": gpu, "n": n, "iters": iters, "tflops": tflops}))
+        if queries and len(windows) % 5 == 1:
+            sample(gpu)
+        torch.cuda.synchronize(device)
+        t1 = time.perf_counter()
+        windows.append(2 * n**3 * batch / (t1 - t0))
+        iters += batch
+        if t1 - started >= seconds:
+            break
+    elapsed = t1 - started
+    emit("MATMUL", {"gpu": gpu, "n": n, "iters": iters, "seconds": elapsed, "flops": 2 * n**3 * iters / elapsed,
+                    "first_window_flops": windows[0], "last_window_flops": windows[-1]})
+
+def guarded(gpu):
+    try:
+        run(gpu)
+    except Exception as exc:  # one GPU that cannot run the matmul fails the probe, named
+        emit("MATMUL-FAILED", {"gpu": gpu, "error": repr(exc)[-200:]})
+
+threads = [threading.Thread(target=guarded, args=(g,)) for g in range(torch.cuda.device_count())]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
 """
-"""A short dense bf16 matmul on each GPU (PyTorch), timed with CUDA synchronisation:
-``2 n^3 iters / seconds`` FLOP/s. Run only where the node's GPUs are real (nvml backend)."""
+"""A dense bf16 matmul on every GPU at once (one thread per GPU, PyTorch), for a target
+duration rather than an iteration count, so that heat and power limits have time to act:
+windows of about 1 s of queued work, each timed with CUDA synchronisation (``2 n^3 batch /
+seconds`` FLOP/s); every fifth window, while the queue runs, one nvidia-smi sample of the
+field lists given after the duration (the first the driver accepts:
+:data:`swarm_infra.metrics.gpu_health.LOAD_FIELDS`, then its pre-R535 names). Run only where
+the node's GPUs are real (nvml backend)."""
+
+MATMUL_SECONDS = 60.0
+"""Default probe duration per run (all GPUs at once): GPU boost clocks settle and thermal or
+power slowdowns appear within tens of seconds of full load; a 0.1 s burst shows none of it."""
 
 
-def matmul_command(python: str = "python3", n: int = 8192, iters: int = 50) -> str:
-    """Run :data:`MATMUL_SCRIPT` with ``python`` (one that has PyTorch with CUDA); it prints one
-    ``MATMUL {json}`` line per GPU, or ``MATMUL-UNAVAILABLE <why>``."""
-    return f"{shlex.quote(python)} -c {shlex.quote(MATMUL_SCRIPT)} {int(n)} {int(iters)}"
+def matmul_command(python: str = "python3", n: int = 8192, seconds: float = MATMUL_SECONDS) -> str:
+    """Run :data:`MATMUL_SCRIPT` with ``python`` (one that has PyTorch with CUDA) for ``seconds``;
+    it prints one ``MATMUL {json}`` line per GPU (``flops``, ``first_window_flops``,
+    ``last_window_flops`` in FLOP/s, ``seconds``, ``iters``, ``n``), ``MATMUL-SAMPLE {json}``
+    lines (read by :func:`swarm_infra.metrics.gpu_health.parse_load_samples`),
+    ``MATMUL-FAILED {json}`` for a GPU whose run raised, or ``MATMUL-UNAVAILABLE <why>``."""
+    fields = [",".join(gpu_health.LOAD_FIELDS), ",".join(gpu_health.LOAD_FIELDS_LEGACY)]
+    argv = " ".join(shlex.quote(a) for a in [str(int(n)), f"{float(seconds):g}", *fields])
+    return f"{shlex.quote(python)} -c {shlex.quote(MATMUL_SCRIPT)} {argv}"
 
 
 def parse_matmul(text: str, **labels: str | int | None) -> list[Measurement]:
-    """``matmul.tflops`` (TFLOP/s, label ``gpu``) per ``MATMUL {json}`` line. Raises
-    MeasurementParseError with the probe's reason when it printed ``MATMUL-UNAVAILABLE``, or
-    when no line came."""
+    """Per ``MATMUL {json}`` line (label ``gpu``): ``matmul.flops`` (FLOP/s over the whole
+    timed run), ``matmul.flops.first_window`` and ``matmul.flops.last_window`` (FLOP/s of its
+    first and last ~1 s window: a drop from first to last is throttling) and
+    ``matmul.seconds`` (s, the timed run's length). Raises MeasurementParseError with the
+    probe's reason when it printed ``MATMUL-UNAVAILABLE`` or ``MATMUL-FAILED`` (a GPU that
+    cannot run it), or when no line came."""
     out = []
     for line in text.splitlines():
         if line.startswith("MATMUL-UNAVAILABLE"):
             raise MeasurementParseError(f"matmul: {line.partition(' ')[2] or 'unavailable'}")
+        if line.startswith("MATMUL-FAILED "):
+            raise MeasurementParseError(f"matmul: a GPU failed: {line[len('MATMUL-FAILED ') :][:200]}")
         if line.startswith("MATMUL "):
             try:
                 run = json.loads(line[len("MATMUL ") :])
                 lab = make_labels(gpu=int(run["gpu"]), **labels)
-                out.append(Measurement("torch", "matmul.tflops", float(run["tflops"]), "TFLOP/s", lab))
+                out += [
+                    Measurement("torch", "matmul.flops", float(run["flops"]), "FLOP/s", lab),
+                    Measurement("torch", "matmul.flops.first_window", float(run["first_window_flops"]), "FLOP/s", lab),
+                    Measurement("torch", "matmul.flops.last_window", float(run["last_window_flops"]), "FLOP/s", lab),
+                    Measurement("torch", "matmul.seconds", float(run["seconds"]), "s", lab),
+                ]
             except (ValueError, KeyError, TypeError) as exc:
                 raise MeasurementParseError(f"matmul: unreadable line ({exc}): {line[:200]!r}") from None
     if not out:
