@@ -46,7 +46,9 @@ from swarm_infra.resolve.catalog import gpu_catalog
 H100 = gpu_catalog()["H100-SXM5-80GB"]
 A100 = gpu_catalog()["A100-SXM4-80GB"]
 # The Xid document's example UUID, and seven more of the same form.
-UUIDS = ["GPU-b850f46d-d5ea-c752-ddf3-c4453e44d3f7"] + [f"GPU-b850f46d-d5ea-c752-ddf3-c4453e44d3f{i}" for i in range(7)]
+UUIDS = ["GPU-b850f46d-d5ea-c752-ddf3-c4453e44d3f7"] + [
+    f"GPU-b850f46d-d5ea-c752-ddf3-c4453e44d3f{i}" for i in range(7)
+]
 
 
 def identity_csv(name: str, memory_mib: int, count: int = 8, uuids: list[str] = UUIDS) -> str:
@@ -97,11 +99,16 @@ def test_a_gpu_identity_mismatch_fails_admission_with_a_clear_verdict(csv, expec
 def test_a_gpu_reported_by_two_nodes_or_a_malformed_uuid_fails_both():
     csv = identity_csv(H100["product_name"], H100["memory_mib"], count=1)
     ms = node_ms("g1", csv) + node_ms("g2", csv)
-    facts = [NodeFacts(n, "fra1", ("gpu-worker",), ("H100-SXM5-80GB",), False, gpus=(("H100-SXM5-80GB", 1),)) for n in ("g1", "g2")]
+    facts = [
+        NodeFacts(n, "fra1", ("gpu-worker",), ("H100-SXM5-80GB",), False, gpus=(("H100-SXM5-80GB", 1),))
+        for n in ("g1", "g2")
+    ]
     verdicts = evaluate((({}, {}),), facts, ms)
     assert [(v.node, v.passed) for v in verdicts] == [("g1", False), ("g2", False)]
     assert f"{UUIDS[0]} is also reported by g2" in verdicts[0].note
-    bad = node_ms("g3", identity_csv(H100["product_name"], H100["memory_mib"], count=1, uuids=["GPU-nonsense"]))
+    bad = node_ms(
+        "g3", identity_csv(H100["product_name"], H100["memory_mib"], count=1, uuids=["GPU-nonsense"])
+    )
     (v,) = judge((("H100-SXM5-80GB", 1),), bad, node="g3")
     assert not v.passed and "'GPU-nonsense' is not a GPU UUID" in v.note
 
@@ -147,7 +154,10 @@ def test_xid_lines_in_nvidias_documented_forms_are_counted_per_gpu():
         f"1, {UUIDS[1]}, {H100['product_name']}, {H100['memory_mib']}, 00000000:03:00.0, [N/A]\n"
         f"2, {UUIDS[2]}, {H100['product_name']}, {H100['memory_mib']}, 00000000:05:00.0, [N/A]\n",
     )
-    by_pci = {gpu_health.pci_key(str(m.label("pci_bus_id"))): (str(m.label("gpu")), str(m.label("uuid"))) for m in ident}
+    by_pci = {
+        gpu_health.pci_key(str(m.label("pci_bus_id"))): (str(m.label("gpu")), str(m.label("uuid")))
+        for m in ident
+    }
     log = (
         "[ 1234.5] NVRM: GPU at 0000:03:00: GPU-b850f46d-d5ea-c752-ddf3-c4453e44d3f7\n"
         "[ 1234.6] NVRM: Xid (0000:03:00): 14, Channel 00000001\n"
@@ -186,17 +196,23 @@ def test_the_inventory_script_runs_its_three_sections_and_says_which_failed(tmp_
         tmp_path,
         {
             "nvidia-smi": (
-                'case "$1" in --query-gpu=*) cat <<"E"\n' + identity + 'E\n;;\n'
+                'case "$1" in --query-gpu=*) cat <<"E"\n' + identity + "E\n;;\n"
                 '--query-remapped-rows=*) printf "%s, 0, 0, No, No\\n%s, 1, 0, No, No\\n" '
                 f'"{UUIDS[0]}" "{UUIDS[1]}";;\nesac\n'
             ),
             "journalctl": 'echo "NVRM: Xid (PCI:0000:19:00): 13, pid=42, Graphics Exception"\n',
         },
     )
-    run = subprocess.run(["sh", "-c", gpu_health.inventory_command()], env=env, capture_output=True, text=True)
+    run = subprocess.run(
+        ["sh", "-c", gpu_health.inventory_command()], env=env, capture_output=True, text=True
+    )
     ms, problems = gpu_health.parse_inventory(run.stdout, node="g1")
     assert problems == {}
-    assert {(m.field, m.label("gpu"), m.value) for m in ms if m.field in ("xid.errors", "remapped_rows.correctable")} == {
+    assert {
+        (m.field, m.label("gpu"), m.value)
+        for m in ms
+        if m.field in ("xid.errors", "remapped_rows.correctable")
+    } == {
         ("xid.errors", "0", 0.0),
         ("xid.errors", "1", 1.0),  # 0000:19:00 is GPU 1 (00000000:19:00.0)
         ("remapped_rows.correctable", "0", 0.0),
@@ -205,21 +221,30 @@ def test_the_inventory_script_runs_its_three_sections_and_says_which_failed(tmp_
     # No driver: every section says why; no kernel log readable: the xid section says so.
     env = fake_tools(
         tmp_path / "b",
-        {"nvidia-smi": "echo 'NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver.'; exit 9\n"},
+        {
+            "nvidia-smi": "echo 'NVIDIA-SMI has failed because it could not communicate with the "
+            "NVIDIA driver.'; exit 9\n"
+        },
     )
-    run = subprocess.run(["sh", "-c", gpu_health.inventory_command()], env=env, capture_output=True, text=True)
+    run = subprocess.run(
+        ["sh", "-c", gpu_health.inventory_command()], env=env, capture_output=True, text=True
+    )
     ms, problems = gpu_health.parse_inventory(run.stdout, node="g1")
     assert ms == [] and set(problems) == {"identity", "remapped-rows", "xid"}
     assert "exit status 9" in problems["identity"] and "NVIDIA driver" in problems["identity"]
     env = fake_tools(
         tmp_path / "c",
         {
-            "nvidia-smi": 'case "$1" in --query-gpu=*) cat <<"E"\n' + identity + "E\n;;\n*) echo '[N/A], [N/A]';; esac\n",
+            "nvidia-smi": 'case "$1" in --query-gpu=*) cat <<"E"\n'
+            + identity
+            + "E\n;;\n*) echo '[N/A], [N/A]';; esac\n",
             "journalctl": "exit 1\n",
             "dmesg": "echo 'dmesg: read kernel buffer failed: Operation not permitted' >&2; exit 1\n",
         },
     )
-    run = subprocess.run(["sh", "-c", gpu_health.inventory_command()], env=env, capture_output=True, text=True)
+    run = subprocess.run(
+        ["sh", "-c", gpu_health.inventory_command()], env=env, capture_output=True, text=True
+    )
     ms, problems = gpu_health.parse_inventory(run.stdout, node="g1")
     assert {m.field for m in ms} == {"memory.total"}
     assert "neither journalctl -k nor dmesg" in problems["xid"]
@@ -228,7 +253,9 @@ def test_the_inventory_script_runs_its_three_sections_and_says_which_failed(tmp_
 
 def test_values_nvidia_smi_reports_as_errors_are_not_taken_as_absent():
     with pytest.raises(MeasurementParseError, match=r"memory.total is \[Unknown Error\]"):
-        gpu_health.parse_identity(f"0, {UUIDS[0]}, {H100['product_name']}, [Unknown Error], 00000000:18:00.0, No\n")
+        gpu_health.parse_identity(
+            f"0, {UUIDS[0]}, {H100['product_name']}, [Unknown Error], 00000000:18:00.0, No\n"
+        )
     with pytest.raises(MeasurementParseError, match="neither Yes nor No"):
         gpu_health.parse_remapped_rows(f"{UUIDS[0]}, 0, 0, Maybe, No\n")
 
@@ -240,7 +267,11 @@ def sample(gpu: int, values: list[str], fields: tuple[str, ...] = gpu_health.LOA
     """One ``MATMUL-SAMPLE`` line as the matmul probe prints it: the nvidia-smi CSV of
     ``fields`` (pcie gen current, gen max, width current, width max, then the reasons
     hw_slowdown, hw_thermal_slowdown, hw_power_brake_slowdown, sw_thermal_slowdown, sw_power_cap)."""
-    return "MATMUL-SAMPLE " + json.dumps({"gpu": gpu, "fields": ",".join(fields), "csv": ", ".join(values)}) + "\n"
+    return (
+        "MATMUL-SAMPLE "
+        + json.dumps({"gpu": gpu, "fields": ",".join(fields), "csv": ", ".join(values)})
+        + "\n"
+    )
 
 
 NA = "Not Active"
@@ -255,7 +286,9 @@ def test_throttle_reasons_and_pcie_downgrade_under_load_are_measured_and_judged(
         + sample(1, ["3", "5", "8", "16", NA, "Active", NA, NA, NA])
         + sample(1, ["4", "5", "8", "16", NA, NA, NA, NA, NA])
         # GPU 2: an older driver's names; the power-brake reason [Not Supported] on the board.
-        + sample(2, ["4", "4", "16", "16", "Active", NA, "[Not Supported]", NA, NA], gpu_health.LOAD_FIELDS_LEGACY)
+        + sample(
+            2, ["4", "4", "16", "16", "Active", NA, "[Not Supported]", NA, NA], gpu_health.LOAD_FIELDS_LEGACY
+        )
     )
     ms = gpu_health.parse_load_samples(text, node="g1")
     got = {(m.field, m.label("gpu")): m.value for m in ms}
@@ -263,7 +296,10 @@ def test_throttle_reasons_and_pcie_downgrade_under_load_are_measured_and_judged(
     assert got[("clocks_event_reasons.slowdown", "0")] == 0.0
     assert got[("clocks_event_reasons.hw_thermal_slowdown", "1")] == 0.5
     assert got[("clocks_event_reasons.slowdown", "1")] == 0.5
-    assert got[("clocks_event_reasons.slowdown", "2")] == 1.0 and ("clocks_event_reasons.hw_power_brake_slowdown", "2") not in got
+    assert (
+        got[("clocks_event_reasons.slowdown", "2")] == 1.0
+        and ("clocks_event_reasons.hw_power_brake_slowdown", "2") not in got
+    )
     assert (got[("pcie.link.gen.current", "1")], got[("pcie.link.gen.downgrade", "1")]) == (3.0, 2.0)
     assert got[("pcie.link.width.downgrade", "1")] == 8.0 and got[("pcie.link.width.downgrade", "0")] == 0.0
     verdicts = evaluate(
@@ -289,13 +325,18 @@ def test_throttle_reasons_and_pcie_downgrade_under_load_are_measured_and_judged(
 
 def test_a_sample_that_failed_or_has_other_fields_is_an_error():
     with pytest.raises(MeasurementParseError, match="is not a valid field"):
-        gpu_health.parse_load_samples('MATMUL-SAMPLE {"gpu": 0, "error": "Field \\"x\\" is not a valid field to query."}\n')
+        gpu_health.parse_load_samples(
+            'MATMUL-SAMPLE {"gpu": 0, "error": "Field \\"x\\" is not a valid field to query."}\n'
+        )
     with pytest.raises(MeasurementParseError, match="unexpected fields"):
         gpu_health.parse_load_samples(sample(0, ["5"], ("pcie.link.gen.current",)))
 
 
 def test_min_tflops_reads_the_probe_in_flop_per_second():
-    line = 'MATMUL {"gpu": 0, "n": 8192, "iters": 1, "seconds": 60.0, "flops": 4.0e14, "first_window_flops": 4.1e14, "last_window_flops": 3.9e14}\n'
+    line = (
+        'MATMUL {"gpu": 0, "n": 8192, "iters": 1, "seconds": 60.0, "flops": 4.0e14, '
+        '"first_window_flops": 4.1e14, "last_window_flops": 3.9e14}\n'
+    )
     ms = probes.parse_matmul(line, node="g1")
     (v,) = evaluate((({}, {"min_tflops": 500.0}),), [NodeFacts("g1", "fra1", (), (), False)], ms)
     assert (v.value, v.passed) == (pytest.approx(400.0), False)
@@ -312,7 +353,9 @@ def dcgm_v4(statuses: dict[str, list[str]], warning: str = "") -> str:
     def result(gpu: int, status: str) -> dict:
         entry: dict = {"entity_group": "GPU", "entity_group_id": 1, "entity_id": gpu, "status": status}
         if status == "Fail":
-            entry["warnings"] = [{"warning": warning, "error_id": 95, "error_category": 1, "error_severity": 2}]
+            entry["warnings"] = [
+                {"warning": warning, "error_id": 95, "error_category": 1, "error_severity": 2}
+            ]
         return entry
 
     tests = [
@@ -325,21 +368,27 @@ def dcgm_v4(statuses: dict[str, list[str]], warning: str = "") -> str:
     ]
     doc = {
         "DCGM Diagnostic": {"test_categories": [{"category": "Deployment", "tests": tests}]},
-        "entity_groups": [{"entity_group": "GPU", "entity_group_id": 1, "entities": [{"entity_id": 0, "device_id": "2330"}]}],
+        "entity_groups": [
+            {"entity_group": "GPU", "entity_group_id": 1, "entities": [{"entity_id": 0, "device_id": "2330"}]}
+        ],
         "metadata": {"version": "4.5.3", "Driver Version Detected": "570.172.08"},
     }
     return json.dumps(doc, indent=3) + "\n@@swarm-gpu-rc dcgmi 0\n"
 
 
 def test_dcgm_diag_json_pass_and_fail_and_the_threshold():
-    passed = gpu_health.parse_dcgm_diag(dcgm_v4({"software": ["Pass", "Pass"], "pcie": ["Pass", "Skip"]}), 1, node="g1")
+    passed = gpu_health.parse_dcgm_diag(
+        dcgm_v4({"software": ["Pass", "Pass"], "pcie": ["Pass", "Skip"]}), 1, node="g1"
+    )
     assert {(m.field, m.label("test")): m.value for m in passed} == {
         ("diag.failures", "software"): 0.0,
         ("diag.failures", "pcie"): 0.0,
         ("diag.passed_level", None): 1.0,
     }
     failed = gpu_health.parse_dcgm_diag(
-        dcgm_v4({"software": ["Pass", "Pass"], "pcie": ["Pass", "Fail"]}, "GPU 1 PCIe link degraded"), 1, node="g2"
+        dcgm_v4({"software": ["Pass", "Pass"], "pcie": ["Pass", "Fail"]}, "GPU 1 PCIe link degraded"),
+        1,
+        node="g2",
     )
     assert {(m.field, m.label("test")): m.value for m in failed}[("diag.passed_level", None)] == 0.0
     facts = [NodeFacts(n, "fra1", (), (), False) for n in ("g1", "g2")]
@@ -349,16 +398,44 @@ def test_dcgm_diag_json_pass_and_fail_and_the_threshold():
 
 
 def test_dcgm_3x_json_a_runtime_error_and_an_absent_dcgmi():
-    v3 = {"DCGM GPU Diagnostic": {"test_categories": [{"category": "Integration", "tests": [{"name": "PCIe", "results": [{"gpu_id": "0", "status": "Fail", "warnings": [{"warning": "x", "error_id": 1}]}]}]}]}}
+    v3 = {
+        "DCGM GPU Diagnostic": {
+            "test_categories": [
+                {
+                    "category": "Integration",
+                    "tests": [
+                        {
+                            "name": "PCIe",
+                            "results": [
+                                {
+                                    "gpu_id": "0",
+                                    "status": "Fail",
+                                    "warnings": [{"warning": "x", "error_id": 1}],
+                                }
+                            ],
+                        }
+                    ],
+                }
+            ]
+        }
+    }
     ms = gpu_health.parse_dcgm_diag(json.dumps(v3), 2, node="g1")
-    assert {(m.field, m.label("level")): m.value for m in ms} == {("diag.failures", "2"): 1.0, ("diag.passed_level", "2"): 0.0}
+    assert {(m.field, m.label("level")): m.value for m in ms} == {
+        ("diag.failures", "2"): 1.0,
+        ("diag.passed_level", "2"): 0.0,
+    }
     # Diag.cpp HelperDisplayFailureMessage: {"DCGM Diagnostic": {"version": ..., "runtime_error": msg}}
     err = {"DCGM Diagnostic": {"version": "4.5.3", "runtime_error": "Unable to connect to the host engine"}}
     with pytest.raises(MeasurementParseError, match="host engine"):
         gpu_health.parse_dcgm_diag(json.dumps(err), 1)
     with pytest.raises(MeasurementParseError, match="no JSON report"):
         gpu_health.parse_dcgm_diag("Error: unable to establish a connection\n@@swarm-gpu-rc dcgmi 1\n", 1)
-    out = subprocess.run(["sh", "-c", gpu_health.dcgm_diag_command(1)], env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
+    out = subprocess.run(
+        ["sh", "-c", gpu_health.dcgm_diag_command(1)],
+        env={"PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+    )
     with pytest.raises(gpu_health.DcgmUnavailable, match="not installed"):
         gpu_health.parse_dcgm_diag(out.stdout, 1)
     with pytest.raises(ValueError):
@@ -380,7 +457,9 @@ def test_a_run_on_a_node_without_dcgm_reports_it_not_measured_not_failed(tmp_pat
     )
 
     def shell(node: str, command: str, timeout_s: float, stdin: str | None = None) -> fleetrun.Result:
-        proc = subprocess.run(["sh", "-c", command], env=env, capture_output=True, text=True, timeout=timeout_s)
+        proc = subprocess.run(
+            ["sh", "-c", command], env=env, capture_output=True, text=True, timeout=timeout_s
+        )
         return fleetrun.Result(proc.returncode, proc.stdout, proc.stderr)
 
     node = NodeTarget("g1", "a", "127.0.0.1", None, False, None, "nvml", False)

@@ -139,9 +139,7 @@ def test_a_run_measures_both_paths_respects_nat_and_reports_what_it_cannot_measu
         ("a-hub", "b-n"),
     }
     assert {m.label("node") for m in out.measurements if m.tool == "fio"} == {"a-w"}
-    assert ("a-w", fleetrun.GPU_PROBES, NOT_SIMULATED) in {
-        (n.node, n.what, n.why) for n in out.not_measured
-    }
+    assert ("a-w", fleetrun.GPU_PROBES, NOT_SIMULATED) in {(n.node, n.what, n.why) for n in out.not_measured}
     assert any("round 1/" in line for line in lines) and lines[-1].startswith("inference: done")
     # Without a RayCluster, training and inference are not applicable, not failures.
     assert {(n.part, n.why) for n in out.not_measured if n.part in ("training", "inference")} == {
@@ -231,7 +229,10 @@ def test_the_matmul_probe_says_why_it_cannot_run_and_its_lines_parse():
         'MATMUL {"gpu": 0, "n": 8192, "iters": 4200, "seconds": 60.2, "flops": 7.6e14, '
         '"first_window_flops": 7.9e14, "last_window_flops": 6.1e14}\n'
     )
-    got = {m.field: (m.value, m.unit, m.label("gpu"), m.label("node")) for m in probes.parse_matmul(line, node="g1")}
+    got = {
+        m.field: (m.value, m.unit, m.label("gpu"), m.label("node"))
+        for m in probes.parse_matmul(line, node="g1")
+    }
     assert got == {
         "matmul.flops": (7.6e14, "FLOP/s", "0", "g1"),
         "matmul.flops.first_window": (7.9e14, "FLOP/s", "0", "g1"),

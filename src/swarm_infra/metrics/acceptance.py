@@ -111,7 +111,16 @@ def evaluate(
             if problems is None:
                 out.append(Verdict(node.name, "gpu_identity", 0.0, None, False, "not measured"))
             else:
-                out.append(Verdict(node.name, "gpu_identity", 0.0, float(len(problems)), not problems, "; ".join(problems)))
+                out.append(
+                    Verdict(
+                        node.name,
+                        "gpu_identity",
+                        0.0,
+                        float(len(problems)),
+                        not problems,
+                        "; ".join(problems),
+                    )
+                )
         for thresholds in matched:
             for name, limit in thresholds.items():
                 if node.simulated_gpu and (name == "min_tflops" or name in gpu_health.THRESHOLDS):

@@ -268,14 +268,22 @@ class _Run:
         for section, reason in sorted(problems.items()):
             self._miss(node.name, "gpu", f"GPU {section}", reason)
         o = self.options
-        result = self.shell(node.name, probes.matmul_command(o.matmul_python, seconds=o.matmul_seconds), o.matmul_seconds + 300)
+        result = self.shell(
+            node.name,
+            probes.matmul_command(o.matmul_python, seconds=o.matmul_seconds),
+            o.matmul_seconds + 300,
+        )
         try:
             out += probes.parse_matmul(result.stdout, **lab)
             out += gpu_health.parse_load_samples(result.stdout, **lab)
         except MeasurementParseError as exc:
-            self._miss(node.name, "gpu", "matmul FLOP/s under load", str(exc) if result.rc == 0 else why(result))
+            self._miss(
+                node.name, "gpu", "matmul FLOP/s under load", str(exc) if result.rc == 0 else why(result)
+            )
         level = o.dcgm_diag_level
-        result = self.shell(node.name, gpu_health.dcgm_diag_command(level), gpu_health.DCGM_DIAG_TIMEOUT_S[level])
+        result = self.shell(
+            node.name, gpu_health.dcgm_diag_command(level), gpu_health.DCGM_DIAG_TIMEOUT_S[level]
+        )
         try:
             out += gpu_health.parse_dcgm_diag(result.stdout, level, **lab)
         except gpu_health.DcgmUnavailable as exc:
@@ -289,7 +297,9 @@ class _Run:
         for t in self.targets.values():
             if t.gpu_backend == "simulated":
                 self._miss(t.name, "gpu", GPU_PROBES, NOT_SIMULATED, failed=False)
-        self.progress(f"gpu: identity, health, matmul and DCGM diagnostics on {len(real)} node(s) with real GPUs")
+        self.progress(
+            f"gpu: identity, health, matmul and DCGM diagnostics on {len(real)} node(s) with real GPUs"
+        )
         for ms in self._parallel(self.telemetry, real, self.options.max_parallel):
             self.outcome.measurements += ms
 

@@ -77,11 +77,14 @@ LOAD_FIELDS = (
 )
 """``nvidia-smi --query-gpu`` fields the matmul probe samples on each GPU while it is loaded."""
 
-LOAD_FIELDS_LEGACY = tuple(f.replace("clocks_event_reasons.", "clocks_throttle_reasons.") for f in LOAD_FIELDS)
+LOAD_FIELDS_LEGACY = tuple(
+    f.replace("clocks_event_reasons.", "clocks_throttle_reasons.") for f in LOAD_FIELDS
+)
 """The same fields under the names of drivers before ``clocks_event_reasons`` (tried second)."""
 
 UUID = re.compile(r"GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-"""An NVML GPU UUID as nvidia-smi prints it (the Xid document's ``GPU-b850f46d-d5ea-c752-ddf3-c4453e44d3f7``)."""
+"""An NVML GPU UUID as nvidia-smi prints it (the Xid document's example:
+``GPU-b850f46d-d5ea-c752-ddf3-c4453e44d3f7``)."""
 
 MEMORY_TOLERANCE = 0.01
 """How far below the catalog's ``memory_mib`` a GPU's ``memory.total`` may be and still be
@@ -111,10 +114,10 @@ def inventory_command() -> str:
     return (
         f"echo '{_MARK}identity'\n"
         f"nvidia-smi --query-gpu={_csv_list(IDENTITY_FIELDS)} {fmt} 2>&1\n"
-        f"echo \"{_MARK.strip()}-rc identity $?\"\n"
+        f'echo "{_MARK.strip()}-rc identity $?"\n'
         f"echo '{_MARK}remapped-rows'\n"
         f"nvidia-smi --query-remapped-rows={_csv_list(REMAPPED_ROWS_FIELDS)} {fmt} 2>&1\n"
-        f"echo \"{_MARK.strip()}-rc remapped-rows $?\"\n"
+        f'echo "{_MARK.strip()}-rc remapped-rows $?"\n'
         f"echo '{_MARK}xid'\n"
         "k=$(mktemp) || exit 1\n"
         'if journalctl -k -b -q --no-pager >"$k" 2>/dev/null || dmesg >"$k" 2>/dev/null; then\n'
@@ -213,9 +216,15 @@ def parse_identity(text: str, **labels: str | int | None) -> list[Measurement]:
             continue
         c = _cells(line, IDENTITY_FIELDS, "nvidia-smi")
         if c["index"] is None or c["uuid"] is None or c["name"] is None or c["memory.total"] is None:
-            raise MeasurementParseError(f"nvidia-smi: a GPU without index, uuid, name or memory.total: {line!r}")
-        lab = make_labels(gpu=c["index"], uuid=c["uuid"], name=c["name"], pci_bus_id=c["pci.bus_id"], **labels)
-        out.append(Measurement("nvidia-smi", "memory.total", _number("memory.total", c["memory.total"]), "MiB", lab))
+            raise MeasurementParseError(
+                f"nvidia-smi: a GPU without index, uuid, name or memory.total: {line!r}"
+            )
+        lab = make_labels(
+            gpu=c["index"], uuid=c["uuid"], name=c["name"], pci_bus_id=c["pci.bus_id"], **labels
+        )
+        out.append(
+            Measurement("nvidia-smi", "memory.total", _number("memory.total", c["memory.total"]), "MiB", lab)
+        )
         if c["retired_pages.pending"] is not None:
             value = _flag("retired_pages.pending", c["retired_pages.pending"])
             out.append(Measurement("nvidia-smi", "retired_pages.pending", value, "flag", lab))
@@ -366,7 +375,8 @@ def parse_load_samples(text: str, **labels: str | int | None) -> list[Measuremen
         known = [False] * len(samples)
         for reason in REPORTED_REASONS:
             field = f"clocks_event_reasons.{reason}"
-            flags = [(i, _event(field, s[field])) for i, s in enumerate(samples) if s[field] is not None]
+            cells = [(i, s[field]) for i, s in enumerate(samples)]
+            flags = [(i, _event(field, cell)) for i, cell in cells if cell is not None]
             if not flags:
                 continue
             out.append(Measurement("nvidia-smi", field, sum(f for _, f in flags) / len(flags), "ratio", lab))
@@ -441,7 +451,9 @@ def parse_dcgm_diag(text: str, level: int, **labels: str | int | None) -> list[M
                 bad = [r for r in test.get("results", []) if str(r["status"]) == "Fail"]
                 failed += len(bad)
                 warnings = [w.get("warning", "") for r in bad for w in r.get("warnings", []) or []]
-                lab = make_labels(test=name, level=level, warning=(warnings[0][:200] if warnings else None), **labels)
+                lab = make_labels(
+                    test=name, level=level, warning=(warnings[0][:200] if warnings else None), **labels
+                )
                 out.append(Measurement("dcgmi", "diag.failures", float(len(bad)), "count", lab))
     except (KeyError, TypeError, AttributeError) as exc:
         raise MeasurementParseError(f"dcgmi diag: unexpected report shape ({exc!r})") from None
@@ -507,13 +519,16 @@ def threshold_value(name: str, node: str, ms: list[Measurement]) -> float | None
 def failed_tests(node: str, ms: list[Measurement]) -> list[str]:
     """The DCGM tests that failed on the node, as ``name (level N): first warning``."""
     return [
-        f"{m.label('test')} (level {m.label('level')})" + (f": {m.label('warning')}" if m.label("warning") else "")
+        f"{m.label('test')} (level {m.label('level')})"
+        + (f": {m.label('warning')}" if m.label("warning") else "")
         for m in ms
         if m.label("node") == node and m.field == "diag.failures" and m.value > 0
     ]
 
 
-def identity_problems(node: str, declared: Iterable[tuple[str, int]], ms: list[Measurement]) -> list[str] | None:
+def identity_problems(
+    node: str, declared: Iterable[tuple[str, int]], ms: list[Measurement]
+) -> list[str] | None:
     """Why the GPUs nvidia-smi reported on ``node`` are not the ones it declares, one line per
     problem ([] when they are); None when the run has no identity for the node (not measured).
 
@@ -541,9 +556,7 @@ def identity_problems(node: str, declared: Iterable[tuple[str, int]], ms: list[M
         want[catalog[model]["product_name"]] += count
     got = Counter(str(m.label("name")) for m in reported)
     if got != want:
-        problems.append(
-            f"declared {_models(declared)} ({_names(want)}); nvidia-smi reports {_names(got)}"
-        )
+        problems.append(f"declared {_models(declared)} ({_names(want)}); nvidia-smi reports {_names(got)}")
     memory = {catalog[model]["product_name"]: (model, catalog[model]["memory_mib"]) for model, _ in declared}
     for m in reported:
         name = str(m.label("name"))
@@ -562,7 +575,9 @@ def identity_problems(node: str, declared: Iterable[tuple[str, int]], ms: list[M
         {
             (str(m.label("uuid")), str(m.label("node")))
             for m in ms
-            if m.field == "memory.total" and m.tool == "nvidia-smi" and m.label("node") != node
+            if m.field == "memory.total"
+            and m.tool == "nvidia-smi"
+            and m.label("node") != node
             and m.label("uuid") in uuids
         }
     )

@@ -285,7 +285,8 @@ def run(gpu):
         if t1 - started >= seconds:
             break
     elapsed = t1 - started
-    emit("MATMUL", {"gpu": gpu, "n": n, "iters": iters, "seconds": elapsed, "flops": 2 * n**3 * iters / elapsed,
+    emit("MATMUL", {"gpu": gpu, "n": n, "iters": iters, "seconds": elapsed,
+                    "flops": 2 * n**3 * iters / elapsed,
                     "first_window_flops": windows[0], "last_window_flops": windows[-1]})
 
 def guarded(gpu):
@@ -343,8 +344,12 @@ def parse_matmul(text: str, **labels: str | int | None) -> list[Measurement]:
                 lab = make_labels(gpu=int(run["gpu"]), **labels)
                 out += [
                     Measurement("torch", "matmul.flops", float(run["flops"]), "FLOP/s", lab),
-                    Measurement("torch", "matmul.flops.first_window", float(run["first_window_flops"]), "FLOP/s", lab),
-                    Measurement("torch", "matmul.flops.last_window", float(run["last_window_flops"]), "FLOP/s", lab),
+                    Measurement(
+                        "torch", "matmul.flops.first_window", float(run["first_window_flops"]), "FLOP/s", lab
+                    ),
+                    Measurement(
+                        "torch", "matmul.flops.last_window", float(run["last_window_flops"]), "FLOP/s", lab
+                    ),
                     Measurement("torch", "matmul.seconds", float(run["seconds"]), "s", lab),
                 ]
             except (ValueError, KeyError, TypeError) as exc:
