@@ -375,8 +375,8 @@ def parse_load_samples(text: str, **labels: str | int | None) -> list[Measuremen
         known = [False] * len(samples)
         for reason in REPORTED_REASONS:
             field = f"clocks_event_reasons.{reason}"
-            cells = [(i, s[field]) for i, s in enumerate(samples)]
-            flags = [(i, _event(field, cell)) for i, cell in cells if cell is not None]
+            column = [(i, s[field]) for i, s in enumerate(samples)]
+            flags = [(i, _event(field, cell)) for i, cell in column if cell is not None]
             if not flags:
                 continue
             out.append(Measurement("nvidia-smi", field, sum(f for _, f in flags) / len(flags), "ratio", lab))
