@@ -469,3 +469,63 @@ def test_a_run_on_a_node_without_dcgm_reports_it_not_measured_not_failed(tmp_pat
     misses = {(n.what, n.failed) for n in out.not_measured}
     assert ("dcgmi diag -r 1", False) in misses  # no DCGM here: not applicable, not a failure
     assert ("matmul FLOP/s under load", True) in misses  # no PyTorch here: the probe says why
+
+
+STUB_TORCH = '''
+"""A stand-in for PyTorch with two CUDA devices whose matmul does nothing: it runs the
+probe's own control flow (threads, timed windows, samples) on a machine without a GPU."""
+bfloat16 = "bf16"
+class device:
+    def __init__(self, kind, index):
+        self.index = index
+class _M:
+    def __matmul__(self, other):
+        return self
+def randn(*shape, dtype=None, device=None):
+    return _M()
+class cuda:
+    @staticmethod
+    def is_available():
+        return True
+    @staticmethod
+    def device_count():
+        return 2
+    @staticmethod
+    def synchronize(device=None):
+        pass
+'''
+
+
+def test_the_matmul_script_loads_every_gpu_for_its_duration_and_samples_under_load(tmp_path):
+    """The probe's script itself, run with a stand-in torch module and an nvidia-smi that
+    knows only the pre-R535 ``clocks_throttle_reasons`` names (so the script must fall back)."""
+    (tmp_path / "torch.py").write_text(STUB_TORCH)
+    legacy_row = "4, 4, 16, 16, Not Active, Not Active, Not Active, Not Active, Active"
+    env = fake_tools(
+        tmp_path,
+        {
+            "nvidia-smi": (
+                'case "$3" in *clocks_event_reasons*) '
+                "echo 'Field \"clocks_event_reasons.hw_slowdown\" is not a valid field to query.'; exit 2;; esac\n"
+                f"echo '{legacy_row}'\n"
+            )
+        },
+    )
+    env["PYTHONPATH"] = str(tmp_path)
+    run = subprocess.run(
+        ["sh", "-c", probes.matmul_command("python3", 64, 2.5)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    flops = {m.label("gpu"): m for m in probes.parse_matmul(run.stdout) if m.field == "matmul.seconds"}
+    assert set(flops) == {"0", "1"} and all(m.value >= 2.5 for m in flops.values())
+    samples = [
+        json.loads(x.partition(" ")[2]) for x in run.stdout.splitlines() if x.startswith("MATMUL-SAMPLE")
+    ]
+    assert samples and {s["fields"] for s in samples} == {",".join(gpu_health.LOAD_FIELDS_LEGACY)}
+    got = {(m.field, m.label("gpu")): m.value for m in gpu_health.parse_load_samples(run.stdout)}
+    assert got[("clocks_event_reasons.sw_power_cap", "0")] == 1.0
+    assert got[("clocks_event_reasons.slowdown", "1")] == 0.0 and got[("pcie.link.gen.downgrade", "1")] == 0.0
