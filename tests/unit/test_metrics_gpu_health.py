@@ -506,7 +506,8 @@ def test_the_matmul_script_loads_every_gpu_for_its_duration_and_samples_under_lo
         {
             "nvidia-smi": (
                 'case "$3" in *clocks_event_reasons*) '
-                "echo 'Field \"clocks_event_reasons.hw_slowdown\" is not a valid field to query.'; exit 2;; esac\n"
+                "echo 'Field \"clocks_event_reasons.hw_slowdown\" is not a valid field to query.'; "
+                "exit 2;; esac\n"
                 f"echo '{legacy_row}'\n"
             )
         },
