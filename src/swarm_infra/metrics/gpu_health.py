@@ -24,7 +24,9 @@ What is read, and from where (the sources each parser is written against):
   :data:`LOAD_FIELDS` (``--help-query-gpu``: ``pcie.link.gen.current`` / ``.max`` and
   ``pcie.link.width.current`` / ``.max``, which "may be reduced when the GPU is not in use",
   hence sampled under load; ``clocks_event_reasons.*``, called ``clocks_throttle_reasons.*``
-  by drivers before R535, :data:`LOAD_FIELDS_LEGACY`).
+  by drivers before R535 (the rename shows in driver 535.113.01's output:
+  utkuozdemir/nvidia_gpu_exporter issue #123; the R550 help lists both spellings),
+  :data:`LOAD_FIELDS_LEGACY`).
 - **DCGM diagnostics** (:func:`dcgm_diag_command`): ``dcgmi diag -r LEVEL -j``; the JSON
   shape is NVIDIA/DCGM v4.5.3 ``dcgmi/Diag.cpp`` ``HelperJsonBuildOutput`` /
   ``HelperJsonAddResult`` with the keys of ``nvvs/include/NvvsJsonStrings.h`` (top key
@@ -392,9 +394,11 @@ def parse_load_samples(text: str, **labels: str | int | None) -> list[Measuremen
 
 
 DCGM_DIAG_TIMEOUT_S = {1: 300, 2: 1200, 3: 3600, 4: 3 * 3600}
-"""How long ``dcgmi diag -r LEVEL`` may take: NVIDIA's DCGM Diagnostics guide gives levels
-1 (quick, under a minute), 2 (a few minutes), 3 (about 30 minutes) and 4 (one to two hours);
-these limits leave room for 8 GPUs and a slow node."""
+"""How long ``dcgmi diag -r LEVEL`` may take before the run gives up on it. NVIDIA's
+``dcgmi diag`` reference (DCGM documentation, "dcgmi diag", ``--run``): level 1 "quick
+deployment checks, normally lasting seconds", 2 "approximately two minutes", 3
+"approximately 15 minutes", 4 "extended, longer-running"; the limits leave room for a slow
+node. Non-datacenter GPUs (GeForce) support level 1 only (same page)."""
 
 
 def dcgm_diag_command(level: int) -> str:
