@@ -210,7 +210,7 @@ def pci_key(bus_id: str) -> tuple[int, int, int]:
 
 def parse_identity(text: str, **labels: str | int | None) -> list[Measurement]:
     """Per GPU, ``memory.total`` (MiB) labelled with its identity (``gpu`` index, ``uuid``,
-    ``name``, ``pci_bus_id``), and ``retired_pages.pending`` (flag 1/0) where the board
+    ``name``, ``pci_bus_id``), and ``retired_pages.pending`` (bool 1/0) where the board
     reports it. Raises MeasurementParseError on a malformed line, or when no GPU is listed."""
     out: list[Measurement] = []
     for line in text.splitlines():
@@ -229,7 +229,7 @@ def parse_identity(text: str, **labels: str | int | None) -> list[Measurement]:
         )
         if c["retired_pages.pending"] is not None:
             value = _flag("retired_pages.pending", c["retired_pages.pending"])
-            out.append(Measurement("nvidia-smi", "retired_pages.pending", value, "flag", lab))
+            out.append(Measurement("nvidia-smi", "retired_pages.pending", value, "bool", lab))
     if not out:
         raise MeasurementParseError("nvidia-smi: no GPU reported")
     return out
@@ -239,7 +239,7 @@ def parse_remapped_rows(
     text: str, gpus: Mapping[str, str] | None = None, **labels: str | int | None
 ) -> list[Measurement]:
     """Per GPU, ``remapped_rows.correctable`` / ``.uncorrectable`` (count) and ``.pending`` /
-    ``.failure`` (flag 1/0), from ``--query-remapped-rows`` output (one line per GPU,
+    ``.failure`` (bool 1/0), from ``--query-remapped-rows`` output (one line per GPU,
     :data:`REMAPPED_ROWS_FIELDS`). ``gpus`` maps a UUID to its index (label ``gpu``). A GPU
     without row remapping (before Ampere) prints ``[N/A]`` and gives nothing."""
     out: list[Measurement] = []
@@ -254,7 +254,7 @@ def parse_remapped_rows(
             if cell is None:
                 continue
             if field.endswith(("pending", "failure")):
-                out.append(Measurement("nvidia-smi", field, _flag(field, cell), "flag", lab))
+                out.append(Measurement("nvidia-smi", field, _flag(field, cell), "bool", lab))
             else:
                 out.append(Measurement("nvidia-smi", field, _number(field, cell), "count", lab))
     return out
