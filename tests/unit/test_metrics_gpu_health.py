@@ -483,7 +483,15 @@ class _M:
         return self
 def randn(*shape, dtype=None, device=None):
     return _M()
+class _Props:
+    def __init__(self, uuid):
+        if uuid:
+            self.uuid = uuid
 class cuda:
+    @staticmethod
+    def get_device_properties(index):
+        # Device 0 as a PyTorch that reports the UUID, device 1 as one that does not.
+        return _Props("b850f46d-d5ea-c752-ddf3-c4453e44d3f7" if index == 0 else None)
     @staticmethod
     def is_available():
         return True
@@ -505,6 +513,9 @@ def test_the_matmul_script_loads_every_gpu_for_its_duration_and_samples_under_lo
         tmp_path,
         {
             "nvidia-smi": (
+                # An nvidia-smi that knows no such UUID (exit 6, as for an unknown -i): the
+                # probe falls back to the index.
+                'case "$2" in GPU-*) echo "No devices were found"; exit 6;; esac\n'
                 'case "$3" in *clocks_event_reasons*) '
                 "echo 'Field \"clocks_event_reasons.hw_slowdown\" is not a valid field to query.'; "
                 "exit 2;; esac\n"
@@ -530,3 +541,5 @@ def test_the_matmul_script_loads_every_gpu_for_its_duration_and_samples_under_lo
     got = {(m.field, m.label("gpu")): m.value for m in gpu_health.parse_load_samples(run.stdout)}
     assert got[("clocks_event_reasons.sw_power_cap", "0")] == 1.0
     assert got[("clocks_event_reasons.slowdown", "1")] == 0.0 and got[("pcie.link.gen.downgrade", "1")] == 0.0
+    uuids = {m.label("gpu"): m.label("uuid") for m in gpu_health.parse_load_samples(run.stdout)}
+    assert uuids == {"0": UUIDS[0], "1": None}

@@ -328,9 +328,10 @@ def parse_inventory(text: str, **labels: str | int | None) -> tuple[list[Measure
 
 
 def parse_load_samples(text: str, **labels: str | int | None) -> list[Measurement]:
-    """What the matmul probe's ``MATMUL-SAMPLE {json}`` lines (``{"gpu": i, "fields": "a,b",
-    "csv": "..."}``, one nvidia-smi sample of :data:`LOAD_FIELDS` taken while GPU ``i`` ran the
-    matmul) say, per GPU: ``pcie.link.gen.current`` / ``pcie.link.width.current`` (the lowest
+    """What the matmul probe's ``MATMUL-SAMPLE {json}`` lines (``{"gpu": i, "uuid": "GPU-...",
+    "fields": "a,b", "csv": "..."}``, one nvidia-smi sample of :data:`LOAD_FIELDS` taken while
+    GPU ``i`` ran the matmul; ``uuid`` where PyTorch reports it) say, per GPU (labels ``gpu``
+    and ``uuid``): ``pcie.link.gen.current`` / ``pcie.link.width.current`` (the lowest
     sampled), ``pcie.link.gen.max`` / ``pcie.link.width.max`` (the highest), the derived
     ``pcie.link.gen.downgrade`` (generations) and ``pcie.link.width.downgrade`` (lanes): max -
     lowest current; per reason of :data:`REPORTED_REASONS`, ``clocks_event_reasons.<reason>``
@@ -338,6 +339,7 @@ def parse_load_samples(text: str, **labels: str | int | None) -> list[Measuremen
     (ratio: samples with any of :data:`SLOWDOWN_REASONS` Active). A sample whose nvidia-smi
     call failed (``{"gpu": i, "error": "..."}``) raises MeasurementParseError."""
     per_gpu: dict[int, list[dict[str, str | None]]] = {}
+    uuids: dict[int, str] = {}
     for line in text.splitlines():
         if not line.startswith("MATMUL-SAMPLE "):
             continue
@@ -346,6 +348,8 @@ def parse_load_samples(text: str, **labels: str | int | None) -> list[Measuremen
             gpu = int(sample["gpu"])
             if "error" in sample:
                 raise MeasurementParseError(f"nvidia-smi during the matmul: {str(sample['error'])[:200]}")
+            if sample.get("uuid"):
+                uuids[gpu] = str(sample["uuid"])
             fields = tuple(str(sample["fields"]).split(","))
             csv = str(sample["csv"]).strip()
         except (ValueError, KeyError, TypeError) as exc:
@@ -358,7 +362,7 @@ def parse_load_samples(text: str, **labels: str | int | None) -> list[Measuremen
         )
     out: list[Measurement] = []
     for gpu, samples in sorted(per_gpu.items()):
-        lab = make_labels(gpu=gpu, **labels)
+        lab = make_labels(gpu=gpu, uuid=uuids.get(gpu), **labels)
 
         def values(field: str, read: Any, samples: list[dict[str, str | None]] = samples) -> list[float]:
             return [read(field, s[field]) for s in samples if s[field] is not None]

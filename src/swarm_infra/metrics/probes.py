@@ -230,7 +230,9 @@ def parse_inference(text: str, **labels: str | int | None) -> list[Measurement]:
 
 
 MATMUL_SCRIPT = """
-import json, subprocess, sys, threading, time
+import json, os, subprocess, sys, threading, time
+# CUDA numbers devices fastest first unless told otherwise; nvidia-smi samples by UUID below.
+os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
 try:
     import torch
 except ImportError:
@@ -244,24 +246,31 @@ def emit(tag, record):
     with lock:
         print(tag + " " + json.dumps(record), flush=True)
 
-def sample(gpu):
-    # nvidia-smi while this GPU's queue is full: the first field list the driver accepts.
+def gpu_uuid(gpu):
+    uuid = getattr(torch.cuda.get_device_properties(gpu), "uuid", None)  # where PyTorch has it
+    return f"GPU-{uuid}" if uuid is not None else None
+
+def sample(gpu, uuid):
+    # nvidia-smi while this GPU's queue is full: by UUID, else by index (PCI bus order, as
+    # CUDA_DEVICE_ORDER above), with the first field list the driver accepts.
     error = "no field list"
-    for fields in queries:
-        try:
-            r = subprocess.run(["nvidia-smi", "-i", str(gpu), "--query-gpu=" + fields,
-                                "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30)
-        except (OSError, subprocess.SubprocessError) as exc:
-            error = str(exc)
-            continue
-        if r.returncode == 0:
-            emit("MATMUL-SAMPLE", {"gpu": gpu, "fields": fields, "csv": r.stdout.strip()})
-            return
-        error = (r.stderr or r.stdout).strip()[-200:]
-    emit("MATMUL-SAMPLE", {"gpu": gpu, "error": error})
+    for ident in [x for x in (uuid, str(gpu)) if x]:
+        for fields in queries:
+            try:
+                r = subprocess.run(["nvidia-smi", "-i", ident, "--query-gpu=" + fields,
+                                    "--format=csv,noheader,nounits"],
+                                   capture_output=True, text=True, timeout=30)
+            except (OSError, subprocess.SubprocessError) as exc:
+                error = str(exc)
+                continue
+            if r.returncode == 0:
+                emit("MATMUL-SAMPLE", {"gpu": gpu, "uuid": uuid, "fields": fields, "csv": r.stdout.strip()})
+                return
+            error = (r.stderr or r.stdout).strip()[-200:]
+    emit("MATMUL-SAMPLE", {"gpu": gpu, "uuid": uuid, "error": error})
 
 def run(gpu):
-    device = torch.device("cuda", gpu)
+    device, uuid = torch.device("cuda", gpu), gpu_uuid(gpu)
     a = torch.randn(n, n, dtype=torch.bfloat16, device=device)
     b = torch.randn(n, n, dtype=torch.bfloat16, device=device)
     for _ in range(3):
@@ -277,7 +286,7 @@ def run(gpu):
         for _ in range(batch):
             a @ b
         if queries and len(windows) % 5 == 1:
-            sample(gpu)
+            sample(gpu, uuid)
         torch.cuda.synchronize(device)
         t1 = time.perf_counter()
         windows.append(2 * n**3 * batch / (t1 - t0))
@@ -285,7 +294,7 @@ def run(gpu):
         if t1 - started >= seconds:
             break
     elapsed = t1 - started
-    emit("MATMUL", {"gpu": gpu, "n": n, "iters": iters, "seconds": elapsed,
+    emit("MATMUL", {"gpu": gpu, "uuid": uuid, "n": n, "iters": iters, "seconds": elapsed,
                     "flops": 2 * n**3 * iters / elapsed,
                     "first_window_flops": windows[0], "last_window_flops": windows[-1]})
 
@@ -326,7 +335,7 @@ def matmul_command(python: str = "python3", n: int = 8192, seconds: float = MATM
 
 
 def parse_matmul(text: str, **labels: str | int | None) -> list[Measurement]:
-    """Per ``MATMUL {json}`` line (label ``gpu``): ``matmul.flops`` (FLOP/s over the whole
+    """Per ``MATMUL {json}`` line (labels ``gpu``, and ``uuid`` where PyTorch reports it): ``matmul.flops`` (FLOP/s over the whole
     timed run), ``matmul.flops.first_window`` and ``matmul.flops.last_window`` (FLOP/s of its
     first and last ~1 s window: a drop from first to last is throttling) and
     ``matmul.seconds`` (s, the timed run's length). Raises MeasurementParseError with the
@@ -341,7 +350,7 @@ def parse_matmul(text: str, **labels: str | int | None) -> list[Measurement]:
         if line.startswith("MATMUL "):
             try:
                 run = json.loads(line[len("MATMUL ") :])
-                lab = make_labels(gpu=int(run["gpu"]), **labels)
+                lab = make_labels(gpu=int(run["gpu"]), uuid=run.get("uuid"), **labels)
                 out += [
                     Measurement("torch", "matmul.flops", float(run["flops"]), "FLOP/s", lab),
                     Measurement(
