@@ -336,11 +336,11 @@ def matmul_command(python: str = "python3", n: int = 8192, seconds: float = MATM
 
 def parse_matmul(text: str, **labels: str | int | None) -> list[Measurement]:
     """Per ``MATMUL {json}`` line (labels ``gpu``, and ``uuid`` where PyTorch reports it):
-    ``matmul.flops`` (FLOP/s over the whole timed run), ``matmul.flops.first_window`` and ``matmul.flops.last_window`` (FLOP/s of its
-    first and last ~1 s window: a drop from first to last is throttling) and
-    ``matmul.seconds`` (s, the timed run's length). Raises MeasurementParseError with the
-    probe's reason when it printed ``MATMUL-UNAVAILABLE`` or ``MATMUL-FAILED`` (a GPU that
-    cannot run it), or when no line came."""
+    ``matmul.flops`` (FLOP/s over the whole timed run), ``matmul.flops.first_window`` and
+    ``matmul.flops.last_window`` (FLOP/s of its first and last ~1 s window: a drop from first
+    to last is throttling) and ``matmul.seconds`` (s, the timed run's length). Raises
+    MeasurementParseError with the probe's reason when it printed ``MATMUL-UNAVAILABLE`` or
+    ``MATMUL-FAILED`` (a GPU that cannot run it), or when no line came."""
     out = []
     for line in text.splitlines():
         if line.startswith("MATMUL-UNAVAILABLE"):
