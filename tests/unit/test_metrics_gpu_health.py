@@ -37,11 +37,15 @@ from pathlib import Path
 
 import pytest
 
+from swarm_infra.cli import main
 from swarm_infra.metrics import fleetrun, gpu_health, probes
 from swarm_infra.metrics.acceptance import NOT_SIMULATED, NodeFacts, evaluate
+from swarm_infra.metrics.history import History
 from swarm_infra.metrics.measurement import Measurement, MeasurementParseError
 from swarm_infra.metrics.targets import NodeTarget
 from swarm_infra.resolve.catalog import gpu_catalog
+
+from .conftest import fleet_dirs
 
 H100 = gpu_catalog()["H100-SXM5-80GB"]
 A100 = gpu_catalog()["A100-SXM4-80GB"]
@@ -543,3 +547,33 @@ def test_the_matmul_script_loads_every_gpu_for_its_duration_and_samples_under_lo
     assert got[("clocks_event_reasons.slowdown", "1")] == 0.0 and got[("pcie.link.gen.downgrade", "1")] == 0.0
     uuids = {m.label("gpu"): m.label("uuid") for m in gpu_health.parse_load_samples(run.stdout)}
     assert uuids == {"0": UUIDS[0], "1": None}
+
+
+def test_accept_on_the_example_fleet_fails_a_node_whose_gpus_are_not_the_declared_model(tmp_path, capsys):
+    """`swarm metrics accept` end to end: fra1-gpu-01 declares 8 x H100-SXM5-80GB (nvml) in
+    inventory/example; the recorded run says nvidia-smi saw 8 A100s there."""
+    history = History(tmp_path / "m.db")
+    history.record(
+        "example",
+        "2026-11-26T15:00:00+00:00",
+        node_ms("fra1-gpu-01", identity_csv(A100["product_name"], A100["memory_mib"])),
+    )
+    history.close()
+    paths = [str(d) for d in fleet_dirs("example")]
+    args = [
+        "metrics",
+        "accept",
+        *paths,
+        "--fleet",
+        "example",
+        "--db",
+        str(tmp_path / "m.db"),
+        "--limit",
+        "fra1-gpu-01",
+    ]
+    assert main(args) == 1
+    out = capsys.readouterr().out
+    assert (
+        f"fra1-gpu-01: gpu_identity = 1, threshold 0 (declared 8 x H100-SXM5-80GB (8 x {H100['product_name']}); "
+        f"nvidia-smi reports 8 x {A100['product_name']})"
+    ) in out
