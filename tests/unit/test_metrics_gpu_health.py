@@ -575,5 +575,6 @@ def test_accept_on_the_example_fleet_fails_a_node_whose_gpus_are_not_the_declare
     out = capsys.readouterr().out
     assert (
         "fra1-gpu-01: gpu_identity = 1, threshold 0 "
-        f"(declared 8 x H100-SXM5-80GB (8 x {H100['product_name']}); nvidia-smi reports 8 x {A100['product_name']})"
+        f"(declared 8 x H100-SXM5-80GB (8 x {H100['product_name']}); "
+        f"nvidia-smi reports 8 x {A100['product_name']})"
     ) in out
