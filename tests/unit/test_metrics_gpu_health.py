@@ -200,7 +200,10 @@ def test_the_inventory_script_runs_its_three_sections_and_says_which_failed(tmp_
         tmp_path,
         {
             "nvidia-smi": (
-                'case "$1" in --query-gpu=*) cat <<"E"\n' + identity + "E\n;;\n"
+                # A warning on stderr beside a good answer (exit 0) is not part of the CSV.
+                'case "$1" in --query-gpu=*) echo "WARNING: a warning" >&2; cat <<"E"\n'
+                + identity
+                + "E\n;;\n"
                 '--query-remapped-rows=*) printf "%s, 0, 0, No, No\\n%s, 1, 0, No, No\\n" '
                 f'"{UUIDS[0]}" "{UUIDS[1]}";;\nesac\n'
             ),

@@ -111,23 +111,28 @@ def inventory_command() -> str:
     :data:`IDENTITY_FIELDS`), ``remapped-rows`` (``--query-remapped-rows``) and ``xid`` (the
     ``NVRM: Xid`` lines of this boot's kernel log: ``journalctl -k -b``, else ``dmesg``).
     Read it back with :func:`parse_inventory`. Needs read access to the kernel log (root, or
-    the ``adm``/``systemd-journal`` group) for the XID section."""
+    the ``adm``/``systemd-journal`` group) for the XID section; it keeps the last 100,000
+    XID lines."""
     fmt = "--format=csv,noheader,nounits"
+    # stderr is shown only when a command fails: a warning nvidia-smi prints beside a good
+    # answer must not become a CSV line.
     return (
+        "d=$(mktemp -d) || exit 1\n"
+        "trap 'rm -rf \"$d\"' EXIT\n"
         f"echo '{_MARK}identity'\n"
-        f"nvidia-smi --query-gpu={_csv_list(IDENTITY_FIELDS)} {fmt} 2>&1\n"
-        f'echo "{_MARK.strip()}-rc identity $?"\n'
+        f'nvidia-smi --query-gpu={_csv_list(IDENTITY_FIELDS)} {fmt} 2>"$d/err"; rc=$?\n'
+        '[ $rc -eq 0 ] || cat "$d/err"\n'
+        f'echo "{_MARK.strip()}-rc identity $rc"\n'
         f"echo '{_MARK}remapped-rows'\n"
-        f"nvidia-smi --query-remapped-rows={_csv_list(REMAPPED_ROWS_FIELDS)} {fmt} 2>&1\n"
-        f'echo "{_MARK.strip()}-rc remapped-rows $?"\n'
+        f'nvidia-smi --query-remapped-rows={_csv_list(REMAPPED_ROWS_FIELDS)} {fmt} 2>"$d/err"; rc=$?\n'
+        '[ $rc -eq 0 ] || cat "$d/err"\n'
+        f'echo "{_MARK.strip()}-rc remapped-rows $rc"\n'
         f"echo '{_MARK}xid'\n"
-        "k=$(mktemp) || exit 1\n"
-        'if journalctl -k -b -q --no-pager >"$k" 2>/dev/null || dmesg >"$k" 2>/dev/null; then\n'
-        "  grep -F 'NVRM: Xid' \"$k\" | tail -n 100000; rc=0\n"
+        'if journalctl -k -b -q --no-pager >"$d/k" 2>/dev/null || dmesg >"$d/k" 2>/dev/null; then\n'
+        "  grep -F 'NVRM: Xid' \"$d/k\" | tail -n 100000; rc=0\n"
         "else\n"
         "  echo 'neither journalctl -k nor dmesg could read the kernel log'; rc=1\n"
         "fi\n"
-        'rm -f "$k"\n'
         f'echo "{_MARK.strip()}-rc xid $rc"\n'
     )
 
