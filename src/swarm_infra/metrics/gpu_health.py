@@ -128,7 +128,10 @@ def inventory_command() -> str:
         '[ $rc -eq 0 ] || cat "$d/err"\n'
         f'echo "{_MARK.strip()}-rc remapped-rows $rc"\n'
         f"echo '{_MARK}xid'\n"
-        'if journalctl -k -b -q --no-pager >"$d/k" 2>/dev/null || dmesg >"$d/k" 2>/dev/null; then\n'
+        # An empty log is unreadable, not clean: journalctl without the right to read the
+        # journal prints nothing and exits 0; this boot's kernel log is never empty.
+        'if { journalctl -k -b -q --no-pager >"$d/k" 2>/dev/null && [ -s "$d/k" ]; } ||\n'
+        '   { dmesg >"$d/k" 2>/dev/null && [ -s "$d/k" ]; }; then\n'
         "  grep -F 'NVRM: Xid' \"$d/k\" | tail -n 100000; rc=0\n"
         "else\n"
         "  echo 'neither journalctl -k nor dmesg could read the kernel log'; rc=1\n"
