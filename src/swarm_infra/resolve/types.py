@@ -278,6 +278,8 @@ class RayNodeState(TypedDict):
     ports: dict[str, int]  # gcs, node_manager, object_manager, ..., min_worker, max_worker
     dashboard: RayDashboardState | None  # the head's dashboard and job API; None elsewhere
     firewall: RayFirewallState
+    wan_rtt_ms: float  # worst RTT head site <-> a member's site, ms (measured or declared, the higher)
+    config: dict[str, int]  # Ray config (health check, GCS reconnect) from wan_rtt_ms: RAY_<name> in the unit
     start_args: list[str]  # `ray start ...` arguments after `ray`: the units' ExecStart, for both engines
 
 
