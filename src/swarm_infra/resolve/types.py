@@ -88,7 +88,8 @@ class DriverState(TypedDict):
     allow_reboot: bool
     apt_version: str  # the Debian version glob that pins it: "570.86.15-*" or "570.*"
     packages: list[str]  # installed at apt_version and held
-    extra_packages: list[str]  # installed at their newest version (the container toolkit)
+    extra_packages: list[str]  # installed at their newest version (pynvml)
+    absent_packages: list[str]  # removed where installed: the container toolkit (the GPU Operator's)
     apt_sources: list[AptSource]  # NVIDIA's repositories
     debian_components: list[str]  # what the node's Debian source must offer (contrib, non-free...)
     fabric_manager: bool  # NVSwitch: nvidia-fabricmanager pinned with the driver, and running
