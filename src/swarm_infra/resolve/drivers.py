@@ -202,7 +202,7 @@ class DriverPlan(TypedDict):
     secure_boot: bool
     headers: list[str]  # linux-headers packages to install (unpinned)
     add: list[AptSource]  # sources to write (sources.list.d/NAME.list), keys to fetch
-    remove: list[AptSource]  # our own entries to drop (a foreign one for the same repository)
+    remove: list[AptSource]  # our entries to drop: a foreign one has the repository; the toolkit's
     notes: list[str]
     problems: list[str]  # refusals: nothing is installed when there is one
 

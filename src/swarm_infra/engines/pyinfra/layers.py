@@ -130,7 +130,7 @@ def drivers_layer(require_device: bool = True, kernel_headers: bool = True) -> N
     )
     keyrings = layout["files"]["apt_keyrings_dir"]["path"]
     sources = [
-        apt.repo(name=f"Drop our {src['name']} apt source (the node has its own)", src=src["repo"],
+        apt.repo(name=f"Drop our {src['name']} apt source (unused)", src=src["repo"],
                  filename=src["name"], present=False)
         for src in plan["remove"]
     ]  # fmt: skip
