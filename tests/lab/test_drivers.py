@@ -106,7 +106,8 @@ def test_installs_the_pinned_version_and_holds_it(repo_on_node, tmp_path) -> Non
     # 570.124.06 and 575.51.03 are newer in the repository: the pin keeps them out.
     pinned = driver_state({"branch": "570", "version": "570.86.15"})["packages"]
     assert {p: installed(p) for p in pinned} == dict.fromkeys(pinned, "570.86.15-1")
-    assert installed("nvidia-container-toolkit") == "1.17.4-1"
+    # No container toolkit: the GPU Operator's owns the runtime (issue #23).
+    assert not installed("nvidia-container-toolkit")
     # pynvml for the node-side GPU code: Debian's, from contrib, on the stand-in's libnvidia-ml1.
     assert installed("python3-pynvml").startswith("11.")
     assert "contrib" in on_node(NODE, "cat /etc/apt/sources.list.d/swarm-debian-nvidia.list").stdout
@@ -121,6 +122,16 @@ def test_installs_the_pinned_version_and_holds_it(repo_on_node, tmp_path) -> Non
     # `apt upgrade` does not move the driver either.
     on_node(NODE, "DEBIAN_FRONTEND=noninteractive apt-get -y -q upgrade")
     assert installed("nvidia-driver-cuda") == "570.86.15-1"
+
+
+def test_a_toolkit_an_earlier_converge_installed_is_removed(repo_on_node, tmp_path) -> None:
+    """Issue #23: earlier converges installed nvidia-container-toolkit beside the GPU
+    Operator's toolkit; the drivers layer now removes it (driver.absent_packages)."""
+    on_node(NODE, "DEBIAN_FRONTEND=noninteractive apt-get install -y -q nvidia-container-toolkit")
+    assert installed("nvidia-container-toolkit") == "1.17.4-1"
+    proc = drivers(tmp_path, "570.86.15")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert not installed("nvidia-container-toolkit")
 
 
 def test_second_run_changes_nothing(repo_on_node, tmp_path) -> None:

@@ -43,9 +43,8 @@ def _archive_version() -> str:
 def _converge(tmp: Path, driver: dict) -> object:
     data = {
         "drivers_state": {"backend": "nvml", "driver": driver},
-        # NVIDIA's container toolkit repository is not reachable from the lab.
         "drivers_apt_sources": [],
-        "drivers_unpinned_packages": [p for p in driver["extra_packages"] if p != "nvidia-container-toolkit"],
+        "drivers_unpinned_packages": driver["extra_packages"],
         "drivers_require_device": False,
         # The host's kernel is not the node's: no headers for it (nor a module build of minutes).
         "drivers_kernel_headers": False,

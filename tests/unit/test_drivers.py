@@ -92,7 +92,7 @@ def test_nvidia_set_is_the_guides_compute_only_set_with_open_modules() -> None:
     assert {"nvidia-driver-cuda", "nvidia-kernel-open-dkms", "nvidia-persistenced"} <= set(driver["packages"])
     # nvidia-driver-cuda carries nvidia-smi and conflicts with a separate one.
     assert "nvidia-smi" not in driver["packages"] + driver["extra_packages"]
-    assert {"python3-pynvml", "nvidia-container-toolkit"} <= set(driver["extra_packages"])
+    assert "python3-pynvml" in driver["extra_packages"]
     assert driver["debian_components"] == ["contrib"]  # python3-pynvml's component
     assert "nvidia-fabricmanager" not in driver["packages"]
 
@@ -218,6 +218,58 @@ def test_the_container_toolkits_own_source_is_adopted_too(tmp_path: Path) -> Non
     assert _apt_reads(tmp_path, _after(files, plan)).returncode == 0
 
 
+def test_no_container_toolkit_on_the_nodes_and_our_old_source_goes() -> None:
+    """Issue #23: one owner of the container runtime, the GPU Operator's toolkit
+    (D.CONTAINER_RUNTIME_OWNER). Neither source installs the toolkit or adds its repository;
+    both remove the toolkit's packages; the repository entry an earlier converge wrote is
+    dropped (not refused as another NVIDIA source), a provider's own entry is left, noted."""
+    toolkit = {"nvidia-container-toolkit", "nvidia-container-toolkit-base",
+               "libnvidia-container-tools", "libnvidia-container1"}  # fmt: skip
+    for source, branch in (("nvidia-cuda", "570"), ("debian", "535")):
+        driver = driver_state({"source": source, "branch": branch})
+        assert not toolkit & {*driver["packages"], *driver["extra_packages"]}
+        assert set(driver["absent_packages"]) == toolkit
+        assert not any("nvidia.github.io" in s["repo"] for s in driver["apt_sources"])
+    keyrings = node_layout()["files"]["apt_keyrings_dir"]["path"]
+    ours = (
+        f"deb [signed-by={keyrings}/nvidia-container-toolkit.asc] "
+        "https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH) /\n"
+    )
+    debian = {"/etc/apt/sources.list": "deb http://deb.debian.org/debian bookworm main contrib\n"}
+    driver = driver_state({"branch": "570"})
+    plan = driver_plan(
+        driver, probe({**debian, "/etc/apt/sources.list.d/nvidia-container-toolkit.list": ours})
+    )
+    assert plan["problems"] == []
+    assert [s["name"] for s in plan["remove"]] == ["nvidia-container-toolkit"]
+    assert plan["remove"][0]["repo"] + "\n" == ours
+    theirs = ours.replace(
+        f"{keyrings}/nvidia-container-toolkit.asc", "/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg"
+    )
+    plan = driver_plan(
+        driver, probe({**debian, "/etc/apt/sources.list.d/nvidia-container-toolkit.list": theirs})
+    )
+    assert plan["problems"] == [] and plan["remove"] == []
+    assert any("container toolkit repository left in place" in n for n in plan["notes"])
+
+
+def test_the_runtime_owner_check_flags_two_owners_and_none() -> None:
+    with_toolkit = {**driver_state({"branch": "570"}), "absent_packages": []}
+    with_toolkit["extra_packages"] = [*with_toolkit["extra_packages"], "nvidia-container-toolkit"]
+    without = driver_state({"branch": "570"})
+    on, off = {"toolkit": {"enabled": True}}, {"toolkit": {"enabled": False}}
+    assert D.container_runtime_problems({"a": without, "b": None}, on) == []
+    assert D.container_runtime_problems({"a": without}, {}) == []  # the chart's default: on
+    assert D.container_runtime_problems({"a": without}, None) == []  # no Operator deployed
+    (two,) = D.container_runtime_problems({"a": with_toolkit}, on)
+    assert two.startswith("a: ") and "two owners" in two
+    assert D.container_runtime_problems({"a": with_toolkit}, off) == []
+    (none,) = D.container_runtime_problems({"a": without}, off)
+    assert "nothing configures containerd" in none
+    both = {**with_toolkit, "absent_packages": ["nvidia-container-toolkit"]}
+    assert any("installs and removes" in p for p in D.container_runtime_problems({"a": both}, off))
+
+
 def test_another_nvidia_source_is_refused() -> None:
     files = {"/etc/apt/sources.list": "deb http://deb.debian.org/debian bookworm main contrib\n",
              "/etc/apt/sources.list.d/cuda.list":
@@ -260,7 +312,7 @@ def test_no_debian_source_is_refused_and_a_complete_one_is_left_alone() -> None:
         "non-free-firmware\n"
     }
     plan = driver_plan(driver, probe(full))
-    assert plan["problems"] == [] and [s["name"] for s in plan["add"]] == ["nvidia-container-toolkit"]
+    assert plan["problems"] == [] and plan["add"] == []
 
 
 # --------------------------------------------------------- Secure Boot, kernels

@@ -142,6 +142,8 @@ def _ansible(layer: str, hostvars: dict[str, Any], groups: set[str], node: dict[
             managed["downloads"].append((a["url"], a["dest"], a["mode"]))
         elif m == "apt_repository":
             managed["sources"].append((a["filename"], a["repo"], a.get("state", "present")))
+        elif m == "apt" and "name" in a and a.get("state") == "absent":
+            managed["absent"] += list(a["name"])
         elif m == "apt" and "name" in a:
             for name in a["name"]:
                 package, _, version = str(name).partition("=")
@@ -216,6 +218,10 @@ class _Recorder:
 
     def apt_install(self, packages: list[str], **kw: Any) -> _Op:
         self.m["packages"].update(dict.fromkeys(packages))
+        return _Op()
+
+    def apt_absent(self, packages: list[str], **kw: Any) -> _Op:
+        self.m["absent"] += list(packages)
         return _Op()
 
     def apt_pinned(self, packages: list[str], version: str, **kw: Any) -> _Op:
@@ -342,8 +348,8 @@ def _pyinfra(layer: str, node: dict[str, Any], monkeypatch: pytest.MonkeyPatch) 
 
 
 def _empty() -> dict[str, Any]:
-    return {"files": {}, "downloads": [], "sources": [], "packages": {}, "held": [], "units": {},
-            "pip": None, "tunables": [], "gpu": None, "reboot": False, "notes": set(),
+    return {"files": {}, "downloads": [], "sources": [], "packages": {}, "absent": [], "held": [],
+            "units": {}, "pip": None, "tunables": [], "gpu": None, "reboot": False, "notes": set(),
             "refused": None}  # fmt: skip
 
 

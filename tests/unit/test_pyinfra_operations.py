@@ -245,7 +245,10 @@ def test_snapshot_spec_asks_for_what_the_node_declares() -> None:
     ]  # fmt: skip
     assert spec["units"] == ["ray-head.service", "wg-quick@wg0.service"]  # a bare name is a .service
     layers = {p for names in PACKAGES.values() for p in names} | set(FILESYSTEM_PACKAGES.values())
-    assert spec["packages"] == sorted(layers | {"nvidia-driver", "nvidia-container-toolkit"})
+    # The driver layer's packages, and those it removes (their installed state is read too).
+    assert spec["packages"] == sorted(
+        layers | {"nvidia-driver", "python3-pynvml", "nvidia-container-toolkit"}
+    )
     assert {"wireguard-tools", "mdadm", "xfsprogs", "python3-venv"} <= set(spec["packages"])
     assert spec["devices"] == ["/dev/md/scratch", "/dev/nvme0n1", "/dev/nvme1n1"]  # members and target
     assert (spec["interfaces"], spec["wireguard"], spec["mounts"]) == (["wg0"], ["wg0"], ["/scratch"])

@@ -154,6 +154,45 @@ def test_gpu_operator_owns_the_runtime_the_node_layer_the_driver_and_mig(example
     assert not configured, "the node layer now configures the runtime: turn the toolkit off"
 
 
+# NVIDIA Container Toolkit install guide ("Installing the NVIDIA Container Toolkit", With apt:
+# Ubuntu, Debian): the packages it installs, each at one version.
+NVIDIA_TOOLKIT_PACKAGES = {
+    "nvidia-container-toolkit",
+    "nvidia-container-toolkit-base",
+    "libnvidia-container-tools",
+    "libnvidia-container1",
+}
+
+
+@pytest.mark.parametrize("fleet", FLEETS)
+def test_one_owner_of_the_container_runtime(fleet: str, example_run: Run) -> None:
+    """Issue #23: the node layer installed nvidia-container-toolkit on every GPU node while
+    the Operator's toolkit (on) configured containerd too; NVIDIA's GPU Operator
+    documentation ("Install NVIDIA GPU Operator", chart option ``toolkit.enabled``) turns the
+    Operator's off where the host has one. The Operator owns it: no GPU node of either fleet
+    installs a toolkit package, and every one removes an earlier one."""
+    values = releases(example_run)["gpu-operator"]["values"]
+    assert value(values, ("toolkit", "enabled")) is True
+    drivers = [n["gpu"]["driver"] for n in state(fleet)["nodes"].values() if n["gpu"] and n["gpu"]["driver"]]
+    assert drivers, f"{fleet}: no GPU node with a driver layer"
+    for driver in drivers:
+        assert not NVIDIA_TOOLKIT_PACKAGES & {*driver["packages"], *driver["extra_packages"]}
+        assert set(driver["absent_packages"]) == NVIDIA_TOOLKIT_PACKAGES
+        assert not any("libnvidia-container" in s["repo"] for s in driver["apt_sources"])
+
+
+def test_the_stack_refuses_a_node_layer_that_installs_a_toolkit_beside_the_operators(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The check the stack runs before it registers the Operator, fed what the old node layer
+    decided (the toolkit among the unpinned packages of each source)."""
+    from swarm_infra.resolve import drivers as D
+
+    monkeypatch.setattr(D, "UNPINNED", {k: (*v, "nvidia-container-toolkit") for k, v in D.UNPINNED.items()})
+    with pytest.raises(ValueError, match="two owners of the container runtime"):
+        run_stack(StackConfig(), monkeypatch)
+
+
 @pytest.mark.parametrize("fleet", FLEETS)
 def test_no_node_patch_conflicts_with_the_operators_labels(fleet: str, example_run: Run) -> None:
     """Item 5, day two: a node joins, NFD and GFD label it (MIG-capable GPUs), the Operator

@@ -30,10 +30,14 @@ Sources of the package sets:
   (``Source: nvidia-graphics-drivers``) is pinned, while ``nvidia-persistenced`` (contrib,
   its own version line, 535.171.04) is not.
 * Both: ``python3-pynvml`` (bookworm contrib 11.525.112-1, ``Depends: libnvidia-ml1 | ... |
-  libnvidia-ml.so.1``) for the node-side GPU code, which imports pynvml; the NVIDIA
-  container toolkit from NVIDIA's libnvidia-container repository; the kernel headers of the
-  running kernel and the ``linux-headers-<flavour>`` meta package (DKMS builds the module
-  for every kernel whose headers are installed, and skips a kernel without them).
+  libnvidia-ml.so.1``) for the node-side GPU code, which imports pynvml; the kernel headers
+  of the running kernel and the ``linux-headers-<flavour>`` meta package (DKMS builds the
+  module for every kernel whose headers are installed, and skips a kernel without them).
+
+The container runtime has one owner, :data:`CONTAINER_RUNTIME_OWNER`: the GPU Operator's
+toolkit, never the node layer. The node layer installs no NVIDIA Container Toolkit and
+removes the one an earlier converge installed (:data:`TOOLKIT_PACKAGES`, with our former apt
+source); see :func:`container_runtime_problems` for the rule both layers are held to.
 """
 
 from __future__ import annotations
@@ -53,12 +57,37 @@ DEBIAN_SUITE = "bookworm"
 DEBIAN_BRANCH = "535"
 NVIDIA_CUDA_REPO = "https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/"
 NVIDIA_TOOLKIT_REPO = "https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH)"
-# NVIDIA's apt repositories: the CUDA repository (driver packages) and the libnvidia-container
-# repository (the container toolkit,
-# https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/install-guide.html).
+# NVIDIA's CUDA repository (driver packages).
 CUDA_SOURCE = ("nvidia-cuda", f"{NVIDIA_CUDA_REPO}3bf863cc.pub", f"{NVIDIA_CUDA_REPO} /")
+# The libnvidia-container repository (the container toolkit,
+# https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/install-guide.html),
+# as earlier converges added it: now only dropped where a node still has our entry.
 TOOLKIT_SOURCE = ("nvidia-container-toolkit", "https://nvidia.github.io/libnvidia-container/gpgkey",
                   f"{NVIDIA_TOOLKIT_REPO} /")  # fmt: skip
+
+# Who configures containerd for the NVIDIA runtime (and writes the CDI spec) on the fleet's
+# Kubernetes GPU nodes: the GPU Operator's toolkit (``toolkit.enabled: true``, ``cdi.enabled:
+# true``; engines/pulumi gpu_operator_values follows this). Why the Operator and not the node
+# layer: it is the Operator's default and NVIDIA's documented path for nodes whose driver is
+# pre-installed ("Install NVIDIA GPU Operator", chart option driver.enabled=false with the
+# toolkit left to the Operator); it writes the containerd config of the Kubernetes
+# distribution it runs on (its toolkit.env: CONTAINERD_CONFIG, CONTAINERD_SOCKET) and restarts
+# containerd itself; its toolkit is the version its release validates with its device plugin
+# and CDI; and it regenerates the CDI spec whenever its toolkit pod starts, which it does after
+# the reboot a driver change needs. NVIDIA says a host toolkit and the Operator's are not to be
+# combined (the same page: toolkit.enabled=false "when using the Operator on systems with
+# pre-installed NVIDIA runtimes"), so the node layer installs none. Bare-node Ray starts no
+# containers: its nodes need no toolkit either.
+CONTAINER_RUNTIME_OWNER = "gpu-operator"
+# The NVIDIA Container Toolkit's Debian packages, as NVIDIA's install guide installs them
+# (nvidia-container-toolkit, nvidia-container-toolkit-base, libnvidia-container-tools,
+# libnvidia-container1, each at one version): removed from the nodes where installed.
+TOOLKIT_PACKAGES = (
+    "nvidia-container-toolkit",
+    "nvidia-container-toolkit-base",
+    "libnvidia-container-tools",
+    "libnvidia-container1",
+)
 # Hosts whose apt sources are NVIDIA's: a node with one of them that is not a declared
 # source is refused (it would mix two driver origins).
 NVIDIA_HOSTS = ("developer.download.nvidia.com", "nvidia.github.io")
@@ -70,8 +99,8 @@ PINNED = {
     "debian": ("nvidia-kernel-dkms", "nvidia-smi", "libnvidia-ml1", "libcuda1", "firmware-nvidia-gsp"),
 }
 UNPINNED = {
-    "nvidia-cuda": ("python3-pynvml", "nvidia-container-toolkit"),
-    "debian": ("nvidia-persistenced", "python3-pynvml", "nvidia-container-toolkit"),
+    "nvidia-cuda": ("python3-pynvml",),
+    "debian": ("nvidia-persistenced", "python3-pynvml"),
 }
 DEBIAN_COMPONENTS = {
     # python3-pynvml is in contrib.
@@ -125,7 +154,9 @@ def driver_state(driver: Mapping[str, Any], gpus: Iterable[Mapping[str, Any]] = 
     glob that pins it (``570.86.15-*`` for a version, ``570.*`` for a branch;
     apt_preferences(5) and ``apt-get install name=glob``; NVIDIA's and Debian's packages
     carry a revision, ``570.86.15-1``), ``packages`` installed at that glob and held,
-    ``extra_packages`` installed at their newest version, ``apt_sources`` (NVIDIA's, each a
+    ``extra_packages`` installed at their newest version, ``absent_packages`` removed where
+    installed (the container toolkit: :data:`CONTAINER_RUNTIME_OWNER`), ``apt_sources``
+    (NVIDIA's, each a
     one-line ``deb`` entry signed by the key fetched into the layout's ``apt_keyrings_dir``),
     ``debian_components`` the node's Debian source must offer, and ``fabric_manager``."""
     source = driver.get("source", "nvidia-cuda")
@@ -133,7 +164,7 @@ def driver_state(driver: Mapping[str, Any], gpus: Iterable[Mapping[str, Any]] = 
     keyrings = node_layout()["files"]["apt_keyrings_dir"]["path"]
     fabric = fabric_manager_needed(gpus)
     pinned = [*PINNED[source], *([FABRIC_MANAGER] if fabric and source == "nvidia-cuda" else [])]
-    sources = [CUDA_SOURCE, TOOLKIT_SOURCE] if source == "nvidia-cuda" else [TOOLKIT_SOURCE]
+    sources = [CUDA_SOURCE] if source == "nvidia-cuda" else []
     return {
         "source": source,
         "branch": driver["branch"],
@@ -142,6 +173,7 @@ def driver_state(driver: Mapping[str, Any], gpus: Iterable[Mapping[str, Any]] = 
         "apt_version": f"{version}-*" if version else f"{driver['branch']}.*",
         "packages": pinned,
         "extra_packages": list(UNPINNED[source]),
+        "absent_packages": list(TOOLKIT_PACKAGES) if CONTAINER_RUNTIME_OWNER == "gpu-operator" else [],
         "apt_sources": [
             {"name": name, "key_url": key, "repo": f"deb [signed-by={keyrings}/{name}.asc] {url}"}
             for name, key, url in sources
@@ -170,7 +202,7 @@ class DriverPlan(TypedDict):
     secure_boot: bool
     headers: list[str]  # linux-headers packages to install (unpinned)
     add: list[AptSource]  # sources to write (sources.list.d/NAME.list), keys to fetch
-    remove: list[AptSource]  # our own entries to drop (a foreign one for the same repository)
+    remove: list[AptSource]  # our entries to drop: a foreign one has the repository; the toolkit's
     notes: list[str]
     problems: list[str]  # refusals: nothing is installed when there is one
 
@@ -317,6 +349,22 @@ def source_plan(
                 remove.append(src)
         else:
             add.append(src)
+    # The container toolkit's repository: ours (as earlier converges wrote it) is dropped; a
+    # provider's own entry stays, unused (apt reads it, nothing installs from it).
+    former = _former_toolkit_source()
+    (former_entry,) = _one_line("", former["repo"])
+    toolkit_uri = _norm_uri(former_entry["uris"][0])
+    for e in entries:
+        if toolkit_uri in map(_norm_uri, e["uris"]):
+            if e["line"] == former_entry["line"]:
+                if former not in remove:
+                    remove.append(former)
+            else:
+                notes.append(
+                    f"{e['file']}: NVIDIA's container toolkit repository left in place, unused (the GPU "
+                    "Operator's toolkit owns the container runtime)"
+                )
+    wanted_uris.add(toolkit_uri)
     for e in entries:
         for uri in e["uris"]:
             if _host(uri) in NVIDIA_HOSTS and _norm_uri(uri) not in wanted_uris:
@@ -355,6 +403,54 @@ def source_plan(
         add.append({"name": "swarm-debian-nvidia", "key_url": "",
                     "repo": f"deb {options}{uri} {DEBIAN_SUITE} {' '.join(missing)}"})  # fmt: skip
     return add, remove, notes, problems
+
+
+def _former_toolkit_source() -> AptSource:
+    """The container toolkit's apt source as earlier converges wrote it (the entry
+    :func:`driver_state` made, signed by the key in the layout's ``apt_keyrings_dir``)."""
+    keyrings = node_layout()["files"]["apt_keyrings_dir"]["path"]
+    name, key, url = TOOLKIT_SOURCE
+    return {"name": name, "key_url": key, "repo": f"deb [signed-by={keyrings}/{name}.asc] {url}"}
+
+
+def container_runtime_problems(
+    drivers: Mapping[str, Mapping[str, Any] | None], operator_values: Mapping[str, Any] | None
+) -> list[str]:
+    """Why the node layer and the GPU Operator disagree on who owns the container runtime:
+    ``drivers`` maps node names to NodeState.gpu.driver (None: no driver layer),
+    ``operator_values`` are the GPU Operator's Helm values (None: no Operator deployed).
+
+    - a node installs any of :data:`TOOLKIT_PACKAGES` while the Operator's toolkit is on
+      (``toolkit.enabled``, true unless set false: NVIDIA/gpu-operator v26.3.3
+      ``deployments/gpu-operator/values.yaml``): two toolkits, which NVIDIA's GPU Operator
+      documentation says not to combine;
+    - the Operator's toolkit is off and some GPU node does not install the toolkit: nothing
+      configures containerd for the NVIDIA runtime, so no pod gets a GPU;
+    - a node installs the toolkit and also removes it.
+    Empty: one owner. Sorted by node name."""
+    toolkit = set(TOOLKIT_PACKAGES)
+    operator_toolkit = None
+    if operator_values is not None:
+        operator_toolkit = operator_values.get("toolkit", {}).get("enabled", True) is not False
+    problems = []
+    for name, driver in sorted(drivers.items()):
+        if driver is None:
+            continue
+        installs = toolkit & {*driver["packages"], *driver["extra_packages"]}
+        removes = toolkit & set(driver.get("absent_packages", []))
+        if installs and removes:
+            problems.append(f"{name}: installs and removes {', '.join(sorted(installs & removes))}")
+        if installs and operator_toolkit:
+            problems.append(
+                f"{name}: the node layer installs {', '.join(sorted(installs))} while the GPU Operator's "
+                "toolkit is on (toolkit.enabled): two owners of the container runtime"
+            )
+        if not installs and operator_toolkit is False:
+            problems.append(
+                f"{name}: the GPU Operator's toolkit is off (toolkit.enabled: false) and the node layer "
+                "installs no container toolkit: nothing configures containerd for the NVIDIA runtime"
+            )
+    return problems
 
 
 def driver_plan(driver: Mapping[str, Any], probe_output: str) -> DriverPlan:

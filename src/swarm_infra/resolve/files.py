@@ -23,7 +23,7 @@ from typing import Any, cast
 from .keys import checked_keys, wireguard_key_problem
 from .layers import PACKAGE_CACHE_FILES, declared
 from .layers import layer as registry
-from .ray import client_env
+from .ray import client_env, config_env
 from .types import ManagedPath, NodeState
 
 # How long a Ray worker waits for the head's GCS port at start, before systemd retries (s).
@@ -460,6 +460,9 @@ def ray_unit(node: NodeState) -> str:
         f"LoadCredential=ray-auth-token:{token}",
         *(f"Environment={k}={v}" for k, v in client_env("%d/ray-auth-token").items()),
         "Environment=RAY_USAGE_STATS_ENABLED=0",
+        f"# Health check and GCS reconnect timeouts for members {ray['wan_rtt_ms']:g} ms apart (RTT):",
+        "# every Ray process reads RAY_<name> (NodeState.ray.config; resolve.ray.wan_config).",
+        *(f"Environment={k}={v}" for k, v in config_env(ray["config"]).items()),
         # Job entrypoints (`ray job submit -- python job.py`) and tasks' subprocesses run with
         # Ray's environment: its virtualenv's python first, as an activated venv would be.
         f"Environment=PATH={venv}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",

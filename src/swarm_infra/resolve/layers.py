@@ -228,11 +228,14 @@ def node_packages(node: NodeState, name: str, *, userspace_wireguard: bool = Tru
 
 
 def known_packages(node: NodeState) -> list[str]:
-    """Every Debian package any layer may install on ``node``, sorted: what the engines
-    read the installed version of."""
+    """Every Debian package any layer may install on ``node`` or remove from it (the
+    drivers layer's ``absent_packages``), sorted: what the engines read the installed
+    version of."""
     names = {p for layer_ in LAYERS for k in layer_.packages for p in PACKAGES[k]}
     names |= set(FILESYSTEM_PACKAGES.values())
-    return sorted(names | set(node_packages(node, "drivers")))
+    gpu = node["gpu"]
+    absent = gpu["driver"]["absent_packages"] if gpu and gpu["driver"] else []
+    return sorted(names | set(node_packages(node, "drivers")) | set(absent))
 
 
 def read_back(names: tuple[str, ...] = NAMES) -> Iterator[str]:

@@ -11,7 +11,7 @@ from .catalog import gpu_catalog
 from .drivers import driver_state
 from .labels import FLAVOR_LABEL, NODE_CLASS_LABEL, SITE_LABEL
 from .layout import node_layout
-from .ray import bare_node_ray, fleet_ray_version
+from .ray import bare_node_ray, fleet_ray_version, wan_rtt_ms
 from .ray import members as ray_members
 from .types import (
     GpuDevice,
@@ -58,6 +58,9 @@ class NodeResolver:
         if a.fleet.ray is not None and a.fleet.mesh is not None:
             heads, workers = ray_members(a.fleet.ray, a.fleet)
             self.ray_roles = {heads[0]: "head", **dict.fromkeys(workers, "worker")}
+        # One figure for the whole cluster: the GCS judges every node by the same settings.
+        sites = [a.fleet.nodes[n].site for n in self.ray_roles]
+        self.ray_rtt = wan_rtt_ms(a.fleet, sites[0], sites) if sites else 0.0  # sites[0]: the head's
         self._gpu: dict[tuple[str, str], GpuSettings] = {}
         self._host: dict[str, dict[str, Any]] = {}
         self._sharing: dict[str | None, GpuSharingState] = {}
@@ -186,6 +189,7 @@ class NodeResolver:
                 head,
                 [str(a.addresses[n]) for n in self.ray_roles],
                 fleet_ray_version(fleet),
+                self.ray_rtt,
             )
         scratch = fleet.storage.scratch if fleet.storage is not None else None
         if scratch is not None and node.nvme:

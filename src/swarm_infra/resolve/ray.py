@@ -26,11 +26,12 @@ Rules:
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from ..fleet.model import Fleet, Node, RayCluster, RayRequest
+from ..fleet.model import Fleet, Node, RayCluster, RayRequest, Site
 from .labels import FLAVOR_LABEL, REGION_LABEL, SITE_LABEL
 from .layout import RAY_USER
 from .types import NodeState, RayClusterState, RayFirewallState, RayGroupState, RayNodeState
@@ -249,6 +250,104 @@ def pip_environment(node: NodeState) -> dict[str, str]:
 # ------------------------------------------------------------------ Ray on bare nodes
 
 
+# Ray's health check and GCS connection settings (Ray 2.60.0's defaults: src/ray/common/
+# ray_config_def.h, ray-project/ray; the four health_check_* read back from the 2.60.0
+# wheel's ray._raylet.Config, the gcs_* from the header at commit 0006bd6c, names present in
+# the 2.60.0 binary). Each is read by every Ray process from RAY_<name> in its environment
+# (RayConfig::initialize; a --system-config entry would override it, and the fleet sets none).
+RAY_DEFAULTS: dict[str, int] = {
+    "health_check_initial_delay_ms": 5000,
+    "health_check_period_ms": 3000,
+    "health_check_timeout_ms": 10000,
+    "health_check_failure_threshold": 5,
+    "gcs_grpc_min_reconnect_backoff_ms": 1000,
+    "gcs_grpc_max_reconnect_backoff_ms": 2000,
+    "gcs_rpc_server_reconnect_timeout_s": 60,
+}
+# Ray's header on gcs_grpc_min_reconnect_backoff_ms: gRPC uses it as the connect timeout,
+# "If your cluster has a high latency, make it to > 4x the latency". Twice that here: the
+# latency is a p50 (or a declaration) and a connection attempt can meet jitter or a loss.
+RECONNECT_RTTS = 8
+# Round trips of one health check after its channel reconnected: the Check call itself and
+# one more for a retransmitted segment.
+CHECK_RTTS = 2
+
+
+def tolerated_silence_ms(config: Mapping[str, int]) -> int:
+    """How long the GCS keeps a node that answers no health check, by Ray's own rule
+    (ray-project/ray, src/ray/gcs/gcs_health_check_manager.cc, HealthCheckContext::
+    StartHealthCheck): each check waits ``health_check_timeout_ms`` for a SERVING reply;
+    a failure decrements a counter that a success resets to ``health_check_failure_threshold``,
+    the next check starts ``health_check_period_ms`` after the last one ended, and the node is
+    marked dead when the counter reaches 0. So ``threshold`` failed checks and the
+    ``threshold - 1`` periods between them: ms."""
+    threshold = config["health_check_failure_threshold"]
+    return threshold * config["health_check_timeout_ms"] + (threshold - 1) * config["health_check_period_ms"]
+
+
+def declared_rtt_ms(a: Site, b: Site) -> float:
+    """The RTT between sites ``a`` and ``b`` from their declarations: each site's ``wan``
+    ``latency_ms`` (one-way, to the fleet's core) plus its ``jitter_ms``, both ways; 0 inside
+    one site (its nodes share the underlay)."""
+    if a.name == b.name:
+        return 0.0
+
+    def one_way(site: Site) -> float:
+        return float(site.wan.get("latency_ms", 0)) + float(site.wan.get("jitter_ms", 0))
+
+    return 2 * (one_way(a) + one_way(b))
+
+
+def wan_rtt_ms(fleet: Fleet, head_site: str, member_sites: Sequence[str]) -> float:
+    """The worst RTT in ms between the head's site and a member's site: for each pair the
+    higher of the measured RTT (the LatencyMatrix, when it has the pair) and the declared one
+    (:func:`declared_rtt_ms`). The higher, not the measured alone as for relays: here a figure
+    can only lengthen the timeouts a node is judged by, and a site that understates its
+    distance would have its own nodes marked dead."""
+    measured = fleet.latency.rtt_ms if fleet.latency is not None else {}
+    head = fleet.sites[head_site]
+    worst = 0.0
+    for site in sorted(set(member_sites)):
+        rtt = declared_rtt_ms(head, fleet.sites[site])
+        if site != head_site:
+            rtt = max(rtt, measured.get((head_site, site), 0.0))
+        worst = max(worst, rtt)
+    return worst
+
+
+def wan_config(rtt_ms: float) -> dict[str, int]:
+    """Ray's health check and GCS connection settings for members ``rtt_ms`` apart (ms),
+    sorted by name, never below Ray's defaults (:data:`RAY_DEFAULTS`):
+
+    - ``gcs_grpc_min_reconnect_backoff_ms`` (gRPC's connect timeout to the GCS):
+      :data:`RECONNECT_RTTS` round trips, where Ray's header asks for more than 4;
+      ``gcs_grpc_max_reconnect_backoff_ms`` at least that (gRPC's backoff cap);
+    - ``health_check_timeout_ms``: a check that meets a dropped channel reconnects, then
+      makes its call, :data:`CHECK_RTTS` round trips;
+    - ``gcs_rpc_server_reconnect_timeout_s``: a raylet keeps trying to reach the GCS at least
+      as long as the GCS keeps it (:func:`tolerated_silence_ms`), rounded up to seconds;
+    - the initial delay, period and failure threshold stay Ray's.
+    """
+    rtt = math.ceil(rtt_ms)
+    config = dict(RAY_DEFAULTS)
+    backoff = max(config["gcs_grpc_min_reconnect_backoff_ms"], RECONNECT_RTTS * rtt)
+    config["gcs_grpc_min_reconnect_backoff_ms"] = backoff
+    config["gcs_grpc_max_reconnect_backoff_ms"] = max(config["gcs_grpc_max_reconnect_backoff_ms"], backoff)
+    config["health_check_timeout_ms"] = max(config["health_check_timeout_ms"], backoff + CHECK_RTTS * rtt)
+    config["gcs_rpc_server_reconnect_timeout_s"] = max(
+        config["gcs_rpc_server_reconnect_timeout_s"], -(-tolerated_silence_ms(config) // 1000)
+    )
+    return dict(sorted(config.items()))
+
+
+def config_env(config: Mapping[str, int]) -> dict[str, str]:
+    """``RAY_<name>=<value>`` for each of ``config`` (Ray config names, as
+    :func:`wan_config` gives them): how every Ray process reads them (RayConfig::initialize),
+    the raylet's children (workers, agents) included, since they inherit the unit's
+    environment; names sorted."""
+    return {f"RAY_{k}": str(v) for k, v in sorted(config.items())}
+
+
 def members(ray: RayCluster, fleet: Fleet) -> tuple[list[str], list[str]]:
     """(head candidates, workers) of the bare-node Ray cluster, by node name in name order;
     the head is never also a worker. Valid fleets have exactly one head candidate."""
@@ -370,11 +469,14 @@ def bare_node_ray(
     head: str,
     members: Sequence[str],
     ray_version: str,
+    wan_rtt: float = 0.0,
 ) -> RayNodeState:
     """NodeState.ray of ``node`` in the bare-node Ray cluster ``ray`` (``role``: head or
     worker; ``node_ip``/``head_ip``: mesh addresses, which Ray advertises and joins on;
     ``head``: the head's name; ``members``: every member's mesh address, for the firewall;
-    ``ray_version``: the fleet's Ray release, :func:`fleet_ray_version`).
+    ``ray_version``: the fleet's Ray release, :func:`fleet_ray_version`; ``wan_rtt``: the
+    worst RTT between the head's site and a member's, ms, :func:`wan_rtt_ms`, from which the
+    health check and GCS timeouts follow, :func:`wan_config`).
 
     GPUs are declared to Ray as logical GPUs (``--num-gpus``), simulated ones too (the
     state says so); the object store is the policy's size, else its percent of the node's
@@ -413,6 +515,8 @@ def bare_node_ray(
         if role == "head" and ray.dashboard_enabled
         else None,
         "firewall": firewall_rule(ray, interface, members, role == "head"),
+        "wan_rtt_ms": round(wan_rtt, 3),
+        "config": wan_config(wan_rtt),
         "start_args": [],
     }
     state["start_args"] = start_args(state)

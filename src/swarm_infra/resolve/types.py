@@ -88,7 +88,8 @@ class DriverState(TypedDict):
     allow_reboot: bool
     apt_version: str  # the Debian version glob that pins it: "570.86.15-*" or "570.*"
     packages: list[str]  # installed at apt_version and held
-    extra_packages: list[str]  # installed at their newest version (the container toolkit)
+    extra_packages: list[str]  # installed at their newest version (pynvml)
+    absent_packages: list[str]  # removed where installed: the container toolkit (the GPU Operator's)
     apt_sources: list[AptSource]  # NVIDIA's repositories
     debian_components: list[str]  # what the node's Debian source must offer (contrib, non-free...)
     fabric_manager: bool  # NVSwitch: nvidia-fabricmanager pinned with the driver, and running
@@ -278,6 +279,8 @@ class RayNodeState(TypedDict):
     ports: dict[str, int]  # gcs, node_manager, object_manager, ..., min_worker, max_worker
     dashboard: RayDashboardState | None  # the head's dashboard and job API; None elsewhere
     firewall: RayFirewallState
+    wan_rtt_ms: float  # worst RTT head site <-> a member's site, ms (measured or declared, the higher)
+    config: dict[str, int]  # Ray config (health check, GCS reconnect) from wan_rtt_ms: RAY_<name> in the unit
     start_args: list[str]  # `ray start ...` arguments after `ray`: the units' ExecStart, for both engines
 
 

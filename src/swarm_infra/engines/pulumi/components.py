@@ -32,6 +32,7 @@ from ...cluster import K8sObject
 from ...cluster.core import DEVICE_PLUGIN_CONFIGMAP
 from ...cluster.meta import KUEUE_API
 from ...resolve.addons import KUBERAY_NAMESPACE, KUEUE_NAMESPACE, LOCAL_PATH_NAMESPACE
+from ...resolve.drivers import CONTAINER_RUNTIME_OWNER
 from ...resolve.provisioners import LOCAL_PATH, NFS_CSI
 from . import config as cfg
 from .resources import register, resource_name
@@ -173,7 +174,9 @@ def gpu_operator_values(mig_strategy: str) -> dict[str, Any]:
     - driver: the node layer (``driver.enabled: false``);
     - container runtime: the Operator's toolkit (``toolkit.enabled: true``, the chart's
       default) configures containerd for the NVIDIA runtime, with CDI (``cdi.enabled``,
-      default true in v26.3.3); the node layer installs the driver only;
+      default true in v26.3.3), as the library decides once
+      (``resolve.drivers.CONTAINER_RUNTIME_OWNER``); the node layer installs the driver and
+      no container toolkit (``resolve.drivers.container_runtime_problems`` holds both to it);
     - MIG: the node layer (issue #23); ``migManager.enabled: false``, so the Operator never
       labels ``nvidia.com/mig.config`` (``state_manager.go`` sets it only while the MIG
       manager is enabled) and no NodePatch conflicts with it on day two;
@@ -189,10 +192,11 @@ def gpu_operator_values(mig_strategy: str) -> dict[str, Any]:
     ``driver.enabled: false`` is NVIDIA's documented setting for pre-installed drivers
     (GPU Operator docs, "Install NVIDIA GPU Operator", chart customization options).
     """
+    operator_runtime = CONTAINER_RUNTIME_OWNER == "gpu-operator"
     values: dict[str, Any] = {
         "driver": {"enabled": False},
-        "toolkit": {"enabled": True},
-        "cdi": {"enabled": True},
+        "toolkit": {"enabled": operator_runtime},
+        "cdi": {"enabled": operator_runtime},
         "nfd": {"enabled": True},
         "migManager": {"enabled": False},
         "devicePlugin": {"config": {"name": DEVICE_PLUGIN_CONFIGMAP, "default": "default"}},

@@ -87,12 +87,13 @@ class StackConfig:
             )
         if self.gpu_mode == "device-plugin":
             # Issue #24: the device plugin alone needs containerd configured for the NVIDIA
-            # runtime on every GPU node, and the node layer does not do that yet (issue #23);
-            # the GPU Operator's toolkit does.
+            # runtime on every GPU node; the runtime is the GPU Operator's toolkit's
+            # (resolve.drivers.CONTAINER_RUNTIME_OWNER, issue #23), the node layer's never.
             raise ValueError(
-                "swarm:gpuOperator: device-plugin is not supported yet: the node layer does not "
-                "configure containerd for the NVIDIA runtime, so the device plugin would find no "
-                "GPU; use gpu-operator (its toolkit configures the runtime) or none"
+                "swarm:gpuOperator: device-plugin is not supported: the node layer does not "
+                "configure containerd for the NVIDIA runtime (the GPU Operator's toolkit owns it), "
+                "so the device plugin would find no GPU; use gpu-operator (its toolkit configures "
+                "the runtime) or none"
             )
         if self.chart_mirror is None and (self.helm_username or self.helm_password is not None):
             raise ValueError(

@@ -16,6 +16,7 @@ from ...cluster import ClusterObjects, build
 from ...cluster.kueue import manager_config
 from ...fleet.sources import convention_paths
 from ...resolve import desired_state, load_fleet
+from ...resolve.drivers import container_runtime_problems
 from ...resolve.types import DesiredState
 from .components import (
     Cluster,
@@ -30,6 +31,7 @@ from .components import (
     RayClustersArgs,
     Storage,
     StorageArgs,
+    gpu_operator_values,
 )
 from .config import StackConfig
 
@@ -72,12 +74,20 @@ def run(config: StackConfig, root: Path) -> Program:
         if key == f"Namespace:{settings['gpu_namespace']}"
         or (key.startswith("ConfigMap:") and key.split(":", 1)[1].startswith(settings["gpu_namespace"] + "/"))
     ]
+    mig_strategy = state["cluster"]["gpu_sharing"]["operator_mig_strategy"]
+    if config.gpu_mode == "gpu-operator":
+        # One owner of the container runtime: refused before anything is registered when a
+        # GPU node's driver layer would install a toolkit beside the Operator's (or none is on).
+        drivers = {name: n["gpu"]["driver"] if n["gpu"] else None for name, n in state["nodes"].items()}
+        problems = container_runtime_problems(drivers, gpu_operator_values(mig_strategy))
+        if problems:
+            raise ValueError("container runtime: " + "; ".join(problems))
     gpu = GpuOperator(
         "gpu-operator",
         GpuOperatorArgs(
             config,
             settings["gpu_namespace"],
-            state["cluster"]["gpu_sharing"]["operator_mig_strategy"],
+            mig_strategy,
             gpu_inputs,
         ),
     )

@@ -96,8 +96,9 @@ def host_layer() -> None:
 def drivers_layer(require_device: bool = True, kernel_headers: bool = True) -> None:
     """The NVIDIA driver stack of the declared source at the declared version, pinned and
     held (:mod:`swarm_infra.resolve.drivers`); nouveau blacklisted; nvidia-persistenced
-    (and Fabric Manager on NVSwitch boards); pynvml, the kernel headers and the container
-    toolkit; a reboot only when allowed (else marked and reported). The node's probe first:
+    (and Fabric Manager on NVSwitch boards); pynvml and the kernel headers; no container
+    toolkit (the GPU Operator's owns the runtime; one installed before is removed); a
+    reboot only when allowed (else marked and reported). The node's probe first:
     a source the node has for the same repository is adopted, and Secure Boot without an
     enrolled DKMS key or a foreign NVIDIA source is refused before anything is installed.
     Simulated GPUs, and nodes without an NVIDIA PCI device, are reported and skipped.
@@ -129,7 +130,7 @@ def drivers_layer(require_device: bool = True, kernel_headers: bool = True) -> N
     )
     keyrings = layout["files"]["apt_keyrings_dir"]["path"]
     sources = [
-        apt.repo(name=f"Drop our {src['name']} apt source (the node has its own)", src=src["repo"],
+        apt.repo(name=f"Drop our {src['name']} apt source (unused)", src=src["repo"],
                  filename=src["name"], present=False)
         for src in plan["remove"]
     ]  # fmt: skip
@@ -154,9 +155,16 @@ def drivers_layer(require_device: bool = True, kernel_headers: bool = True) -> N
         version=driver["apt_version"],
     )
     ops.apt_install(
-        name="Install pynvml, the kernel headers and the NVIDIA container toolkit",
+        name="Install pynvml and the kernel headers",
         packages=[*driver["extra_packages"], *(plan["headers"] if kernel_headers else [])],
     )
+    # One owner of the container runtime: the GPU Operator's toolkit (resolve.drivers.
+    # CONTAINER_RUNTIME_OWNER). A toolkit an earlier converge installed goes.
+    if driver["absent_packages"]:
+        ops.apt_absent(
+            name="Remove the NVIDIA container toolkit (the GPU Operator's toolkit owns the runtime)",
+            packages=driver["absent_packages"],
+        )
     ops.dpkg_hold(name="Hold the driver packages", packages=driver["packages"])
     # nvidia-persistenced (NVIDIA calls nvidia-smi -pm legacy) and, on NVSwitch boards, Fabric
     # Manager (CUDA waits for it). Both need the kernel module: where it is not loaded (a

@@ -346,6 +346,26 @@ def apt_install(packages: list[str], cache_time_s: int = 3600) -> Generator[Stri
 
 
 @operation()
+def apt_absent(packages: list[str]) -> Generator[StringCommand, None, None]:
+    """Remove the ``packages`` that are installed (``apt-get remove``, their configuration
+    kept, as Ansible's ``apt`` with ``state: absent``); nothing runs when none is.
+
+    **Example:** ``apt_absent(name="No container toolkit", packages=["nvidia-container-toolkit"])``"""
+    known = snapshot()["packages"]
+    if any(p not in known for p in packages):
+        from pyinfra.facts.deb import DebPackages
+
+        known = {**known, **{p: "" for p in host.get_fact(DebPackages)}}
+    present = [p for p in packages if known.get(p) is not None]
+    if not present:
+        return
+    changing()
+    yield StringCommand(
+        "DEBIAN_FRONTEND=noninteractive", "apt-get", "remove", "-y", "-q", *(QuoteString(p) for p in present)
+    )
+
+
+@operation()
 def apt_pinned(packages: list[str], version: str) -> Generator[StringCommand, None, None]:
     """Install ``packages`` at the Debian version glob ``version`` (``570.86.15-*``), up or
     down, through holds; installed versions matching the glob yield nothing (pyinfra's
