@@ -77,6 +77,24 @@ def test_fio_runs_the_three_jobs_and_leaves_no_file(tmp_path):
     assert list(tmp_path.iterdir()) == []  # --unlink=1
 
 
+def test_fio_files_take_at_most_half_the_free_space_of_the_mount(tmp_path):
+    # A stand-in df reporting 40 MiB free (POSIX `df -P -m` layout): the 1 GiB asked for
+    # would not fit (the lab's scratch is 1 GiB), so each job's file is 20 MiB.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "df").write_text(
+        "#!/bin/sh\necho 'Filesystem 1048576-blocks Used Available Capacity Mounted on'\n"
+        "echo '/dev/loop0 1014 974 40 97% /scratch'\n"
+    )
+    (bin_dir / "df").chmod(0o755)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    command = f"PATH={bin_dir}:$PATH; {probes.fio_command(str(scratch), 1024, 1, ramp_s=0)}"
+    result = sh(command, timeout=120)
+    assert json.loads(result.stdout)["global options"]["size"] == "20M", result.stderr
+    assert sh(probes.fio_command(str(tmp_path / "missing"), 8, 1)).rc == 1  # df fails: fio never runs
+
+
 def test_fio_command_quotes_the_mount_path(tmp_path):
     odd = tmp_path / "a dir; touch pwned"
     odd.mkdir()

@@ -126,21 +126,27 @@ def fio_command(directory: str, size_mib: int, runtime_s: int, ramp_s: int = FIO
     """fio on ``directory`` with JSON output: 4 KiB random read at queue depth 32, then 1 MiB
     sequential read, then 1 MiB sequential write, one after the other (``--stonewall``).
 
-    Each job has its own ``size_mib`` MiB file, runs ``ramp_s`` seconds unmeasured
-    (``--ramp_time``) then ``runtime_s`` seconds measured (``--time_based``), with direct I/O
-    (``--direct=1``, libaio) for reads and writes alike: neither the page cache nor its
-    write-back is measured. Preconditioning: before a read job starts, fio lays its file out
-    (writes it in full), so reads hit allocated blocks, never a sparse file's holes; there is no
-    device-wide preconditioning to steady state (SNIA PTS), so an SSD's figures are those of a
-    file on its current state. The files are removed after each job (``--unlink=1``). The run
-    takes about ``3 * (ramp_s + runtime_s)`` seconds plus the layout of two files."""
+    Each job has its own file of ``size_mib`` MiB, or half the space free on the mount when
+    that is less (read on the node with ``df``; fio's ``global options`` in the JSON say the
+    size used); runs ``ramp_s`` seconds unmeasured (``--ramp_time``) then ``runtime_s``
+    seconds measured (``--time_based``), with direct I/O (``--direct=1``, libaio) for reads and
+    writes alike: neither the page cache nor its write-back is measured, whatever the file's
+    size. Preconditioning: before a read job starts, fio lays its file out (writes it in full),
+    so reads hit allocated blocks, never a sparse file's holes; there is no device-wide
+    preconditioning to steady state (SNIA PTS), so an SSD's figures are those of a file on the
+    device as it is. The files are removed after each job (``--unlink=1``). The run takes about
+    ``3 * (ramp_s + runtime_s)`` seconds plus the layout of two files."""
+    quoted = shlex.quote(directory)
     common = (
-        f"--output-format=json --directory={shlex.quote(directory)} --size={int(size_mib)}M "
+        f"--output-format=json --directory={quoted} --size=\"$size\"M "
         f"--ramp_time={int(ramp_s)} --runtime={int(runtime_s)} --time_based "
         "--ioengine=libaio --direct=1 --unlink=1"
     )
     return (
-        f"fio {common} "
+        f"size=$(df -Pm -- {quoted} | awk -v want={int(size_mib)} "
+        "'NR == 2 { half = int($4 / 2); print (half < want ? (half > 0 ? half : 1) : want) }')\n"
+        '[ -n "$size" ] || exit 1\n'
+        f"exec fio {common} "
         f"--name={FIO_JOBS[0]} --rw=randread --bs=4k --iodepth=32 "
         f"--name={FIO_JOBS[1]} --stonewall --rw=read --bs=1M --iodepth=8 "
         f"--name={FIO_JOBS[2]} --stonewall --rw=write --bs=1M --iodepth=8"
