@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable
+from fractions import Fraction
 
 from swarm_infra.metrics.fleetrun import Outcome
 from swarm_infra.metrics.measurement import Measurement, make_labels
@@ -40,31 +41,31 @@ def textfile_path(part: str) -> str:
     return f"{TEXTFILE_DIR}/swarm_metrics_{part}.prom"
 
 
-_UNITS: dict[str, tuple[str, float]] = {
-    "bits/s": ("bytes_per_second", 1 / 8),
-    "bytes/s": ("bytes_per_second", 1.0),
-    "KiB/s": ("bytes_per_second", 1024.0),
-    "MiB/s": ("bytes_per_second", 1024.0**2),
-    "bytes": ("bytes", 1.0),
-    "MiB": ("bytes", 1024.0**2),
-    "GiB": ("bytes", 1024.0**3),
-    "ns": ("seconds", 1e-9),
-    "us": ("seconds", 1e-6),
-    "ms": ("seconds", 1e-3),
-    "s": ("seconds", 1.0),
-    "%": ("ratio", 0.01),
-    "ratio": ("ratio", 1.0),
-    "MHz": ("hertz", 1e6),
-    "W": ("watts", 1.0),
-    "mW": ("watts", 1e-3),
-    "C": ("celsius", 1.0),
-    "TFLOP/s": ("flops", 1e12),
-    "IOPS": ("iops", 1.0),
-    "samples/s": ("samples_per_second", 1.0),
-    "requests/s": ("requests_per_second", 1.0),
-    "1/s": ("per_second", 1.0),
-    "count": ("", 1.0),
-    "bool": ("", 1.0),
+_UNITS: dict[str, tuple[str, Fraction]] = {
+    "bits/s": ("bytes_per_second", Fraction(1, 8)),
+    "bytes/s": ("bytes_per_second", Fraction(1)),
+    "KiB/s": ("bytes_per_second", Fraction(1024)),
+    "MiB/s": ("bytes_per_second", Fraction(1024**2)),
+    "bytes": ("bytes", Fraction(1)),
+    "MiB": ("bytes", Fraction(1024**2)),
+    "GiB": ("bytes", Fraction(1024**3)),
+    "ns": ("seconds", Fraction(1, 10**9)),
+    "us": ("seconds", Fraction(1, 10**6)),
+    "ms": ("seconds", Fraction(1, 1000)),
+    "s": ("seconds", Fraction(1)),
+    "%": ("ratio", Fraction(1, 100)),
+    "ratio": ("ratio", Fraction(1)),
+    "MHz": ("hertz", Fraction(10**6)),
+    "W": ("watts", Fraction(1)),
+    "mW": ("watts", Fraction(1, 1000)),
+    "C": ("celsius", Fraction(1)),
+    "TFLOP/s": ("flops", Fraction(10**12)),
+    "IOPS": ("iops", Fraction(1)),
+    "samples/s": ("samples_per_second", Fraction(1)),
+    "requests/s": ("requests_per_second", Fraction(1)),
+    "1/s": ("per_second", Fraction(1)),
+    "count": ("", Fraction(1)),
+    "bool": ("", Fraction(1)),
 }
 """A Measurement's unit -> (the name's base-unit suffix, the factor to that unit). A count has
 no suffix (a gauge's ``_total`` would claim a counter)."""
@@ -101,11 +102,11 @@ _HELP = {
 }
 
 
-def _unit(unit: str) -> tuple[str, float]:
+def _unit(unit: str) -> tuple[str, Fraction]:
     if unit in _UNITS:
         return _UNITS[unit]
     words = [w for w in re.split(r"[^a-z0-9]+", unit.lower().replace("/s", "_per_second")) if w]
-    return "_".join(w for w in words if w not in _ABBREVIATIONS), 1.0
+    return "_".join(w for w in words if w not in _ABBREVIATIONS), Fraction(1)
 
 
 def _percentile(match: re.Match[str]) -> str:
@@ -143,8 +144,12 @@ def metric_name(m: Measurement) -> str:
 
 
 def metric_value(m: Measurement) -> float:
-    """The value in the name's base unit (ms -> s, % -> ratio, bits/s -> bytes/s...)."""
-    return m.value * _unit(m.unit)[1]
+    """The value in the name's base unit (ms -> s, % -> ratio, bits/s -> bytes/s...), the
+    float nearest the exact product (0.42 ms is 0.00042 s, not 0.00042000000000000004)."""
+    scale = _unit(m.unit)[1]
+    if not math.isfinite(m.value):
+        return m.value * float(scale)
+    return float(Fraction(m.value) * scale)
 
 
 def label_name(key: str) -> str:
@@ -176,7 +181,7 @@ def _help(m: Measurement) -> str:
     text = _HELP.get((m.tool, m.field))
     if text is None:
         suffix, scale = _unit(m.unit)
-        text = f"{m.tool} {m.field} ({m.unit}" + (f", here in {suffix})" if scale != 1.0 else ")")
+        text = f"{m.tool} {m.field} ({m.unit}" + (f", here in {suffix})" if scale != 1 else ")")
     return text.replace("\\", "\\\\").replace("\n", "\\n")
 
 
