@@ -15,7 +15,11 @@ itself gives a scraped label that conflicts with a target label (scrape_config
 
 Each node gets one file per part of the run (``swarm_metrics_<part>.prom`` in the collector's
 directory; the collector reads every ``*.prom`` there), so a run with ``--only`` replaces its
-own parts' files and leaves the others' series in place.
+own parts' files and leaves the others' series in place. Several files may hold one metric
+(``swarm_metrics_last_run_*``, with a different ``part``): node_exporter's
+``collector/textfile.go`` makes each file's samples into metrics described by that file's
+HELP, and client_golang's registry refuses one name with two HELP texts, or a series given
+twice, so the HELP of a metric is the same in every file and no series is in two.
 """
 
 from __future__ import annotations
