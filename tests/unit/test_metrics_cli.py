@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -57,7 +58,8 @@ def test_prometheus_output(tmp_path, capsys):
     assert main([*args, str(DATA / "fio-seq-1m.json")]) == 0
     out = capsys.readouterr().out
     assert "# TYPE swarm_fio_write_bw_bytes_per_second gauge" in out  # base units, one name per figure
-    assert "bibytes" not in out and 'exported_job="' not in out and ' job="' not in out
+    assert "bibytes" not in out and not re.search(r'[{,](job|instance)="', out)
+    assert 'jobname="seqwrite-1m"' in out
 
 
 def test_bad_input_exits_2_naming_the_file_without_a_traceback(tmp_path, capsys):
