@@ -138,7 +138,7 @@ def fio_command(directory: str, size_mib: int, runtime_s: int, ramp_s: int = FIO
     ``3 * (ramp_s + runtime_s)`` seconds plus the layout of two files."""
     quoted = shlex.quote(directory)
     common = (
-        f"--output-format=json --directory={quoted} --size=\"$size\"M "
+        f'--output-format=json --directory={quoted} --size="$size"M '
         f"--ramp_time={int(ramp_s)} --runtime={int(runtime_s)} --time_based "
         "--ioengine=libaio --direct=1 --unlink=1"
     )
