@@ -23,6 +23,18 @@ if [ -n "${missing// /}" ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
 fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
+# promtool, Prometheus's linter, checks the textfiles `swarm metrics run` writes
+# (tests/unit/test_metrics_prometheus.py). It comes from Debian's prometheus package,
+# unpacked into .venv/bin: installing the package would also enable and start a Prometheus
+# server (port 9090) and pull in its web assets.
+if ! command -v promtool >/dev/null && [ ! -x .venv/bin/promtool ]; then
+  echo "== promtool from Debian's prometheus package, into .venv/bin"
+  tmp=$(mktemp -d)
+  (cd "$tmp" && { apt-get download -qq prometheus 2>/dev/null || { apt-get update -qq && apt-get download -qq prometheus; }; })
+  dpkg-deb --fsys-tarfile "$tmp"/prometheus_*.deb | tar -x -C "$tmp" ./usr/bin/promtool
+  install -m 0755 "$tmp/usr/bin/promtool" .venv/bin/promtool
+  rm -rf "$tmp"
+fi
 echo "== install -e '.[dev]' into .venv (uv; pip if uv cannot)"
 # uv resolves the same ranges as pip, with parallel downloads: about 6 s here where pip takes
 # about 50 s (the dev extra includes Ray). Where uv cannot be had or fails, pip does the work.

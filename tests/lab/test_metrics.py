@@ -18,7 +18,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from swarm_infra.fleet.sources import fleet_paths
-from swarm_infra.metrics.prometheus import TEXTFILE_PATH
+from swarm_infra.metrics.prometheus import textfile_path
 from swarm_infra.metrics.schedule import admission_pairs, representative_pairs
 from swarm_infra.metrics.targets import fleet_targets
 from swarm_infra.resolve import load_fleet
@@ -42,7 +42,7 @@ def run(lab, tmp_path_factory) -> dict:
     proc = swarm(
         "metrics", "run", "--fleet", "lab", "--db", str(out / "m.db"), "--plots", str(out / "plots"),
         "--write-latency-matrix", str(out / "latency.yaml"), "--format", "json",
-        "--duration", "2", "--ping-count", "10", check=False,
+        "--duration", "2", "--repeats", "2", "--ping-count", "10", check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return {"json": json.loads(proc.stdout), "dir": out, "stderr": proc.stderr}
@@ -105,9 +105,9 @@ def test_fio_measures_every_scratch_and_simulated_gpus_are_not_numbers(run) -> N
     with_scratch = sorted(n for n, t in TARGETS.items() if t.scratch)
     assert with_scratch  # the lab declares scratch on its GPU nodes
     for node in with_scratch:
-        (iops,) = values(report, "fio", "read.iops", node=node, job="randread-4k-qd32")
+        (iops,) = values(report, "fio", "read.iops", node=node, jobname="randread-4k-qd32", rw="randread")
         assert iops > 0
-        assert values(report, "fio", "write.bw", node=node, job="seqwrite-1m")
+        assert values(report, "fio", "write.bw_bytes", node=node, jobname="seqwrite-1m")
     simulated = sorted(n for n, t in TARGETS.items() if t.gpu_backend == "simulated")
     assert (
         sorted(
@@ -135,12 +135,26 @@ def test_outputs_history_plots_latency_matrix_and_textfiles_on_each_node(run) ->
     pairs = {(p["a"], p["b"]) for p in matrix["spec"]["pairs"]}
     assert tuple(sorted((TARGETS[HEAD].site, SLOW_SITE.name))) in pairs
     for node in TARGETS:
-        text = on_node(node, f"cat {TEXTFILE_PATH}").stdout
-        families = {f.name: f for f in text_string_to_metric_families(text)}
-        assert "swarm_ping_rtt_p50_milliseconds" in families, node
-        samples = families["swarm_ping_rtt_p50_milliseconds"].samples
+        parts = {}
+        for part in ("network", "storage", "gpu"):  # one file per part measured
+            text = on_node(node, f"cat {textfile_path(part)}").stdout
+            parts[part] = {f.name: f for f in text_string_to_metric_families(text)}
+            (ok,) = parts[part]["swarm_metrics_last_run_success"].samples
+            assert ok.labels == {"part": part} and ok.value == 1.0, (node, part)
+            assert "swarm_metrics_last_run_timestamp_seconds" in parts[part]
+        network = parts["network"]
+        assert "swarm_ping_rtt_p50_seconds" in network, node  # base units: seconds, not ms
+        samples = network["swarm_ping_rtt_p50_seconds"].samples
         assert {s.labels["src"] for s in samples} == {node}  # each node holds its own figures
-        assert ("swarm_fio_read_iops" in families) == bool(TARGETS[node].scratch)
+        assert all(s.value < 1.0 for s in samples)  # seconds: the lab's RTTs are tens of ms
+        assert ("swarm_fio_read_iops" in parts["storage"]) == bool(TARGETS[node].scratch)
+        assert not any("job" in s.labels for f in parts["storage"].values() for s in f.samples)
+    # Training and inference ran on the Ray cluster: their figures are in the head's files.
+    for part in ("training", "inference"):
+        text = on_node(HEAD, f"cat {textfile_path(part)}").stdout
+        families = {f.name: f for f in text_string_to_metric_families(text)}
+        (ok,) = families["swarm_metrics_last_run_success"].samples
+        assert ok.value == 1.0 and len(families) > 2, (part, sorted(families))
 
 
 def test_accept_fails_the_nodes_of_the_slow_site_naming_metric_value_and_threshold(run, tmp_path) -> None:

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from swarm_infra.cli import main
+from swarm_infra.metrics.fio import parse_fio
+from swarm_infra.metrics.history import History, RunInfo
 
 from .conftest import fleet_dirs
 
@@ -24,6 +28,15 @@ def test_import_records_runs_and_the_second_run_is_compared_with_the_first(tmp_p
     second = json.loads(capsys.readouterr().out)
     assert second["run"] == first["run"] + 1 and second["regressions"] == 0  # the same values again
     assert all(m["change"] == 0 for m in second["measurements"])
+    # The history says what the run was: its parts and the versions the files report.
+    info = History(db).info(second["run"])
+    assert info is not None and info.parts == ("network", "storage") and info.nodes is None
+    fio_version = json.loads((DATA / "fio-randread-4k-qd32.json").read_text())["fio version"]
+    iperf3_version = json.loads((DATA / "iperf3-p4.json").read_text())["start"]["version"]
+    assert info.tool_versions == {
+        "fio": {fio_version: [files[1]]},
+        "iperf3": {iperf3_version: [files[0]]},
+    }
 
 
 def test_import_table_flags_a_slower_run(tmp_path, capsys):
@@ -43,7 +56,10 @@ def test_import_table_flags_a_slower_run(tmp_path, capsys):
 def test_prometheus_output(tmp_path, capsys):
     args = ["metrics", "import", "--db", str(tmp_path / "m.db"), "--format", "prometheus"]
     assert main([*args, str(DATA / "fio-seq-1m.json")]) == 0
-    assert "# TYPE swarm_fio_write_bw_mebibytes_per_second gauge" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "# TYPE swarm_fio_write_bw_bytes_per_second gauge" in out  # base units, one name per figure
+    assert "bibytes" not in out and not re.search(r'[{,](job|instance)="', out)
+    assert 'jobname="seqwrite-1m"' in out
 
 
 def test_bad_input_exits_2_naming_the_file_without_a_traceback(tmp_path, capsys):
@@ -63,21 +79,39 @@ def test_bad_input_exits_2_naming_the_file_without_a_traceback(tmp_path, capsys)
     assert "not a usable metrics database" in capsys.readouterr().err
 
 
+LAB_NODES = ("lab-gpu-1", "lab-gpu-2", "lab-head-1")
+
+
+def _lab_with_rules(tmp_path: Path, rules: str, extra: str = "") -> list[str]:
+    """A copy of the lab fleet whose NodeAcceptance has ``rules`` (YAML list items)."""
+    lab = [str(shutil.copytree(d, tmp_path / "fleet" / d.parent.name / d.name)) for d in fleet_dirs("lab")]
+    (tmp_path / "fleet/policies/lab/acceptance.yaml").write_text(
+        "apiVersion: swarm.io/v1alpha1\nkind: NodeAcceptance\nmetadata: {name: t}\n"
+        f"spec:\n{extra}  rules:\n{rules}"
+    )
+    return lab
+
+
+def _run(db: Path, hours_ago: float = 0.0, info: RunInfo | None = None) -> int:
+    """A run recorded as `swarm metrics run` records it, ``hours_ago``, with fio of lab-head-1."""
+    fio = parse_fio((DATA / "fio-randread-4k-qd32.json").read_text(), node="lab-head-1")
+    at = (datetime.now(UTC) - timedelta(hours=hours_ago)).isoformat()
+    h = History(db)
+    run = h.record("lab", at, fio, info or RunInfo(parts=("network", "storage", "gpu"), nodes=LAB_NODES))
+    h.close()
+    return run
+
+
 def test_accept_names_failing_nodes_metrics_values_and_thresholds(tmp_path, capsys):
     db = tmp_path / "m.db"
-    fio = str(DATA / "fio-randread-4k-qd32.json")
-    assert main(["metrics", "import", "--db", str(db), "--label", "node=lab-head-1", fio]) == 0
-    capsys.readouterr()
+    _run(db)
     iops = json.loads((DATA / "fio-randread-4k-qd32.json").read_text())["jobs"][0]["read"]["iops"]
     # The lab fleet with rules that reach every verdict: storage on the head (measured),
-    # RTT with no run behind it, TFLOP/s on a simulated GPU.
-    lab = []
-    for d in fleet_dirs("lab"):
-        lab.append(str(shutil.copytree(d, tmp_path / "fleet" / d.parent.name / d.name)))
-    (tmp_path / "fleet/policies/lab/acceptance.yaml").write_text(
-        "apiVersion: swarm.io/v1alpha1\nkind: NodeAcceptance\nmetadata: {name: t}\nspec:\n  rules:\n"
+    # RTT and bandwidth with no figure behind them, TFLOP/s on a simulated GPU.
+    lab = _lab_with_rules(
+        tmp_path,
         "    - {min_mesh_bandwidth_to_hub_mbit: 100, max_rtt_to_head_ms: 200, min_scratch_iops: 1000}\n"
-        "    - {match: {gpu_model: H100-SXM5-80GB}, min_tflops: 400}\n"
+        "    - {match: {gpu_model: H100-SXM5-80GB}, min_tflops: 400}\n",
     )
     code = main(
         ["metrics", "accept", *lab, "--fleet", "lab", "--db", str(db), "--limit", "lab-head-1,lab-gpu-1"]
@@ -87,8 +121,55 @@ def test_accept_names_failing_nodes_metrics_values_and_thresholds(tmp_path, caps
     assert ("lab-head-1: min_scratch_iops" in out) == (iops < 1000)  # judged on the measured value
     assert "lab-gpu-1: max_rtt_to_head_ms = not measured, threshold 200" in out
     assert "lab-head-1: max_rtt_to_head_ms" not in out  # the head's RTT to itself is 0
+    # lab-head-1 is lab-a's hub: lab-gpu-1's bandwidth is its test to it, the hub has none.
+    assert "lab-gpu-1: min_mesh_bandwidth_to_hub_mbit = not measured" in out
+    assert "lab-head-1: min_mesh_bandwidth_to_hub_mbit" not in out
     assert "lab-gpu-1: min_tflops = not measured (simulated), threshold 400" in out
-    assert out.rstrip().endswith("0 of 2 nodes accepted (run 1); failing: lab-gpu-1, lab-head-1")
+    failing = ["lab-gpu-1"] + (["lab-head-1"] if iops < 1000 else [])
+    summary = f"{2 - len(failing)} of 2 nodes accepted (run 1); failing: {', '.join(failing)}"
+    assert out.rstrip().endswith(summary)
+
+
+def test_accept_refuses_a_run_older_than_the_declared_age_or_that_missed_a_part_or_node(tmp_path, capsys):
+    rules = "    - {max_rtt_to_head_ms: 200}\n    - {match: {role: gpu-worker}, min_scratch_iops: 1}\n"
+    lab = _lab_with_rules(tmp_path, rules)
+    accept = ["metrics", "accept", *lab, "--fleet", "lab"]
+
+    def judge(db: Path, *extra: str) -> tuple[int, str, str]:
+        code = main([*accept, "--db", str(db), *extra])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    fresh, stale = tmp_path / "fresh.db", tmp_path / "stale.db"
+    _run(fresh, hours_ago=23)
+    assert judge(fresh)[0] == 1  # judged: the workers' RTT and scratch have no figure
+    _run(stale, hours_ago=25)
+    code, out, err = judge(stale)
+    assert (code, out) == (2, "")  # nothing judged
+    assert "run 1 cannot be judged" in err and "more than max_run_age_hours 24 of NodeAcceptance t" in err
+    # The age is the operator's: a NodeAcceptance that allows 48 h judges the same run.
+    lab48 = _lab_with_rules(tmp_path / "48", rules, extra="  max_run_age_hours: 48\n")
+    assert main(["metrics", "accept", *lab48, "--fleet", "lab", "--db", str(stale)]) == 1
+    capsys.readouterr()
+    # A --only storage run: the RTT threshold needs the network part.
+    only = tmp_path / "only.db"
+    _run(only, info=RunInfo(parts=("storage",), nodes=LAB_NODES))
+    code, _, err = judge(only)
+    assert code == 2 and "the run did not measure network, which max_rtt_to_head_ms needs" in err
+    # A --limit lab-gpu-2 run: lab-gpu-2's RTT to the head needs the head in the run; judging
+    # lab-gpu-1 needs lab-gpu-1.
+    limited = tmp_path / "limited.db"
+    _run(limited, info=RunInfo(parts=("network", "storage"), nodes=("lab-gpu-2",)))
+    code, _, err = judge(limited, "--limit", "lab-gpu-1,lab-gpu-2")
+    assert code == 2
+    assert "the run did not measure lab-head-1, which max_rtt_to_head_ms of lab-gpu-2 needs" in err
+    assert "the run did not measure lab-gpu-1, which min_scratch_iops of lab-gpu-1 needs" in err
+    # A run recorded without saying what it covered (an earlier version's history).
+    h = History(tmp_path / "old.db")
+    h.record("lab", datetime.now(UTC).isoformat(), [])
+    h.close()
+    code, _, err = judge(tmp_path / "old.db")
+    assert code == 2 and "does not say what it measured" in err
 
 
 def test_accept_on_an_invalid_fleet_or_without_thresholds_exits_2(tmp_path, capsys):

@@ -1,16 +1,21 @@
-"""History in SQLite, comparison with the previous run, and the Prometheus textfile."""
+"""History in SQLite and comparison with the previous run."""
 
 from __future__ import annotations
 
+import json
+import sqlite3
 from pathlib import Path
 
 import pytest
 
-from swarm_infra.metrics.compare import compare, higher_is_better
+from swarm_infra.metrics.compare import DIRECTIONS, compare, direction
 from swarm_infra.metrics.fio import parse_fio
-from swarm_infra.metrics.history import History
+from swarm_infra.metrics.fleetrun import overhead
+from swarm_infra.metrics.history import History, RunInfo
+from swarm_infra.metrics.iperf3 import parse_iperf3
 from swarm_infra.metrics.measurement import Measurement, make_labels
-from swarm_infra.metrics.prometheus import metric_name, render_textfile
+from swarm_infra.metrics.ping import parse_ping
+from swarm_infra.metrics.report import to_json, to_table
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "metrics"
 
@@ -57,19 +62,82 @@ def test_direction_aware_regressions_beyond_the_threshold():
         compare(cur, prev, threshold=-1)
 
 
-def test_directions():
-    assert higher_is_better(Measurement("fio", "read.iops", 1, "IOPS"))
-    assert not higher_is_better(Measurement("ping", "packet_loss", 1, "%"))
-    assert not higher_is_better(Measurement("iperf3", "end.sum_sent.retransmits", 1, "count"))
+def test_directions_are_declared_per_field_and_an_unknown_field_is_not_judged():
+    def pair(tool: str, field: str, before: float, after: float, unit: str = "count"):
+        return [Measurement(tool, field, after, unit)], [Measurement(tool, field, before, unit)]
+
+    # Worse in the field's own terms: more failed requests, more of the underlay lost to
+    # WireGuard, more retransmits, a slower p99, fewer IOPS.
+    for tool, field, before, after in (
+        ("ray-serve", "errors", 0.0, 40.0),
+        ("swarm", "wireguard.overhead", 5.0, 60.0),
+        ("iperf3", "end.sum_sent.retransmits", 10.0, 200.0),
+        ("ray-serve", "latency.p99", 100.0, 150.0),
+        ("fio", "read.iops", 1000.0, 500.0),
+        ("ping", "packet_loss", 0.0, 2.0),
+    ):
+        (change,) = compare(*pair(tool, field, before, after))
+        assert change.regression and change.direction in ("higher", "lower"), (tool, field)
+    # A field nobody declared: reported with its change, never judged either way.
+    (unknown,) = compare(*pair("dcgmi", "diag.failures", 0.0, 3.0))
+    assert (unknown.regression, unknown.direction, unknown.change) == (False, None, float("inf"))
+    assert direction(Measurement("dcgmi", "diag.failures", 0, "count")) is None
+    # Telemetry snapshots are declared as not judged.
+    (power,) = compare(*pair("nvidia-smi", "power.draw", 300.0, 100.0, "W"))
+    assert (power.regression, power.direction) == (False, "none")
+    doc = json.loads(to_json(1, [unknown.current, power.current], [unknown, power]))
+    assert [m["direction"] for m in doc["measurements"]] == ["unknown", "none"]
+    assert to_table([unknown.current], [unknown]).splitlines()[1].endswith("+inf%  direction unknown")
 
 
-def test_textfile_parses_as_prometheus_text_with_labels_and_values():
-    parser = pytest.importorskip("prometheus_client.parser")
-    ms = parse_fio((DATA / "fio-randread-4k-qd32.json").read_text(), node='n"1')
-    text = render_textfile(ms)
-    families = {f.name: f for f in parser.text_string_to_metric_families(text)}
-    assert set(families) == {metric_name(m) for m in ms}
-    iops = families["swarm_fio_read_iops"].samples[0]
-    expected = next(m for m in ms if m.field == "read.iops")
-    assert iops.value == expected.value and iops.labels == {"job": "randread-4k", "node": 'n"1'}
-    assert render_textfile([]) == ""
+def test_every_field_the_parsers_emit_has_a_declared_direction():
+    ms = [
+        *parse_fio((DATA / "fio-probe.json").read_text()),
+        *parse_iperf3((DATA / "iperf3-p4.json").read_text()),
+        *parse_ping((DATA / "ping-loopback.txt").read_text()),
+        *overhead(
+            [
+                _m("end.sum_received.bits_per_second", 9.0, src="a", dst="b", streams="4", path=p)
+                for p in ("mesh", "underlay")
+            ]
+        ),
+    ]
+    assert ms and [m.field for m in ms if direction(m) is None] == []
+    assert set(DIRECTIONS.values()) <= {"higher", "lower", "none"}
+
+
+def test_a_run_keeps_its_options_tool_versions_commit_and_what_was_not_measured(tmp_path):
+    db = tmp_path / "m.db"
+    info = RunInfo(
+        parts=("network", "storage"),
+        nodes=("n1", "n2"),
+        options={"iperf3_duration_s": 10, "iperf3_streams": [1, 4], "limit": None},
+        tool_versions={"fio": {"fio-3.33": ["n1", "n2"]}, "iperf3": {"iperf 3.12 (cJSON 1.7.15)": ["n1"]}},
+        fleet_commit="0" * 40,
+        not_measured=(
+            {"node": "n2", "part": "storage", "what": "fio", "why": "no scratch", "failed": False},
+        ),
+    )
+    h = History(db)
+    one = h.record("lab", "2026-01-01T00:00:00+00:00", [], info)
+    two = h.record("lab", "2026-01-02T00:00:00+00:00", [])
+    h.close()
+    h = History(db)
+    assert h.info(one) == info and h.info(two) is None
+
+
+def test_a_database_of_an_earlier_version_opens_and_its_runs_say_nothing_of_their_scope(tmp_path):
+    db = tmp_path / "old.db"
+    with sqlite3.connect(db) as old:  # the schema before run_info and not_measured existed
+        old.executescript(
+            "CREATE TABLE runs (id INTEGER PRIMARY KEY AUTOINCREMENT, started_at TEXT NOT NULL,"
+            " fleet TEXT NOT NULL);"
+            "CREATE TABLE measurements (run_id INTEGER NOT NULL, tool TEXT NOT NULL, field TEXT NOT NULL,"
+            " unit TEXT NOT NULL, labels TEXT NOT NULL, value REAL NOT NULL);"
+            "INSERT INTO runs (started_at, fleet) VALUES ('2026-01-01T00:00:00Z', 'lab');"
+        )
+    old.close()
+    h = History(db)
+    assert h.runs("lab") == [(1, "2026-01-01T00:00:00Z")] and h.info(1) is None
+    run = h.record("lab", "2026-01-02T00:00:00Z", [], RunInfo(parts=("network",)))
+    assert h.info(run) == RunInfo(parts=("network",))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from swarm_infra.metrics.fio import parse_fio
+from swarm_infra.metrics.fio import block_size_bytes, parse_fio
 from swarm_infra.metrics.iperf3 import parse_iperf3
 from swarm_infra.metrics.measurement import MeasurementParseError
 from swarm_infra.metrics.ping import parse_ping, percentile
@@ -63,19 +63,45 @@ def test_fio_randread_qd32_iops_and_p99_completion_latency():
     assert got["read.iops"].value == job["read"]["iops"] and got["read.iops"].unit == "IOPS"
     p99 = got["read.clat_ns.percentile.99.000000"]
     assert p99.unit == "ns" and p99.value == job["read"]["clat_ns"]["percentile"]["99.000000"]
-    assert p99.label("job") == "randread-4k" and p99.label("node") == "n1"
+    assert p99.label("jobname") == "randread-4k" and p99.label("node") == "n1"
+    # What the job did, from its options: what NodeAcceptance's storage thresholds select on.
+    assert (p99.label("rw"), p99.label("bs"), p99.label("iodepth")) == ("randread", "4096", "32")
+    assert p99.label("job") is None  # Prometheus's scrape label, never a measurement's
     assert not any(m.field.startswith("write.") for m in got.values())  # a read-only job
 
 
-def test_fio_sequential_bandwidth_in_kib_and_mib_per_second_despite_leading_notes():
+def test_fio_sequential_bandwidth_in_bytes_per_second_despite_leading_notes():
     text = _text("fio-seq-1m.json")
     assert not text.startswith("{")  # fio printed notes before the JSON
     jobs = {j["jobname"]: j for j in json.loads(text[text.index("{") :])["jobs"]}
     got = parse_fio(text)
     for name, direction in (("seqread-1m", "read"), ("seqwrite-1m", "write")):
-        kib = jobs[name][direction]["bw"]
-        mine = {m.unit: m.value for m in got if m.label("job") == name and m.field == f"{direction}.bw"}
-        assert mine == {"KiB/s": kib, "MiB/s": kib / 1024}
+        mine = [(m.unit, m.value) for m in got if m.label("jobname") == name and "bw" in m.field]
+        # fio's own bw_bytes, once: no second copy of the same figure in another unit.
+        assert mine == [("bytes/s", jobs[name][direction]["bw_bytes"])]
+
+
+def test_fio_job_shape_comes_from_job_then_global_options_then_fios_defaults():
+    doc = json.loads(_text("fio-probe.json"))  # fio_command's real output: options given globally and per job
+    assert doc["global options"]["direct"] == "1" and "rw" not in doc["global options"]
+    shapes = {
+        (m.label("jobname"), m.label("rw"), m.label("bs"), m.label("iodepth"))
+        for m in parse_fio(json.dumps(doc))
+    }
+    assert shapes == {
+        ("randread-4k-qd32", "randread", "4096", "32"),
+        ("seqread-1m", "read", "1048576", "8"),
+        ("seqwrite-1m", "write", "1048576", "8"),
+    }
+    # A job that states nothing: fio(1)'s defaults rw=read, bs=4096, iodepth=1.
+    doc["global options"] = {"bs": "64k"}
+    for job in doc["jobs"]:
+        job["job options"] = {"name": job["jobname"]}
+    shapes = {(m.label("rw"), m.label("bs"), m.label("iodepth")) for m in parse_fio(json.dumps(doc))}
+    assert shapes == {("read", "65536", "1")}
+    assert [block_size_bytes(b) for b in ("4k", "4K", "4KiB", "1m", "512", "8k,32k", "4k-16k")] == [
+        "4096", "4096", "4096", "1048576", "512", "8192", "4k-16k",
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize(

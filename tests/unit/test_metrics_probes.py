@@ -4,6 +4,7 @@ nodes are loopback addresses, so the orchestration meets the real tools without 
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -45,12 +46,15 @@ def test_a_ping_batch_pings_every_address_and_splits_back_in_order():
 def test_iperf3_server_listens_before_the_script_returns_and_serves_one_test():
     port = 5299
     assert sh(probes.iperf3_server("127.0.0.1", 20, port)).rc == 0
-    client = sh(probes.iperf3_client("127.0.0.1", 1, 2, port=port))
+    client = sh(probes.iperf3_client("127.0.0.1", 1, 2, port=port, omit_s=1))
     got = {m.field: m for m in parse_iperf3(client.stdout)}
     assert (
         got["end.sum_received.bits_per_second"].value > 0
         and got["end.sum_received.bits_per_second"].label("streams") == "2"
     )
+    # iperf3's own report of the test: 1 s omitted (-O), then 1 s measured.
+    test_start = json.loads(client.stdout)["start"]["test_start"]
+    assert (test_start["omit"], test_start["duration"]) == (1, 1)
     # -1: the server served that one test and is gone.
     refused = sh(probes.iperf3_client("127.0.0.1", 1, 1, port=port))
     with pytest.raises(MeasurementParseError, match="unable to"):
@@ -58,22 +62,43 @@ def test_iperf3_server_listens_before_the_script_returns_and_serves_one_test():
 
 
 def test_fio_runs_the_three_jobs_and_leaves_no_file(tmp_path):
-    result = sh(probes.fio_command(str(tmp_path), 8, 1), timeout=120)
+    result = sh(probes.fio_command(str(tmp_path), 8, 1, ramp_s=1), timeout=120)
     ms = parse_fio(result.stdout, node="n1")
-    jobs = {(m.label("job"), m.field) for m in ms}
+    jobs = {(m.label("jobname"), m.label("rw"), m.label("bs"), m.label("iodepth"), m.field) for m in ms}
     assert {
-        (probes.FIO_JOBS[0], "read.iops"),
-        (probes.FIO_JOBS[1], "read.bw"),
-        (probes.FIO_JOBS[2], "write.bw"),
+        (probes.FIO_JOBS[0], "randread", "4096", "32", "read.iops"),
+        (probes.FIO_JOBS[0], "randread", "4096", "32", "read.clat_ns.percentile.99.000000"),
+        (probes.FIO_JOBS[1], "read", "1048576", "8", "read.bw_bytes"),
+        (probes.FIO_JOBS[2], "write", "1048576", "8", "write.bw_bytes"),
     } <= jobs
-    assert (probes.FIO_JOBS[0], "read.clat_ns.percentile.99.000000") in jobs
+    # fio's own report of what it ran: direct I/O for every job (the writes too), a ramp.
+    ran = json.loads(result.stdout[result.stdout.index("{") :])["global options"]
+    assert (ran["direct"], ran["ramp_time"], ran["ioengine"]) == ("1", "1", "libaio")
     assert list(tmp_path.iterdir()) == []  # --unlink=1
+
+
+def test_fio_files_take_at_most_half_the_free_space_of_the_mount(tmp_path):
+    # A stand-in df reporting 40 MiB free (POSIX `df -P -m` layout): the 1 GiB asked for
+    # would not fit (the lab's scratch is 1 GiB), so each job's file is 20 MiB.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "df").write_text(
+        "#!/bin/sh\necho 'Filesystem 1048576-blocks Used Available Capacity Mounted on'\n"
+        "echo '/dev/loop0 1014 974 40 97% /scratch'\n"
+    )
+    (bin_dir / "df").chmod(0o755)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    command = f"PATH={bin_dir}:$PATH; {probes.fio_command(str(scratch), 1024, 1, ramp_s=0)}"
+    result = sh(command, timeout=120)
+    assert json.loads(result.stdout)["global options"]["size"] == "20M", result.stderr
+    assert sh(probes.fio_command(str(tmp_path / "missing"), 8, 1)).rc == 1  # df fails: fio never runs
 
 
 def test_fio_command_quotes_the_mount_path(tmp_path):
     odd = tmp_path / "a dir; touch pwned"
     odd.mkdir()
-    assert parse_fio(sh(probes.fio_command(str(odd), 4, 1), timeout=120).stdout)
+    assert parse_fio(sh(probes.fio_command(str(odd), 4, 1, ramp_s=0), timeout=120).stdout)
     assert not (tmp_path / "pwned").exists() and not os.path.exists("pwned")
 
 
@@ -109,7 +134,14 @@ def test_a_run_measures_both_paths_respects_nat_and_reports_what_it_cannot_measu
     worker = _node("a-w", "a", "127.0.1.2", "127.0.2.2", scratch=str(tmp_path), gpu_backend="simulated")
     natted = _node("b-n", "b", "127.0.1.3", "127.0.2.3", nat=True)
     options = fleetrun.Options(
-        ping_count=2, iperf3_duration_s=1, iperf3_streams=(1,), fio_size_mib=4, fio_runtime_s=1
+        ping_count=2,
+        iperf3_duration_s=1,
+        iperf3_omit_s=0,
+        iperf3_streams=(1,),
+        iperf3_repeats=2,
+        fio_size_mib=4,
+        fio_runtime_s=1,
+        fio_ramp_s=0,
     )
     lines: list[str] = []
     out = fleetrun.measure([hub, worker, natted], local_shell, options=options, progress=lines.append)
@@ -124,20 +156,26 @@ def test_a_run_measures_both_paths_respects_nat_and_reports_what_it_cannot_measu
     assert pings == mesh | underlay
     skipped = {(n.node, n.what) for n in out.not_measured if not n.failed}
     assert ("a-hub", "ping b-n underlay") in skipped and ("a-w", "ping b-n underlay") in skipped
-    # Bandwidth: the hub to the other site and inside its own site; both paths (the NAT'd end
-    # receives over the underlay through -R), and the overhead of the mesh on each pair.
-    bw = {
-        (m.label("src"), m.label("dst"), m.label("path"))
+    # Bandwidth: the hub to the other site, and the other node of its own site to the hub;
+    # both paths (the NAT'd end receives over the underlay through -R), each test twice
+    # (repeats), and the overhead of the mesh on each pair from the two runs of each path.
+    bw = [
+        (m.label("src"), m.label("dst"), m.label("path"), m.label("repeat"))
         for m in out.measurements
         if m.field == "end.sum_received.bits_per_second"
+    ]
+    pairs = (("a-w", "a-hub"), ("a-hub", "b-n"))
+    assert sorted(bw) == sorted((s, d, p, r) for s, d in pairs for p in ("mesh", "underlay") for r in "12")
+    # The paths alternate: underlay, mesh, underlay, mesh (a drift weighs on both alike).
+    assert [(p, r) for s, d, p, r in bw if (s, d) == pairs[0]] == [
+        ("underlay", "1"), ("mesh", "1"), ("underlay", "2"), ("mesh", "2"),
+    ]  # fmt: skip
+    overheads = {
+        (m.label("src"), m.label("dst"), m.label("repeats"))
+        for m in out.measurements
+        if m.field == "wireguard.overhead"
     }
-    assert bw == {(s, d, p) for s, d in (("a-hub", "a-w"), ("a-hub", "b-n")) for p in ("mesh", "underlay")}
-    assert {
-        (m.label("src"), m.label("dst")) for m in out.measurements if m.field == "wireguard.overhead"
-    } == {
-        ("a-hub", "a-w"),
-        ("a-hub", "b-n"),
-    }
+    assert overheads == {(s, d, "2") for s, d in pairs}
     assert {m.label("node") for m in out.measurements if m.tool == "fio"} == {"a-w"}
     assert ("a-w", fleetrun.GPU_PROBES, NOT_SIMULATED) in {(n.node, n.what, n.why) for n in out.not_measured}
     assert any("round 1/" in line for line in lines) and lines[-1].startswith("inference: done")

@@ -1,4 +1,5 @@
-"""Which pairs the bandwidth tests use, and rounds that never share a node or link."""
+"""Which pairs the bandwidth tests use, rounds that never share a node or link, and the
+WireGuard overhead from their repeated runs."""
 
 from __future__ import annotations
 
@@ -6,7 +7,15 @@ from itertools import combinations
 
 import pytest
 
-from swarm_infra.metrics.schedule import PairTest, representative_pairs, schedule_rounds
+from swarm_infra.metrics.fleetrun import overhead
+from swarm_infra.metrics.measurement import Measurement, make_labels
+from swarm_infra.metrics.schedule import (
+    PairTest,
+    admission_pairs,
+    representative_pairs,
+    representatives,
+    schedule_rounds,
+)
 
 
 def _fleet(sites: int, per_site: int) -> dict[str, str]:
@@ -27,7 +36,8 @@ def test_pair_count_grows_with_sites_squared_not_nodes(per_site):
 def test_single_node_site_has_no_intra_site_pair_and_preferred_hub_is_the_representative():
     nodes = {"a1": "a", "a2": "a", "a3": "a", "b1": "b"}
     pairs = representative_pairs(nodes, preferred={"a": "a3", "b": "nowhere"})
-    assert pairs == [PairTest("a3", "a1", "a", "a"), PairTest("a3", "b1", "a", "b")]
+    # Inside a site the other node sends to the hub, as every node's admission test does.
+    assert pairs == [PairTest("a1", "a3", "a", "a"), PairTest("a3", "b1", "a", "b")]
 
 
 def test_rounds_share_no_node_or_link_and_respect_the_bound():
@@ -53,3 +63,29 @@ def test_disjoint_tests_run_together_and_a_shared_uplink_waits():
     assert schedule_rounds([ab, lan_a], 4) == [[ab], [lan_a]]  # same node a1
     with pytest.raises(ValueError):
         schedule_rounds([ab], 0)
+
+
+def test_every_node_but_its_sites_representative_sends_to_it():
+    # What min_mesh_bandwidth_to_hub_mbit reads: one test per node, node -> its site's hub.
+    nodes = _fleet(3, 4) | {"lone": "s9"}
+    hubs = {"s1": "s1-n02"}
+    tests = representative_pairs(nodes, hubs)
+    tests += admission_pairs(nodes, tests, hubs)
+    rep = representatives(nodes, hubs)
+    to_hub = {(t.src, t.dst) for t in tests if t.intra_site}
+    assert to_hub == {(n, rep[site]) for n, site in nodes.items() if n != rep[site]}
+    assert ("s1-n00", "s1-n02") in to_hub and not any(t.src == rep[t.src_site] for t in tests if t.intra_site)
+
+
+def test_wireguard_overhead_compares_the_medians_of_the_repeats():
+    def bw(path: str, mbit: float, repeat: int) -> Measurement:
+        labels = make_labels(src="a", dst="b", streams=4, path=path, repeat=repeat)
+        return Measurement("iperf3", "end.sum_received.bits_per_second", mbit * 1e6, "bits/s", labels)
+
+    # One disturbed underlay run (100) moves the median not at all: 1 - 800/1000.
+    runs = [bw("underlay", 1000, 1), bw("mesh", 800, 1), bw("underlay", 100, 2), bw("mesh", 790, 2)]
+    runs += [bw("underlay", 1010, 3), bw("mesh", 810, 3)]
+    (m,) = overhead(runs)
+    assert (m.field, m.unit, m.label("repeats"), m.label("streams")) == ("wireguard.overhead", "%", "3", "4")
+    assert m.value == pytest.approx(100 * (1 - 800 / 1000))
+    assert overhead(runs[:1]) == []  # one path only: no overhead

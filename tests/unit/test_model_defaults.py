@@ -58,6 +58,7 @@ MODEL_DEFAULTS: dict[tuple[str, str], Callable[[], Any]] = {
     ("GpuProfile", "driver.source"): lambda: driver_state({"branch": "570"})["source"],
     ("GpuProfile", "mig.profiles"): _entry(model.MIG_DEFAULTS, "profiles"),
     ("HostProfile", "hugepages.size_kib"): _entry(model.HUGEPAGES_DEFAULTS, "size_kib"),
+    ("NodeAcceptance", "max_run_age_hours"): _field(model.NodeAcceptance, "max_run_age_hours"),
     ("Mesh", "interface"): _field(model.Mesh, "interface"),
     ("Mesh", "listen_port"): _field(model.Mesh, "listen_port"),
     ("Mesh", "mtu"): _field(model.Mesh, "mtu"),

@@ -9,10 +9,12 @@ saved elsewhere; both record a run in the history and compare it with the previo
 from __future__ import annotations
 
 import argparse
+import json
 import sqlite3
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,17 +24,18 @@ from ..fleet.diagnostics import FleetInvalid
 from ..fleet.model import Fleet
 from ..lab.state import read_connections
 from ..metrics import fleetrun, probes
-from ..metrics.acceptance import NodeFacts, evaluate
+from ..metrics.acceptance import NodeFacts, evaluate, uncovered
 from ..metrics.compare import DEFAULT_THRESHOLD, Change, compare
 from ..metrics.fio import parse_fio
-from ..metrics.history import DEFAULT_DB, History
+from ..metrics.history import DEFAULT_DB, History, RunInfo
 from ..metrics.iperf3 import parse_iperf3
 from ..metrics.latency import current_relays, latency_matrix_yaml, site_rtt_ms
 from ..metrics.measurement import Measurement, MeasurementParseError
 from ..metrics.ping import parse_ping
-from ..metrics.prometheus import TEXTFILE_PATH, render_textfile
+from ..metrics.prometheus import LEGACY_TEXTFILE, TEXTFILE_DIR, node_textfiles, render_textfile, textfile_path
 from ..metrics.report import to_json, to_table
-from ..metrics.targets import fleet_targets, ray_target
+from ..metrics.schedule import representatives
+from ..metrics.targets import NodeTarget, fleet_targets, ray_target
 from ..resolve import desired_state, load_fleet
 from .common import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, emit, fleet_paths, simulated_nodes
 
@@ -49,6 +52,26 @@ def parse_output(text: str, **labels: str) -> list[Measurement]:
     if "packets transmitted" in text:
         return parse_ping(text, **labels)
     raise MeasurementParseError("neither iperf3 -J, fio --output-format=json nor ping output")
+
+
+_PART_OF_TOOL = {"iperf3": "network", "ping": "network", "fio": "storage"}
+"""The part of a run each tool that ``swarm metrics import`` reads belongs to."""
+
+
+def file_version(text: str) -> tuple[str, str] | None:
+    """(tool, version as reported) from saved fio JSON (``"fio version"``) or iperf3 JSON
+    (``start.version``); None for ping output (which prints no version) or anything else."""
+    start = text.find("{")
+    try:
+        doc = json.loads(text[start:]) if start >= 0 else None
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(doc, dict):
+        return None
+    if isinstance(doc.get("fio version"), str):
+        return "fio", doc["fio version"]
+    version = doc.get("start", {}).get("version") if isinstance(doc.get("start"), dict) else None
+    return ("iperf3", version) if isinstance(version, str) else None
 
 
 def _labels(pairs: list[str]) -> dict[str, str] | str:
@@ -71,9 +94,14 @@ def cmd_import(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     measurements: list[Measurement] = []
     errors: list[str] = []
+    versions: dict[str, dict[str, list[str]]] = {}
     for path in args.files:
         try:
-            measurements += parse_output(Path(path).read_text(errors="replace"), **labels)
+            text = Path(path).read_text(errors="replace")
+            measurements += parse_output(text, **labels)
+            found = file_version(text)
+            if found:
+                versions.setdefault(found[0], {}).setdefault(found[1], []).append(str(path))
         except OSError as exc:
             errors.append(f"{path}: {exc.strerror or exc}")
         except MeasurementParseError as exc:
@@ -93,9 +121,16 @@ def cmd_import(args: argparse.Namespace) -> int:
             return EXIT_INVALID
         site_of = {n.name: n.site for n in analysis.fleet.nodes.values()}
         relays = current_relays(analysis.topology)  # hysteresis holds on to them
+    # An imported run covers the parts its files measured; the nodes are whatever they hold.
+    info = RunInfo(
+        parts=tuple(sorted({_PART_OF_TOOL[m.tool] for m in measurements if m.tool in _PART_OF_TOOL})),
+        options={"import": [str(p) for p in args.files], "labels": labels},
+        tool_versions=versions,
+    )
     try:
         history = History(args.db)
-        run_id = history.record(args.fleet, args.started_at or datetime.now(UTC).isoformat(), measurements)
+        at = args.started_at or datetime.now(UTC).isoformat()
+        run_id = history.record(args.fleet, at, measurements, info)
         previous = history.previous(args.fleet, run_id)
         changes = compare(measurements, history.measurements(previous), args.threshold) if previous else []
         history.close()
@@ -123,13 +158,13 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def _record(
-    db: str, fleet: str, started_at: str, measurements: list[Measurement], threshold: float
+    db: str, fleet: str, started_at: str, measurements: list[Measurement], threshold: float, info: RunInfo
 ) -> tuple[int, int | None, list[Change]] | str:
     """Store a run and compare it with the fleet's previous one: (run id, previous id, changes),
     or the reason the database cannot be used."""
     try:
         history = History(db)
-        run_id = history.record(fleet, started_at, measurements)
+        run_id = history.record(fleet, started_at, measurements, info)
         previous = history.previous(fleet, run_id)
         changes = compare(measurements, history.measurements(previous), threshold) if previous else []
         history.close()
@@ -158,9 +193,35 @@ def _ssh_shell(connections: dict[str, Connection]) -> fleetrun.Shell:
     return shell
 
 
-def _node_files(measurements: list[Measurement], node: str) -> list[Measurement]:
-    """A node's own measurements: those it made (``src``) or that were made on it (``node``)."""
-    return [m for m in measurements if node in (m.label("src"), m.label("node"))]
+def _tool_versions(targets: list[NodeTarget], shell: fleetrun.Shell) -> dict[str, dict[str, list[str]]]:
+    """{tool: {version as reported: [nodes]}} for the measuring tools (probes.VERSIONED_TOOLS)
+    on each target; a node that does not answer is left out."""
+
+    def ask(t: NodeTarget) -> tuple[str, dict[str, str]]:
+        result = shell(t.name, probes.tool_versions_command(), 30)
+        return t.name, probes.parse_tool_versions(result.stdout) if result.rc == 0 else {}
+
+    out: dict[str, dict[str, list[str]]] = {}
+    with ThreadPoolExecutor(max_workers=max(1, min(len(targets), 16))) as pool:
+        for node, versions in pool.map(ask, targets):
+            for tool, version in versions.items():
+                out.setdefault(tool, {}).setdefault(version, []).append(node)
+    return out
+
+
+def fleet_commit(paths: list[str]) -> str | None:
+    """``git rev-parse HEAD`` of the repository holding the fleet's first path (the working
+    directory when none is given); None outside a Git repository or without git."""
+    first = Path(paths[0]) if paths else Path.cwd()
+    where = first if first.is_dir() else first.parent
+    try:
+        proc = subprocess.run(
+            ["git", "-C", str(where), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    commit = proc.stdout.strip()
+    return commit if proc.returncode == 0 and len(commit) in (40, 64) else None
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -179,6 +240,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     numbers = {
         "--duration": args.duration,
+        "--repeats": args.repeats,
         "--ping-count": args.ping_count,
         "--parallel": args.parallel,
         "--matmul-seconds": args.matmul_seconds,
@@ -214,28 +276,51 @@ def cmd_run(args: argparse.Namespace) -> int:
     options = fleetrun.Options(
         ping_count=args.ping_count,
         iperf3_duration_s=args.duration,
+        iperf3_repeats=args.repeats,
         fio_runtime_s=args.duration,
         max_parallel=args.parallel,
         matmul_python=args.matmul_python,
         matmul_seconds=args.matmul_seconds,
         dcgm_diag_level=_dcgm_diag_level(loaded.fleet),
     )
-    at = datetime.now(UTC).isoformat(timespec="seconds")
+    started_at = datetime.now(UTC).replace(microsecond=0)
+    at = started_at.isoformat()
     ray = ray_target(state)
-    outcome = fleetrun.measure(targets, _ssh_shell(connections), parts, options, progress, ray)
-    recorded = _record(args.db, args.fleet, at, outcome.measurements, args.threshold)
+    shell = _ssh_shell(connections)
+    versions = _tool_versions(targets, shell)
+    # One part at a time, so each part's figures and failures are known apart (its textfiles).
+    by_part = {
+        p: fleetrun.measure(targets, shell, [p], options, progress, ray) for p in fleetrun.PARTS if p in parts
+    }
+    outcome = fleetrun.Outcome(
+        [m for o in by_part.values() for m in o.measurements],
+        [n for o in by_part.values() for n in o.not_measured],
+    )
+    info = RunInfo(
+        parts=tuple(by_part),
+        nodes=tuple(t.name for t in targets),
+        options={**asdict(options), "limit": args.limit, "only": args.only},
+        tool_versions=versions,
+        fleet_commit=fleet_commit(args.paths),
+        not_measured=tuple(asdict(n) for n in outcome.not_measured),
+    )
+    recorded = _record(args.db, args.fleet, at, outcome.measurements, args.threshold, info)
     if isinstance(recorded, str):
         print(recorded, file=sys.stderr)
         return EXIT_INVALID
     run_id, previous, changes = recorded
-    for t in targets:  # node_exporter's textfile collector: each node's own latest figures
-        text = render_textfile(_node_files(outcome.measurements, t.name))
-        if not text:
-            continue
-        written = _ssh_shell(connections)(t.name, probes.textfile_upload(TEXTFILE_PATH), 30, text)
+    # node_exporter's textfile collector: a file per node and part, replacing only this run's parts.
+    files = node_textfiles(
+        by_part, [t.name for t in targets], ray.head if ray else None, started_at.timestamp()
+    )
+    for (node, part), text in files.items():
+        command = f"{probes.textfile_upload(textfile_path(part))} && rm -f {LEGACY_TEXTFILE}"
+        written = shell(node, command, 30, text)
         if written.rc != 0:
             outcome.not_measured.append(
-                fleetrun.NotMeasured(t.name, "output", f"write {TEXTFILE_PATH}", fleetrun.why(written), True)
+                fleetrun.NotMeasured(
+                    node, "output", f"write {textfile_path(part)}", fleetrun.why(written), True
+                )
             )
     site_of = {t.name: t.site for t in targets}
     if args.write_latency_matrix:
@@ -270,7 +355,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"run {run_id}: {len(outcome.measurements)} measurement(s), {len(outcome.failed)} failed, "
             f"{flagged} regression(s) beyond {args.threshold:.0%}"
             + (f" vs run {previous}" if previous else " (first run)")
-            + f"; history {args.db}; textfiles {TEXTFILE_PATH}"
+            + f"; history {args.db}; textfiles {TEXTFILE_DIR}/swarm_metrics_<part>.prom"
         )
     return EXIT_FAILURE if outcome.failed else EXIT_OK
 
@@ -282,25 +367,43 @@ def _dcgm_diag_level(fleet: Fleet) -> int:
     return int(max([t["min_dcgm_diag_level"] for _, t in rules if "min_dcgm_diag_level" in t], default=1))
 
 
+def run_age_hours(started_at: str, now: datetime) -> float | None:
+    """Hours from a run's ``started_at`` (ISO 8601; UTC when it names no zone) to ``now``;
+    None when the time cannot be read."""
+    try:
+        at = datetime.fromisoformat(started_at)
+    except ValueError:
+        return None
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=UTC)
+    return (now - at).total_seconds() / 3600
+
+
 def cmd_accept(args: argparse.Namespace) -> int:
     try:
-        fleet = load_fleet(fleet_paths(args)).fleet
+        loaded = load_fleet(fleet_paths(args))
+        state = desired_state(loaded)
     except FleetInvalid as exc:
         print(exc.report.text(), file=sys.stderr)
         print("swarm metrics accept: the fleet is invalid; nothing was judged", file=sys.stderr)
         return EXIT_INVALID
-    if fleet.acceptance is None:
+    fleet = loaded.fleet
+    acceptance = fleet.acceptance
+    if acceptance is None:
         print("swarm metrics accept: the fleet declares no NodeAcceptance", file=sys.stderr)
         return EXIT_INVALID
     try:
         history = History(args.db)
         runs = history.runs(args.fleet)
         measurements = history.measurements(runs[-1][0]) if runs else []
+        info = history.info(runs[-1][0]) if runs else None
         history.close()
     except (sqlite3.Error, OSError) as exc:
         print(f"{args.db}: not a usable metrics database ({exc})", file=sys.stderr)
         return EXIT_INVALID
     head = next((n.name for n in fleet.nodes.values() if "head" in n.roles), None)
+    targets = fleet_targets(fleet, state)
+    hub_of = representatives({t.name: t.site for t in targets}, {t.site: t.name for t in targets if t.hub})
     nodes = [
         NodeFacts(
             n.name,
@@ -309,12 +412,34 @@ def cmd_accept(args: argparse.Namespace) -> int:
             tuple(g.model for g in n.gpus),
             n.gpu_backend == "simulated",
             head,
+            hub_of.get(n.site),
             gpus=tuple((g.model, g.count) for g in n.gpus),
         )
         for n in fleet.nodes.values()
         if not args.limit or n.name in args.limit.split(",")
     ]
-    verdicts = evaluate(fleet.acceptance.rules, nodes, measurements)
+    if runs:
+        run_id, started_at = runs[-1]
+        age = run_age_hours(started_at, datetime.now(UTC))
+        refusals = []
+        if age is None:
+            refusals.append(f"its start time {started_at!r} is not an ISO 8601 time")
+        elif age > acceptance.max_run_age_hours:
+            refusals.append(
+                f"it started {age:.1f} h ago ({started_at}), more than max_run_age_hours "
+                f"{acceptance.max_run_age_hours:g} of NodeAcceptance {acceptance.name}"
+            )
+        if info is None:
+            refusals.append("the history does not say what it measured (recorded by an earlier version)")
+        else:
+            refusals += uncovered(acceptance.rules, nodes, info.parts, info.nodes)
+        if refusals:
+            print(f"swarm metrics accept: run {run_id} cannot be judged:", file=sys.stderr)
+            for why in refusals:
+                print(f"  - {why}", file=sys.stderr)
+            print("measure again (swarm metrics run) covering them; nothing was judged", file=sys.stderr)
+            return EXIT_INVALID
+    verdicts = evaluate(acceptance.rules, nodes, measurements)
     failed = [v for v in verdicts if not v.passed]
     for v in failed:
         value = v.note if v.value is None else f"{v.value:.4g}"
@@ -341,16 +466,21 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         description="Measure the fleet's nodes over SSH with the tools the node layer installs. "
         "network: ping from every node to every other (mesh and underlay; p50, p99, loss), iperf3 "
         "single stream and -P 4 on one pair per site pair, one inside each site and one per node to "
-        "its site's representative (rounds share no node or link), WireGuard overhead. storage: fio "
-        "on the scratch mount (4 KiB random read QD32, 1 MiB sequential read and write). gpu: NVML "
+        "its site's representative (rounds share no node or link; 3 s omitted, --repeats runs per "
+        "test, the paths alternating), WireGuard overhead from the medians. storage: fio on the "
+        "scratch mount (direct I/O, a 3 s ramp, then 4 KiB random read QD32, 1 MiB sequential read "
+        "and write). gpu: NVML "
         "telemetry (nvidia-smi), the GPUs' identity, remapped rows and XID errors, a bf16 matmul "
         "on every GPU for --matmul-seconds sampling PCIe link state and clock event reasons under load, and "
         "dcgmi diag where DCGM is installed; simulated GPUs are "
         "'not measured (simulated)'. training: Ray "
         "throughput and weak scaling over 1..N GPU workers. inference: Ray Serve latency p50/p99 and "
         "requests/s at 1, 8 and 32 clients over the mesh. The run is stored "
-        "in the history and compared with the previous one; each node gets its figures as "
-        f"{TEXTFILE_PATH} (node_exporter textfile collector).",
+        "in the history (with its options, tool versions, the fleet's commit and what was not "
+        "measured) and compared with the previous one; each node gets its figures as "
+        f"{TEXTFILE_DIR}/swarm_metrics_<part>.prom, one file per part measured, with "
+        "swarm_metrics_last_run_timestamp_seconds and swarm_metrics_last_run_success (node_exporter "
+        "textfile collector).",
         epilog="Examples: swarm metrics run --fleet lab --plots docs/img | swarm metrics run --only "
         "network --limit lab-head-1,lab-gpu-2 --format json | swarm metrics run --only network "
         "--write-latency-matrix policies/lab/latency.yaml (commit it through a pull request). "
@@ -375,7 +505,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "--write-latency-matrix", metavar="FILE", help="write the measured site RTT as a LatencyMatrix"
     )
     r.add_argument(
-        "--duration", type=int, default=5, help="seconds per iperf3 test and per fio job (default: 5)"
+        "--duration",
+        type=int,
+        default=10,
+        help="measured seconds per iperf3 test and per fio job, after 3 s left out (default: 10)",
+    )
+    r.add_argument(
+        "--repeats", type=int, default=3, help="runs of each iperf3 test, paths alternating (default: 3)"
     )
     r.add_argument("--ping-count", type=int, default=20, help="pings per node pair and path (default: 20)")
     r.add_argument("--parallel", type=int, default=4, help="most tests at once (default: 4)")
@@ -427,7 +563,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "accept",
         help="judge the latest run against the fleet's NodeAcceptance thresholds",
         epilog="Exit codes: 0 every node accepted, 1 some node fails (each named with the metric, "
-        "value and threshold), 2 invalid input.",
+        "value and threshold), 2 invalid input, or a latest run that cannot be judged: older than "
+        "the NodeAcceptance's max_run_age_hours (default 24), or one that did not measure a part "
+        "or a node a threshold needs (a --only or --limit run; each gap named).",
     )
     a.add_argument("paths", nargs="*", metavar="PATHS", help="fleet YAML files or directories")
     a.add_argument("--fleet", default="lab", help="fleet name (default: lab); also the history's run key")

@@ -392,12 +392,14 @@ class NodeAcceptance:
     """Admission thresholds (kind NodeAcceptance): each rule is ``(match, thresholds)``.
 
     ``match`` maps site / role / gpu_model to a value (empty: every node); ``thresholds``
-    maps a threshold name (``min_scratch_iops``, ...; units in the name) to its number.
+    maps a threshold name (``min_scratch_iops``, ...; units in the name) to its number;
+    ``max_run_age_hours``: the oldest run ``swarm metrics accept`` judges.
     """
 
     name: str
     source: Source | None
     rules: tuple[tuple[Mapping[str, str], Mapping[str, float]], ...]
+    max_run_age_hours: float = 24.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -780,7 +782,9 @@ def _node_acceptance(doc: _Doc) -> NodeAcceptance:
         )
         for r in doc.spec["rules"]
     )
-    return NodeAcceptance(name=doc.name, source=doc.source, rules=rules)
+    age = doc.spec.get("max_run_age_hours")
+    extra = {} if age is None else {"max_run_age_hours": float(age)}
+    return NodeAcceptance(name=doc.name, source=doc.source, rules=rules, **extra)
 
 
 def _cluster(doc: _Doc) -> ClusterSettings:

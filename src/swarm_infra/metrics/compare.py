@@ -3,28 +3,73 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from swarm_infra.metrics.measurement import Measurement
 
 DEFAULT_THRESHOLD = 0.10
 """A change worse than 10% of the previous value is a regression."""
 
-_LOWER_IS_BETTER = ("clat_ns", "rtt", "packet_loss", "retransmits", "latency")
+Direction = Literal["higher", "lower", "none"]
+
+HIGHER: Direction = "higher"
+LOWER: Direction = "lower"
+NONE: Direction = "none"
+
+DIRECTIONS: dict[tuple[str, str], Direction] = {
+    # iperf3 -J: throughput up is better; retransmitted segments down.
+    ("iperf3", "end.sum_sent.bits_per_second"): HIGHER,
+    ("iperf3", "end.sum_received.bits_per_second"): HIGHER,
+    ("iperf3", "end.sum_sent.retransmits"): LOWER,
+    # ping: round trips and loss down.
+    ("ping", "rtt.p50"): LOWER,
+    ("ping", "rtt.p99"): LOWER,
+    ("ping", "packet_loss"): LOWER,
+    # fio: operations and bytes per second up, completion latency down.
+    ("fio", "read.iops"): HIGHER,
+    ("fio", "write.iops"): HIGHER,
+    ("fio", "read.bw_bytes"): HIGHER,
+    ("fio", "write.bw_bytes"): HIGHER,
+    ("fio", "read.clat_ns.percentile.99.000000"): LOWER,
+    ("fio", "write.clat_ns.percentile.99.000000"): LOWER,
+    # This package's own: the share of the underlay's bandwidth the mesh loses.
+    ("swarm", "wireguard.overhead"): LOWER,
+    # NVML telemetry is a snapshot of the GPU's state, not a score: clocks, power and
+    # temperature move with the load, so a change is reported, never judged. Errors only grow worse.
+    ("nvidia-smi", "clocks.sm"): NONE,
+    ("nvidia-smi", "clocks.mem"): NONE,
+    ("nvidia-smi", "power.draw"): NONE,
+    ("nvidia-smi", "temperature.gpu"): NONE,
+    ("nvidia-smi", "ecc.errors.uncorrected.volatile.total"): LOWER,
+    ("torch", "matmul.tflops"): HIGHER,
+    ("ray", "training.samples_per_s"): HIGHER,
+    ("ray", "training.scaling_efficiency"): HIGHER,
+    ("ray-serve", "requests_per_s"): HIGHER,
+    ("ray-serve", "errors"): LOWER,
+    ("ray-serve", "latency.p50"): LOWER,
+    ("ray-serve", "latency.p99"): LOWER,
+}
+"""Which way each known (tool, field) improves: ``higher``, ``lower``, or ``none`` (reported,
+never judged). A field not listed has no direction: :func:`direction` says None and
+:func:`compare` reports it as "direction unknown" instead of guessing; a new probe adds its
+fields here."""
 
 
-def higher_is_better(m: Measurement) -> bool:
-    """Throughput, IOPS and bandwidth: higher is better; latency, loss, retransmits: lower is better."""
-    return not any(word in m.field for word in _LOWER_IS_BETTER)
+def direction(m: Measurement) -> Direction | None:
+    """The declared direction of the measurement's (tool, field) (:data:`DIRECTIONS`), None when unknown."""
+    return DIRECTIONS.get((m.tool, m.field))
 
 
 @dataclass(frozen=True)
 class Change:
-    """One measurement in both runs: ``change`` is (current - previous) / previous, signed."""
+    """One measurement in both runs: ``change`` is (current - previous) / previous, signed;
+    ``direction`` the field's (None: unknown, so never a regression)."""
 
     current: Measurement
     previous: float
     change: float
     regression: bool
+    direction: Direction | None = None
 
 
 def _key(m: Measurement) -> tuple[str, str, str, tuple[tuple[str, str], ...]]:
@@ -36,9 +81,11 @@ def compare(
 ) -> list[Change]:
     """Changes for the measurements present in both runs (same tool, field, unit and labels).
 
-    A regression is a change in the worse direction by more than ``threshold`` (a fraction:
-    0.10 for 10%). A previous value of 0 gives a change of 0 when equal, else ±inf.
-    Measurements new in ``current`` are left out. Raises ValueError on a negative threshold.
+    A regression is a change in the worse direction (:data:`DIRECTIONS`) by more than
+    ``threshold`` (a fraction: 0.10 for 10%); a field with direction ``none`` or none
+    declared is never a regression (its Change has ``direction`` ``"none"`` or None). A
+    previous value of 0 gives a change of 0 when equal, else ±inf. Measurements new in
+    ``current`` are left out. Raises ValueError on a negative threshold.
     """
     if threshold < 0:
         raise ValueError(f"threshold must not be negative, not {threshold}")
@@ -52,6 +99,7 @@ def compare(
             change = 0.0 if m.value == 0 else (float("inf") if m.value > 0 else float("-inf"))
         else:
             change = (m.value - old) / abs(old)
-        worse = -change if higher_is_better(m) else change
-        out.append(Change(m, old, change, worse > threshold))
+        way = direction(m)
+        worse = -change if way == HIGHER else change if way == LOWER else 0.0
+        out.append(Change(m, old, change, worse > threshold, way))
     return out

@@ -8,9 +8,10 @@ decides what runs where and in what order, and never how a node is reached. Part
   node's pings at once; iperf3 single stream and ``-P 4`` over both paths for one pair per site
   pair, one pair inside each site, and every node not yet in a pair to its site's
   representative, in rounds that never put two tests on one node or link
-  (:mod:`swarm_infra.metrics.schedule`); the mesh result against the underlay result on the
-  same pair (``wireguard.overhead``).
-- ``storage``: fio on each node's scratch mount.
+  (:mod:`swarm_infra.metrics.schedule`); each test repeated, the paths alternating, after
+  iperf3's omitted warm-up (``-O``); the mesh median against the underlay median on the same
+  pair (``wireguard.overhead``).
+- ``storage``: fio on each node's scratch mount (direct I/O, a ramp before the figures).
 - ``gpu``: on nodes with the nvml backend, NVML telemetry (``nvidia-smi --query-gpu``), the
   GPUs' identity (name, UUID, memory), remapped rows and XID errors
   (:mod:`swarm_infra.metrics.gpu_health`), a bf16 matmul on every GPU for
@@ -26,6 +27,7 @@ decides what runs where and in what order, and never how a node is reached. Part
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -79,17 +81,22 @@ class NotMeasured:
 
 @dataclass(frozen=True)
 class Options:
-    """The run's knobs: ping count and interval (s), iperf3 seconds per test and stream
-    counts, fio file size (MiB) and seconds per job, tests at once per round; the matmul
-    probe's duration (s) and ``dcgmi diag`` run level (1-4; ``swarm metrics run`` takes the
-    highest ``min_dcgm_diag_level`` of the fleet's NodeAcceptance, default 1)."""
+    """The run's knobs: ping count and interval (s); iperf3 measured seconds per test, seconds
+    left out before them (``-O``), stream counts and repeats (each test runs ``iperf3_repeats``
+    times, underlay and mesh alternating); fio file size (MiB per job), measured seconds per
+    job and unmeasured ramp before them; tests at once per round; the matmul probe's
+    duration (s) and ``dcgmi diag`` run level (1-4; ``swarm metrics run`` takes the highest
+    ``min_dcgm_diag_level`` of the fleet's NodeAcceptance, default 1)."""
 
     ping_count: int = 20
     ping_interval_s: float = 0.2
-    iperf3_duration_s: int = 5
+    iperf3_duration_s: int = 10
+    iperf3_omit_s: int = probes.IPERF3_OMIT_S
     iperf3_streams: tuple[int, ...] = (1, 4)
-    fio_size_mib: int = 256
-    fio_runtime_s: int = 5
+    iperf3_repeats: int = 3
+    fio_size_mib: int = 1024
+    fio_runtime_s: int = 10
+    fio_ramp_s: int = probes.FIO_RAMP_S
     max_parallel: int = 4
     training_epochs: int = 20
     training_tasks_per_node: int = 2
@@ -168,11 +175,14 @@ class _Run:
         return out
 
     def iperf3_pair(self, test: PairTest) -> list[Measurement]:
-        """Both paths, each stream count, data flowing src -> dst; the server side is the end
-        the other can reach (``-R`` when only the sender is reachable)."""
+        """Each stream count, ``iperf3_repeats`` times over both paths in turn (underlay, mesh,
+        underlay, mesh...: a drift over the minutes of the test weighs on both paths alike),
+        data flowing src -> dst; the server side is the end the other can reach (``-R`` when only
+        the sender is reachable). Records carry ``repeat`` (1..N)."""
         src, dst = self.targets[test.src], self.targets[test.dst]
         o = self.options
         out: list[Measurement] = []
+        ends: list[tuple[str, NodeTarget, NodeTarget, str, bool]] = []
         for path in ("underlay", "mesh"):
             if path == "mesh":
                 if not (src.mesh and dst.mesh):
@@ -187,25 +197,32 @@ class _Run:
                     src.name, "network", f"iperf3 {src.name}->{dst.name} underlay", "both behind NAT", False
                 )
                 continue
-            for streams in o.iperf3_streams:
-                what = f"iperf3 {src.name}->{dst.name} {path} P{streams}"
-                started = self.shell(server.name, probes.iperf3_server(address, o.iperf3_duration_s + 30), 30)
-                if started.rc != 0:
-                    self._miss(src.name, "network", what, why(started))
-                    continue
-                client_cmd = probes.iperf3_client(address, o.iperf3_duration_s, streams, reverse)
-                result = self.shell(client.name, client_cmd, o.iperf3_duration_s + 30)
-                try:
-                    out += parse_iperf3(
-                        result.stdout,
-                        src=src.name,
-                        dst=dst.name,
-                        path=path,
-                        src_site=src.site,
-                        dst_site=dst.site,
+            ends.append((path, server, client, address, reverse))
+        seconds = o.iperf3_omit_s + o.iperf3_duration_s
+        for streams in o.iperf3_streams:
+            for repeat in range(1, o.iperf3_repeats + 1):
+                for path, server, client, address, reverse in ends:
+                    what = f"iperf3 {src.name}->{dst.name} {path} P{streams} #{repeat}"
+                    started = self.shell(server.name, probes.iperf3_server(address, seconds + 30), 30)
+                    if started.rc != 0:
+                        self._miss(src.name, "network", what, why(started))
+                        continue
+                    client_cmd = probes.iperf3_client(
+                        address, o.iperf3_duration_s, streams, reverse, omit_s=o.iperf3_omit_s
                     )
-                except MeasurementParseError as exc:
-                    self._miss(src.name, "network", what, str(exc) if result.stdout else why(result))
+                    result = self.shell(client.name, client_cmd, seconds + 30)
+                    try:
+                        out += parse_iperf3(
+                            result.stdout,
+                            src=src.name,
+                            dst=dst.name,
+                            path=path,
+                            src_site=src.site,
+                            dst_site=dst.site,
+                            repeat=repeat,
+                        )
+                    except MeasurementParseError as exc:
+                        self._miss(src.name, "network", what, str(exc) if result.stdout else why(result))
         return out
 
     def network(self) -> None:
@@ -232,8 +249,9 @@ class _Run:
     def fio_on(self, node: NodeTarget) -> list[Measurement]:
         assert node.scratch is not None
         o = self.options
-        cmd = probes.fio_command(node.scratch, o.fio_size_mib, o.fio_runtime_s)
-        result = self.shell(node.name, cmd, 3 * o.fio_runtime_s + 120)
+        cmd = probes.fio_command(node.scratch, o.fio_size_mib, o.fio_runtime_s, o.fio_ramp_s)
+        # Three jobs of ramp + runtime each, and the layout of two files (at 10 MB/s at worst).
+        result = self.shell(node.name, cmd, 3 * (o.fio_ramp_s + o.fio_runtime_s) + o.fio_size_mib // 5 + 120)
         try:
             return parse_fio(result.stdout, node=node.name, site=node.site, path=node.scratch)
         except MeasurementParseError as exc:
@@ -360,22 +378,23 @@ class _Run:
 
 
 def overhead(ms: list[Measurement]) -> list[Measurement]:
-    """``wireguard.overhead`` (%): 100 * (1 - mesh / underlay) of ``end.sum_received.bits_per_second``
-    for each (src, dst, streams) measured over both paths; labels src, dst, streams."""
-    received: dict[tuple[str | None, str | None, str | None], dict[str, float]] = {}
+    """``wireguard.overhead`` (%): 100 * (1 - median(mesh) / median(underlay)) of
+    ``end.sum_received.bits_per_second`` over the repeats of each (src, dst, streams) measured
+    over both paths; labels src, dst, streams and ``repeats`` (how many runs each median has,
+    the fewer of the two paths). The median, not the mean: one run disturbed by other traffic
+    moves it least."""
+    received: dict[tuple[str | None, str | None, str | None], dict[str, list[float]]] = {}
     for m in ms:
         if m.tool == "iperf3" and m.field == "end.sum_received.bits_per_second":
             key = (m.label("src"), m.label("dst"), m.label("streams"))
-            received.setdefault(key, {})[str(m.label("path"))] = m.value
+            received.setdefault(key, {}).setdefault(str(m.label("path")), []).append(m.value)
     out = []
     for (src, dst, streams), by_path in received.items():
-        if by_path.get("underlay") and "mesh" in by_path:
-            pct = 100.0 * (1.0 - by_path["mesh"] / by_path["underlay"])
-            out.append(
-                Measurement(
-                    "swarm", "wireguard.overhead", pct, "%", make_labels(src=src, dst=dst, streams=streams)
-                )
-            )
+        underlay, mesh = by_path.get("underlay"), by_path.get("mesh")
+        if underlay and mesh and statistics.median(underlay) > 0:
+            pct = 100.0 * (1.0 - statistics.median(mesh) / statistics.median(underlay))
+            labels = make_labels(src=src, dst=dst, streams=streams, repeats=min(len(underlay), len(mesh)))
+            out.append(Measurement("swarm", "wireguard.overhead", pct, "%", labels))
     return out
 
 

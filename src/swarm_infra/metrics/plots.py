@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 from swarm_infra.metrics.measurement import Measurement
@@ -57,16 +58,20 @@ def latency_heatmap(measurements: list[Measurement], out: Path, site_of: dict[st
 
 
 def bandwidth_bars(measurements: list[Measurement], out: Path) -> Path | None:
-    """``end.sum_received.bits_per_second`` in Mbit/s per (src→dst, streams), mesh vs underlay bars.
+    """``end.sum_received.bits_per_second`` in Mbit/s per (src→dst, streams), mesh vs underlay
+    bars: the median of the test's repeats.
 
     Returns ``out``, or None when no iperf3 measurement has a ``path`` label.
     """
-    bars: dict[str, dict[str, float]] = {}
+    runs: dict[str, dict[str, list[float]]] = {}
     for m in measurements:
         if m.tool != "iperf3" or m.field != "end.sum_received.bits_per_second" or m.label("path") is None:
             continue
         pair = f"{m.label('src')}→{m.label('dst')} P{m.label('streams')}"
-        bars.setdefault(pair, {})[str(m.label("path"))] = m.value / 1e6
+        runs.setdefault(pair, {}).setdefault(str(m.label("path")), []).append(m.value / 1e6)
+    bars = {
+        pair: {path: statistics.median(v) for path, v in by_path.items()} for pair, by_path in runs.items()
+    }
     if not bars:
         return None
     pairs = sorted(bars)

@@ -52,6 +52,32 @@ def split_batch(stdout: str, n: int) -> list[str]:
     return [parts.get(i, "") for i in range(n)]
 
 
+VERSIONED_TOOLS = {"fio": "fio --version", "iperf3": "iperf3 --version", "ping": "ping -V"}
+"""The measuring tools whose versions a run records, with the command that prints each one's
+version on its first line (``fio-3.33``, ``iperf 3.12 (cJSON 1.7.15)``, ``ping from iputils
+20221126``)."""
+
+
+def tool_versions_command() -> str:
+    """A script printing ``TOOL VERSION-LINE`` for each of :data:`VERSIONED_TOOLS` (an empty
+    version where the tool is missing); read it back with :func:`parse_tool_versions`."""
+    return "".join(
+        f"printf '%s %s\\n' {tool} \"$({command} 2>/dev/null | head -n 1)\"\n"
+        for tool, command in VERSIONED_TOOLS.items()
+    )
+
+
+def parse_tool_versions(text: str) -> dict[str, str]:
+    """``{tool: version line}`` from :func:`tool_versions_command` output, leaving out the tools
+    that printed nothing (not installed) and any line naming another tool."""
+    out = {}
+    for line in text.splitlines():
+        tool, _, version = line.partition(" ")
+        if tool in VERSIONED_TOOLS and version.strip():
+            out[tool] = version.strip()[:200]
+    return out
+
+
 def iperf3_server(bind: str, timeout_s: int, port: int = IPERF3_PORT) -> str:
     """Start one iperf3 server for a single test (``-s -1``), bound to ``bind``, detached from
     the SSH session and ended by ``timeout`` at the latest; the script returns once the port
@@ -67,32 +93,61 @@ def iperf3_server(bind: str, timeout_s: int, port: int = IPERF3_PORT) -> str:
     )
 
 
+IPERF3_OMIT_S = 3
+"""Seconds at the start of each iperf3 test left out of its figures (``-O``): TCP's slow start
+and the first congestion-window growth, as benchmarks/bench_wan_tuning.py does."""
+
+
 def iperf3_client(
-    server: str, duration_s: int, streams: int, reverse: bool = False, port: int = IPERF3_PORT
+    server: str,
+    duration_s: int,
+    streams: int,
+    reverse: bool = False,
+    port: int = IPERF3_PORT,
+    omit_s: int = IPERF3_OMIT_S,
 ) -> str:
-    """``iperf3 -c SERVER -J -t DURATION -P STREAMS`` (``-R``: the server sends), giving up on
-    an unreachable server after 3 s."""
+    """``iperf3 -c SERVER -J -t DURATION -O OMIT -P STREAMS`` (``-R``: the server sends), giving
+    up on an unreachable server after 3 s. The test lasts ``omit_s + duration_s`` seconds; its
+    ``end`` sums cover the last ``duration_s`` only (iperf3's ``-O``: "omit the first n seconds")."""
     reverse_flag = " -R" if reverse else ""
     return (
-        f"iperf3 -c {shlex.quote(server)} -p {int(port)} -J -t {int(duration_s)} -P {int(streams)}"
-        f"{reverse_flag} --connect-timeout 3000"
+        f"iperf3 -c {shlex.quote(server)} -p {int(port)} -J -t {int(duration_s)} -O {int(omit_s)} "
+        f"-P {int(streams)}{reverse_flag} --connect-timeout 3000"
     )
 
 
 FIO_JOBS = ("randread-4k-qd32", "seqread-1m", "seqwrite-1m")
 """fio's job names, run one after the other (``--stonewall``)."""
 
+FIO_RAMP_S = 3
+"""Seconds each fio job runs before its figures start (``--ramp_time``)."""
 
-def fio_command(directory: str, size_mib: int, runtime_s: int) -> str:
+
+def fio_command(directory: str, size_mib: int, runtime_s: int, ramp_s: int = FIO_RAMP_S) -> str:
     """fio on ``directory`` with JSON output: 4 KiB random read at queue depth 32, then 1 MiB
-    sequential read, then 1 MiB sequential write; each ``runtime_s`` seconds over a
-    ``size_mib`` MiB file, direct I/O (libaio), files removed afterwards (``--unlink=1``)."""
+    sequential read, then 1 MiB sequential write, one after the other (``--stonewall``).
+
+    Each job has its own file of ``size_mib`` MiB, or half the space free on the mount when
+    that is less (read on the node with ``df``; fio's ``global options`` in the JSON say the
+    size used); runs ``ramp_s`` seconds unmeasured (``--ramp_time``) then ``runtime_s``
+    seconds measured (``--time_based``), with direct I/O (``--direct=1``, libaio) for reads and
+    writes alike: neither the page cache nor its write-back is measured, whatever the file's
+    size. Preconditioning: before a read job starts, fio lays its file out (writes it in full),
+    so reads hit allocated blocks, never a sparse file's holes; there is no device-wide
+    preconditioning to steady state (SNIA PTS), so an SSD's figures are those of a file on the
+    device as it is. The files are removed after each job (``--unlink=1``). The run takes about
+    ``3 * (ramp_s + runtime_s)`` seconds plus the layout of two files."""
+    quoted = shlex.quote(directory)
     common = (
-        f"--output-format=json --directory={shlex.quote(directory)} --size={int(size_mib)}M "
-        f"--runtime={int(runtime_s)} --time_based --ioengine=libaio --direct=1 --unlink=1"
+        f'--output-format=json --directory={quoted} --size="$size"M '
+        f"--ramp_time={int(ramp_s)} --runtime={int(runtime_s)} --time_based "
+        "--ioengine=libaio --direct=1 --unlink=1"
     )
     return (
-        f"fio {common} "
+        f"size=$(df -Pm -- {quoted} | awk -v want={int(size_mib)} "
+        "'NR == 2 { half = int($4 / 2); print (half < want ? (half > 0 ? half : 1) : want) }')\n"
+        '[ -n "$size" ] || exit 1\n'
+        f"exec fio {common} "
         f"--name={FIO_JOBS[0]} --rw=randread --bs=4k --iodepth=32 "
         f"--name={FIO_JOBS[1]} --stonewall --rw=read --bs=1M --iodepth=8 "
         f"--name={FIO_JOBS[2]} --stonewall --rw=write --bs=1M --iodepth=8"

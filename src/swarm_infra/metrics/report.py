@@ -23,7 +23,9 @@ def to_json(
     not_measured: list[dict[str, object]] | None = None,
 ) -> str:
     """``{"run": id, "measurements": [{tool, field, value, unit, labels{}, previous?, change?,
-    regression?}], "regressions": n}``, keys sorted, 2-space indent; ``change`` is a fraction.
+    regression?, direction?}], "regressions": n}``, keys sorted, 2-space indent; ``change`` is a
+    fraction; ``direction`` is ``higher``, ``lower``, ``none`` (not judged) or ``unknown``
+    (no direction declared for the field: not judged either).
     With ``not_measured`` (``swarm metrics run``): also ``"not_measured": [{node, part, what,
     why, failed}]``."""
     by_key = {_key(c.current): c for c in changes}
@@ -38,7 +40,12 @@ def to_json(
         }
         c = by_key.get(_key(m))
         if c is not None:
-            row.update(previous=c.previous, change=c.change, regression=c.regression)
+            row.update(
+                previous=c.previous,
+                change=c.change,
+                regression=c.regression,
+                direction=c.direction or "unknown",
+            )
         rows.append(row)
     doc: dict[str, object] = {
         "run": run_id,
@@ -52,12 +59,16 @@ def to_json(
 
 def to_table(measurements: list[Measurement], changes: list[Change]) -> str:
     """Aligned columns: tool, field, labels, value, unit, change vs previous run (``REGRESSION``
-    marked). Values with 4 significant digits."""
+    marked; ``direction unknown`` where the field declares none, so the change is not judged).
+    Values with 4 significant digits."""
     by_key = {_key(c.current): c for c in changes}
     rows = [("TOOL", "FIELD", "LABELS", "VALUE", "UNIT", "VS PREVIOUS")]
     for m in measurements:
         c = by_key.get(_key(m))
-        delta = "" if c is None else f"{c.change:+.1%}" + ("  REGRESSION" if c.regression else "")
+        delta = ""
+        if c is not None:
+            judged = "  REGRESSION" if c.regression else "" if c.direction else "  direction unknown"
+            delta = f"{c.change:+.1%}{judged}"
         rows.append((m.tool, m.field, _labels(m), f"{m.value:.4g}", m.unit, delta))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "".join(

@@ -47,8 +47,9 @@ def representative_pairs(
 
     ``node_sites`` maps node name -> site name. A site's representative is ``preferred[site]``
     (its hub, say) when that node is in the site, else its first node by name; inside a site
-    the representative sends to the first other node by name. Sites with a single node get no
-    intra-site test.
+    the first other node by name sends to the representative (the direction every node's
+    test to its hub has: :func:`admission_pairs`). Sites with a single node get no intra-site
+    test.
     """
     members = _members(node_sites)
     rep = representatives(node_sites, preferred)
@@ -56,7 +57,7 @@ def representative_pairs(
     for site, nodes in members.items():
         others = [n for n in nodes if n != rep[site]]
         if others:
-            pairs.append(PairTest(rep[site], others[0], site, site))
+            pairs.append(PairTest(others[0], rep[site], site, site))
     return sorted(pairs, key=lambda p: (p.src_site, p.dst_site))
 
 

@@ -19,4 +19,9 @@ fio --output-format=json --name=seqread-1m --filename="$tmp/fio.dat" --size=64M 
     --iodepth=4 --runtime=2 --time_based \
     --name=seqwrite-1m --stonewall --filename="$tmp/fio.dat" --size=64M --rw=write --bs=1M \
     --iodepth=4 --runtime=2 --time_based > "$here/fio-seq-1m.json"
+# What `swarm metrics run` runs on a scratch mount: probes.fio_command(DIR, 16, 1, ramp_s=1).
+mkdir "$tmp/scratch"
+(cd "$here/../../.." && PYTHONPATH=src python3 -c \
+  'import sys; from swarm_infra.metrics.probes import fio_command; print(fio_command(sys.argv[1], 16, 1, 1))' \
+  "$tmp/scratch") | sh > "$here/fio-probe.json"
 ping -c 20 -i 0.2 127.0.0.1 > "$here/ping-loopback.txt"

@@ -1,0 +1,186 @@
+"""Prometheus textfiles: the real `promtool check metrics` (Debian's prometheus package,
+which scripts/install.sh installs) and prometheus_client's parser read what we write.
+
+promtool's linter is client_golang's promlint: it refuses a ``_total`` gauge, non-base units
+(``_milliseconds``), abbreviated units in a name (``_ns_``), and metrics without HELP. The
+label rules (no ``job``/``instance``) are Prometheus's scrape semantics, which promtool does
+not check: asserted here.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from swarm_infra.metrics import fleetrun, probes
+from swarm_infra.metrics.fio import parse_fio
+from swarm_infra.metrics.iperf3 import parse_iperf3
+from swarm_infra.metrics.measurement import Measurement, make_labels
+from swarm_infra.metrics.ping import parse_ping
+from swarm_infra.metrics.prometheus import (
+    metric_name,
+    metric_value,
+    node_textfiles,
+    render_textfile,
+    run_status,
+    textfile_path,
+)
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "metrics"
+PROMTOOL = shutil.which("promtool") or str(Path(sys.executable).parent / "promtool")
+
+
+def promtool(text: str) -> subprocess.CompletedProcess[str]:
+    if not Path(PROMTOOL).exists():
+        pytest.fail("promtool is missing: scripts/install.sh installs it (Debian package prometheus)")
+    return subprocess.run(
+        [PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60
+    )
+
+
+def every_kind_of_measurement() -> list[Measurement]:
+    """One of each figure a run produces, from the real tools' saved output where there is one."""
+    return [
+        *parse_fio((DATA / "fio-probe.json").read_text(), node="n1", site="a"),
+        *parse_iperf3((DATA / "iperf3-p4.json").read_text(), src="n1", dst="n2", path="mesh", repeat=1),
+        *parse_ping((DATA / "ping-loopback.txt").read_text(), src="n1", dst="n2", path="mesh"),
+        *fleetrun.overhead(
+            [
+                Measurement(
+                    "iperf3",
+                    "end.sum_received.bits_per_second",
+                    v,
+                    "bits/s",
+                    make_labels(src="n1", dst="n2", streams=4, path=p),
+                )
+                for v, p in ((8e8, "mesh"), (1e9, "underlay"))
+            ]
+        ),
+        *probes.parse_nvidia_smi("0, 1980, 2619, 312.45, 41, 0\n", node="n1"),
+        *probes.parse_matmul('MATMUL {"gpu": 0, "n": 8192, "iters": 50, "tflops": 612.5}\n', node="n1"),
+        *probes.parse_training(
+            'TRAINING {"nodes": 1, "samples_per_s": 10.0}\nTRAINING {"nodes": 2, "samples_per_s": 19.0}\n'
+        ),
+        *probes.parse_inference(
+            'INFERENCE {"clients": 1, "errors": 0, "p50_ms": 6.9, "p99_ms": 13.5, "requests_per_s": 139.8}\n'
+        ),
+        *run_status("network", 1_795_705_342, True),
+    ]
+
+
+def test_promtool_accepts_every_metric_a_run_writes():
+    text = render_textfile(every_kind_of_measurement())
+    proc = promtool(text)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # ... and refuses what the textfile used to hold (the linter is really looking).
+    old = "# TYPE swarm_ping_rtt_p50_milliseconds gauge\nswarm_ping_rtt_p50_milliseconds 1\n"
+    old += "# TYPE swarm_iperf3_retransmits_total gauge\nswarm_iperf3_retransmits_total 1\n"
+    refused = promtool(old)
+    assert refused.returncode != 0
+    assert 'use base unit "seconds"' in refused.stdout + refused.stderr
+    assert 'should not have "_total" suffix' in refused.stdout + refused.stderr
+
+
+def test_names_use_base_units_and_values_are_converted_to_them():
+    ms = {(m.tool, m.field, m.unit): m for m in every_kind_of_measurement()}
+    rtt = ms[("ping", "rtt.p50", "ms")]
+    p99 = ms[("fio", "read.clat_ns.percentile.99.000000", "ns")]
+    bw = ms[("iperf3", "end.sum_received.bits_per_second", "bits/s")]
+    loss = ms[("ping", "packet_loss", "%")]
+    got = {metric_name(m): metric_value(m) for m in (rtt, p99, bw, loss)}
+    assert got == {
+        "swarm_ping_rtt_p50_seconds": rtt.value / 1e3,
+        "swarm_fio_read_clat_p99_seconds": p99.value / 1e9,
+        "swarm_iperf3_end_sum_received_bytes_per_second": bw.value / 8,
+        "swarm_ping_packet_loss_ratio": loss.value / 100,
+    }
+    names = {metric_name(m) for m in ms.values()}
+    assert not [n for n in names if n.endswith(("_total", "_milliseconds", "_percent")) or "bibytes" in n]
+    assert {"swarm_fio_read_bw_bytes_per_second", "swarm_wireguard_overhead_ratio"} <= names
+    assert {"swarm_metrics_last_run_timestamp_seconds", "swarm_metrics_last_run_success"} <= names
+
+
+def test_textfile_parses_with_prometheus_client_and_never_carries_a_scrape_label():
+    ms = parse_fio((DATA / "fio-randread-4k-qd32.json").read_text(), node='n"1')
+    # `swarm metrics import --label job=... --label instance=...` can put any label on a record.
+    ms.append(Measurement("ping", "rtt.p50", 2.5, "ms", make_labels(job="x", instance="y", src="n1")))
+    text = render_textfile(ms)
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert set(families) == {metric_name(m) for m in ms}
+    iops = families["swarm_fio_read_iops"].samples[0]
+    expected = next(m for m in ms if m.field == "read.iops")
+    assert iops.value == expected.value
+    assert iops.labels == {
+        "jobname": "randread-4k",
+        "node": 'n"1',
+        "rw": "randread",
+        "bs": "4096",
+        "iodepth": "32",
+    }
+    (rtt,) = families["swarm_ping_rtt_p50_seconds"].samples
+    assert rtt.labels == {"exported_job": "x", "exported_instance": "y", "src": "n1"} and rtt.value == 0.0025
+    assert not any({"job", "instance"} & set(s.labels) for f in families.values() for s in f.samples)
+    assert promtool(text).returncode == 0
+    assert render_textfile([]) == ""
+
+
+def test_each_part_has_its_own_file_so_an_only_run_keeps_the_other_parts_series(tmp_path):
+    fio = parse_fio((DATA / "fio-probe.json").read_text(), node="n1")
+    rtt = parse_ping((DATA / "ping-loopback.txt").read_text(), src="n1", dst="n2", path="mesh")
+    failed = fleetrun.NotMeasured("n2", "network", "ping", "ssh: connect refused", True)
+    full = {
+        "network": fleetrun.Outcome(rtt, [failed]),
+        "storage": fleetrun.Outcome(fio, []),
+        "training": fleetrun.Outcome(
+            probes.parse_training('TRAINING {"nodes": 1, "samples_per_s": 9.0}\n'), []
+        ),
+    }
+
+    def write(files: dict[tuple[str, str], str]) -> None:
+        # Where `swarm metrics run` sends each (node, part) text: textfile_path(part) on the node.
+        for (node, part), text in files.items():
+            path = tmp_path / node / Path(textfile_path(part)).name
+            path.parent.mkdir(exist_ok=True)
+            assert (
+                subprocess.run(
+                    ["sh", "-c", probes.textfile_upload(str(path))], input=text, text=True
+                ).returncode
+                == 0
+            )
+
+    def series(node: str) -> dict[tuple[str, tuple], float]:
+        out = {}
+        for path in sorted((tmp_path / node).glob("*.prom")):  # what node_exporter's collector reads
+            text = path.read_text()
+            assert promtool(text).returncode == 0, path
+            for family in text_string_to_metric_families(text):
+                out.update({(s.name, tuple(sorted(s.labels.items()))): s.value for s in family.samples})
+        return out
+
+    write(node_textfiles(full, ["n1", "n2"], "n1", 1000.0))
+    first = series("n1")
+    assert (
+        "swarm_fio_read_iops",
+        (
+            ("bs", "4096"),
+            ("iodepth", "32"),
+            ("jobname", "randread-4k-qd32"),
+            ("node", "n1"),
+            ("rw", "randread"),
+        ),
+    ) in first
+    assert first[("swarm_metrics_last_run_success", (("part", "storage"),))] == 1.0
+    assert first[("swarm_ray_training_samples_per_second", (("nodes", "1"),))] == 9.0  # the head's file
+    assert series("n2")[("swarm_metrics_last_run_success", (("part", "network"),))] == 0.0  # its ping failed
+    # `--only network` later: the network files change, the storage and training series stay.
+    write(node_textfiles({"network": fleetrun.Outcome(rtt, [])}, ["n1", "n2"], "n1", 2000.0))
+    second = series("n1")
+    assert second[("swarm_metrics_last_run_timestamp_seconds", (("part", "network"),))] == 2000.0
+    assert second[("swarm_metrics_last_run_timestamp_seconds", (("part", "storage"),))] == 1000.0
+    assert {k for k in first if k[0].startswith("swarm_fio_")} <= set(second)
+    assert series("n2")[("swarm_metrics_last_run_success", (("part", "network"),))] == 1.0
