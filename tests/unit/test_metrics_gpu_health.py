@@ -33,6 +33,7 @@ import json
 import os
 import stat
 import subprocess
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -40,7 +41,7 @@ import pytest
 from swarm_infra.cli import main
 from swarm_infra.metrics import fleetrun, gpu_health, probes
 from swarm_infra.metrics.acceptance import NOT_SIMULATED, NodeFacts, evaluate
-from swarm_infra.metrics.history import History
+from swarm_infra.metrics.history import History, RunInfo
 from swarm_infra.metrics.measurement import Measurement, MeasurementParseError
 from swarm_infra.metrics.targets import NodeTarget
 from swarm_infra.resolve.catalog import gpu_catalog
@@ -559,8 +560,12 @@ def test_accept_on_the_example_fleet_fails_a_node_whose_gpus_are_not_the_declare
     history = History(tmp_path / "m.db")
     history.record(
         "example",
-        "2026-11-26T15:00:00+00:00",
+        # Now: accept refuses a run older than the NodeAcceptance's max_run_age_hours.
+        datetime.now(UTC).replace(microsecond=0).isoformat(),
         node_ms("fra1-gpu-01", identity_csv(A100["product_name"], A100["memory_mib"])),
+        # Every part, and no node list (as an imported run): the network thresholds the example's
+        # rules give this node are then judged "not measured", beside the identity verdict.
+        RunInfo(parts=tuple(fleetrun.PARTS), nodes=None),
     )
     history.close()
     paths = [str(d) for d in fleet_dirs("example")]

@@ -79,9 +79,9 @@ def test_directions_are_declared_per_field_and_an_unknown_field_is_not_judged():
         (change,) = compare(*pair(tool, field, before, after))
         assert change.regression and change.direction in ("higher", "lower"), (tool, field)
     # A field nobody declared: reported with its change, never judged either way.
-    (unknown,) = compare(*pair("dcgmi", "diag.failures", 0.0, 3.0))
+    (unknown,) = compare(*pair("example-tool", "new.field", 0.0, 3.0))
     assert (unknown.regression, unknown.direction, unknown.change) == (False, None, float("inf"))
-    assert direction(Measurement("dcgmi", "diag.failures", 0, "count")) is None
+    assert direction(Measurement("example-tool", "new.field", 0, "count")) is None
     # Telemetry snapshots are declared as not judged.
     (power,) = compare(*pair("nvidia-smi", "power.draw", 300.0, 100.0, "W"))
     assert (power.regression, power.direction) == (False, "none")

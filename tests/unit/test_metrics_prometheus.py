@@ -62,7 +62,11 @@ def every_kind_of_measurement() -> list[Measurement]:
             ]
         ),
         *probes.parse_nvidia_smi("0, 1980, 2619, 312.45, 41, 0\n", node="n1"),
-        *probes.parse_matmul('MATMUL {"gpu": 0, "n": 8192, "iters": 50, "tflops": 612.5}\n', node="n1"),
+        *probes.parse_matmul(
+            'MATMUL {"gpu": 0, "n": 8192, "iters": 4200, "seconds": 60.2, "flops": 7.6e14, '
+            '"first_window_flops": 7.9e14, "last_window_flops": 6.1e14}\n',
+            node="n1",
+        ),
         *probes.parse_training(
             'TRAINING {"nodes": 1, "samples_per_s": 10.0}\nTRAINING {"nodes": 2, "samples_per_s": 19.0}\n'
         ),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from swarm_infra.metrics.gpu_health import REPORTED_REASONS
 from swarm_infra.metrics.measurement import Measurement
 
 DEFAULT_THRESHOLD = 0.10
@@ -41,7 +42,29 @@ DIRECTIONS: dict[tuple[str, str], Direction] = {
     ("nvidia-smi", "power.draw"): NONE,
     ("nvidia-smi", "temperature.gpu"): NONE,
     ("nvidia-smi", "ecc.errors.uncorrected.volatile.total"): LOWER,
-    ("torch", "matmul.tflops"): HIGHER,
+    # GPU acceptance (gpu_health): the matmul's FLOP/s up; errors, pending repairs, slowdowns
+    # and PCIe link downgrades down; the identity and the link's own figures are facts.
+    ("torch", "matmul.flops"): HIGHER,
+    ("torch", "matmul.flops.first_window"): HIGHER,
+    ("torch", "matmul.flops.last_window"): HIGHER,
+    ("torch", "matmul.seconds"): NONE,
+    ("nvidia-smi", "memory.total"): NONE,
+    ("nvidia-smi", "retired_pages.pending"): LOWER,
+    ("nvidia-smi", "remapped_rows.correctable"): LOWER,
+    ("nvidia-smi", "remapped_rows.uncorrectable"): LOWER,
+    ("nvidia-smi", "remapped_rows.pending"): LOWER,
+    ("nvidia-smi", "remapped_rows.failure"): LOWER,
+    ("kernel-log", "xid.errors"): LOWER,
+    ("nvidia-smi", "pcie.link.gen.current"): NONE,
+    ("nvidia-smi", "pcie.link.gen.max"): NONE,
+    ("nvidia-smi", "pcie.link.width.current"): NONE,
+    ("nvidia-smi", "pcie.link.width.max"): NONE,
+    ("nvidia-smi", "pcie.link.gen.downgrade"): LOWER,
+    ("nvidia-smi", "pcie.link.width.downgrade"): LOWER,
+    **{("nvidia-smi", f"clocks_event_reasons.{r}"): LOWER for r in REPORTED_REASONS},
+    ("nvidia-smi", "clocks_event_reasons.slowdown"): LOWER,
+    ("dcgmi", "diag.failures"): LOWER,
+    ("dcgmi", "diag.passed_level"): HIGHER,
     ("ray", "training.samples_per_s"): HIGHER,
     ("ray", "training.scaling_efficiency"): HIGHER,
     ("ray-serve", "requests_per_s"): HIGHER,

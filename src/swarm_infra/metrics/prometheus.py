@@ -64,12 +64,17 @@ _UNITS: dict[str, tuple[str, Fraction]] = {
     "mW": ("watts", Fraction(1, 1000)),
     "C": ("celsius", Fraction(1)),
     "TFLOP/s": ("flops", Fraction(10**12)),
+    "FLOP/s": ("flops", Fraction(1)),
     "IOPS": ("iops", Fraction(1)),
     "samples/s": ("samples_per_second", Fraction(1)),
     "requests/s": ("requests_per_second", Fraction(1)),
     "1/s": ("per_second", Fraction(1)),
     "count": ("", Fraction(1)),
     "bool": ("", Fraction(1)),
+    # PCIe link generation and width, DCGM's diagnostic run level: plain numbers.
+    "generation": ("", Fraction(1)),
+    "lanes": ("", Fraction(1)),
+    "level": ("", Fraction(1)),
 }
 """A Measurement's unit -> (the name's base-unit suffix, the factor to that unit). A count has
 no suffix (a gauge's ``_total`` would claim a counter)."""
