@@ -1,0 +1,165 @@
+"""One agent run (``swarm agent run``, the timer's service): fetch, verify, resolve,
+gate, apply, report. The decisions are :mod:`.decide`'s; this module gathers their inputs
+(git, the fleet resolved from the verified commit, the peers' reports) and acts.
+
+Whatever happens, the run ends with a report (:mod:`.report`): the status file and the
+textfile say what was done, to which commit, and which commit the node holds
+(``applied_commit``: the last good one, kept when a run fails or refuses).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..fleet.diagnostics import FleetInvalid
+from ..fleet.sources import FleetEscapes, UnknownFleet, named_fleet_paths
+from ..resolve import desired_state, load_fleet
+from ..resolve.types import NodeState
+from . import decide, git
+from .config import AgentConfig, Paths
+from .engine import ApplyResult, apply_local
+from .report import Status, load_status, read_report, textfile, write_atomic
+
+APPLY_TIMEOUT_S = 3300  # under the service's TimeoutStartSec (resolve.files.AGENT_RUN_TIMEOUT_S)
+
+Apply = Callable[[Path, str, str, int], ApplyResult]
+ReadReport = Callable[[str], "decide.PeerReport | None"]
+
+
+@dataclass
+class Outcome:
+    """What the run found, filled step by step and turned into a :class:`Status`."""
+
+    commit: str = ""
+    result: str = "invalid"
+    reason: str = ""
+    applied: str | None = None
+    changed: int | None = None
+    failed: int | None = None
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+def status_url(node: NodeState, port: int) -> str:
+    """Where ``node``'s agent report is read: node_exporter's ``/metrics`` on its mesh
+    address (its underlay address when the fleet has no mesh)."""
+    mesh = node["mesh"]
+    address = mesh["address"].split("/")[0] if mesh else node["address"]
+    return f"http://{address}:{port}/metrics"
+
+
+def run_once(
+    config: AgentConfig,
+    paths: Paths,
+    *,
+    apply: Apply = apply_local,
+    read: ReadReport = read_report,
+    clock: Callable[[], float] = time.time,
+) -> Status:
+    """One run for ``config`` on the node whose files are ``paths``; returns its report
+    (also written to the status file and the textfile). Never raises for what the fleet,
+    the remote or a peer does: each ends as a result (:data:`.decide.RESULTS`)."""
+    started = time.monotonic()
+    paths.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with open(paths.state_dir / "lock", "w") as lock:
+        # One run at a time: the timer's and one started by hand.
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        previous = load_status(paths.status)
+        out = Outcome(applied=previous.applied_commit if previous else None)
+        _steps(config, paths, out, apply, read)
+        status = Status(
+            node=config.node,
+            ref=config.ref,
+            commit=out.commit,
+            result=out.result,
+            reason=out.reason,
+            applied_commit=out.applied,
+            changed=out.changed,
+            failed=out.failed,
+            duration_s=round(time.monotonic() - started, 3),
+            finished_at=round(clock(), 3),
+            reboot_required=paths.reboot_required.exists(),
+            paused=paths.pause.exists(),
+        )
+        write_atomic(paths.status, status.to_json())
+        write_atomic(paths.textfile, textfile(status))
+        return status
+
+
+def _stop(out: Outcome, action: decide.Action) -> None:
+    assert action.result is not None
+    out.result, out.reason = action.result, action.reason
+
+
+def _steps(config: AgentConfig, paths: Paths, out: Outcome, apply: Apply, read: ReadReport) -> None:
+    stop = decide.paused_action(paths.pause.exists(), str(paths.pause))
+    if stop:
+        return _stop(out, stop)
+    try:
+        out.commit = git.fetch(
+            paths.clone,
+            config.remote,
+            config.ref,
+            paths.deploy_key if paths.deploy_key.is_file() else None,
+            paths.known_hosts if paths.known_hosts.is_file() else None,
+        )
+    except (git.GitError, ValueError, OSError, subprocess.TimeoutExpired) as exc:
+        out.result, out.reason = "fetch-failed", f"{config.ref} of {config.remote}: {exc}"
+        return None
+    if not paths.allowed_signers.is_file():
+        out.result = "refused"
+        out.reason = f"no allowed signers file at {paths.allowed_signers}: no commit can be verified"
+        return None
+    sig = git.signature(paths.clone, out.commit, paths.allowed_signers)
+    stop = decide.signature_action(out.commit, sig.effective_status, sig.fingerprint)
+    if stop:
+        return _stop(out, stop)
+    last = out.applied
+    descends = last is None or last == out.commit or git.descends(paths.clone, last, out.commit)
+    stop = decide.ancestry_action(out.commit, last, descends)
+    if stop:
+        return _stop(out, stop)
+    tree = git.checkout(paths.clone, paths.trees, out.commit)
+    try:
+        state = desired_state(load_fleet(named_fleet_paths(tree, config.fleet)))
+    except (UnknownFleet, FleetEscapes) as exc:
+        out.result, out.reason = "invalid", f"commit {out.commit[:12]}: {exc}"
+        return None
+    except FleetInvalid as exc:
+        first = exc.report.text().strip().splitlines()[:1]
+        out.result = "invalid"
+        out.reason = f"commit {out.commit[:12]}: the fleet is invalid; nothing applied: {' '.join(first)}"
+        return None
+    node = state["nodes"].get(config.node)
+    if node is None or node["pull"] is None:
+        out.result = "waiting"
+        out.reason = (
+            f"commit {out.commit[:12]} does not declare {config.node} as a pull node of fleet "
+            f"{config.fleet}: propose the change swarm node bootstrap printed"
+        )
+        return None
+    pull_nodes = [name for name, n in state["nodes"].items() if n["pull"]]
+    reports: dict[str, decide.PeerReport | None] = {}
+    if out.commit != out.applied:
+        cut = decide.batches(pull_nodes, state["rollout"])
+        mine = next(i for i, b in enumerate(cut) if config.node in b)
+        for peer in (p for batch in cut[:mine] for p in batch):
+            reports[peer] = read(status_url(state["nodes"][peer], config.status_port))
+    action = decide.gate(config.node, out.commit, out.applied, pull_nodes, state["rollout"], reports)
+    if not action.apply:
+        return _stop(out, action)
+    result = apply(tree, config.fleet, config.node, APPLY_TIMEOUT_S)
+    out.applied, result_name = decide.after_apply(out.commit, out.applied, result.ok)
+    out.result, out.changed, out.failed = result_name, result.changed, result.failed
+    out.reason = (
+        f"applied {out.commit[:12]}"
+        if result.ok
+        else f"applying {out.commit[:12]} failed ({result.message}); the last good commit stays "
+        f"{(out.applied or 'none')[:12]}"
+    )
+    git.prune(paths.clone, paths.trees, {c for c in (out.commit, out.applied) if c})
+    return None
