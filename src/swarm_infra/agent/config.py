@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..fleet.sources import FLEET_NAME
-from ..resolve.layout import node_layout
+from ..resolve.layout import AGENT_LOCAL, node_layout
 from ..resolve.pull import ref_name, remote_scheme
 
 # A node name as the fleet's schema allows one (common.schema.json's name).
@@ -94,7 +94,7 @@ class Paths:
     @classmethod
     def node(cls, root: Path = Path("/")) -> Paths:
         """The layout's paths, under ``root`` (``/`` on a node; a temporary directory in tests)."""
-        f = node_layout()["files"]
+        f = {**node_layout()["files"], **AGENT_LOCAL}
 
         def at(name: str) -> Path:
             return root / f[name]["path"].lstrip("/")

@@ -22,6 +22,7 @@ from typing import Any, cast
 
 from .keys import checked_keys, wireguard_key_problem
 from .layers import AGENT_REMOVED, PACKAGE_CACHE_FILES, declared
+from .layout import AGENT_LOCAL
 from .layers import layer as registry
 from .ray import client_env
 from .types import LayoutState, ManagedPath, NodeState
@@ -543,7 +544,7 @@ def agent_service_text(layout: LayoutState) -> str:
     """The agent's service: ``swarm agent run`` of the package installed in layout
     ``agent_venv``, one run per start (the timer starts it)."""
     files = layout["files"]
-    program = f"{files['agent_venv']['path']}/bin/swarm"
+    program = f"{AGENT_LOCAL['agent_venv']['path']}/bin/swarm"
     return (
         _header("host layer: pull agent")
         + "# One run: fetch the fleet's ref, verify its signature, apply this node's state.\n"

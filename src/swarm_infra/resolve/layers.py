@@ -84,7 +84,7 @@ LAYERS: tuple[Layer, ...] = (
         # recorded values); the package cache's files go when the site declares none; the
         # agent's when the node converges by push.
         removed=("sysctl_conf", "tmpfiles_conf", "apt_cache_conf", "apt_cache_detect", *AGENT_REMOVED),
-        units=("agent_timer",),
+        units=("agent_timer", "agent_service"),
         restarts=(("agent_service", "agent_timer"), ("agent_timer", "agent_timer")),
     ),
     Layer(

@@ -36,6 +36,24 @@ def _dir(path: str, mode: str = "0755") -> ManagedPath:
     return {"path": path, "type": "directory", "owner": "root", "group": "root", "mode": mode}
 
 
+# The pull agent's own files on a pull node, which no layer writes: ``agent_deploy_key`` (an
+# ssh remote's key, 0600, from swarm node bootstrap; never read back nor logged),
+# ``agent_known_hosts`` (the Git server's host key), ``agent_pause`` (while it exists the
+# agent does nothing), ``agent_state_dir`` (the clone of the fleet, work trees),
+# ``agent_status`` (the last run's report, JSON), ``agent_textfile`` (the same for
+# node_exporter), ``agent_venv`` (where the provider installed the package; the service runs
+# its ``swarm``).
+AGENT_LOCAL: dict[str, ManagedPath] = {
+    "agent_deploy_key": _file(f"{AGENT_DIR}/deploy_key", "0600"),
+    "agent_known_hosts": _file(f"{AGENT_DIR}/known_hosts"),
+    "agent_pause": _file(f"{AGENT_DIR}/paused"),
+    "agent_state_dir": _dir(AGENT_STATE_DIR, "0700"),
+    "agent_status": _file(f"{AGENT_STATE_DIR}/status.json"),
+    "agent_textfile": _file(f"{TEXTFILE_DIR}/swarm_agent.prom"),
+    "agent_venv": _dir(f"{LIB_DIR}/agent-venv"),
+}
+
+
 @cache
 def node_layout(interface: str = "wg0") -> LayoutState:
     """The layout of a node whose mesh interface is ``interface`` (the WireGuard files and
@@ -65,12 +83,8 @@ def node_layout(interface: str = "wg0") -> LayoutState:
       ``mdadm_conf``, ``storage_record``: the scratch array for boot, and what scratch the
       project made (so that removing the declaration unmounts it);
       ``agent_dir``, ``agent_config``, ``agent_allowed_signers`` (the signers the node
-      trusts: those of the last commit it applied), ``agent_deploy_key`` (an ssh remote's
-      key, 0600, put there by the provider; never read back), ``agent_known_hosts`` (the Git
-      server's host key), ``agent_pause`` (exists: the agent does nothing),
-      ``agent_state_dir``, ``agent_status`` (the last run's report), ``agent_textfile``
-      (the same for node_exporter), ``agent_venv`` (where the provider installed the
-      package), ``agent_service``, ``agent_timer``: the pull agent.
+      trusts: those of the last commit it applied), ``agent_service``, ``agent_timer``: the
+      pull agent, written by the host layer on pull nodes (its own files: :data:`AGENT_LOCAL`).
     ``units``: ``gpu_apply``, ``wireguard`` (wg-quick@IFACE), ``persistenced``,
     ``fabricmanager``, ``ray_head``, ``ray_worker``, ``ray_firewall``, ``agent_service``, ``agent_timer``.
     """
@@ -120,13 +134,6 @@ def node_layout(interface: str = "wg0") -> LayoutState:
             "agent_dir": _dir(AGENT_DIR, "0700"),
             "agent_config": _file(f"{AGENT_DIR}/agent.json"),
             "agent_allowed_signers": _file(f"{AGENT_DIR}/allowed_signers"),
-            "agent_deploy_key": _file(f"{AGENT_DIR}/deploy_key", "0600"),
-            "agent_known_hosts": _file(f"{AGENT_DIR}/known_hosts"),
-            "agent_pause": _file(f"{AGENT_DIR}/paused"),
-            "agent_state_dir": _dir(AGENT_STATE_DIR, "0700"),
-            "agent_status": _file(f"{AGENT_STATE_DIR}/status.json"),
-            "agent_textfile": _file(f"{TEXTFILE_DIR}/swarm_agent.prom"),
-            "agent_venv": _dir(f"{LIB_DIR}/agent-venv"),
             "agent_service": _file(f"{UNIT_DIR}/swarm-agent.service"),
             "agent_timer": _file(f"{UNIT_DIR}/swarm-agent.timer"),
         },
