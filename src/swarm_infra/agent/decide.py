@@ -12,8 +12,8 @@ The rules, in the order a run meets them:
    (``spec.convergence: push`` takes the node out of pull).
 2. **Signature** (:func:`signature_action`): only a commit whose signature git reports as
    good (``%G?`` = ``G``) by a key of the node's allowed signers file is applied. Unsigned
-   (``N``), bad (``B``), unknown signer (``E``: ``git verify-commit`` finds no principal),
-   expired or revoked: refused; the node keeps its last good commit, never checks the
+   (``N``), bad (``B``), unknown signer (``U``: git finds no principal for the key),
+   unverifiable (``E``), expired or revoked: refused; the node keeps its last good commit, never checks the
    refused one out.
 3. **Ancestry** (:func:`ancestry_action`): the fetched commit must descend from the last
    good one (or be it). A signed but older commit (a replay, a force-push back to a state
@@ -74,15 +74,17 @@ def paused_action(paused: bool, pause_file: str) -> Action | None:
 
 # git-log(1) PRETTY FORMATS, %G?: "G" good (valid) signature, "B" bad, "U" good with unknown
 # validity, "X" good but expired, "Y" good by an expired key, "R" good by a revoked key, "E"
-# cannot be checked (for SSH signatures: no principal of gpg.ssh.allowedSignersFile matches
-# the key), "N" no signature.
+# cannot be checked, "N" no signature. For an SSH signature by a key that no principal of
+# gpg.ssh.allowedSignersFile has, git 2.39 reports "U" (the signature checks out, the signer
+# is nobody the file knows: "No principal matched."; tests/unit/test_agent_git.py shows it
+# with the real git).
 _SIGNATURE_STATUS = {
     "B": "a bad signature (the commit or its signature was altered)",
-    "U": "a good signature of unknown validity",
+    "U": "a signature by a key that is not in the allowed signers file",
     "X": "an expired signature",
     "Y": "a signature by an expired key",
     "R": "a signature by a revoked key",
-    "E": "a signature by a key that is not in the allowed signers file",
+    "E": "a signature that cannot be checked (not an SSH signature, or a broken one)",
     "N": "no signature",
 }
 

@@ -18,6 +18,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..engines.ansible.runner import path_with_ansible
 
@@ -80,11 +81,16 @@ def parse_stats(output: str, node: str) -> tuple[int | None, int | None]:
     return int(stats.get("changed", 0)), failed
 
 
+def spawn(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    """The engine's process (``subprocess.run``): the one thing tests replace."""
+    return subprocess.run(argv, **kwargs)
+
+
 def apply_local(tree: Path, fleet: str, node: str, timeout_s: int) -> ApplyResult:
     """Run :func:`ansible_argv` in ``tree``; its output stays in this process (the journal
     gets the tail of a failure only: tasks with ``no_log`` are censored by Ansible)."""
     try:
-        done = subprocess.run(
+        done = spawn(
             ansible_argv(tree, fleet, node),
             cwd=tree,
             env=ansible_env(tree),

@@ -132,7 +132,12 @@ def fetch(
 
 
 def _verify_config(allowed_signers: Path) -> list[str]:
+    # gpg.minTrustLevel=fully: git verify-commit then also fails a good signature whose key
+    # no principal of the file has (git-config(1), gpg.minTrustLevel; for SSH, a matched
+    # principal is "fully", an unmatched key "undefined").
     return [
+        "-c",
+        "gpg.minTrustLevel=fully",
         "-c",
         f"gpg.ssh.allowedSignersFile={allowed_signers}",
         "-c",
