@@ -43,7 +43,9 @@ def test_a_later_batch_waits_until_every_earlier_node_reports_the_commit_applied
     assert decide.gate("n4", B, A, NODES, ROLL, reports) == decide.PROCEED
 
 
-@pytest.mark.parametrize("seen", [None, PeerReport(B, "waiting"), PeerReport(B, "refused"), PeerReport(A, "applied")])
+@pytest.mark.parametrize(
+    "seen", [None, PeerReport(B, "waiting"), PeerReport(B, "refused"), PeerReport(A, "applied")]
+)
 def test_an_unread_or_unfinished_report_is_not_success(seen: PeerReport | None) -> None:
     action = decide.gate("n2", B, A, NODES, ROLL, {"n1": seen})
     assert (action.apply, action.result) == (False, "waiting")
@@ -80,7 +82,11 @@ def test_only_a_good_signature_goes_on(status: str, words: str) -> None:
     assert decide.signature_action(B, "G") is None
     action = decide.signature_action(B, status, "SHA256:xyz")
     assert action is not None and (action.apply, action.result) == (False, "refused")
-    assert words in action.reason and "SHA256:xyz" in action.reason and "last good state is kept" in action.reason
+    assert (
+        words in action.reason
+        and "SHA256:xyz" in action.reason
+        and "last good state is kept" in action.reason
+    )
 
 
 def test_a_commit_that_does_not_descend_from_the_last_good_one_is_refused() -> None:
@@ -106,7 +112,8 @@ def test_pause_and_last_good() -> None:
 def test_changed_and_failed_come_from_the_json_callbacks_stats() -> None:
     # ansible.posix.json (ansible/posix plugins/callback/json.py, v2_playbook_on_stats): one
     # document, "stats": {host: summarize(host)} with ok, changed, failures, unreachable, ...
-    out = 'warning text\n{"plays": [], "stats": {"n1": {"ok": 9, "changed": 2, "failures": 1, "unreachable": 0}}}'
+    stats = '{"n1": {"ok": 9, "changed": 2, "failures": 1, "unreachable": 0}}'
+    out = 'warning text\n{"plays": [], "stats": ' + stats + "}"
     assert parse_stats(out, "n1") == (2, 1)
     assert parse_stats(out, "n2") == (None, None)
     assert parse_stats("ERROR! no inventory", "n1") == (None, None)
@@ -125,7 +132,9 @@ def status(**kw: object) -> Status:
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="needs promtool")
 def test_the_textfile_passes_promtool(tmp_path: Path) -> None:
     text = textfile(status(applied_commit=None, changed=None, failed=None, commit=""))
-    done = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        ["promtool", "check", "metrics"], input=text, capture_output=True, text=True, check=False
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "job=" not in text and "_total" not in text
 
@@ -179,7 +188,10 @@ def test_read_report_over_http(served: str) -> None:
 
 
 def test_settings_are_checked_whole() -> None:
-    good = '{"node": "n1", "fleet": "lab", "remote": "https://git.example.org/f.git", "ref": "main", "engine": "ansible", "status_port": 9100}'
+    good = (
+        '{"node": "n1", "fleet": "lab", "remote": "https://git.example.org/f.git", "ref": "main", '
+        '"engine": "ansible", "status_port": 9100}'
+    )
     assert parse_config(good, "x").node == "n1"
     for bad, words in [
         (good.replace('"n1"', '"N 1"'), "$.node"),
@@ -196,7 +208,16 @@ def test_settings_are_checked_whole() -> None:
 
 
 @pytest.mark.parametrize(
-    "remote", ["ext::sh -c id", "git://h/r", "h:repo.git", "-uhttps://x", "https://u:pw@h/r", "https://h/a b", "ssh:///r"]
+    "remote",
+    [
+        "ext::sh -c id",
+        "git://h/r",
+        "h:repo.git",
+        "-uhttps://x",
+        "https://u:pw@h/r",
+        "https://h/a b",
+        "ssh:///r",
+    ],
 )
 def test_remotes_the_agent_refuses(remote: str) -> None:
     with pytest.raises(ValueError):

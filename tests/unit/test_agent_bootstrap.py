@@ -45,7 +45,9 @@ def test_the_public_key_is_what_wg_pubkey_prints(tmp_path: Path) -> None:
 
 def bootstrap(tmp_path: Path, *extra: str) -> list[str]:
     signers = tmp_path / "allowed_signers"
-    signers.write_text((ROOT / "tests/data/invalid/pull-allowed-signers-invalid.lock").read_text().splitlines()[1] + "\n")
+    signers.write_text(
+        (ROOT / "tests/data/invalid/pull-allowed-signers-invalid.lock").read_text().splitlines()[1] + "\n"
+    )
     return [
         "node", "bootstrap", "--root", str(tmp_path / "node"), "--no-start",
         "--node", "lab-gpu-9", "--site", "lab-b", "--address", "10.77.2.19", "--nat",
@@ -77,14 +79,21 @@ def test_bootstrap_writes_the_agent_and_prints_a_document_the_fleet_takes(
     (fleet / "inventory/lab/lab-gpu-9.yaml").write_text(document)
     (fleet / "policies/lab/allowed_signers").write_text((agent / "allowed_signers").read_text())
     with (fleet / "policies/lab/rollout.yaml").open("a") as f:
-        f.write("  pull:\n    remote: https://git.example.org/swarm/fleet.git\n    ref: main\n    fleet: lab\n"
-                "    allowed_signers_file: allowed_signers\n    interval_s: 600\n")  # fmt: skip
-    state = desired_state(load_fleet([fleet / "inventory/lab", fleet / "policies/lab", fleet / "policies/shared"]))
+        f.write(
+            "  pull:\n    remote: https://git.example.org/swarm/fleet.git\n    ref: main\n"
+            "    fleet: lab\n    allowed_signers_file: allowed_signers\n    interval_s: 600\n"
+        )
+    state = desired_state(
+        load_fleet([fleet / "inventory/lab", fleet / "policies/lab", fleet / "policies/shared"])
+    )
     n = state["nodes"]["lab-gpu-9"]
     assert n["pull"] is not None and n["pull"]["interval_s"] == 600
-    assert load_fleet([fleet / "inventory/lab", fleet / "policies/lab", fleet / "policies/shared"]).fleet.nodes[
-        "lab-gpu-9"
-    ].wireguard_public_key == key
+    assert (
+        load_fleet([fleet / "inventory/lab", fleet / "policies/lab", fleet / "policies/shared"])
+        .fleet.nodes["lab-gpu-9"]
+        .wireguard_public_key
+        == key
+    )
     # The host layer then writes the same settings and the fleet's interval.
     items = {i["path"]: i for i in layer_files(n, "host")}
     assert items["/etc/swarm/agent/agent.json"]["content"] == (agent / "agent.json").read_text()
@@ -128,7 +137,9 @@ def test_bad_input_exits_2_without_a_traceback_and_writes_nothing(
     assert not (tmp_path / "node").exists()
 
 
-def test_agent_run_with_a_broken_settings_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_agent_run_with_a_broken_settings_file_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     bad = tmp_path / "agent.json"
     bad.write_text('{"node": "x"}')
     assert cli.main(["agent", "run", "--config", str(bad), "--root", str(tmp_path)]) == 2

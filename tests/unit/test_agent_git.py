@@ -4,7 +4,8 @@ Signing is OpenSSH's: ``ssh-keygen`` makes the keys, git signs with ``gpg.format
 ``user.signingkey`` (git-config(1), Git 2.39) and verifies against an allowed signers file
 (ssh-keygen(1), ALLOWED SIGNERS, OpenSSH 9.2: ``principals [options] keytype base64``).
 The fleet is the lab fleet, copied into the repository, with lab-gpu-2 converging by pull.
-Only the engine's process is replaced (:func:`swarm_infra.agent.engine.spawn`): its argv is asserted and it answers as ``ansible.posix.json`` would.
+Only the engine's process is replaced (:func:`swarm_infra.agent.engine.spawn`): its argv
+is asserted and it answers as ``ansible.posix.json`` would.
 """
 
 from __future__ import annotations
@@ -58,7 +59,9 @@ class Fleet:
             shutil.copytree(ROOT / d, self.src / d)
         (self.src / "policies/lab/allowed_signers").write_text(self.signers)
         nodes = self.src / "inventory/lab/nodes.yaml"
-        nodes.write_text(nodes.read_text().replace("  mesh: {nat: true}", "  mesh: {nat: true}\n  convergence: pull"))
+        nodes.write_text(
+            nodes.read_text().replace("  mesh: {nat: true}", "  mesh: {nat: true}\n  convergence: pull")
+        )
         rollout = self.src / "policies/lab/rollout.yaml"
         rollout.write_text(
             rollout.read_text()
@@ -75,7 +78,15 @@ class Fleet:
         return sh("git", "rev-parse", "HEAD", cwd=self.src).strip()
 
     def push(self, force: str | None = None) -> None:
-        sh("git", "push", "-q", "--force", str(self.remote), f"{force or 'HEAD'}:refs/heads/main", cwd=self.src)
+        sh(
+            "git",
+            "push",
+            "-q",
+            "--force",
+            str(self.remote),
+            f"{force or 'HEAD'}:refs/heads/main",
+            cwd=self.src,
+        )
 
 
 @pytest.fixture
@@ -95,7 +106,9 @@ def node(tmp_path: Path, fleet: Fleet) -> Paths:
 class Engine:
     """Stands in for ansible-playbook's process: records argv, answers with stats."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, rc: int = 0, changed: int = 2, failures: int = 0) -> None:
+    def __init__(
+        self, monkeypatch: pytest.MonkeyPatch, rc: int = 0, changed: int = 2, failures: int = 0
+    ) -> None:
         self.calls: list[dict[str, Any]] = []
         self.rc, self.changed, self.failures = rc, changed, failures
         monkeypatch.setattr(engine, "spawn", self)
@@ -106,8 +119,12 @@ class Engine:
         return subprocess.CompletedProcess(argv, self.rc, json.dumps({"plays": [], "stats": stats}), "")
 
 
+def config_of(remote: str) -> AgentConfig:
+    return AgentConfig(node=NODE, fleet="lab", remote=remote, ref="main", engine="ansible", status_port=9100)
+
+
 def config(fleet: Fleet) -> AgentConfig:
-    return AgentConfig(node=NODE, fleet="lab", remote=f"file://{fleet.remote}", ref="main", engine="ansible", status_port=9100)
+    return config_of(f"file://{fleet.remote}")
 
 
 def test_a_commit_signed_by_an_allowed_signer_is_applied_with_ansible_locally(
@@ -159,7 +176,9 @@ def test_a_commit_signed_by_an_unknown_key_is_refused(
     # The stranger also adds its own key to the fleet's allowed signers in the same commit:
     # the node verifies with the signers it already trusts, not the new commit's.
     stranger_pub = " ".join(fleet.stranger.with_suffix(".pub").read_text().split()[:2])
-    (fleet.src / "policies/lab/allowed_signers").write_text(fleet.signers + f"mallory@example.org {stranger_pub}\n")
+    (fleet.src / "policies/lab/allowed_signers").write_text(
+        fleet.signers + f"mallory@example.org {stranger_pub}\n"
+    )
     c2 = fleet.commit("by a stranger", fleet.stranger)
     fleet.push()
     status = run_once(config(fleet), node)
@@ -180,7 +199,9 @@ def test_a_first_run_with_no_good_commit_refuses_and_holds_nothing(
     assert not eng.calls
 
 
-def test_an_older_signed_commit_is_refused(fleet: Fleet, node: Paths, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_older_signed_commit_is_refused(
+    fleet: Fleet, node: Paths, monkeypatch: pytest.MonkeyPatch
+) -> None:
     c1 = fleet.commit("one", fleet.known)
     c2 = fleet.commit("two", fleet.known)
     fleet.push()
@@ -229,9 +250,10 @@ def test_a_node_the_fleet_does_not_declare_for_pull_waits(
     assert not eng.calls
 
 
-def test_an_unreachable_remote_is_a_fetch_failure(node: Paths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_unreachable_remote_is_a_fetch_failure(
+    node: Paths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     eng = Engine(monkeypatch)
-    cfg = AgentConfig(node=NODE, fleet="lab", remote=f"file://{tmp_path}/none.git", ref="main", engine="ansible",
-                      status_port=9100)  # fmt: skip
+    cfg = config_of(f"file://{tmp_path}/none.git")
     status = run_once(cfg, node)
     assert status.result == "fetch-failed" and not eng.calls

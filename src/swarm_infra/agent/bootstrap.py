@@ -62,7 +62,9 @@ def check(req: Request) -> str:
     :class:`BootstrapError` naming the first problem."""
     for what, value in (("--node", req.node), ("--site", req.site), ("--fleet", req.fleet)):
         if not _NAME.fullmatch(value):
-            raise BootstrapError(f"{what} {value!r}: expected a DNS-1123 label (lower-case letters, digits, '-')")
+            raise BootstrapError(
+                f"{what} {value!r}: expected a DNS-1123 label (lower-case letters, digits, '-')"
+            )
     try:
         ipaddress.IPv4Address(req.address)
     except ValueError:
@@ -73,7 +75,9 @@ def check(req: Request) -> str:
     except ValueError as exc:
         raise BootstrapError(str(exc)) from None
     if scheme == "ssh" and req.deploy_key is None:
-        raise BootstrapError("an ssh:// remote needs --deploy-key (the key the Git server grants read access)")
+        raise BootstrapError(
+            "an ssh:// remote needs --deploy-key (the key the Git server grants read access)"
+        )
     try:
         text = req.allowed_signers.read_text()
     except (OSError, UnicodeDecodeError) as exc:
@@ -137,7 +141,9 @@ def wireguard_key(path: Path) -> tuple[str, bool]:
     try:
         key = public_key(path.read_text())
     except (OSError, ValueError, UnicodeDecodeError) as exc:
-        raise BootstrapError(f"{path} holds no WireGuard private key ({exc}); move it away and run again") from None
+        raise BootstrapError(
+            f"{path} holds no WireGuard private key ({exc}); move it away and run again"
+        ) from None
     problem = wireguard_key_problem(key)
     if problem:  # cannot happen for 32 bytes; checked as every reported key is
         raise BootstrapError(f"{path}: {problem}")

@@ -155,7 +155,11 @@ def gate(
         raise ValueError(f"{node} is not a pull-mode node of the fleet")
     waiting: list[str] = []
     for index, batch in enumerate(cut[:mine]):
-        failed = [n for n in batch if (r := reports.get(n)) is not None and r.commit == commit and r.result == "failed"]
+        failed = [
+            n
+            for n in batch
+            if (r := reports.get(n)) is not None and r.commit == commit and r.result == "failed"
+        ]
         if batch_failed(len(failed), len(batch), rollout):
             return Action(
                 False,

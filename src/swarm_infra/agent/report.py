@@ -88,7 +88,11 @@ def textfile(status: Status) -> str:
         f'applied_commit="{_label(status.applied_commit or "")}"}} 1'
     )
     rows = [
-        ("swarm_agent_report_info", "The pull agent's last run: the commit, its result, the last good commit.", info),
+        (
+            "swarm_agent_report_info",
+            "The pull agent's last run: the commit, its result, the last good commit.",
+            info,
+        ),
         (
             "swarm_agent_last_run_timestamp_seconds",
             "When the pull agent's last run ended, in Unix time.",

@@ -76,7 +76,9 @@ def cmd_node_bootstrap(args: argparse.Namespace) -> int:
         for argv in (["systemctl", "daemon-reload"], ["systemctl", "enable", "--now", timer]):
             done = subprocess.run(argv, capture_output=True, text=True, check=False)
             if done.returncode != 0:
-                print(f"swarm node bootstrap: {' '.join(argv)} failed: {done.stderr.strip()}", file=sys.stderr)
+                print(
+                    f"swarm node bootstrap: {' '.join(argv)} failed: {done.stderr.strip()}", file=sys.stderr
+                )
                 return EXIT_FAILURE
     emit(f"WireGuard public key ({'made now' if made else 'kept'}): {key}")
     emit(

@@ -22,8 +22,8 @@ from typing import Any, cast
 
 from .keys import checked_keys, wireguard_key_problem
 from .layers import AGENT_REMOVED, PACKAGE_CACHE_FILES, declared
-from .layout import AGENT_LOCAL
 from .layers import layer as registry
+from .layout import AGENT_LOCAL
 from .ray import client_env
 from .types import LayoutState, ManagedPath, NodeState
 
@@ -522,7 +522,14 @@ def agent_config(node: NodeState) -> str:
 def agent_config_text(node: str, fleet: str, remote: str, ref: str, status_port: int) -> str:
     """The agent's settings file for ``node`` (see :func:`agent_config`)."""
     return _json(
-        {"node": node, "fleet": fleet, "remote": remote, "ref": ref, "engine": "ansible", "status_port": status_port}
+        {
+            "node": node,
+            "fleet": fleet,
+            "remote": remote,
+            "ref": ref,
+            "engine": "ansible",
+            "status_port": status_port,
+        }
     )
 
 
@@ -575,8 +582,7 @@ def agent_timer_text(layout: LayoutState, interval_s: int, randomized_delay_s: i
     first :data:`AGENT_BOOT_DELAY_S` after boot (systemd.timer(5))."""
     units = layout["units"]
     return (
-        _header("host layer: pull agent")
-        + "[Unit]\n"
+        _header("host layer: pull agent") + "[Unit]\n"
         f"Description=Run {units['agent_service']} on a jittered interval\n"
         "\n"
         "[Timer]\n"

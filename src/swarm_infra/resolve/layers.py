@@ -23,7 +23,6 @@ from typing import Any, cast
 from .packages import FILESYSTEM_PACKAGES, PACKAGES
 from .types import NodeState
 
-
 # The pull agent's files the host layer writes on a pull node (Node spec.convergence: pull)
 # and removes on a push node. Its state directory, deploy key, known hosts and pause file
 # are the node's own (swarm node bootstrap, the provider): never written nor removed here.

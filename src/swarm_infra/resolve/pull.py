@@ -30,13 +30,22 @@ def remote_scheme(remote: str) -> str:
 
     Raises ValueError for anything else: another scheme, scp-like ``host:path`` (write it
     ``ssh://host/path``), an option-like or space-holding value, a URL with a password."""
-    if not isinstance(remote, str) or not remote or remote.startswith("-") or any(c.isspace() or ord(c) < 32 for c in remote):
+    if (
+        not isinstance(remote, str)
+        or not remote
+        or remote.startswith("-")
+        or any(c.isspace() or ord(c) < 32 for c in remote)
+    ):
         raise ValueError(f"not a Git remote URL: {remote!r}")
     parts = urlsplit(remote)
     if parts.scheme not in REMOTE_SCHEMES or "://" not in remote:
-        raise ValueError(f"{remote!r}: a Git remote must be an {', '.join(s + '://' for s in REMOTE_SCHEMES)} URL")
+        raise ValueError(
+            f"{remote!r}: a Git remote must be an {', '.join(s + '://' for s in REMOTE_SCHEMES)} URL"
+        )
     if parts.password is not None:
-        raise ValueError(f"{parts.scheme}://...: no password in the URL (an ssh remote uses the node's deploy key)")
+        raise ValueError(
+            f"{parts.scheme}://...: no password in the URL (an ssh remote uses the node's deploy key)"
+        )
     if parts.scheme != "file" and not parts.hostname:
         raise ValueError(f"{remote!r}: no host")
     return parts.scheme

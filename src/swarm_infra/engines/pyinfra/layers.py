@@ -87,7 +87,12 @@ def host_layer() -> None:
     node = _node()
     timer = node["layout"]["units"]["agent_timer"]
     if not node["pull"] and ops.unit_state(timer)["enabled"]:  # before its file goes
-        ops.unit(name="Stop the pull agent (the node converges by push)", service=timer, running=False, enabled=False)
+        ops.unit(
+            name="Stop the pull agent (the node converges by push)",
+            service=timer,
+            running=False,
+            enabled=False,
+        )
     items = layer_items(node, "host", "Point apt at the site's package cache; the pull agent's files")
     if node["pull"]:
         files_ = node["layout"]["files"]

@@ -26,14 +26,20 @@ def read_pull_files(fleet: Fleet, roots: Sequence[str]) -> tuple[Fleet, list[Fin
         return fleet, [], []
     where = ("spec", "pull", "allowed_signers_file")
     base = Path(rollout.source.file).parent
-    path, data, problem = read_referenced(base, rollout.pull.allowed_signers_file, list(roots), MAX_SIGNERS_BYTES)
+    path, data, problem = read_referenced(
+        base, rollout.pull.allowed_signers_file, list(roots), MAX_SIGNERS_BYTES
+    )
     if problem:
         return fleet, [Finding(rollout.source, where, *problem)], []
     assert data is not None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
-        return fleet, [Finding(rollout.source, where, "pull.allowed-signers-invalid", f"{path} is not UTF-8")], []
+        return (
+            fleet,
+            [Finding(rollout.source, where, "pull.allowed-signers-invalid", f"{path} is not UTF-8")],
+            [],
+        )
     problems = allowed_signers_problems(text)
     if problems:
         diagnostics = [
