@@ -142,7 +142,9 @@ def test_a_commit_signed_by_an_allowed_signer_is_applied_with_ansible_locally(
         ["ansible-playbook", "-i", str(tree / "inventory/lab"), "-c", "local", "--limit", NODE,
          str(tree / "playbooks/site.yml")]
     ]  # fmt: skip
-    assert eng.calls[0]["cwd"] == tree and eng.calls[0]["env"]["ANSIBLE_CONFIG"] == str(tree / "ansible.cfg")
+    env = eng.calls[0]["env"]
+    assert eng.calls[0]["cwd"] == tree and env["ANSIBLE_CONFIG"] == str(tree / "ansible.cfg")
+    assert env["PYTHONPATH"].split(":")[0] == str(tree / "src")  # the commit's own library
     assert (tree / "policies/lab/rollout.yaml").is_file()
     assert json.loads(node.status.read_text())["applied_commit"] == c1
     assert f'swarm_agent_report_info{{commit="{c1}",result="applied",applied_commit="{c1}"}} 1' in (

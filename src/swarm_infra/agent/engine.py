@@ -51,7 +51,10 @@ def ansible_argv(tree: Path, fleet: str, node: str) -> list[str]:
 
 def ansible_env(tree: Path) -> dict[str, str]:
     """The environment of the run: the work tree's ``ansible.cfg``, the JSON callback,
-    this Python's ansible first on PATH, no colour."""
+    this Python's ansible first on PATH, no colour, and the work tree's ``src`` first on
+    PYTHONPATH: the inventory plugin and filters then resolve the fleet with the verified
+    commit's own library, as push mode runs the controller's checkout (the agent's installed
+    package only fetches, verifies and gates)."""
     env = dict(os.environ)
     env.update(
         ANSIBLE_CONFIG=str(tree / "ansible.cfg"),
@@ -59,6 +62,7 @@ def ansible_env(tree: Path) -> dict[str, str]:
         ANSIBLE_NOCOLOR="1",
         ANSIBLE_RETRY_FILES_ENABLED="0",
         PATH=path_with_ansible(),
+        PYTHONPATH=os.pathsep.join([str(tree / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]),
     )
     return env
 

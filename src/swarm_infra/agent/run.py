@@ -114,7 +114,14 @@ def _steps(config: AgentConfig, paths: Paths, out: Outcome, apply: Apply, read: 
         out.result = "refused"
         out.reason = f"no allowed signers file at {paths.allowed_signers}: no commit can be verified"
         return None
-    sig = git.signature(paths.clone, out.commit, paths.allowed_signers)
+    try:
+        sig = git.signature(paths.clone, out.commit, paths.allowed_signers)
+    except (git.GitError, OSError, subprocess.TimeoutExpired) as exc:
+        out.result, out.reason = (
+            "refused",
+            f"commit {out.commit[:12]}: its signature could not be read ({exc})",
+        )
+        return None
     stop = decide.signature_action(out.commit, sig.effective_status, sig.fingerprint)
     if stop:
         return _stop(out, stop)
@@ -123,7 +130,11 @@ def _steps(config: AgentConfig, paths: Paths, out: Outcome, apply: Apply, read: 
     stop = decide.ancestry_action(out.commit, last, descends)
     if stop:
         return _stop(out, stop)
-    tree = git.checkout(paths.clone, paths.trees, out.commit)
+    try:
+        tree = git.checkout(paths.clone, paths.trees, out.commit)
+    except (git.GitError, OSError, subprocess.TimeoutExpired) as exc:
+        out.result, out.reason = "invalid", f"commit {out.commit[:12]}: no work tree ({exc}); nothing applied"
+        return None
     try:
         state = desired_state(load_fleet(named_fleet_paths(tree, config.fleet)))
     except (UnknownFleet, FleetEscapes) as exc:
