@@ -4,6 +4,7 @@ fleet's pull declarations (schema, checks, rendered units)."""
 from __future__ import annotations
 
 import http.server
+import json
 import shutil
 import subprocess
 import threading
@@ -248,3 +249,57 @@ def test_allowed_signers_lines() -> None:
         f"a@b cert-authority ssh-ed25519 {KEY}\na@b ssh-dss {KEY}\na@b ssh-rsa {KEY}\na@b ssh-ed25519 !!\n"
     )
     assert [line for line, _ in problems] == [1, 2, 3, 4]
+
+
+# ------------------------------------------------------ the fleet and the real ansible
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def pull_fleet(tmp_path: Path) -> Path:
+    """A copy of the lab fleet whose lab-gpu-2 (a Ray worker) converges by pull."""
+    for d in ("inventory/lab", "policies/lab", "policies/shared"):
+        shutil.copytree(ROOT / d, tmp_path / d)
+    nodes = tmp_path / "inventory/lab/nodes.yaml"
+    nodes.write_text(
+        nodes.read_text().replace("  mesh: {nat: true}", "  mesh: {nat: true}\n  convergence: pull")
+    )
+    (tmp_path / "policies/lab/allowed_signers").write_text(f"ops@example.org ssh-ed25519 {KEY}\n")
+    with (tmp_path / "policies/lab/rollout.yaml").open("a") as f:
+        f.write(
+            "  pull:\n    remote: https://git.example.org/f.git\n    ref: main\n    fleet: lab\n"
+            "    allowed_signers_file: allowed_signers\n"
+        )
+    return tmp_path
+
+
+def test_a_pull_node_in_the_ray_cluster_is_warned_about(tmp_path: Path) -> None:
+    from swarm_infra.resolve import validate
+
+    base = pull_fleet(tmp_path)
+    report = validate([base / "inventory/lab", base / "policies/lab", base / "policies/shared"]).report
+    assert report.ok
+    found = [
+        (d.rule, d.severity, Path(d.file).name) for d in report.diagnostics if d.rule.startswith("pull.")
+    ]
+    assert found == [("pull.ray-token-unreachable", "warning", "nodes.yaml")]
+
+
+def test_the_agents_ansible_argv_runs_this_node_alone_with_the_local_connection(tmp_path: Path) -> None:
+    """The real ansible-playbook takes the argv (``--list-hosts``: nothing runs) and the
+    ``--limit`` leaves this node only in every play; the inventory plugin gives no
+    ``ansible_connection`` that would outrank ``-c local`` (variable precedence)."""
+    from swarm_infra.agent.engine import ansible_argv, ansible_env
+
+    env = ansible_env(ROOT)
+    listed = subprocess.run(
+        [*ansible_argv(ROOT, "lab", "lab-gpu-2"), "--list-hosts"], cwd=ROOT, env=env,
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    hosts = {line.strip() for line in listed.splitlines() if line.startswith("      ")}
+    assert hosts == {"lab-gpu-2"}
+    shown = subprocess.run(
+        ["ansible-inventory", "-i", str(ROOT / "inventory/lab"), "--host", "lab-gpu-2"], cwd=ROOT, env=env,
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert "ansible_connection" not in json.loads(shown)

@@ -14,6 +14,7 @@ from ...fleet.model import Fleet
 from ..analysis import Analysis
 from ..keys import wireguard_key_problem
 from ..pull import MAX_SIGNERS_BYTES, allowed_signers_problems, ref_name, remote_scheme
+from ..ray import members as ray_members
 
 
 def read_pull_files(fleet: Fleet, roots: Sequence[str]) -> tuple[Fleet, list[Finding], list[Diagnostic]]:
@@ -103,4 +104,27 @@ def public_keys_unique(a: Analysis) -> Iterator[Finding]:
             )
 
 
-CHECKS = (pull_declared, public_keys_unique)
+def pull_ray_members(a: Analysis) -> Iterator[Finding]:
+    """``pull.ray-token-unreachable`` (a warning): a pull node in the fleet's bare-node Ray
+    cluster as a worker. Its Ray layer reads the cluster's token from the head over the
+    controller's connection (the ray role's ``delegate_to`` the head); with ``-c local`` there
+    is none, so that layer fails on the node until the token has a path without the
+    controller. The other layers apply."""
+    ray = a.fleet.ray
+    if ray is None or a.fleet.mesh is None:
+        return
+    heads, workers = ray_members(ray, a.fleet)
+    for name in workers:
+        node = a.fleet.nodes[name]
+        if node.convergence == "pull" and name not in heads:
+            yield Finding(
+                node.source,
+                ("spec", "convergence"),
+                "pull.ray-token-unreachable",
+                "a pull node in the Ray cluster: its Ray layer cannot read the cluster's token from "
+                "the head without the controller, and fails (the other layers apply)",
+                "warning",
+            )
+
+
+CHECKS = (pull_declared, public_keys_unique, pull_ray_members)
