@@ -303,3 +303,32 @@ def test_the_agents_ansible_argv_runs_this_node_alone_with_the_local_connection(
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     assert "ansible_connection" not in json.loads(shown)
+
+
+def test_an_ssh_fetch_names_the_deploy_key_file_never_its_content(tmp_path: Path) -> None:
+    import shlex
+
+    from swarm_infra.agent.git import fetch_argv
+
+    key, known = tmp_path / "a dir" / "deploy_key", tmp_path / "known_hosts"
+    key.parent.mkdir()
+    key.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nSECRET\n")
+    argv = fetch_argv(tmp_path / "clone", "ssh://git@git.example.org/fleet.git", "main", key, known)
+    assert "SECRET" not in " ".join(argv)
+    # The remote and the refspec come after "--": never read as options.
+    assert argv[argv.index("--") + 1 :] == [
+        "ssh://git@git.example.org/fleet.git",
+        "+refs/heads/main:refs/swarm/fetched",
+    ]
+    assert {"protocol.allow=never", "protocol.ssh.allow=always"} <= set(argv)
+    # git runs core.sshCommand with a shell: the key's path survives a space, quoted.
+    ssh = shlex.split(next(a for a in argv if a.startswith("core.sshCommand=")).split("=", 1)[1])
+    assert ssh[ssh.index("-i") + 1] == str(key)
+    assert {
+        "BatchMode=yes",
+        "StrictHostKeyChecking=yes",
+        "IdentitiesOnly=yes",
+        f"UserKnownHostsFile={known}",
+    } <= set(ssh)
+    https = fetch_argv(tmp_path / "clone", "https://git.example.org/fleet.git", "main")
+    assert "protocol.https.allow=always" in https and not any(a.startswith("core.sshCommand") for a in https)

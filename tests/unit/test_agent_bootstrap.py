@@ -144,3 +144,51 @@ def test_agent_run_with_a_broken_settings_file_exits_2(
     bad.write_text('{"node": "x"}')
     assert cli.main(["agent", "run", "--config", str(bad), "--root", str(tmp_path)]) == 2
     assert "exactly" in capsys.readouterr().err
+
+
+def analyze(tmp_path: Path, service: str, timer: str) -> list[str]:
+    """systemd-analyze verify's complaints about the agent's units, installed under a
+    root made here (the program the service runs exists there; the system's own units are
+    linked in, for the targets the units name)."""
+    from swarm_infra.resolve.layout import AGENT_LOCAL
+
+    root = tmp_path / "root"
+    units = root / "etc/systemd/system"
+    units.mkdir(parents=True)
+    program = root / AGENT_LOCAL["agent_venv"]["path"].lstrip("/") / "bin/swarm"
+    program.parent.mkdir(parents=True)
+    program.write_text("#!/bin/sh\n")
+    program.chmod(0o755)
+    (root / "usr/lib").mkdir(parents=True)
+    (root / "usr/lib/systemd").symlink_to("/usr/lib/systemd")
+    (units / "swarm-agent.service").write_text(service)
+    (units / "swarm-agent.timer").write_text(timer)
+    done = subprocess.run(
+        ["systemd-analyze", "verify", "--man=no", f"--root={root}",
+         str(units / "swarm-agent.timer"), str(units / "swarm-agent.service")],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    return [ln for ln in (done.stdout + done.stderr).splitlines() if "swarm-agent" in ln] + (
+        [f"exit {done.returncode}"] if done.returncode else []
+    )
+
+
+@pytest.mark.skipif(
+    shutil.which("systemd-analyze") is None or not Path("/usr/lib/systemd/system").is_dir(),
+    reason="needs systemd",
+)
+def test_systemd_takes_the_agents_units(tmp_path: Path) -> None:
+    from swarm_infra.resolve.files import agent_service_text, agent_timer_text
+    from swarm_infra.resolve.layout import node_layout
+
+    layout = node_layout()
+    service, timer = agent_service_text(layout), agent_timer_text(layout, 900, 300)
+    assert analyze(tmp_path / "good", service, timer) == []
+    # The same check sees a value systemd ignores (it would only warn at boot).
+    broken = analyze(tmp_path / "bad", service, timer.replace("OnUnitActiveSec=900", "OnUnitActiveSec=9x"))
+    assert any("Failed to parse timer value" in ln for ln in broken)
+    assert (
+        "Type=oneshot\n" in service
+        and "OnUnitActiveSec=900\n" in timer
+        and "RandomizedDelaySec=300\n" in timer
+    )
