@@ -259,3 +259,48 @@ def test_an_unreachable_remote_is_a_fetch_failure(
     cfg = config_of(f"file://{tmp_path}/none.git")
     status = run_once(cfg, node)
     assert status.result == "fetch-failed" and not eng.calls
+
+
+def test_a_later_batch_waits_for_the_canarys_report_and_a_failed_canary_halts_it(
+    fleet: Fleet, node: Paths, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """lab-gpu-1 pulls too: the lab Rollout's canary batch (1 host, name order) is lab-gpu-1,
+    lab-gpu-2 is in the next. The canary's report is read where its node_exporter serves it,
+    on its mesh address (the reader itself runs against a real HTTP server in test_agent.py;
+    here it answers from the fixture)."""
+    from swarm_infra.agent.decide import PeerReport
+    from swarm_infra.agent.plan import status_url
+    from swarm_infra.resolve import desired_state, load_fleet
+
+    nodes = fleet.src / "inventory/lab/nodes.yaml"
+    text = nodes.read_text().replace(
+        "  gpu_backend: simulated\n", "  gpu_backend: simulated\n  convergence: pull\n", 1
+    )
+    nodes.write_text(text)
+    c1 = fleet.commit("two pull nodes", fleet.known)
+    fleet.push()
+    state = desired_state(
+        load_fleet([fleet.src / d for d in ("inventory/lab", "policies/lab", "policies/shared")])
+    )
+    assert [n for n, s in state["nodes"].items() if s["pull"]] == ["lab-gpu-1", NODE]
+    canary_url = status_url(state["nodes"]["lab-gpu-1"], 9100)
+    asked: list[str] = []
+    eng = Engine(monkeypatch)
+
+    def answer(report: PeerReport | None):
+        def read(url: str) -> PeerReport | None:
+            asked.append(url)
+            return report
+
+        return read
+
+    status = run_once(config(fleet), node, read=answer(None))
+    assert (status.result, status.applied_commit) == ("waiting", None) and "lab-gpu-1" in status.reason
+    assert asked == [canary_url] and not eng.calls
+    status = run_once(config(fleet), node, read=answer(PeerReport(c1, "failed")))
+    assert status.result == "halted" and not eng.calls
+    status = run_once(config(fleet), node, read=answer(PeerReport(c1, "applied")))
+    assert (status.result, status.applied_commit) == ("applied", c1) and len(eng.calls) == 1
+    # Once applied, the commit is re-applied every run without asking anyone.
+    asked.clear()
+    assert run_once(config(fleet), node, read=answer(None)).result == "applied" and asked == []

@@ -55,15 +55,23 @@ def ansible_env(tree: Path) -> dict[str, str]:
     PYTHONPATH: the inventory plugin and filters then resolve the fleet with the verified
     commit's own library, as push mode runs the controller's checkout (the agent's installed
     package only fetches, verifies and gates)."""
-    env = dict(os.environ)
+    env = library_env(tree)
     env.update(
         ANSIBLE_CONFIG=str(tree / "ansible.cfg"),
         ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
         ANSIBLE_NOCOLOR="1",
         ANSIBLE_RETRY_FILES_ENABLED="0",
         PATH=path_with_ansible(),
-        PYTHONPATH=os.pathsep.join([str(tree / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]),
     )
+    return env
+
+
+def library_env(tree: Path) -> dict[str, str]:
+    """This process's environment with ``tree/src`` first on PYTHONPATH: a program started
+    with it imports the verified commit's ``swarm_infra`` (the installed one when the tree
+    has none)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(tree / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])
     return env
 
 

@@ -10,22 +10,22 @@ textfile say what was done, to which commit, and which commit the node holds
 from __future__ import annotations
 
 import fcntl
+import json
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from ..fleet.diagnostics import FleetInvalid
-from ..fleet.sources import FleetEscapes, UnknownFleet, named_fleet_paths
-from ..resolve import desired_state, load_fleet
-from ..resolve.types import NodeState
 from . import decide, git
 from .config import AgentConfig, Paths
-from .engine import ApplyResult, apply_local
+from .engine import ApplyResult, apply_local, library_env
 from .report import Status, load_status, read_report, textfile, write_atomic
 
 APPLY_TIMEOUT_S = 3300  # under the service's TimeoutStartSec (resolve.files.AGENT_RUN_TIMEOUT_S)
+PLAN_TIMEOUT_S = 120  # resolving one fleet (10,000 nodes resolve in seconds)
 
 Apply = Callable[[Path, str, str, int], ApplyResult]
 ReadReport = Callable[[str], "decide.PeerReport | None"]
@@ -44,12 +44,28 @@ class Outcome:
     extra: dict[str, str] = field(default_factory=dict)
 
 
-def status_url(node: NodeState, port: int) -> str:
-    """Where ``node``'s agent report is read: node_exporter's ``/metrics`` on its mesh
-    address (its underlay address when the fleet has no mesh)."""
-    mesh = node["mesh"]
-    address = mesh["address"].split("/")[0] if mesh else node["address"]
-    return f"http://{address}:{port}/metrics"
+def node_plan(tree: Path, fleet: str, node: str, port: int) -> dict[str, Any]:
+    """:mod:`.plan` of the verified commit, run by the commit's own library (its ``src``
+    first on PYTHONPATH, as the engine runs): ``{"error", "declared", "pull_nodes",
+    "rollout", "status_urls"}``. A plan that cannot be made is an ``error``."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "swarm_infra.agent.plan", str(tree), fleet, node, str(port)],
+            cwd=tree,
+            env=library_env(tree),
+            capture_output=True,
+            text=True,
+            timeout=PLAN_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"error": f"resolving the fleet failed: {exc}"}
+    try:
+        plan: dict[str, Any] = json.loads(done.stdout)
+    except json.JSONDecodeError:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"error": f"resolving the fleet failed (exit {done.returncode}): {tail[:300]}"}
+    return plan
 
 
 def run_once(
@@ -135,32 +151,21 @@ def _steps(config: AgentConfig, paths: Paths, out: Outcome, apply: Apply, read: 
     except (git.GitError, OSError, subprocess.TimeoutExpired) as exc:
         out.result, out.reason = "invalid", f"commit {out.commit[:12]}: no work tree ({exc}); nothing applied"
         return None
-    try:
-        state = desired_state(load_fleet(named_fleet_paths(tree, config.fleet)))
-    except (UnknownFleet, FleetEscapes) as exc:
-        out.result, out.reason = "invalid", f"commit {out.commit[:12]}: {exc}"
+    plan = node_plan(tree, config.fleet, config.node, config.status_port)
+    if plan["error"]:
+        out.result, out.reason = "invalid", f"commit {out.commit[:12]}: {plan['error']}; nothing applied"
         return None
-    except FleetInvalid as exc:
-        first = exc.report.text().strip().splitlines()[:1]
-        out.result = "invalid"
-        out.reason = f"commit {out.commit[:12]}: the fleet is invalid; nothing applied: {' '.join(first)}"
-        return None
-    node = state["nodes"].get(config.node)
-    if node is None or node["pull"] is None:
+    if not plan["declared"]:
         out.result = "waiting"
         out.reason = (
             f"commit {out.commit[:12]} does not declare {config.node} as a pull node of fleet "
             f"{config.fleet}: propose the change swarm node bootstrap printed"
         )
         return None
-    pull_nodes = [name for name, n in state["nodes"].items() if n["pull"]]
     reports: dict[str, decide.PeerReport | None] = {}
     if out.commit != out.applied:
-        cut = decide.batches(pull_nodes, state["rollout"])
-        mine = next(i for i, b in enumerate(cut) if config.node in b)
-        for peer in (p for batch in cut[:mine] for p in batch):
-            reports[peer] = read(status_url(state["nodes"][peer], config.status_port))
-    action = decide.gate(config.node, out.commit, out.applied, pull_nodes, state["rollout"], reports)
+        reports = {peer: read(url) for peer, url in plan["status_urls"].items()}
+    action = decide.gate(config.node, out.commit, out.applied, plan["pull_nodes"], plan["rollout"], reports)
     if not action.apply:
         return _stop(out, action)
     result = apply(tree, config.fleet, config.node, APPLY_TIMEOUT_S)
