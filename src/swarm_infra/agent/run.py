@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,6 @@ class Outcome:
     applied: str | None = None
     changed: int | None = None
     failed: int | None = None
-    extra: dict[str, str] = field(default_factory=dict)
 
 
 def node_plan(tree: Path, fleet: str, node: str, port: int) -> dict[str, Any]:
@@ -61,9 +60,17 @@ def node_plan(tree: Path, fleet: str, node: str, port: int) -> dict[str, Any]:
     except (OSError, subprocess.TimeoutExpired) as exc:
         return {"error": f"resolving the fleet failed: {exc}"}
     try:
-        plan: dict[str, Any] = json.loads(done.stdout)
+        plan = json.loads(done.stdout)
     except json.JSONDecodeError:
-        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        plan = None
+    shape: dict[str, tuple[type, ...]] = {
+        "error": (str, type(None)),
+        "declared": (bool,),
+        "pull_nodes": (list,),
+        "rollout": (dict, type(None)),
+    }
+    if not isinstance(plan, dict) or any(not isinstance(plan.get(k), t) for k, t in shape.items()):
+        tail = (done.stderr.strip().splitlines() or ["no plan"])[-1]
         return {"error": f"resolving the fleet failed (exit {done.returncode}): {tail[:300]}"}
     return plan
 
