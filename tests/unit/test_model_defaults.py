@@ -72,6 +72,7 @@ MODEL_DEFAULTS: dict[tuple[str, str], Callable[[], Any]] = {
     ("Node", "ssh.host_keys"): _field(model.Node, "ssh_host_keys"),
     ("Node", "gpu_backend"): _field(model.Node, "gpu_backend"),
     ("Node", "mesh.nat"): _field(model.Node, "nat"),
+    ("Node", "convergence"): _field(model.Node, "convergence"),
     ("Priority", "preemption_policy"): _field(model.Priority, "preemption_policy"),
     ("Priority", "global_default"): _field(model.Priority, "global_default"),
     ("RayCluster", "workers"): lambda: {"selector": model.RAY_DEFAULT_WORKERS},
@@ -87,6 +88,9 @@ MODEL_DEFAULTS: dict[tuple[str, str], Callable[[], Any]] = {
     ("Rollout", "canary_hosts"): _field(model.Rollout, "canary_hosts"),
     ("Rollout", "batch_percent"): _field(model.Rollout, "batch_percent"),
     ("Rollout", "max_fail_percentage"): _field(model.Rollout, "max_fail_percentage"),
+    ("Rollout", "pull.interval_s"): _field(model.PullSpec, "interval_s"),
+    ("Rollout", "pull.randomized_delay_s"): _field(model.PullSpec, "randomized_delay_s"),
+    ("Rollout", "pull.status_port"): _field(model.PullSpec, "status_port"),
     **{("Storage", f"scratch.{k}"): _entry(model.SCRATCH_DEFAULTS, k) for k in model.SCRATCH_DEFAULTS},
     **{
         ("Storage", f"classes[].{k}"): _entry(model.STORAGE_CLASS_DEFAULTS, k)

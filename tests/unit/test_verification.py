@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from swarm_infra.resolve import desired_state, load_fleet
+from swarm_infra.resolve.layers import AGENT_REMOVED
 from swarm_infra.verify.checks import Check, checks_for, matches, sysctl_values
 
 from .conftest import fleet_dirs
@@ -124,8 +125,9 @@ def test_a_node_without_host_profile_must_have_no_host_tuning_files() -> None:
     node = fleet["nodes"]["lab-head-1"]
     stripped = {**fleet, "nodes": {"lab-head-1": {**node, "host": None}}}
     files = node["layout"]["files"]
-    # The host layer's other part, the site's package cache, has checks of its own (below).
-    cache = {files[f]["path"] for f in ("apt_cache_conf", "apt_cache_detect")}
+    # The host layer's other parts, the site's package cache (checks of its own, below) and
+    # the pull agent's files (absent on this push node), are not the HostProfile's.
+    cache = {files[f]["path"] for f in ("apt_cache_conf", "apt_cache_detect", *AGENT_REMOVED)}
     checks = [
         c
         for c in checks_for(stripped)

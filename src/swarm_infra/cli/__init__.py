@@ -1,7 +1,7 @@
 """``swarm``: the project's own CLI, for what Ansible, pyinfra, Pulumi and pytest do not do.
 
 One module per command group: ``fleet`` (validate, plan), ``render``, ``review``, ``converge``,
-``verify``, ``lab``, ``metrics``.
+``verify``, ``lab``, ``metrics``, ``pull`` (agent run, node bootstrap).
 Exit codes: 0 success (warnings allowed), 2 invalid input (nothing was applied),
 1 unexpected failure.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import converge, fleet, lab, metrics, render, review, verify
+from . import converge, fleet, lab, metrics, pull, render, review, verify
 from .common import EXIT_FAILURE, silence
 
 
@@ -32,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_parsers(sub)
     lab.add_parsers(sub)
     metrics.add_parsers(sub)
+    pull.add_parsers(sub)
     return parser
 
 

@@ -97,6 +97,10 @@ class Node:
     endpoint: str | None = None  # as declared; see public_endpoint
     listen_port: int | None = None  # None: the Mesh's default
     mesh_address: ipaddress.IPv4Address | None = None
+    # Its WireGuard public key as recorded in the fleet (swarm node bootstrap prints the change).
+    wireguard_public_key: str | None = None
+    # How the node converges: "push" (the controller's swarm converge) or "pull" (its agent).
+    convergence: Literal["push", "pull"] = "push"
 
     @property
     def public_endpoint(self) -> str | None:
@@ -269,13 +273,30 @@ class Allocation:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Rollout:
-    """Rolling batches for node convergence (Ansible ``serial``/``max_fail_percentage``)."""
+    """Rolling batches for node convergence (Ansible ``serial``/``max_fail_percentage``);
+    ``pull``: where pull-mode nodes fetch the fleet from (None: no node may pull)."""
 
     name: str
     source: Source | None  # None: the defaults, no Rollout declared
     canary_hosts: int = 1
     batch_percent: int = 25
     max_fail_percentage: int = 0
+    pull: PullSpec | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PullSpec:
+    """Rollout ``spec.pull`` (schemas/rollout.schema.json describes each field).
+    ``allowed_signers``: the text of ``allowed_signers_file``, read by validation."""
+
+    remote: str
+    ref: str
+    fleet: str
+    allowed_signers_file: str
+    allowed_signers: str = ""
+    interval_s: int = 900
+    randomized_delay_s: int = 300
+    status_port: int = 9100
 
 
 # Risk flags of `swarm review` and what each does when the fleet's ReviewPolicy does not say
@@ -541,6 +562,8 @@ def _node(doc: _Doc) -> Node:
         **_given(spec, gpu_backend="gpu_backend"),
         **_given(hw, nic_speed_gbps="nic_speed_gbps"),
         **_given(mesh, nat="nat", endpoint="endpoint", listen_port="listen_port"),
+        **_given(mesh, wireguard_public_key="public_key"),
+        **_given(spec, convergence="convergence"),
     )
 
 
@@ -724,7 +747,9 @@ def _storage(doc: _Doc) -> Storage:
 
 def _rollout(doc: _Doc) -> Rollout:
     # The schema admits only the dataclass's fields.
-    return Rollout(name=doc.name, source=doc.source, **doc.spec)
+    spec = dict(doc.spec)
+    pull = PullSpec(**spec.pop("pull")) if "pull" in spec else None
+    return Rollout(name=doc.name, source=doc.source, pull=pull, **spec)
 
 
 def _review_policy(doc: _Doc) -> ReviewPolicy:

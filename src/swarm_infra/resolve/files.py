@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Any, cast
 
 from .keys import checked_keys, wireguard_key_problem
-from .layers import PACKAGE_CACHE_FILES, declared
+from .layers import AGENT_REMOVED, PACKAGE_CACHE_FILES, declared
 from .layers import layer as registry
+from .layout import AGENT_LOCAL
 from .ray import client_env, config_env
-from .types import ManagedPath, NodeState
+from .types import LayoutState, ManagedPath, NodeState
 
 # How long a Ray worker waits for the head's GCS port at start, before systemd retries (s).
 RAY_HEAD_WAIT_S = 120
@@ -502,6 +503,116 @@ def ray_unit(node: NodeState) -> str:
 # ---------------------------------------------------------------------------- storage
 
 
+# --------------------------------------------------------------------------- pull agent
+
+# The agent's first run after boot (the timer's OnBootSec), before the jitter.
+AGENT_BOOT_DELAY_S = 120
+# The longest one agent run may take (fetch, verify, a whole site converge with a driver
+# install); systemd stops it after that (TimeoutStartSec of a oneshot service).
+AGENT_RUN_TIMEOUT_S = 3600
+
+
+def agent_config(node: NodeState) -> str:
+    """The agent's settings (layout ``agent_config``), JSON: the node's name and the
+    ``pull`` slice without the signers' text (that is its own file). ``swarm node
+    bootstrap`` writes the same file before the node is in the fleet
+    (:func:`agent_config_text`)."""
+    pull = node["pull"]
+    assert pull is not None  # rendered for pull nodes only
+    return agent_config_text(node["name"], pull["fleet"], pull["remote"], pull["ref"], pull["status_port"])
+
+
+def agent_config_text(node: str, fleet: str, remote: str, ref: str, status_port: int) -> str:
+    """The agent's settings file for ``node`` (see :func:`agent_config`)."""
+    return _json(
+        {
+            "node": node,
+            "fleet": fleet,
+            "remote": remote,
+            "ref": ref,
+            "engine": "ansible",
+            "status_port": status_port,
+        }
+    )
+
+
+def agent_allowed_signers(node: NodeState) -> str:
+    """The allowed signers file the agent verifies the next commit with: the fleet's, as
+    reviewed (validated line by line: :func:`swarm_infra.resolve.pull.allowed_signers_problems`)."""
+    pull = node["pull"]
+    assert pull is not None
+    text = pull["allowed_signers"]
+    return text if text.endswith("\n") else text + "\n"
+
+
+def agent_service(node: NodeState) -> str:
+    """systemd service (Type=oneshot) running one agent run (:func:`agent_service_text`)."""
+    return agent_service_text(node["layout"])
+
+
+def agent_service_text(layout: LayoutState) -> str:
+    """The agent's service: ``swarm agent run`` of the package installed in layout
+    ``agent_venv``, one run per start (the timer starts it)."""
+    files = layout["files"]
+    program = f"{AGENT_LOCAL['agent_venv']['path']}/bin/swarm"
+    return (
+        _header("host layer: pull agent")
+        + "# One run: fetch the fleet's ref, verify its signature, apply this node's state.\n"
+        "[Unit]\n"
+        "Description=Swarm pull agent: converge this node from the fleet's signed commit\n"
+        "Wants=network-online.target\n"
+        "After=network-online.target\n"
+        f"ConditionPathExists={files['agent_config']['path']}\n"
+        "\n"
+        "[Service]\n"
+        "Type=oneshot\n"
+        f"ExecStart={program} agent run --config {files['agent_config']['path']}\n"
+        f"TimeoutStartSec={AGENT_RUN_TIMEOUT_S}\n"
+        "UMask=0077\n"
+    )
+
+
+def agent_timer(node: NodeState) -> str:
+    """systemd timer of the agent (:func:`agent_timer_text`) at the fleet's interval and jitter."""
+    pull = node["pull"]
+    assert pull is not None  # rendered for pull nodes only
+    return agent_timer_text(node["layout"], pull["interval_s"], pull["randomized_delay_s"])
+
+
+def agent_timer_text(layout: LayoutState, interval_s: int, randomized_delay_s: int) -> str:
+    """systemd timer starting the agent's service every ``interval_s`` (OnUnitActiveSec),
+    each start delayed by up to ``randomized_delay_s`` at random (RandomizedDelaySec), the
+    first :data:`AGENT_BOOT_DELAY_S` after boot (systemd.timer(5))."""
+    units = layout["units"]
+    return (
+        _header("host layer: pull agent") + "[Unit]\n"
+        f"Description=Run {units['agent_service']} on a jittered interval\n"
+        "\n"
+        "[Timer]\n"
+        f"OnBootSec={AGENT_BOOT_DELAY_S}\n"
+        f"OnUnitActiveSec={int(interval_s)}\n"
+        f"RandomizedDelaySec={int(randomized_delay_s)}\n"
+        f"Unit={units['agent_service']}\n"
+        "\n"
+        "[Install]\n"
+        "WantedBy=timers.target\n"
+    )
+
+
+def agent_items(node: NodeState) -> list[dict[str, Any]]:
+    """The host layer's agent files: written on a pull node, absent on a push node."""
+    f = node["layout"]["files"]
+    if not node["pull"]:
+        return [_item(f[n], "absent") for n in AGENT_REMOVED]
+    return [
+        _item(f["agent_dir"], "directory"),
+        _item(f["agent_config"], "file", agent_config(node)),
+        _item(f["agent_allowed_signers"], "file", agent_allowed_signers(node)),
+        _item(f["agent_service"], "file", agent_service(node)),
+        _item(f["agent_timer"], "file", agent_timer(node)),
+    ]
+
+
 def storage_record(node: NodeState) -> str:
     """What scratch the project made on the node (so that removing the declaration
     unmounts it): mount path, target device and label, as JSON."""
@@ -569,7 +680,8 @@ def layer_files(
     content, owner, group, mode), in the order to apply them: what the node must hold, and
     what a declaration no longer made must not (the declared state is the whole truth).
 
-    ``layer``: ``host`` (the package cache's files; the tunables code owns the rest),
+    ``layer``: ``host`` (the package cache's files and the pull agent's; the tunables code
+    owns the rest),
     ``gpu``, ``storage``, ``ray``, or ``mesh`` (which needs ``peer_keys``: the
     peers' public keys known in this run, :func:`wireguard_peer_keys`). The WireGuard
     private key is an item without content (made on the node; its mode is managed); the
@@ -578,13 +690,13 @@ def layer_files(
     Raises ValueError for another layer."""
     f = node["layout"]["files"]
     if layer == "host":
-        cache = node["package_cache"]
-        if not cache:
-            return [_item(f[n], "absent") for n in PACKAGE_CACHE_FILES]
+        if not node["package_cache"]:
+            return [_item(f[n], "absent") for n in PACKAGE_CACHE_FILES] + agent_items(node)
         return [
             _item(f["lib_dir"], "directory"),
             _item(f["apt_cache_detect"], "file", apt_cache_detect(node)),
             _item(f["apt_cache_conf"], "file", apt_cache_conf(node)),
+            *agent_items(node),
         ]
     if layer in ("gpu", "storage", "ray") and not declared(node, layer):
         return [_item(f[n], "absent") for n in registry(layer).removed]

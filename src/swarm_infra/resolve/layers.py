@@ -23,6 +23,13 @@ from typing import Any, cast
 from .packages import FILESYSTEM_PACKAGES, PACKAGES
 from .types import NodeState
 
+# The pull agent's files the host layer writes on a pull node (Node spec.convergence: pull)
+# and removes on a push node. Its state directory, deploy key, known hosts and pause file
+# are the node's own (swarm node bootstrap, the provider): never written nor removed here.
+AGENT_FILES = ("agent_dir", "agent_config", "agent_allowed_signers", "agent_service", "agent_timer")
+# What a push node must not hold (the directory stays: the deploy key lives there).
+AGENT_REMOVED = AGENT_FILES[1:]
+
 
 @dataclass(frozen=True, kw_only=True)
 class Layer:
@@ -61,7 +68,7 @@ LAYERS: tuple[Layer, ...] = (
         hosts="all",
         state="host",
         summary="sysctls, hugepages, transparent hugepages, CPU governor of the HostProfile; "
-        "apt through the site's package cache",
+        "apt through the site's package cache; the pull agent's timer on pull nodes",
         files=(
             "sysctl_conf",
             "tmpfiles_conf",
@@ -70,10 +77,14 @@ LAYERS: tuple[Layer, ...] = (
             "lib_dir",
             "apt_cache_detect",
             "apt_cache_conf",
+            *AGENT_FILES,
         ),
         # The node-side tunables code removes the sysctl and tmpfiles files (and restores the
-        # recorded values); the package cache's files go when the site declares none.
-        removed=("sysctl_conf", "tmpfiles_conf", "apt_cache_conf", "apt_cache_detect"),
+        # recorded values); the package cache's files go when the site declares none; the
+        # agent's when the node converges by push.
+        removed=("sysctl_conf", "tmpfiles_conf", "apt_cache_conf", "apt_cache_detect", *AGENT_REMOVED),
+        units=("agent_timer", "agent_service"),
+        restarts=(("agent_service", "agent_timer"), ("agent_timer", "agent_timer")),
     ),
     Layer(
         name="drivers",
@@ -200,8 +211,10 @@ def removed_files(node: NodeState, name: str) -> tuple[str, ...]:
     node does not declare (the host layer's HostProfile files and package cache files go
     each on its own; another layer's ``removed`` go when the layer is not declared)."""
     if name == "host":
-        return (() if node["host"] else _HOST_TUNING_FILES) + (
-            () if node["package_cache"] else PACKAGE_CACHE_FILES
+        return (
+            (() if node["host"] else _HOST_TUNING_FILES)
+            + (() if node["package_cache"] else PACKAGE_CACHE_FILES)
+            + (() if node["pull"] else AGENT_REMOVED)
         )
     return () if declared(node, name) else layer(name).removed
 

@@ -18,6 +18,11 @@ ETC_DIR = "/etc/swarm"  # settings the project persists on the node
 STATE_DIR = "/var/lib/swarm"  # what the project records on the node (values before it set them)
 WIREGUARD_DIR = "/etc/wireguard"
 UNIT_DIR = "/etc/systemd/system"
+AGENT_DIR = f"{ETC_DIR}/agent"  # the pull agent's settings, trusted signers and deploy key
+AGENT_STATE_DIR = f"{STATE_DIR}/agent"  # its clone of the fleet, work trees, status
+# node_exporter's textfile collector directory (--collector.textfile.directory), the one
+# swarm metrics writes its textfile to (swarm_infra.metrics.prometheus.TEXTFILE_PATH).
+TEXTFILE_DIR = "/var/lib/node_exporter/textfile_collector"
 # The unprivileged system user Ray and its jobs run as (sysusers.d(5) makes it, from the
 # Ray layer's file): no job can read root's files (/etc/wireguard, the Ray token itself).
 RAY_USER = "swarm-ray"
@@ -29,6 +34,24 @@ def _file(path: str, mode: str = "0644") -> ManagedPath:
 
 def _dir(path: str, mode: str = "0755") -> ManagedPath:
     return {"path": path, "type": "directory", "owner": "root", "group": "root", "mode": mode}
+
+
+# The pull agent's own files on a pull node, which no layer writes: ``agent_deploy_key`` (an
+# ssh remote's key, 0600, from swarm node bootstrap; never read back nor logged),
+# ``agent_known_hosts`` (the Git server's host key), ``agent_pause`` (while it exists the
+# agent does nothing), ``agent_state_dir`` (the clone of the fleet, work trees),
+# ``agent_status`` (the last run's report, JSON), ``agent_textfile`` (the same for
+# node_exporter), ``agent_venv`` (where the provider installed the package; the service runs
+# its ``swarm``).
+AGENT_LOCAL: dict[str, ManagedPath] = {
+    "agent_deploy_key": _file(f"{AGENT_DIR}/deploy_key", "0600"),
+    "agent_known_hosts": _file(f"{AGENT_DIR}/known_hosts"),
+    "agent_pause": _file(f"{AGENT_DIR}/paused"),
+    "agent_state_dir": _dir(AGENT_STATE_DIR, "0700"),
+    "agent_status": _file(f"{AGENT_STATE_DIR}/status.json"),
+    "agent_textfile": _file(f"{TEXTFILE_DIR}/swarm_agent.prom"),
+    "agent_venv": _dir(f"{LIB_DIR}/agent-venv"),
+}
 
 
 @cache
@@ -58,9 +81,12 @@ def node_layout(interface: str = "wg0") -> LayoutState:
       ``nouveau_blacklist``: keeps nouveau off NVIDIA GPUs;
       ``reboot_required``: Debian's pending-reboot marker;
       ``mdadm_conf``, ``storage_record``: the scratch array for boot, and what scratch the
-      project made (so that removing the declaration unmounts it).
+      project made (so that removing the declaration unmounts it);
+      ``agent_dir``, ``agent_config``, ``agent_allowed_signers`` (the signers the node
+      trusts: those of the last commit it applied), ``agent_service``, ``agent_timer``: the
+      pull agent, written by the host layer on pull nodes (its own files: :data:`AGENT_LOCAL`).
     ``units``: ``gpu_apply``, ``wireguard`` (wg-quick@IFACE), ``persistenced``,
-    ``fabricmanager``, ``ray_head``, ``ray_worker``, ``ray_firewall``.
+    ``fabricmanager``, ``ray_head``, ``ray_worker``, ``ray_firewall``, ``agent_service``, ``agent_timer``.
     """
     wg_unit = f"wg-quick@{interface}"
     return {
@@ -105,6 +131,11 @@ def node_layout(interface: str = "wg0") -> LayoutState:
             # mdadm.conf(5): arrays assembled at boot; the record of the scratch the project made.
             "mdadm_conf": _file("/etc/mdadm/mdadm.conf"),
             "storage_record": _file(f"{STATE_DIR}/storage.json"),
+            "agent_dir": _dir(AGENT_DIR, "0700"),
+            "agent_config": _file(f"{AGENT_DIR}/agent.json"),
+            "agent_allowed_signers": _file(f"{AGENT_DIR}/allowed_signers"),
+            "agent_service": _file(f"{UNIT_DIR}/swarm-agent.service"),
+            "agent_timer": _file(f"{UNIT_DIR}/swarm-agent.timer"),
         },
         "units": {
             "gpu_apply": "swarm-gpu-apply.service",
@@ -114,5 +145,7 @@ def node_layout(interface: str = "wg0") -> LayoutState:
             "ray_head": "ray-head.service",
             "ray_worker": "ray-worker.service",
             "ray_firewall": "swarm-ray-firewall.service",
+            "agent_service": "swarm-agent.service",
+            "agent_timer": "swarm-agent.timer",
         },
     }

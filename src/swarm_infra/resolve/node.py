@@ -11,6 +11,7 @@ from .catalog import gpu_catalog
 from .drivers import driver_state
 from .labels import FLAVOR_LABEL, NODE_CLASS_LABEL, SITE_LABEL
 from .layout import node_layout
+from .pull import pull_state
 from .ray import bare_node_ray, fleet_ray_version, wan_rtt_ms
 from .ray import members as ray_members
 from .types import (
@@ -127,6 +128,7 @@ class NodeResolver:
             "storage": None,
             "ray": None,
             "package_cache": package_cache(fleet.sites[node.site].apt_proxy),
+            "pull": pull_state(node, fleet.rollout),
             "layout": node_layout(fleet.mesh.interface if fleet.mesh else "wg0"),
         }
         choice = choices.get("gpu_profile")

@@ -290,6 +290,19 @@ class PackageCacheState(TypedDict):
     port: int
 
 
+class PullState(TypedDict):
+    """How a pull-mode node converges itself (:mod:`swarm_infra.resolve.pull`)."""
+
+    fleet: str  # the fleet's name in the repository: inventory/<fleet>
+    remote: str  # https://, ssh:// or file:// Git URL of the fleet repository
+    ref: str  # the branch the agent tracks
+    engine: Literal["ansible"]  # ansible-playbook -c local --limit <node>
+    allowed_signers: str  # the allowed signers file's text (ssh-keygen(1) ALLOWED SIGNERS)
+    interval_s: int  # the timer's OnUnitActiveSec
+    randomized_delay_s: int  # the timer's RandomizedDelaySec
+    status_port: int  # where peers read the agent's report (node_exporter's port, over the mesh)
+
+
 class NodeState(TypedDict):
     name: str
     site: str
@@ -305,6 +318,7 @@ class NodeState(TypedDict):
     storage: StorageState | None  # None: no scratch declared or no NVMe
     ray: RayNodeState | None  # None: not in the fleet's Ray cluster
     package_cache: PackageCacheState | None  # None: the site declares no package cache
+    pull: PullState | None  # None: converged by push (the default)
     layout: LayoutState
 
 

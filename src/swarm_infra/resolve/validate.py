@@ -21,6 +21,7 @@ from ..fleet.schemas import check_document
 from . import checks
 from .analysis import Analysis
 from .assign import assign_profiles
+from .checks.pull import read_pull_files
 from .checks.ray import read_ray_files
 from .mesh import Topology, assign_addresses, plan_topology
 
@@ -75,6 +76,9 @@ def validate(paths: Iterable[str | os.PathLike[str]], load: DocumentLoader = loa
     roots = [os.path.realpath(p if Path(p).is_dir() else Path(p).parent) for p in paths]
     fleet, file_findings, file_problems = read_ray_files(fleet, roots)
     findings.extend(file_findings)
+    fleet, pull_findings, pull_problems = read_pull_files(fleet, roots)
+    findings.extend(pull_findings)
+    file_problems += pull_problems
     choices, assigned = assign_profiles(fleet)
     findings.extend(assigned)
     addresses: dict[str, ipaddress.IPv4Address] = {}

@@ -81,9 +81,29 @@ def any_changed(*op_metas: Any) -> Any:
 
 
 def host_layer() -> None:
-    """apt through the site's package cache (first: every later apt run uses it), then the
-    sysctls, hugepages, THP and the CPU governor of the node's HostProfile, or none."""
-    layer_items(_node(), "host", "Point apt at the site's package cache")
+    """apt through the site's package cache (first: every later apt run uses it) and, on a
+    pull node, the pull agent's files and timer (a push node loses them), then the sysctls,
+    hugepages, THP and the CPU governor of the node's HostProfile, or none."""
+    node = _node()
+    timer = node["layout"]["units"]["agent_timer"]
+    if not node["pull"] and ops.unit_state(timer)["enabled"]:  # before its file goes
+        ops.unit(
+            name="Stop the pull agent (the node converges by push)",
+            service=timer,
+            running=False,
+            enabled=False,
+        )
+    items = layer_items(node, "host", "Point apt at the site's package cache; the pull agent's files")
+    if node["pull"]:
+        files_ = node["layout"]["files"]
+        ops.unit(
+            name="Reload systemd (the pull agent's units changed)",
+            service=timer,
+            daemon_reload=True,
+            restarted=True,
+            _if=any_changed(items[files_["agent_service"]["path"]], items[files_["agent_timer"]["path"]]),
+        )
+        ops.unit(name="Run the pull agent on its timer", service=timer, running=True, enabled=True)
     ops.tunables(
         name="Converge sysctls, hugepages, THP and the CPU governor to the declared set",
         spec=tunables_spec(_node(), "host"),

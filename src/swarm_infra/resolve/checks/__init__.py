@@ -4,7 +4,7 @@ Every check is a function ``(analysis) -> Iterator[Finding]`` over the built mod
 rule identifiers are listed in docs/fleet.md (Validation rules).
 """
 
-from . import allocation, cluster, host_safety, network, nodes, profiles, ray, references, storage
+from . import allocation, cluster, host_safety, network, nodes, profiles, pull, ray, references, storage
 
 ALL = (
     *references.CHECKS,
@@ -16,4 +16,5 @@ ALL = (
     *storage.CHECKS,
     *cluster.CHECKS,
     *ray.CHECKS,
+    *pull.CHECKS,
 )

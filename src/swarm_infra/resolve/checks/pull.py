@@ -1,0 +1,130 @@
+"""Pull convergence: a pull node needs the Rollout's ``spec.pull``; its remote, ref and
+allowed signers file are what the agent can use; recorded WireGuard keys are keys and
+unique (rules ``pull.*``, ``mesh.public-key-*``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from ...fleet.diagnostics import Diagnostic, Finding
+from ...fleet.lockfile import read_referenced
+from ...fleet.model import Fleet
+from ..analysis import Analysis
+from ..keys import wireguard_key_problem
+from ..pull import MAX_SIGNERS_BYTES, allowed_signers_problems, ref_name, remote_scheme
+from ..ray import members as ray_members
+
+
+def read_pull_files(fleet: Fleet, roots: Sequence[str]) -> tuple[Fleet, list[Finding], list[Diagnostic]]:
+    """Read the Rollout's allowed signers file into the model (``rollout.pull.
+    allowed_signers``): ``(fleet, findings at the policy's field, diagnostics at the
+    file's lines)``. ``roots``: real paths of the directories the fleet was read from; the
+    file must lie inside them (:func:`swarm_infra.fleet.lockfile.read_referenced`)."""
+    rollout = fleet.rollout
+    if rollout is None or rollout.pull is None or rollout.source is None:
+        return fleet, [], []
+    where = ("spec", "pull", "allowed_signers_file")
+    base = Path(rollout.source.file).parent
+    path, data, problem = read_referenced(
+        base, rollout.pull.allowed_signers_file, list(roots), MAX_SIGNERS_BYTES
+    )
+    if problem:
+        return fleet, [Finding(rollout.source, where, *problem)], []
+    assert data is not None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return (
+            fleet,
+            [Finding(rollout.source, where, "pull.allowed-signers-invalid", f"{path} is not UTF-8")],
+            [],
+        )
+    problems = allowed_signers_problems(text)
+    if problems:
+        diagnostics = [
+            Diagnostic(str(path), line, 1, "$", "pull.allowed-signers-invalid", why) for line, why in problems
+        ]
+        return fleet, [], diagnostics
+    pull = replace(rollout.pull, allowed_signers=text)
+    return replace(fleet, rollout=replace(rollout, pull=pull)), [], []
+
+
+def pull_declared(a: Analysis) -> Iterator[Finding]:
+    """A node that converges by pull needs the Rollout's ``spec.pull`` (``pull.not-declared``);
+    the remote and ref must be ones the agent fetches (``pull.remote-invalid``,
+    ``pull.ref-invalid``)."""
+    rollout = a.fleet.rollout
+    pull = rollout.pull if rollout is not None else None
+    if pull is None:
+        for node in a.fleet.nodes.values():
+            if node.convergence == "pull":
+                yield Finding(
+                    node.source,
+                    ("spec", "convergence"),
+                    "pull.not-declared",
+                    "the node converges by pull, but the fleet's Rollout declares no spec.pull "
+                    "(the remote, ref and allowed signers its agent uses)",
+                )
+        return
+    assert rollout is not None and rollout.source is not None
+    try:
+        remote_scheme(pull.remote)
+    except ValueError as exc:
+        yield Finding(rollout.source, ("spec", "pull", "remote"), "pull.remote-invalid", str(exc))
+    try:
+        ref_name(pull.ref)
+    except ValueError as exc:
+        yield Finding(rollout.source, ("spec", "pull", "ref"), "pull.ref-invalid", str(exc))
+
+
+def public_keys_unique(a: Analysis) -> Iterator[Finding]:
+    """Each recorded WireGuard public key (Node ``spec.mesh.public_key``) is one
+    (``mesh.public-key-invalid``: the schema's pattern lets through a few strings that are
+    not 32 bytes) and belongs to one node only (``mesh.public-key-duplicate``: two nodes
+    with one key would receive each other's traffic)."""
+    owners: dict[str, list[str]] = {}
+    for node in a.fleet.nodes.values():
+        key = node.wireguard_public_key
+        if key is None:
+            continue
+        problem = wireguard_key_problem(key)
+        if problem:
+            yield Finding(node.source, ("spec", "mesh", "public_key"), "mesh.public-key-invalid", problem)
+            continue
+        owners.setdefault(key, []).append(node.name)
+    for names in owners.values():
+        for name in names[1:]:
+            yield Finding(
+                a.fleet.nodes[name].source,
+                ("spec", "mesh", "public_key"),
+                "mesh.public-key-duplicate",
+                f"the same WireGuard public key as {names[0]}: keys must be unique in the mesh",
+            )
+
+
+def pull_ray_members(a: Analysis) -> Iterator[Finding]:
+    """``pull.ray-token-unreachable`` (a warning): a pull node in the fleet's bare-node Ray
+    cluster as a worker. Its Ray layer reads the cluster's token from the head over the
+    controller's connection (the ray role's ``delegate_to`` the head); with ``-c local`` there
+    is none, so that layer fails on the node until the token has a path without the
+    controller. The other layers apply."""
+    ray = a.fleet.ray
+    if ray is None or a.fleet.mesh is None:
+        return
+    heads, workers = ray_members(ray, a.fleet)
+    for name in workers:
+        node = a.fleet.nodes[name]
+        if node.convergence == "pull" and name not in heads:
+            yield Finding(
+                node.source,
+                ("spec", "convergence"),
+                "pull.ray-token-unreachable",
+                "a pull node in the Ray cluster: its Ray layer cannot read the cluster's token from "
+                "the head without the controller, and fails (the other layers apply)",
+                "warning",
+            )
+
+
+CHECKS = (pull_declared, public_keys_unique, pull_ray_members)

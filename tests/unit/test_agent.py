@@ -1,0 +1,334 @@
+"""The pull agent's pure decisions from fixtures, its report format, its settings, and the
+fleet's pull declarations (schema, checks, rendered units)."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import shutil
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from swarm_infra.agent import decide
+from swarm_infra.agent.config import ConfigInvalid, parse_config
+from swarm_infra.agent.decide import PeerReport
+from swarm_infra.agent.engine import parse_stats
+from swarm_infra.agent.report import Status, parse_report, read_report, textfile
+from swarm_infra.resolve.pull import allowed_signers_problems, ref_name, remote_scheme
+
+A, B = "a" * 40, "b" * 40
+ROLL = {"serial": [1, "50%"], "max_fail_percentage": 0}  # canary 1, then halves
+NODES = ["n1", "n2", "n3", "n4", "n5"]  # batches: [n1], [n2, n3], [n4, n5]
+
+
+# ---------------------------------------------------------------- decisions
+
+
+def test_batches_are_push_modes_batches_over_the_pull_nodes_in_name_order() -> None:
+    assert decide.batches(["n3", "n1", "n5", "n2", "n4"], ROLL) == [["n1"], ["n2", "n3"], ["n4", "n5"]]
+
+
+def test_the_canary_never_waits() -> None:
+    assert decide.gate("n1", B, A, NODES, ROLL, {}) == decide.PROCEED
+
+
+def test_a_later_batch_waits_until_every_earlier_node_reports_the_commit_applied() -> None:
+    reports = {"n1": PeerReport(B, "applied"), "n2": PeerReport(B, "applied"), "n3": PeerReport(A, "applied")}
+    action = decide.gate("n4", B, A, NODES, ROLL, reports)
+    assert (action.apply, action.result) == (False, "waiting") and "n3" in action.reason
+    reports["n3"] = PeerReport(B, "applied")
+    assert decide.gate("n4", B, A, NODES, ROLL, reports) == decide.PROCEED
+
+
+@pytest.mark.parametrize(
+    "seen", [None, PeerReport(B, "waiting"), PeerReport(B, "refused"), PeerReport(A, "applied")]
+)
+def test_an_unread_or_unfinished_report_is_not_success(seen: PeerReport | None) -> None:
+    action = decide.gate("n2", B, A, NODES, ROLL, {"n1": seen})
+    assert (action.apply, action.result) == (False, "waiting")
+
+
+def test_a_failed_canary_halts_every_later_batch() -> None:
+    action = decide.gate("n5", B, A, NODES, ROLL, {"n1": PeerReport(B, "failed")})
+    assert (action.apply, action.result) == (False, "halted") and "n1" in action.reason
+
+
+def test_a_failure_within_the_rollouts_tolerance_lets_the_next_batch_go() -> None:
+    tolerant = {"serial": [1, "50%"], "max_fail_percentage": 50}
+    reports = {"n1": PeerReport(B, "applied"), "n2": PeerReport(B, "failed"), "n3": PeerReport(B, "applied")}
+    assert decide.gate("n4", B, A, NODES, tolerant, reports) == decide.PROCEED
+    # With no tolerance the same reports halt the rollout.
+    assert decide.gate("n4", B, A, NODES, ROLL, reports).result == "halted"
+
+
+def test_reapplying_the_commit_a_node_holds_is_never_gated() -> None:
+    assert decide.gate("n5", A, A, NODES, ROLL, {"n1": PeerReport(B, "failed")}) == decide.PROCEED
+
+
+def test_gate_refuses_a_node_outside_the_pull_nodes() -> None:
+    with pytest.raises(ValueError, match="n9"):
+        decide.gate("n9", B, A, NODES, ROLL, {})
+
+
+@pytest.mark.parametrize(
+    "status, words",
+    [("N", "no signature"), ("B", "bad signature"), ("U", "not in the allowed signers"),
+     ("E", "cannot be checked"), ("R", "revoked"), ("X", "expired"), ("Y", "expired key"), ("?", "'?'")],
+)  # fmt: skip
+def test_only_a_good_signature_goes_on(status: str, words: str) -> None:
+    assert decide.signature_action(B, "G") is None
+    action = decide.signature_action(B, status, "SHA256:xyz")
+    assert action is not None and (action.apply, action.result) == (False, "refused")
+    assert (
+        words in action.reason
+        and "SHA256:xyz" in action.reason
+        and "last good state is kept" in action.reason
+    )
+
+
+def test_a_commit_that_does_not_descend_from_the_last_good_one_is_refused() -> None:
+    assert decide.ancestry_action(B, None, False) is None  # first run
+    assert decide.ancestry_action(A, A, False) is None  # the same commit
+    assert decide.ancestry_action(B, A, True) is None
+    action = decide.ancestry_action(B, A, False)
+    assert action is not None and action.result == "refused" and A[:12] in action.reason
+
+
+def test_pause_and_last_good() -> None:
+    assert decide.paused_action(False, "/p") is None
+    stop = decide.paused_action(True, "/etc/swarm/agent/paused")
+    assert stop is not None and stop.result == "paused" and "/etc/swarm/agent/paused" in stop.reason
+    assert decide.after_apply(B, A, True) == (B, "applied")
+    assert decide.after_apply(B, A, False) == (A, "failed")
+    assert decide.after_apply(B, None, False) == (None, "failed")
+
+
+# ------------------------------------------------------------------- engine output
+
+
+def test_changed_and_failed_come_from_the_json_callbacks_stats() -> None:
+    # ansible.posix.json (ansible/posix plugins/callback/json.py, v2_playbook_on_stats): one
+    # document, "stats": {host: summarize(host)} with ok, changed, failures, unreachable, ...
+    stats = '{"n1": {"ok": 9, "changed": 2, "failures": 1, "unreachable": 0}}'
+    out = 'warning text\n{"plays": [], "stats": ' + stats + "}"
+    assert parse_stats(out, "n1") == (2, 1)
+    assert parse_stats(out, "n2") == (None, None)
+    assert parse_stats("ERROR! no inventory", "n1") == (None, None)
+
+
+# ----------------------------------------------------------------------- reports
+
+
+def status(**kw: object) -> Status:
+    base = dict(node="n1", ref="main", commit=B, result="applied", reason="applied", applied_commit=B,
+                changed=2, failed=0, duration_s=12.5, finished_at=1_700_000_000.0,
+                reboot_required=True, paused=False)  # fmt: skip
+    return Status(**{**base, **kw})  # type: ignore[arg-type]
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="needs promtool")
+def test_the_textfile_passes_promtool(tmp_path: Path) -> None:
+    text = textfile(status(applied_commit=None, changed=None, failed=None, commit=""))
+    done = subprocess.run(
+        ["promtool", "check", "metrics"], input=text, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "job=" not in text and "_total" not in text
+
+
+def test_a_peers_report_is_read_back_from_its_textfile() -> None:
+    page = "# HELP node_load1 x\nnode_load1 0.5\n" + textfile(status(result="failed", applied_commit=A))
+    assert parse_report(page) == PeerReport(B, "failed")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        ('swarm_agent_report_info{commit="' + B + '",result="applied",applied_commit=""} 1\n') * 2,  # two
+        'swarm_agent_report_info{commit="nothex",result="applied",applied_commit=""} 1\n',
+        'swarm_agent_report_info{commit="' + B + '",result="great",applied_commit=""} 1\n',
+        "node_load1 0.5\n",
+    ],
+)
+def test_a_report_of_another_shape_is_no_report(line: str) -> None:
+    assert parse_report(line) is None
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[str]:
+    (tmp_path / "metrics").write_text(textfile(status()))
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *a: object, **kw: object) -> None:
+            super().__init__(*a, directory=str(tmp_path), **kw)  # type: ignore[arg-type]
+
+        def log_message(self, *a: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_read_report_over_http(served: str) -> None:
+    assert read_report(f"{served}/metrics") == PeerReport(B, "applied")
+    assert read_report(f"{served}/nothing") is None  # 404
+    assert read_report("http://127.0.0.1:1/metrics", timeout_s=1) is None  # nobody listens
+
+
+# ----------------------------------------------------------------- settings, inputs
+
+
+def test_settings_are_checked_whole() -> None:
+    good = (
+        '{"node": "n1", "fleet": "lab", "remote": "https://git.example.org/f.git", "ref": "main", '
+        '"engine": "ansible", "status_port": 9100}'
+    )
+    assert parse_config(good, "x").node == "n1"
+    for bad, words in [
+        (good.replace('"n1"', '"N 1"'), "$.node"),
+        (good.replace('"lab"', '"../etc"'), "$.fleet"),
+        (good.replace("https://git.example.org/f.git", "ext::sh -c touch% /tmp/x"), "Git remote"),
+        (good.replace('"main"', '"--upload-pack=x"'), "branch"),
+        (good.replace('"ansible"', '"pyinfra"'), "$.engine"),
+        (good.replace("9100", "true"), "$.status_port"),
+        (good.replace('"status_port": 9100', '"status_port": 9100, "extra": 1'), "exactly"),
+        ("{", "not JSON"),
+    ]:
+        with pytest.raises(ConfigInvalid, match=r".*" + words.replace("$", r"\$").replace(".", r"\.")):
+            parse_config(bad, "x")
+
+
+@pytest.mark.parametrize(
+    "remote",
+    [
+        "ext::sh -c id",
+        "git://h/r",
+        "h:repo.git",
+        "-uhttps://x",
+        "https://u:pw@h/r",
+        "https://h/a b",
+        "ssh:///r",
+    ],
+)
+def test_remotes_the_agent_refuses(remote: str) -> None:
+    with pytest.raises(ValueError):
+        remote_scheme(remote)
+
+
+def test_remotes_and_refs_the_agent_takes() -> None:
+    assert [remote_scheme(r) for r in ("https://h/r.git", "ssh://git@h:22/r.git", "file:///srv/r.git")] == [
+        "https",
+        "ssh",
+        "file",
+    ]
+    assert ref_name("release/2026-11") == "refs/heads/release/2026-11"
+    for bad in ("-x", "a..b", "a.lock", "a/", "@{-1}", "a b", "HEAD^"):
+        with pytest.raises(ValueError):
+            ref_name(bad)
+
+
+KEY = "AAAAC3NzaC1lZDI1NTE5AAAAIOQxQJhF2zz4pZl2bsm3C6i0u1FZSxiQwZ7Wc7d9Wn5R"
+
+
+def test_allowed_signers_lines() -> None:
+    # ssh-keygen(1) ALLOWED SIGNERS (OpenSSH 9.2): "principals [options] keytype base64 [comment]".
+    good = f'# operators\nops@example.org,sre@example.org namespaces="git" ssh-ed25519 {KEY} laptop\n\n'
+    assert allowed_signers_problems(good) == []
+    assert allowed_signers_problems("# nobody\n") == [(0, "no signer: every commit would be refused")]
+    problems = allowed_signers_problems(
+        f"a@b cert-authority ssh-ed25519 {KEY}\na@b ssh-dss {KEY}\na@b ssh-rsa {KEY}\na@b ssh-ed25519 !!\n"
+    )
+    assert [line for line, _ in problems] == [1, 2, 3, 4]
+
+
+# ------------------------------------------------------ the fleet and the real ansible
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def pull_fleet(tmp_path: Path) -> Path:
+    """A copy of the lab fleet whose lab-gpu-2 (a Ray worker) converges by pull."""
+    for d in ("inventory/lab", "policies/lab", "policies/shared"):
+        shutil.copytree(ROOT / d, tmp_path / d)
+    nodes = tmp_path / "inventory/lab/nodes.yaml"
+    nodes.write_text(
+        nodes.read_text().replace("  mesh: {nat: true}", "  mesh: {nat: true}\n  convergence: pull")
+    )
+    (tmp_path / "policies/lab/allowed_signers").write_text(f"ops@example.org ssh-ed25519 {KEY}\n")
+    with (tmp_path / "policies/lab/rollout.yaml").open("a") as f:
+        f.write(
+            "  pull:\n    remote: https://git.example.org/f.git\n    ref: main\n    fleet: lab\n"
+            "    allowed_signers_file: allowed_signers\n"
+        )
+    return tmp_path
+
+
+def test_a_pull_node_in_the_ray_cluster_is_warned_about(tmp_path: Path) -> None:
+    from swarm_infra.resolve import validate
+
+    base = pull_fleet(tmp_path)
+    report = validate([base / "inventory/lab", base / "policies/lab", base / "policies/shared"]).report
+    assert report.ok
+    found = [
+        (d.rule, d.severity, Path(d.file).name) for d in report.diagnostics if d.rule.startswith("pull.")
+    ]
+    assert found == [("pull.ray-token-unreachable", "warning", "nodes.yaml")]
+
+
+def test_the_agents_ansible_argv_runs_this_node_alone_with_the_local_connection(tmp_path: Path) -> None:
+    """The real ansible-playbook takes the argv (``--list-hosts``: nothing runs) and the
+    ``--limit`` leaves this node only in every play; the inventory plugin gives no
+    ``ansible_connection`` that would outrank ``-c local`` (variable precedence)."""
+    from swarm_infra.agent.engine import ansible_argv, ansible_env
+
+    env = ansible_env(ROOT)
+    listed = subprocess.run(
+        [*ansible_argv(ROOT, "lab", "lab-gpu-2"), "--list-hosts"], cwd=ROOT, env=env,
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    hosts = {line.strip() for line in listed.splitlines() if line.startswith("      ")}
+    assert hosts == {"lab-gpu-2"}
+    shown = subprocess.run(
+        ["ansible-inventory", "-i", str(ROOT / "inventory/lab"), "--host", "lab-gpu-2"], cwd=ROOT, env=env,
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert "ansible_connection" not in json.loads(shown)
+
+
+def test_an_ssh_fetch_names_the_deploy_key_file_never_its_content(tmp_path: Path) -> None:
+    import shlex
+
+    from swarm_infra.agent.git import fetch_argv
+
+    key, known = tmp_path / "a dir" / "deploy_key", tmp_path / "known_hosts"
+    key.parent.mkdir()
+    key.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nSECRET\n")
+    argv = fetch_argv(tmp_path / "clone", "ssh://git@git.example.org/fleet.git", "main", key, known)
+    assert "SECRET" not in " ".join(argv)
+    # The remote and the refspec come after "--": never read as options.
+    assert argv[argv.index("--") + 1 :] == [
+        "ssh://git@git.example.org/fleet.git",
+        "+refs/heads/main:refs/swarm/fetched",
+    ]
+    assert {"protocol.allow=never", "protocol.ssh.allow=always"} <= set(argv)
+    # git runs core.sshCommand with a shell: the key's path survives a space, quoted.
+    ssh = shlex.split(next(a for a in argv if a.startswith("core.sshCommand=")).split("=", 1)[1])
+    assert ssh[ssh.index("-i") + 1] == str(key)
+    assert {
+        "BatchMode=yes",
+        "StrictHostKeyChecking=yes",
+        "IdentitiesOnly=yes",
+        f"UserKnownHostsFile={known}",
+    } <= set(ssh)
+    https = fetch_argv(tmp_path / "clone", "https://git.example.org/fleet.git", "main")
+    assert "protocol.https.allow=always" in https and not any(a.startswith("core.sshCommand") for a in https)
