@@ -268,13 +268,13 @@ def allocate(
     for name, node in sorted(nodes.items()):
         if node.mesh_address is not None or name in kept:
             continue
-        addr = probe_address(mesh.cidr, name, taken)
-        if addr is None:
+        found = probe_address(mesh.cidr, name, taken)
+        if found is None:
             raise ValueError(f"mesh CIDR {mesh.cidr} has no free address left for node {name!r}")
         home = derived_address(mesh.cidr, name)
-        changes.append(f"added {name}: {addr}" + ("" if addr == home else f" (derived {home} is held)"))
-        kept[name] = addr
-        taken.add(addr)
+        changes.append(f"added {name}: {found}" + ("" if found == home else f" (derived {home} is held)"))
+        kept[name] = found
+        taken.add(found)
     return dict(sorted(kept.items())), changes
 
 
@@ -659,6 +659,42 @@ def peers(
             )
         result[n.name] = entries
     return result, forwarders
+
+
+def site_representatives(node_sites: Mapping[str, str], preferred: Mapping[str, str]) -> dict[str, str]:
+    """Each site's representative node: ``preferred[site]`` (its hub) when that node is in
+    the site, else the site's first node by name. ``node_sites``: node -> site. (The rule
+    of ``metrics.schedule.representatives``, which picks the pairs measured for bandwidth.)"""
+    members: dict[str, list[str]] = defaultdict(list)
+    for node, site in sorted(node_sites.items()):
+        members[site].append(node)
+    return {
+        site: preferred[site] if preferred.get(site) in nodes else nodes[0] for site, nodes in members.items()
+    }
+
+
+def ping_sample(
+    node_sites: Mapping[str, str], preferred: Mapping[str, str], natted: Container[str] = ()
+) -> list[tuple[str, str]]:
+    """The (source, target) node pairs whose mesh path verification pings: every node to
+    its site's representative (:func:`site_representatives`, the hub where there is one),
+    and one ping between the representatives of every two sites, sent by the one behind
+    NAT (``natted``) when only one is (it can always open the path), else by the site
+    first in name order. N - S + S(S-1)/2 pings for N nodes in S sites: linear in the
+    nodes, where a ping of every peer pair grows with N^2. Sorted by source, target.
+
+    The rest of the mesh is judged without traffic, from each node's ``wg show dump``
+    (verify/checks.py ``judge_peers``)."""
+    rep = site_representatives(node_sites, preferred)
+    pairs = [(node, rep[site]) for node, site in node_sites.items() if node != rep[site]]
+    sites = sorted(rep)
+    for i, a in enumerate(sites):
+        for b in sites[i + 1 :]:
+            src, dst = rep[a], rep[b]
+            if dst in natted and src not in natted:
+                src, dst = dst, src
+            pairs.append((src, dst))
+    return sorted(pairs)
 
 
 @dataclass(frozen=True)
