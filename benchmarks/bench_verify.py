@@ -8,9 +8,11 @@ fleet --nodes N --no-ray``: the head and N-1 workers in two sites, lab-b behind 
 written to a temporary directory and its checks are built (``checks_for``) in a fresh
 child process by the library at git REF (``git archive REF src schemas``) and by this
 tree's, side by side. Reported per side: the checks by kind, the commands they run on nodes
-(each check reads its value with one command, except: a ``peer`` check reads its node's dump once
-for all of them, a ``handshake`` check reads the dump and the clock (2), a ``wg_peers``
-check reads both at once (1); every node's public key is read once, for its peers' checks)
+(each check reads its value with one command, except the reads ``verify/readers.py`` caches
+per node: sysctls (the sysctl.d file and one script for the live values: 2), the GPU diff
+(1), the interface's address and MTU (1), the WireGuard dump for ``peer`` checks (1); a
+``handshake`` check reads the dump and the clock (2), a ``wg_peers`` check both at once (1);
+every node's public key is read once, for its peers' checks)
 and the controller's CPU time to build the checks. The wall time is then *estimated*, not
 measured: the lab's measured ``swarm verify`` time of the baseline (docs/benchmarks.md: 6.5 s
 at 3 nodes, 82.2 s at 16, bench_converge.py on the lab) divided by the baseline's node
@@ -46,8 +48,10 @@ ROOT = Path(__file__).resolve().parents[1]
 # The lab's measured verify times (s) of the all-pairs checks (docs/benchmarks.md, the
 # bench_converge.py table): the estimate's calibration.
 MEASURED_BEFORE_S = {3: 6.5, 8: 24.0, 16: 82.2}
-# Node commands per check, where not one (see the module doc).
-COMMANDS = {"handshake": 2, "wg_peers": 1, "peer": 0}
+# Node commands per check, where not one (see the module doc); kinds read once per node.
+COMMANDS = {"handshake": 2}
+PER_NODE = {"sysctl": ("sysctl", 2), "gpu": ("gpu", 1), "interface_address": ("addr", 1),
+            "interface_mtu": ("addr", 1), "peer": ("dump", 1)}  # fmt: skip
 
 
 def one(nodes: int) -> dict:
@@ -67,8 +71,9 @@ def one(nodes: int) -> dict:
     checks = checks_for(state)
     cpu = time.process_time() - t0
     kinds = Counter(c.kind for c in checks)
-    commands = sum(COMMANDS.get(c.kind, 1) for c in checks)
-    commands += len({c.node for c in checks if c.kind == "peer"})  # one cached dump per node
+    commands = sum(COMMANDS.get(c.kind, 1) for c in checks if c.kind not in PER_NODE)
+    cached = {(c.node, *PER_NODE[c.kind]) for c in checks if c.kind in PER_NODE}
+    commands += sum(n for _, _, n in cached)
     commands += len({p["name"] for s in state["nodes"].values() if s["mesh"] for p in s["mesh"]["peers"]})
     return {
         "library": str(Path(swarm_infra.__file__).parent),
