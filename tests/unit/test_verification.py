@@ -39,17 +39,18 @@ def test_every_declared_item_becomes_one_check_with_the_nodestate_value(state) -
     }
 
 
-def test_pings_wait_on_both_ends_and_the_peers_checks_come_last(state) -> None:
+def test_pings_come_last_and_wait_on_both_ends_tunnels_and_peers(state) -> None:
     checks = checks_for(state)
     kinds = [c.kind for c in checks]
-    first_remote = kinds.index("ping")
-    assert set(kinds[first_remote:]) == {"ping", "wg_peers"}
-    assert kinds.index("wg_peers") > max(i for i, k in enumerate(kinds) if k == "ping")
+    first_ping = kinds.index("ping")
+    assert set(kinds[first_ping:]) == {"ping"}
     # lab-a's representative is its first node by name, lab-gpu-1.
     ping = next(c for c in checks if c.id.startswith("lab-head-1/mesh/ping lab-gpu-1"))
     assert set(ping.requires) == {
-        "lab-gpu-1/mesh/service wg-quick@wg0",
         "lab-head-1/mesh/service wg-quick@wg0",
+        "lab-gpu-1/mesh/service wg-quick@wg0",
+        "lab-head-1/mesh/peers on wg0",
+        "lab-gpu-1/mesh/peers on wg0",
     }
     ids = {c.id for c in checks}
     assert all(r in ids for c in checks for r in c.requires)

@@ -138,6 +138,15 @@ def test_a_kept_alive_link_without_a_handshake_is_reported() -> None:
     assert problems == {"d": "no handshake yet (sent 148 B, received 0 B)"}
 
 
+def test_a_peer_whose_tunnel_is_down_is_not_judged() -> None:
+    """Its stopped wg-quick is its one drift line (the harness skips peers whose service
+    check failed): not a stale handshake on every node that peers with it."""
+    now, dump = _read("node-a.txt")
+    declared = _declared(d=kept_alive_max_age_s(25))
+    assert "d" in judge_peers(declared, dump, now, KEYS.get)
+    assert judge_peers(declared, dump, now, KEYS.get, skip={"d"}) == {}  # and its key is no stranger
+
+
 def test_wrong_allowed_ips_missing_peer_and_unreadable_key() -> None:
     now, dump = _read("node-a.txt")
     declared = _declared()
@@ -215,9 +224,13 @@ def test_lab_checks_order_and_keepalive_limits() -> None:
     assert len(ids) == len(set(ids))
     assert all(r in set(ids) for c in checks for r in c.requires)
     kinds = [c.kind for c in checks]
-    first_ping = kinds.index("ping")
-    assert max(i for i, k in enumerate(kinds) if k == "ping") < kinds.index("wg_peers")
-    assert set(kinds[first_ping:]) == {"ping", "wg_peers"}
+    # Every node's own checks, then every node's peers check (each tunnel's state known by
+    # then), then the pings.
+    first_peers, first_ping = kinds.index("wg_peers"), kinds.index("ping")
+    assert set(kinds[first_peers:first_ping]) == {"wg_peers"} and set(kinds[first_ping:]) == {"ping"}
+    assert all(c.kind != "service" for c in checks[first_peers:])
+    for c in checks[first_peers:first_ping]:
+        assert all(v["service"] in ids[:first_peers] for v in c.args["peers"].values())
     pings = [c for c in checks if c.kind == "ping"]
     # lab-gpu-2 is behind NAT: its pings go first, re-opening tunnels to it.
     assert pings[0].node == "lab-gpu-2" and pings[0].args["behind_nat"]
@@ -225,7 +238,9 @@ def test_lab_checks_order_and_keepalive_limits() -> None:
         target = next(
             n for n, s in state["nodes"].items() if s["mesh"]["address"].startswith(c.args["address"] + "/")
         )
-        assert set(c.requires) == {f"{n}/mesh/service wg-quick@wg0" for n in (c.node, target)}
+        assert set(c.requires) == {
+            f"{n}/mesh/{what}" for n in (c.node, target) for what in ("service wg-quick@wg0", "peers on wg0")
+        }
     peers = {c.node: c for c in checks if c.kind == "wg_peers"}
     for name, node in state["nodes"].items():
         declared = peers[name].args["peers"]

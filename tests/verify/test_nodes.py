@@ -43,7 +43,11 @@ def test_declared_state(check: Check, node_host, node_cache, swarm_state, reques
                     key_cache[name] = None
             return key_cache[name]
 
-        actual = readers.wg_peers(host, check, cache, key_of)
+        # A peer whose own tunnel drifted is that drift, not one of this node's too.
+        down = frozenset(
+            p for p, v in check.args["peers"].items() if v["service"] and outcomes.get(v["service"]) is False
+        )
+        actual = readers.wg_peers(host, check, cache, key_of, down)
     elif check.kind == "gpu":
         actual = readers.gpu(host, check, cache, node["gpu"])
     else:

@@ -18,13 +18,13 @@ for the pings between representatives).
 
 Checks that depend on others (``requires``: check ids) are reported as blocked, not as
 drift, when one of those failed: a stopped ``wg-quick@wg0`` is one drifted item, not
-twenty failed pings.
+twenty failed pings, and a removed peer is one line of the node's peers check.
 """
 
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -231,6 +231,11 @@ def kept_alive_max_age_s(keepalive_s: int) -> int:
     return HANDSHAKE_MAX_AGE_S + keepalive_s + REKEY_TIMEOUT_S
 
 
+def _service_id(state: DesiredState, node: str) -> str:
+    """The id of ``node``'s WireGuard service check."""
+    return f"{node}/mesh/service {state['nodes'][node]['layout']['units']['wireguard']}"
+
+
 def _mesh_address(node: NodeState) -> str:
     assert node["mesh"] is not None
     return node["mesh"]["address"].split("/")[0]
@@ -241,13 +246,15 @@ def judge_peers(
     dump: Mapping[str, Mapping[str, Any]],
     now: int,
     key_of: Callable[[str], str | None],
+    skip: Collection[str] = (),
 ) -> dict[str, str]:
     """What is wrong with each peer of one interface, from one read of its ``wg show dump``.
 
     ``declared``: peer name -> ``{"allowed_ips": [CIDR], "max_age_s": int | None}`` (the
     ``wg_peers`` check's ``args["peers"]``); ``dump``: :func:`nodeside.facts.wg_dump` of the
     node's interface; ``now``: the node's clock (s since the epoch) read with the dump;
-    ``key_of``: a peer's public key (None: unreadable). Returns ``{peer name: problem}``,
+    ``key_of``: a peer's public key (None: unreadable); ``skip``: peers not to judge (their
+    own tunnel's check drifted: that is their one drift line). Returns ``{peer name: problem}``,
     only for peers with a problem (and ``"undeclared <key>"`` for a peer the interface has
     that the fleet does not declare); ``{}`` when all is well.
 
@@ -265,6 +272,8 @@ def judge_peers(
             problems[name] = "its public key could not be read on the node"
             continue
         known.add(key)
+        if name in skip:
+            continue
         entry = dump.get(key)
         if entry is None:
             problems[name] = "not a peer of the interface"
@@ -287,7 +296,9 @@ def judge_peers(
     return problems
 
 
-def _mesh_checks(name: str, node: NodeState, fresh: Mapping[str, int]) -> tuple[list[Check], Check]:
+def _mesh_checks(
+    name: str, node: NodeState, fresh: Mapping[str, int], state: DesiredState
+) -> tuple[list[Check], Check]:
     """(local checks, the ``wg_peers`` check) for one node's mesh slice. ``fresh``: peer ->
     the most seconds its latest handshake may be old (links kept alive)."""
     m = node["mesh"]
@@ -316,8 +327,14 @@ def _mesh_checks(name: str, node: NodeState, fresh: Mapping[str, int]) -> tuple[
             local.append(Check(name, "mesh", f"sysctl {key}", "sysctl", value, args))
     else:
         local.append(_absent(name, "mesh", mesh_conf))
+    # Each peer with its own tunnel's check: a peer whose tunnel is down is not judged.
     declared = {
-        p["name"]: {"allowed_ips": p["allowed_ips"], "max_age_s": fresh.get(p["name"])} for p in m["peers"]
+        p["name"]: {
+            "allowed_ips": p["allowed_ips"],
+            "max_age_s": fresh.get(p["name"]),
+            "service": _service_id(state, p["name"]) if p["name"] in state["nodes"] else None,
+        }
+        for p in m["peers"]
     }
     peers = Check(name, "mesh", f"peers on {iface}", "wg_peers",
                   f"{len(declared)} peer(s) with the declared AllowedIPs; a recent handshake where the "
@@ -350,8 +367,14 @@ def _mesh_sample(
     for src, dst in ping_sample({n: state["nodes"][n]["site"] for n in meshes}, hubs, natted):
         if nodes is not None and src not in nodes:
             continue
+        # Both ends' tunnels and peers: a removed peer is one drift, not a failed ping too.
         needs = tuple(
-            f"{n}/mesh/service {state['nodes'][n]['layout']['units']['wireguard']}" for n in (src, dst)
+            need
+            for n in (src, dst)
+            for need in (
+                _service_id(state, n),
+                f"{n}/mesh/peers on {meshes[n]['interface']}",
+            )
         )
         address = _mesh_address(state["nodes"][dst])
         args = {"interface": meshes[src]["interface"], "address": address, "behind_nat": src in natted}
@@ -366,9 +389,11 @@ def _is_spoke(peers: list[PeerState]) -> bool:
 
 def checks_for(state: DesiredState, nodes: list[str] | None = None) -> list[Check]:
     """Every check for ``nodes`` (default all) of ``desired_state()``'s result, in run order:
-    each node's own state first, then the sample's pings (from nodes behind NAT first: their
-    traffic re-opens the tunnels that peers without an endpoint wait for), then each node's
-    peers from its ``wg show dump`` (after the pings, whose handshakes it judges)."""
+    each node's own state first; then each node's peers, judged from its ``wg show dump``
+    (after every node's ``wg-quick`` check: a peer whose tunnel is down is not judged,
+    :func:`judge_peers`); then the sample's pings (from nodes behind NAT first), each
+    blocked when either end's service or peers drifted: a removed peer is one drift, not a
+    failed ping too."""
     local: list[Check] = []
     remote: list[Check] = []
     wg_peers: list[Check] = []
@@ -439,13 +464,14 @@ def checks_for(state: DesiredState, nodes: list[str] | None = None) -> list[Chec
                     local.append(Check(name, "gpu", f"gpu{dev['index']} {key}", "gpu", value, args))
         local += _storage_checks(name, node)
         if node["mesh"]:
-            mine, peers = _mesh_checks(name, node, fresh[name])
+            mine, peers = _mesh_checks(name, node, fresh[name], state)
             local += mine
             wg_peers.append(peers)
         # After the mesh: Ray's checks are blocked by a mesh that drifted.
         ray_local, ray_remote = _ray_checks(name, node, state)
         local += ray_local
         remote += ray_remote
-    # Pings first: their traffic is what makes peers without keepalive handshake at all.
+    # From nodes behind NAT first: their traffic re-opens the tunnels that peers without an
+    # endpoint wait for.
     pings.sort(key=lambda c: not c.args["behind_nat"])
-    return local + pings + wg_peers
+    return local + wg_peers + pings

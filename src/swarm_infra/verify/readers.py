@@ -254,16 +254,19 @@ def parse_wg_read(text: str) -> tuple[int, dict[str, dict[str, Any]]] | str:
     return int(lines[0]), facts.wg_dump("\n".join(lines[1:]))
 
 
-def wg_peers(host: Host, check: Check, cache: Cache, key_of) -> dict[str, str] | str:
-    """Every declared peer judged from ONE read of the node's dump (:func:`judge_peers`):
-    ``{peer: problem}`` ({} when all is well), or a string saying why it is unreadable.
-    ``key_of(name)``: a peer's public key, None when it cannot be read."""
+def wg_peers(
+    host: Host, check: Check, cache: Cache, key_of, skip: frozenset[str] = frozenset()
+) -> dict[str, str] | str:
+    """Every declared peer but ``skip`` judged from ONE read of the node's dump
+    (:func:`judge_peers`): ``{peer: problem}`` ({} when all is well), or a string saying
+    why it is unreadable. ``key_of(name)``: a peer's public key, None when it cannot be
+    read."""
     out = host.run(wg_dump_command(check.args["interface"]))
     read = parse_wg_read(out.stdout) if out.rc == 0 else f"unreadable: rc {out.rc}"
     if isinstance(read, str):
         return read
     now, dump = read
-    return judge_peers(check.args["peers"], dump, now, key_of)
+    return judge_peers(check.args["peers"], dump, now, key_of, skip)
 
 
 def ping(host: Host, check: Check, cache: Cache) -> str:
