@@ -250,13 +250,14 @@ def judge_peers(
 ) -> dict[str, str]:
     """What is wrong with each peer of one interface, from one read of its ``wg show dump``.
 
-    ``declared``: peer name -> ``{"allowed_ips": [CIDR], "max_age_s": int | None}`` (the
-    ``wg_peers`` check's ``args["peers"]``); ``dump``: :func:`nodeside.facts.wg_dump` of the
+    ``declared``: peer name -> ``{"allowed_ips": [CIDR], "max_age_s": int | None, ...}``
+    (the ``wg_peers`` check's ``args["peers"]``); ``dump``: :func:`nodeside.facts.wg_dump` of the
     node's interface; ``now``: the node's clock (s since the epoch) read with the dump;
     ``key_of``: a peer's public key (None: unreadable); ``skip``: peers not to judge (their
     own tunnel's check drifted: that is their one drift line). Returns ``{peer name: problem}``,
     only for peers with a problem (and ``"undeclared <key>"`` for a peer the interface has
-    that the fleet does not declare); ``{}`` when all is well.
+    that the fleet does not declare, when every declared peer's key is known); ``{}`` when
+    all is well.
 
     Problems: not a peer of the interface; AllowedIPs other than declared; where a recent
     handshake is expected (``max_age_s``: PersistentKeepalive keeps the link talking) none
@@ -266,10 +267,13 @@ def judge_peers(
     """
     problems: dict[str, str] = {}
     known: set[str] = set()
+    unknown = False  # a declared peer's key is unknown: no dump entry can be called undeclared
     for name, want in sorted(declared.items()):
         key = key_of(name)
         if key is None:
-            problems[name] = "its public key could not be read on the node"
+            unknown = True
+            if name not in skip:
+                problems[name] = "its public key could not be read on the node"
             continue
         known.add(key)
         if name in skip:
@@ -291,7 +295,7 @@ def judge_peers(
                 problems[name] = f"latest handshake {now - shake} s ago (at most {max_age} s expected)"
         elif tx and not rx:
             problems[name] = f"sent {tx} B, received nothing: the peer never answered"
-    for key in sorted(set(dump) - known):
+    for key in [] if unknown else sorted(set(dump) - known):
         problems[f"undeclared {key}"] = "a peer of the interface that the fleet does not declare"
     return problems
 
