@@ -2,7 +2,7 @@
 and the time and memory ``swarm validate`` takes to refuse hostile files.
 
     python benchmarks/bench_validate.py [--sizes 1000 10000] [--tenants 200] [--baseline-docs 1000]
-                                        [--compare REF --repeat 5] [--no-hostile]
+                                        [--compare REF --repeat 5] [--no-hostile] [--mesh-record]
 
 For each size, in a fresh child process (so peak memory is that run's): generate the
 fleet (gen_fleet.py), then time, side by side in the same run:
@@ -48,7 +48,7 @@ REPO = HERE.parent
 MiB = 2**20
 
 
-def one(nodes: int, tenants: int, baseline_docs: int, quick: bool) -> dict:
+def one(nodes: int, tenants: int, baseline_docs: int, quick: bool, mesh_record: bool = False) -> dict:
     sys.path.insert(0, str(HERE))
     import jsonschema
     from gen_fleet import generate
@@ -61,7 +61,7 @@ def one(nodes: int, tenants: int, baseline_docs: int, quick: bool) -> dict:
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "fleet"
-        generate(out, nodes, tenants)
+        generate(out, nodes, tenants, mesh_record=mesh_record)
         size = sum(f.stat().st_size for f in out.rglob("*.yaml"))
         t0 = time.perf_counter()
         result = validate([out])
@@ -115,6 +115,10 @@ def one(nodes: int, tenants: int, baseline_docs: int, quick: bool) -> dict:
     }
 
 
+def _mesh(args: argparse.Namespace) -> list[str]:
+    return ["--mesh-record"] if args.mesh_record else []
+
+
 def child(args: list[str], library: Path | None = None) -> dict:
     """This script with ``args`` in a fresh process (the library at ``library``'s src, if given)."""
     env = dict(os.environ)
@@ -136,8 +140,9 @@ def sizes_table(args: argparse.Namespace) -> None:
     print("-" * len(header))
     for n in args.sizes:
         r = child(
-            ["--one", str(n), "--tenants", str(args.tenants), "--baseline-docs", str(args.baseline_docs)]
-        )
+            ["--one", str(n), "--tenants", str(args.tenants), "--baseline-docs", str(args.baseline_docs),
+             *_mesh(args)]
+        )  # fmt: skip
         print(
             f"{r['nodes']:>6} {r['documents']:>6} {r['yaml_mib']:>5.1f} | {r['validate_s']:>7.2f}s "
             f"{r['resolve_s']:>6.2f}s {r['total_s']:>5.2f}s {r['peak_rss_mib']:>7.0f} | "
@@ -166,7 +171,8 @@ def compare(args: argparse.Namespace) -> None:
         runs: dict[str, list[dict]] = {name: [] for name in sides}
         for _ in range(args.repeat):
             for name, library in sides.items():
-                r = child(["--one", str(nodes), "--tenants", str(args.tenants), "--quick"], library)
+                quick = ["--one", str(nodes), "--tenants", str(args.tenants), "--quick", *_mesh(args)]
+                r = child(quick, library)
                 assert Path(r["library"]).parent == library, (r["library"], library)
                 runs[name].append(r)
     print(f"\n{nodes:,} nodes, validate + resolve, {args.repeat} runs each, alternating:")
@@ -318,9 +324,14 @@ def main() -> None:
     parser.add_argument("--no-hostile", action="store_true", help="skip the hostile files")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--mesh-record",
+        action="store_true",
+        help="fleets with a /16 mesh and a MeshAddresses record instead of pins (gen_fleet.py)",
+    )
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(one(args.one, args.tenants, args.baseline_docs, args.quick)))
+        print(json.dumps(one(args.one, args.tenants, args.baseline_docs, args.quick, args.mesh_record)))
         return
     print(f"machine: {os.cpu_count()} CPUs, python {sys.version.split()[0]}; tenants={args.tenants}")
     sizes_table(args)

@@ -5,16 +5,19 @@
 Writes one file per site (200 nodes each, hub-and-spoke mesh with a relay hub, mixed
 GPU models, NAT'd spokes), shared profiles, priorities and an Allocation with
 ``--tenants`` queues whose quotas fit the generated capacity. Derived mesh addresses
-that collide are pinned, as an operator would. ``--cluster`` adds the cluster layer's
-inputs: a Cluster document, Storage with NVMe scratch (a local PersistentVolume per node)
-and a claim per tenant, caps on every tenant and a Ray cluster on every 10th. The result
-validates clean.
+that collide are pinned, as an operator would; with ``--mesh-record`` the mesh is a /16
+(the issue's case: ~760 colliding pairs at 10,000 nodes) and every address is recorded in a
+MeshAddresses document instead, as ``swarm mesh allocate`` writes it (no pins).
+``--cluster`` adds the cluster layer's inputs: a Cluster document, Storage with NVMe scratch
+(a local PersistentVolume per node) and a claim per tenant, caps on every tenant and a Ray
+cluster on every 10th. The result validates clean.
 """
 
 from __future__ import annotations
 
 import argparse
 import ipaddress
+import re
 import shutil
 from pathlib import Path
 
@@ -29,10 +32,39 @@ FLAVORS = {
 }
 PER_SITE = 200
 MESH = ipaddress.IPv4Network("10.128.0.0/9")
+RECORD_MESH = ipaddress.IPv4Network("10.200.0.0/16")
 HEAD = "apiVersion: swarm.io/v1alpha1\n"
 
 
-def generate(out: Path, nodes: int, tenants: int, cluster: bool = False) -> None:
+def generate(out: Path, nodes: int, tenants: int, cluster: bool = False, mesh_record: bool = False) -> None:
+    if mesh_record:
+        _generate(out, nodes, tenants, cluster, RECORD_MESH)
+        _record(out, RECORD_MESH)
+    else:
+        _generate(out, nodes, tenants, cluster, MESH)
+
+
+def _record(out: Path, cidr: ipaddress.IPv4Network) -> None:
+    """Replace the pins by a MeshAddresses record: what `swarm mesh allocate` writes."""
+    from swarm_infra.resolve.mesh import probe_address, record_yaml
+
+    names = []
+    for f in sorted((out / "nodes").glob("*.yaml")):
+        text = f.read_text()
+        names += [line.split(": ", 1)[1] for line in text.splitlines() if line.startswith("  name: ")]
+        f.write_text(re.sub(r", address: [0-9.]+\}", "}", text))
+    taken: set[ipaddress.IPv4Address] = set()
+    record = {}
+    for name in sorted(names):  # allocate's order
+        addr = probe_address(cidr, name, taken)
+        assert addr is not None
+        taken.add(addr)
+        record[name] = addr
+    (out / "mesh-addresses.yaml").write_text(record_yaml("bench", record))
+
+
+def _generate(out: Path, nodes: int, tenants: int, cluster: bool, mesh_cidr: ipaddress.IPv4Network) -> None:
+    MESH = mesh_cidr
     if out.exists():
         shutil.rmtree(out)
     (out / "nodes").mkdir(parents=True)
@@ -141,8 +173,11 @@ def main() -> None:
     parser.add_argument(
         "--cluster", action="store_true", help="add the cluster layer's inputs (storage, caps, Ray clusters)"
     )
+    parser.add_argument(
+        "--mesh-record", action="store_true", help="a /16 mesh with a MeshAddresses record instead of pins"
+    )
     args = parser.parse_args()
-    generate(args.out, args.nodes, args.tenants, args.cluster)
+    generate(args.out, args.nodes, args.tenants, args.cluster, args.mesh_record)
 
 
 if __name__ == "__main__":

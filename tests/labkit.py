@@ -197,7 +197,7 @@ SET_GPU0_POWER = (
 INJECTED = {
     ("lab-gpu-1", "host", "sysctl net.ipv4.tcp_slow_start_after_idle"),
     ("lab-gpu-1", "mesh", f"file {FILES['wireguard_key']}"),
-    ("lab-gpu-1", "mesh", "peer lab-head-1"),
+    ("lab-gpu-1", "mesh", "peers on wg0"),  # lab-head-1 removed from wg0: one line names it
     ("lab-gpu-2", "mesh", f"service {UNITS['wireguard']}"),
     ("lab-gpu-2", "gpu", "gpu0 power_limit_w"),
     # Beyond the five the issue names: an MTU changed at runtime, which `wg syncconf` alone

@@ -59,7 +59,7 @@ def test_injected_drift_is_reported_exactly(lab, tmp_path: Path) -> None:
     by_key = {d["key"]: d for d in drift}
     assert by_key["gpu0 power_limit_w"]["actual"] == 500
     assert by_key[f"file {FILES['wireguard_key']}"]["actual"] == "root:root 0644"
-    assert by_key["peer lab-head-1"]["actual"] == "absent"
+    assert by_key["peers on wg0"]["actual"] == {"lab-head-1": "not a peer of the interface"}
     assert "live 1" in by_key["sysctl net.ipv4.tcp_slow_start_after_idle"]["actual"]
     assert "not running" in by_key[f"service {WG_UNIT}"]["actual"]
     assert by_key["wg0 mtu"]["actual"] == 1300

@@ -31,16 +31,23 @@ def test_declared_state(check: Check, node_host, node_cache, swarm_state, reques
     host = node_host(check.args.get("on", check.node))  # some checks read from another node
     cache = node_cache.setdefault(check.node, {})
     node = swarm_state["nodes"][check.node]
-    if check.kind in ("peer", "handshake"):
+    if check.kind == "wg_peers":
         key_cache = node_cache.setdefault("_public_keys", {})
 
-        def key_of(name: str) -> str:
+        def key_of(name: str) -> str | None:
             if name not in key_cache:
                 key_file = swarm_state["nodes"][name]["layout"]["files"]["wireguard_key"]["path"]
-                key_cache[name] = readers.public_key(node_host(name), key_file)
+                try:
+                    key_cache[name] = readers.public_key(node_host(name), key_file)
+                except Exception:  # the peer node is unreachable: that peer's problem, not the check's
+                    key_cache[name] = None
             return key_cache[name]
 
-        actual = getattr(readers, check.kind)(host, check, cache, key_of)
+        # A peer whose own tunnel drifted is that drift, not one of this node's too.
+        down = frozenset(
+            p for p, v in check.args["peers"].items() if v["service"] and outcomes.get(v["service"]) is False
+        )
+        actual = readers.wg_peers(host, check, cache, key_of, down)
     elif check.kind == "gpu":
         actual = readers.gpu(host, check, cache, node["gpu"])
     else:

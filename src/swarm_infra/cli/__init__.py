@@ -1,7 +1,7 @@
 """``swarm``: the project's own CLI, for what Ansible, pyinfra, Pulumi and pytest do not do.
 
-One module per command group: ``fleet`` (validate, plan), ``render``, ``review``, ``converge``,
-``verify``, ``lab``, ``metrics``, ``pull`` (agent run, node bootstrap).
+One module per command group: ``fleet`` (validate, plan), ``mesh`` (allocate), ``render``,
+``review``, ``converge``, ``verify``, ``lab``, ``metrics``, ``pull`` (agent run, node bootstrap).
 Exit codes: 0 success (warnings allowed), 2 invalid input (nothing was applied),
 1 unexpected failure.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import converge, fleet, lab, metrics, pull, render, review, verify
+from . import converge, fleet, lab, mesh, metrics, pull, render, review, verify
 from .common import EXIT_FAILURE, silence
 
 
@@ -26,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     fleet.add_parsers(sub)
+    mesh.add_parsers(sub)
     render.add_parsers(sub)
     review.add_parsers(sub)
     converge.add_parsers(sub)

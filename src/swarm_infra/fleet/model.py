@@ -409,6 +409,17 @@ class LatencyMatrix:
 
 
 @dataclass(frozen=True, kw_only=True)
+class MeshAddresses:
+    """The recorded mesh address of each unpinned node (kind MeshAddresses, written by
+    ``swarm mesh allocate``; see :mod:`swarm_infra.resolve.mesh`). An entry whose text is
+    not an IPv4 address is left out with a ``network.invalid`` finding."""
+
+    name: str
+    source: Source | None
+    addresses: Mapping[str, ipaddress.IPv4Address]
+
+
+@dataclass(frozen=True, kw_only=True)
 class NodeAcceptance:
     """Admission thresholds (kind NodeAcceptance): each rule is ``(match, thresholds)``.
 
@@ -444,6 +455,7 @@ class Fleet:
     review: ReviewPolicy = field(default_factory=lambda: ReviewPolicy(name=DEFAULT_FLEET_NAME, source=None))
     latency: LatencyMatrix | None = None
     acceptance: NodeAcceptance | None = None
+    mesh_addresses: MeshAddresses | None = None
     # Names of documents that failed schema validation, by kind: references to them are
     # not reported again as unresolved.
     invalid_names: Mapping[str, frozenset[str]] = field(default_factory=lambda: _EMPTY)
@@ -799,6 +811,23 @@ def _latency_matrix(doc: _Doc) -> LatencyMatrix:
     )
 
 
+def _mesh_addresses(doc: _Doc) -> MeshAddresses:
+    addresses: dict[str, ipaddress.IPv4Address] = {}
+    for node, text in doc.spec["addresses"].items():
+        try:
+            addresses[node] = ipaddress.IPv4Address(text)
+        except ValueError as exc:
+            doc.findings.append(
+                Finding(
+                    doc.source,
+                    ("spec", "addresses", node),
+                    "network.invalid",
+                    f"{text!r} is not a valid IPv4 address: {exc}",
+                )
+            )
+    return MeshAddresses(name=doc.name, source=doc.source, addresses=MappingProxyType(addresses))
+
+
 def _node_acceptance(doc: _Doc) -> NodeAcceptance:
     rules = tuple(
         (
@@ -835,6 +864,7 @@ _BUILDERS: Mapping[str, Callable[[_Doc], object | None]] = MappingProxyType(
         "ReviewPolicy": _review_policy,
         "LatencyMatrix": _latency_matrix,
         "NodeAcceptance": _node_acceptance,
+        "MeshAddresses": _mesh_addresses,
         "Cluster": _cluster,
     }
 )
@@ -850,6 +880,7 @@ SINGLETONS = (
     "ReviewPolicy",
     "LatencyMatrix",
     "NodeAcceptance",
+    "MeshAddresses",
 )
 UNKNOWN_KIND = "?"
 _FIELD = {
@@ -939,6 +970,7 @@ def build_fleet(
         review=first("ReviewPolicy") or ReviewPolicy(name=DEFAULT_FLEET_NAME, source=None),
         latency=first("LatencyMatrix"),
         acceptance=first("NodeAcceptance"),
+        mesh_addresses=first("MeshAddresses"),
         invalid_names=MappingProxyType({k: frozenset(v) for k, v in invalid_names.items()}),
         invalid_kinds=frozenset(invalid_kinds),
         unnamed_kinds=frozenset(unnamed_kinds),

@@ -31,6 +31,7 @@ KINDS: dict[str, str] = {
     "HostProfile": "hostprofile.schema.json",
     "Assignment": "assignment.schema.json",
     "Mesh": "mesh.schema.json",
+    "MeshAddresses": "meshaddresses.schema.json",
     "Priority": "priority.schema.json",
     "Allocation": "allocation.schema.json",
     "Storage": "storage.schema.json",

@@ -61,19 +61,33 @@ def sysfs_choice(text: str) -> list[str]:
 
 def wg_dump(text: str) -> dict[str, dict[str, Any]]:
     """``wg show IFACE dump`` as ``{peer public key: {allowed_ips, endpoint,
-    latest_handshake}}`` (wg(8): the first line is the interface's own; then one tab-
-    separated line per peer: public key, preshared key, endpoint, allowed IPs, latest
-    handshake (s since the epoch, 0 never), rx, tx, keepalive). ``endpoint`` is None when
-    unknown, ``allowed_ips`` a list of CIDRs."""
+    latest_handshake, rx_bytes, tx_bytes, persistent_keepalive_s}}``.
+
+    The format, restated from wg(8) of wireguard-tools 1.0.20210914 (``show``, ``dump``):
+    "the first [line] contains in order separated by tab: private-key, public-key,
+    listen-port, fwmark. Subsequent lines are printed for each peer and contain in order
+    separated by tab: public-key, preshared-key, endpoint, allowed-ips, latest-handshake,
+    transfer-rx, transfer-tx, persistent-keepalive." Seen in real output (wireguard-go and
+    wireguard-tools, tests/data/wg): an unset endpoint or allowed-ips is ``(none)``,
+    allowed-ips are comma-separated CIDRs, latest-handshake is seconds since the epoch (0:
+    never), transfer in bytes, persistent-keepalive seconds or ``off``.
+
+    ``endpoint`` is None when unknown, ``allowed_ips`` a list of CIDRs,
+    ``persistent_keepalive_s`` 0 when off. Lines with fewer than 5 fields are skipped; the
+    counters are None when a line stops before them."""
     peers: dict[str, dict[str, Any]] = {}
     for line in text.splitlines()[1:]:
         f = line.split("\t")
         if len(f) < 5:
             continue
+        number = [int(v) if v.isdigit() else None for v in (*f[5:8], "", "", "")[:3]]
         peers[f[0]] = {
             "endpoint": None if f[2] == "(none)" else f[2],
             "allowed_ips": [] if f[3] == "(none)" else f[3].split(","),
             "latest_handshake": int(f[4]),
+            "rx_bytes": number[0],
+            "tx_bytes": number[1],
+            "persistent_keepalive_s": number[2] or 0,
         }
     return peers
 

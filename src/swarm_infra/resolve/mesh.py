@@ -1,12 +1,30 @@
 """WireGuard mesh: address assignment and topology (peers, AllowedIPs, endpoints).
 
 Addressing
-    A node's mesh address is ``spec.mesh.address`` when pinned, else derived from its name
-    alone: ``network + 1 + SHA-256(name) mod (usable hosts)``. It depends on nothing else,
-    so adding or removing other nodes never moves it. When a derived address lands on
-    another node's address the fleet is invalid (``mesh.address-collision``) until one of
-    the two (normally the newer) is pinned: the stable choice cannot be made silently,
-    because a resolver without state cannot know which node came first.
+    A node's mesh address is ``spec.mesh.address`` when pinned. Otherwise it starts from its
+    *derived* address, a function of its name alone (:func:`derived_address`:
+    ``network + 1 + SHA-256(name) mod (usable hosts)``), in one of two modes:
+
+    - Without a MeshAddresses document (small fleets): the derived address is the address.
+      Adding or removing other nodes never moves it, but two names can hash to the same
+      address (birthday bound: in a /16, even odds at about 300 nodes, ~760 colliding pairs
+      expected at 10,000), and then the fleet is invalid (``mesh.address-collision``) until
+      the addresses are recorded (``swarm mesh allocate``) or one of the two is pinned: a
+      resolver without state cannot know which node came first.
+    - With a MeshAddresses document (a record, like a lock file, written by
+      ``swarm mesh allocate`` and reviewed): the address is the node's entry. Entries are
+      never rewritten; a new node's entry is its derived address, or when a pin or another
+      entry holds that, the next address after it that none holds (:func:`probe_address`,
+      wrapping), so there are no collisions and no hand pins up to the CIDR's size, and
+      additions and removals never move another node (:func:`allocate`). Validation
+      requires the record to be exact: a node without an entry
+      (``mesh.address-unrecorded``), an entry for no such unpinned node
+      (``mesh.address-record-stale``), and an address held twice (``mesh.address-duplicate``)
+      are errors at the node's or entry's line.
+
+    IPv6 ULA addressing (a /64 would make hash collisions negligible) was not taken: the
+    mesh address is also Ray's node IP, the firewall's member list and the lab's probe
+    target, all IPv4 today (README, Mesh addressing).
 
 Topology
     Inside a site nodes reach each other on the underlay. A *full-mesh* site peers every
@@ -36,42 +54,62 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
 from ..fleet.diagnostics import Finding
-from ..fleet.model import Fleet, Mesh, Node
+from ..fleet.model import Fleet, Mesh, MeshAddresses, Node
 from .types import PeerState
 
 
+def _usable(cidr: ipaddress.IPv4Network) -> int:
+    """How many host addresses follow the network address (all but network and broadcast)."""
+    return max(cidr.num_addresses - 2, 1)
+
+
 def derived_address(cidr: ipaddress.IPv4Network, name: str) -> ipaddress.IPv4Address:
-    """The address a node named ``name`` gets in ``cidr`` unless pinned (see module doc)."""
-    usable = max(cidr.num_addresses - 2, 1)
+    """The *derived* (home) address of a node named ``name`` in ``cidr``: ``network + 1 +
+    int(first 8 bytes of SHA-256(name), big-endian) mod (usable hosts)``. A function of the
+    name alone: the address itself without a MeshAddresses record, where a new node's
+    probe starts with one (module doc, Addressing)."""
     digest = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big")
-    return cidr.network_address + 1 + digest % usable
+    return cidr.network_address + 1 + digest % _usable(cidr)
 
 
-def assign_addresses(
-    mesh: Mesh, nodes: Mapping[str, Node]
-) -> tuple[dict[str, ipaddress.IPv4Address], list[Finding]]:
-    """Mesh address of every node, and findings for duplicates and collisions.
+def probe_address(
+    cidr: ipaddress.IPv4Network, name: str, taken: Container[ipaddress.IPv4Address]
+) -> ipaddress.IPv4Address | None:
+    """The first address not in ``taken`` from ``name``'s derived address upwards through
+    the usable hosts of ``cidr``, wrapping to the first after the last; None when every one
+    is taken. Linear probing: at 10,000 nodes in a /16 (15% full) a probe reads about 1.1
+    addresses on average."""
+    usable = _usable(cidr)
+    first = int(cidr.network_address) + 1
+    home = int(derived_address(cidr, name)) - first
+    for step in range(usable):
+        addr = ipaddress.IPv4Address(first + (home + step) % usable)
+        if addr not in taken:
+            return addr
+    return None
 
-    Findings: ``mesh.address-outside-cidr`` (pinned address not in the mesh CIDR, or the
-    network/broadcast address), ``mesh.address-duplicate`` (two pinned addresses equal),
-    ``mesh.address-collision`` (a derived address equals another node's; not reported
-    when the CIDR is too small for the fleet, which ``mesh.cidr-too-small`` reports).
-    """
-    findings: list[Finding] = []
+
+def _usable_host(cidr: ipaddress.IPv4Network, addr: ipaddress.IPv4Address) -> bool:
+    return addr in cidr and addr not in (cidr.network_address, cidr.broadcast_address)
+
+
+def _pinned(
+    mesh: Mesh, nodes: Mapping[str, Node], findings: list[Finding]
+) -> dict[ipaddress.IPv4Address, Node]:
+    """Pinned addresses and their nodes; pins outside the CIDR or held twice are findings."""
     owner: dict[ipaddress.IPv4Address, Node] = {}
-    out: dict[str, ipaddress.IPv4Address] = {}
     path = ("spec", "mesh", "address")
-    for node in nodes.values():  # pinned first: they own their address
+    for node in nodes.values():
         addr = node.mesh_address
         if addr is None:
             continue
-        if addr not in mesh.cidr or addr in (mesh.cidr.network_address, mesh.cidr.broadcast_address):
+        if not _usable_host(mesh.cidr, addr):
             findings.append(
                 Finding(
                     node.source,
@@ -92,7 +130,32 @@ def assign_addresses(
             )
             continue
         owner[addr] = node
-        out[node.name] = addr
+    return owner
+
+
+def assign_addresses(
+    mesh: Mesh,
+    nodes: Mapping[str, Node],
+    record: MeshAddresses | None = None,
+    may_declare: Callable[[str], bool] = lambda name: False,
+) -> tuple[dict[str, ipaddress.IPv4Address], list[Finding]]:
+    """Mesh address of every node (``{name: address}``), and findings (module doc,
+    Addressing). A node whose address is in error is left out of the mapping.
+
+    Findings: ``mesh.address-outside-cidr`` (a pin or entry not a usable host address of
+    the CIDR), ``mesh.address-duplicate`` (a pin or entry equal to an earlier pin or entry),
+    ``mesh.address-collision`` (without ``record``: a derived address equal to another
+    node's; not reported when the CIDR is too small for the fleet, which
+    ``mesh.cidr-too-small`` reports), ``mesh.address-unrecorded`` (with ``record``: an
+    unpinned node without an entry), ``mesh.address-record-stale`` (an entry for a node
+    that is not declared, or that pins its address; not for a name ``may_declare``
+    accepts: a Node document that failed its schema may declare it). Cost O(nodes).
+    """
+    findings: list[Finding] = []
+    owner = _pinned(mesh, nodes, findings)  # pins first: they own their address
+    out = {node.name: addr for addr, node in owner.items()}
+    if record is not None:
+        return _recorded(mesh, nodes, record, may_declare, owner, out, findings)
     room = len(nodes) <= mesh.cidr.num_addresses - 2
     for node in nodes.values():
         if node.mesh_address is not None:
@@ -105,14 +168,133 @@ def assign_addresses(
                         node.source,
                         ("metadata", "name"),
                         "mesh.address-collision",
-                        f"derived mesh address {addr} collides with node {owner[addr].name!r}; pin "
-                        "one of them (normally the newer) with spec.mesh.address",
+                        f"derived mesh address {addr} collides with node {owner[addr].name!r}; record "
+                        "the fleet's addresses with `swarm mesh allocate` (run it on the fleet before "
+                        "this node was added, so that the running node keeps its address) or pin one "
+                        "of them (normally the newer) with spec.mesh.address",
                     )
                 )
             continue
         owner[addr] = node
         out[node.name] = addr
     return out, findings
+
+
+def _recorded(
+    mesh: Mesh,
+    nodes: Mapping[str, Node],
+    record: MeshAddresses,
+    may_declare: Callable[[str], bool],
+    owner: dict[ipaddress.IPv4Address, Node],
+    out: dict[str, ipaddress.IPv4Address],
+    findings: list[Finding],
+) -> tuple[dict[str, ipaddress.IPv4Address], list[Finding]]:
+    """:func:`assign_addresses` with a record: every unpinned node's address is its entry."""
+    assert record.source is not None  # a record is a document
+    held: dict[ipaddress.IPv4Address, str] = {a: f"pinned by node {n.name!r}" for a, n in owner.items()}
+    for name, addr in record.addresses.items():
+        path = ("spec", "addresses", name)
+        node = nodes.get(name)
+        if node is None or node.mesh_address is not None:
+            if node is None and may_declare(name):
+                continue
+            why = "no Node of that name is declared" if node is None else "the node pins spec.mesh.address"
+            findings.append(
+                Finding(
+                    record.source,
+                    path,
+                    "mesh.address-record-stale",
+                    f"entry for {name!r}: {why}; `swarm mesh allocate` drops the entry",
+                )
+            )
+            continue
+        if not _usable_host(mesh.cidr, addr):
+            findings.append(
+                Finding(
+                    record.source,
+                    path,
+                    "mesh.address-outside-cidr",
+                    f"{addr} is not a usable host address of mesh CIDR {mesh.cidr}",
+                )
+            )
+            continue
+        if addr in held:
+            findings.append(
+                Finding(record.source, path, "mesh.address-duplicate", f"{addr} is already {held[addr]}")
+            )
+            continue
+        held[addr] = f"recorded for node {name!r}"
+        out[name] = addr
+    for node in nodes.values():
+        if node.mesh_address is None and node.name not in record.addresses:
+            findings.append(
+                Finding(
+                    node.source,
+                    ("metadata", "name"),
+                    "mesh.address-unrecorded",
+                    f"node {node.name!r} has no entry in MeshAddresses {record.name!r} "
+                    f"({record.source.file}); run `swarm mesh allocate` and commit the record",
+                )
+            )
+    return out, findings
+
+
+def allocate(
+    mesh: Mesh, nodes: Mapping[str, Node], record: Mapping[str, ipaddress.IPv4Address] | None = None
+) -> tuple[dict[str, ipaddress.IPv4Address], list[str]]:
+    """The record for ``nodes`` (``{name: address}`` in name order, unpinned nodes only) from
+    the previous ``record`` (None: there was none), and what changed, as sentences.
+
+    Every previous entry of a declared unpinned node is kept as it is, unless it is unusable
+    (outside the CIDR, or held by a pin or an earlier entry); then, in name order, each
+    node without an entry gets :func:`probe_address` past every pin and every entry so far.
+    So no allocation moves a node that has a usable entry, and no address is held twice.
+    Raises ValueError when the CIDR has no free address left for a node.
+    """
+    previous = dict(record or {})
+    taken: set[ipaddress.IPv4Address] = {n.mesh_address for n in nodes.values() if n.mesh_address is not None}
+    kept: dict[str, ipaddress.IPv4Address] = {}
+    changes: list[str] = []
+    for name, addr in previous.items():
+        node = nodes.get(name)
+        if node is None or node.mesh_address is not None:
+            why = "no longer declared" if node is None else "now pinned"
+            changes.append(f"dropped {name} ({addr}): {why}")
+        elif not _usable_host(mesh.cidr, addr) or addr in taken:
+            changes.append(f"re-allocating {name}: {addr} is outside {mesh.cidr} or held twice")
+        else:
+            kept[name] = addr
+            taken.add(addr)
+    for name, node in sorted(nodes.items()):
+        if node.mesh_address is not None or name in kept:
+            continue
+        found = probe_address(mesh.cidr, name, taken)
+        if found is None:
+            raise ValueError(f"mesh CIDR {mesh.cidr} has no free address left for node {name!r}")
+        home = derived_address(mesh.cidr, name)
+        changes.append(f"added {name}: {found}" + ("" if found == home else f" (derived {home} is held)"))
+        kept[name] = found
+        taken.add(found)
+    return dict(sorted(kept.items())), changes
+
+
+def record_yaml(name: str, addresses: Mapping[str, ipaddress.IPv4Address]) -> str:
+    """The MeshAddresses document (schemas/meshaddresses.schema.json) holding ``addresses``,
+    as YAML, entries in name order. Names are DNS labels and addresses dotted quads (both
+    checked by the schema on reading), so no value needs quoting."""
+    lines = [
+        "# Written by `swarm mesh allocate`: each node's mesh address. Entries are never changed;",
+        "# review additions and removals like any other change.",
+        "---",
+        "apiVersion: swarm.io/v1alpha1",
+        "kind: MeshAddresses",
+        "metadata:",
+        f"  name: {name}",
+        "spec:",
+        "  addresses:" + ("" if addresses else " {}"),
+        *(f"    {n}: {a}" for n, a in sorted(addresses.items())),
+    ]
+    return "\n".join(lines) + "\n"
 
 
 SitePair = tuple[str, str]
@@ -477,6 +659,42 @@ def peers(
             )
         result[n.name] = entries
     return result, forwarders
+
+
+def site_representatives(node_sites: Mapping[str, str], preferred: Mapping[str, str]) -> dict[str, str]:
+    """Each site's representative node: ``preferred[site]`` (its hub) when that node is in
+    the site, else the site's first node by name. ``node_sites``: node -> site. (The rule
+    of ``metrics.schedule.representatives``, which picks the pairs measured for bandwidth.)"""
+    members: dict[str, list[str]] = defaultdict(list)
+    for node, site in sorted(node_sites.items()):
+        members[site].append(node)
+    return {
+        site: preferred[site] if preferred.get(site) in nodes else nodes[0] for site, nodes in members.items()
+    }
+
+
+def ping_sample(
+    node_sites: Mapping[str, str], preferred: Mapping[str, str], natted: Container[str] = ()
+) -> list[tuple[str, str]]:
+    """The (source, target) node pairs whose mesh path verification pings: every node to
+    its site's representative (:func:`site_representatives`, the hub where there is one),
+    and one ping between the representatives of every two sites, sent by the one behind
+    NAT (``natted``) when only one is (it can always open the path), else by the site
+    first in name order. N - S + S(S-1)/2 pings for N nodes in S sites: linear in the
+    nodes, where a ping of every peer pair grows with N^2. Sorted by source, target.
+
+    The rest of the mesh is judged without traffic, from each node's ``wg show dump``
+    (verify/checks.py ``judge_peers``)."""
+    rep = site_representatives(node_sites, preferred)
+    pairs = [(node, rep[site]) for node, site in node_sites.items() if node != rep[site]]
+    sites = sorted(rep)
+    for i, a in enumerate(sites):
+        for b in sites[i + 1 :]:
+            src, dst = rep[a], rep[b]
+            if dst in natted and src not in natted:
+                src, dst = dst, src
+            pairs.append((src, dst))
+    return sorted(pairs)
 
 
 @dataclass(frozen=True)

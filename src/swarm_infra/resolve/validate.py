@@ -84,7 +84,9 @@ def validate(paths: Iterable[str | os.PathLike[str]], load: DocumentLoader = loa
     addresses: dict[str, ipaddress.IPv4Address] = {}
     topology: Topology | None = None
     if fleet.mesh is not None:
-        addresses, addr_findings = assign_addresses(fleet.mesh, fleet.nodes)
+        addresses, addr_findings = assign_addresses(
+            fleet.mesh, fleet.nodes, fleet.mesh_addresses, lambda name: fleet.may_declare("Node", name)
+        )
         topology, topo_findings = plan_topology(fleet)
         findings.extend(addr_findings)
         findings.extend(topo_findings)

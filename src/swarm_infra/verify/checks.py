@@ -8,30 +8,40 @@ values are never written down a second time: they are the NodeState's.
 Layers: ``host`` (sysctls, sysfs tuning, the sysctl.d file), ``drivers`` (NVIDIA packages
 and nvidia-persistenced, only where the GPU backend is real NVML), ``gpu`` (each GPU
 setting, read back through the node-side GPU code, and the boot-time re-apply unit),
-``mesh`` (wg-quick service, key and configuration modes, interface address and MTU, peers
-and AllowedIPs, handshakes, ping of each peer's mesh address).
+``mesh`` (wg-quick service, key and configuration modes, interface address and MTU; per
+node one ``peers on wg0`` check that judges every peer from one read of ``wg show wg0
+dump``: AllowedIPs, handshake age, transfer counters (:func:`judge_peers`); and pings of a
+sample of mesh paths only, :func:`swarm_infra.resolve.mesh.ping_sample`: each node to its
+site's representative, representatives across sites). The number of checks, and of
+commands run on nodes, grows linearly with the fleet (with the number of sites squared
+for the pings between representatives).
 
 Checks that depend on others (``requires``: check ids) are reported as blocked, not as
 drift, when one of those failed: a stopped ``wg-quick@wg0`` is one drifted item, not
-twenty failed pings.
+twenty failed pings, and a removed peer is one line of the node's peers check.
 """
 
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..nodeside.facts import sysctl_fields
 from ..resolve.host import sysctl_text
 from ..resolve.layers import NAMES, removed_files
+from ..resolve.mesh import ping_sample
 from ..resolve.packages import packages
-from ..resolve.types import DesiredState, ManagedPath, NodeState
+from ..resolve.types import DesiredState, ManagedPath, MeshState, NodeState, PeerState
 
 LAYERS = NAMES  # the registry's order (resolve/layers.py)
-# WireGuard re-keys every 2 minutes while traffic flows (REKEY_AFTER_TIME, 120 s): a
-# handshake older than 3 minutes means the peer is not talking.
+# WireGuard's timers (wireguard-go device/constants.go RejectAfterTime, RekeyTimeout; the
+# kernel's drivers/net/wireguard/messages.h has the same values): a session's keys expire
+# 180 s after its handshake, and a packet sent after that starts a new handshake, retried
+# every 5 s.
 HANDSHAKE_MAX_AGE_S = 180
+REKEY_TIMEOUT_S = 5
 # A scratch filesystem must offer at least this share of its devices' size (mkfs overhead:
 # xfs's log and metadata take a few percent).
 SCRATCH_MIN_FILL = 0.9
@@ -83,12 +93,10 @@ def matches(check: Check, actual: Any) -> bool:
         live, persisted = actual["live"], actual["persisted"]
         want = sysctl_values(check.desired)
         return persisted == want and (live is None or live == want)
-    if check.kind == "handshake":
-        return actual is not None and actual < HANDSHAKE_MAX_AGE_S
+    if check.kind == "wg_peers":  # what judge_peers found wrong, by peer: nothing
+        return actual == {}
     if check.kind == "package":  # a Debian version against the pin's glob (570.86.15-*, or * for any)
         return actual != "absent" and fnmatch.fnmatchcase(str(actual), check.desired)
-    if check.kind == "peer":
-        return actual is not None and sorted(actual) == sorted(check.desired)
     if check.kind in ("conf_keys", "json_keys"):
         return actual == sorted(check.desired)
     if check.kind == "mount":  # the declared options, and discard exactly where TRIM works
@@ -212,8 +220,91 @@ def _tool_checks(name: str, layer: str, tools: list[str]) -> list[Check]:
     return [Check(name, layer, f"package {t}", "package", "*", {"package": t}) for t in tools]
 
 
-def _mesh_checks(name: str, node: NodeState, state: DesiredState) -> tuple[list[Check], list[Check]]:
-    """(local checks, checks that need peers too) for one node's mesh slice."""
+def kept_alive_max_age_s(keepalive_s: int) -> int:
+    """The oldest a link's latest handshake gets (s) while PersistentKeepalive sends every
+    ``keepalive_s`` seconds without other traffic: the keepalive that first finds the
+    session's keys expired (wireguard-go device/constants.go RejectAfterTime, 180 s; send.go
+    starts a handshake when no current keypair is valid) starts a new handshake, which
+    completes within a retry (RekeyTimeout, 5 s). The initiator re-keys earlier
+    (receive.go keepKeyFreshReceiving: after RejectAfterTime - KeepaliveTimeout -
+    RekeyTimeout on receiving; send.go keepKeyFreshSending: after RekeyAfterTime, 120 s)."""
+    return HANDSHAKE_MAX_AGE_S + keepalive_s + REKEY_TIMEOUT_S
+
+
+def _service_id(state: DesiredState, node: str) -> str:
+    """The id of ``node``'s WireGuard service check."""
+    return f"{node}/mesh/service {state['nodes'][node]['layout']['units']['wireguard']}"
+
+
+def _mesh_address(node: NodeState) -> str:
+    assert node["mesh"] is not None
+    return node["mesh"]["address"].split("/")[0]
+
+
+def judge_peers(
+    declared: Mapping[str, Mapping[str, Any]],
+    dump: Mapping[str, Mapping[str, Any]],
+    now: int,
+    key_of: Callable[[str], str | None],
+    skip: Collection[str] = (),
+) -> dict[str, str]:
+    """What is wrong with each peer of one interface, from one read of its ``wg show dump``.
+
+    ``declared``: peer name -> ``{"allowed_ips": [CIDR], "max_age_s": int | None, ...}``
+    (the ``wg_peers`` check's ``args["peers"]``); ``dump``: :func:`nodeside.facts.wg_dump` of the
+    node's interface; ``now``: the node's clock (s since the epoch) read with the dump;
+    ``key_of``: a peer's public key (None: unreadable); ``skip``: peers not to judge (their
+    own tunnel's check drifted: that is their one drift line). Returns ``{peer name: problem}``,
+    only for peers with a problem (and ``"undeclared <key>"`` for a peer the interface has
+    that the fleet does not declare, when every declared peer's key is known); ``{}`` when
+    all is well.
+
+    Problems: not a peer of the interface; AllowedIPs other than declared; where a recent
+    handshake is expected (``max_age_s``: PersistentKeepalive keeps the link talking) none
+    yet, or one older than ``max_age_s``; on any other link (it may be idle: WireGuard
+    handshakes only when there is traffic) bytes sent and none ever received (the peer
+    never answered: a wrong key or endpoint, a firewall, a node that is down).
+    """
+    problems: dict[str, str] = {}
+    known: set[str] = set()
+    unknown = False  # a declared peer's key is unknown: no dump entry can be called undeclared
+    for name, want in sorted(declared.items()):
+        key = key_of(name)
+        if key is None:
+            unknown = True
+            if name not in skip:
+                problems[name] = "its public key could not be read on the node"
+            continue
+        known.add(key)
+        if name in skip:
+            continue
+        entry = dump.get(key)
+        if entry is None:
+            problems[name] = "not a peer of the interface"
+            continue
+        allowed, wanted = sorted(entry["allowed_ips"]), sorted(want["allowed_ips"])
+        if allowed != wanted:
+            problems[name] = f"AllowedIPs {','.join(allowed) or '(none)'}, declared {','.join(wanted)}"
+            continue
+        shake, rx, tx = entry["latest_handshake"], entry["rx_bytes"] or 0, entry["tx_bytes"] or 0
+        max_age = want["max_age_s"]
+        if max_age is not None:
+            if not shake:
+                problems[name] = f"no handshake yet (sent {tx} B, received {rx} B)"
+            elif now - shake > max_age:
+                problems[name] = f"latest handshake {now - shake} s ago (at most {max_age} s expected)"
+        elif tx and not rx:
+            problems[name] = f"sent {tx} B, received nothing: the peer never answered"
+    for key in [] if unknown else sorted(set(dump) - known):
+        problems[f"undeclared {key}"] = "a peer of the interface that the fleet does not declare"
+    return problems
+
+
+def _mesh_checks(
+    name: str, node: NodeState, fresh: Mapping[str, int], state: DesiredState
+) -> tuple[list[Check], Check]:
+    """(local checks, the ``wg_peers`` check) for one node's mesh slice. ``fresh``: peer ->
+    the most seconds its latest handshake may be old (links kept alive)."""
     m = node["mesh"]
     assert m is not None
     iface, files, unit = m["interface"], node["layout"]["files"], node["layout"]["units"]["wireguard"]
@@ -240,43 +331,77 @@ def _mesh_checks(name: str, node: NodeState, state: DesiredState) -> tuple[list[
             local.append(Check(name, "mesh", f"sysctl {key}", "sysctl", value, args))
     else:
         local.append(_absent(name, "mesh", mesh_conf))
-    remote = []
-    for p in m["peers"]:
-        peer = p["name"]
-        local.append(
-            Check(name, "mesh", f"peer {peer}", "peer", p["allowed_ips"],
-                  {"interface": iface, "peer": peer}, (service.id,))
-        )  # fmt: skip
-        peer_node = state["nodes"].get(peer)
-        peer_mesh = peer_node["mesh"] if peer_node else None
-        if not peer_node or not peer_mesh:
+    # Each peer with its own tunnel's check: a peer whose tunnel is down is not judged.
+    declared = {
+        p["name"]: {
+            "allowed_ips": p["allowed_ips"],
+            "max_age_s": fresh.get(p["name"]),
+            "service": _service_id(state, p["name"]) if p["name"] in state["nodes"] else None,
+        }
+        for p in m["peers"]
+    }
+    peers = Check(name, "mesh", f"peers on {iface}", "wg_peers",
+                  f"{len(declared)} peer(s) with the declared AllowedIPs; a recent handshake where the "
+                  "link is kept alive; no peer that sends and never hears back",
+                  {"interface": iface, "peers": declared}, (service.id,))  # fmt: skip
+    return local, peers
+
+
+def _mesh_sample(
+    state: DesiredState, nodes: list[str] | None
+) -> tuple[list[Check], dict[str, dict[str, int]]]:
+    """The pings of :func:`ping_sample` whose source is in ``nodes`` (all when None), and for
+    every node, the peers whose latest handshake must be recent and how recent (s): those
+    of links kept alive (:func:`kept_alive_max_age_s`). A link the sample pings needs no
+    such rule (its ping's reply says more); any other may be idle."""
+    meshes: dict[str, MeshState] = {n: s["mesh"] for n, s in state["nodes"].items() if s["mesh"]}
+    # A spoke's only peer is its hub, routing the whole mesh CIDR: that hub represents the site.
+    hubs = {
+        state["nodes"][n]["site"]: m["peers"][0]["name"] for n, m in meshes.items() if _is_spoke(m["peers"])
+    }
+    natted = {n for n, m in meshes.items() if any(p["persistent_keepalive_s"] for p in m["peers"])}
+    keepalive = {(n, p["name"]): p["persistent_keepalive_s"] for n, m in meshes.items() for p in m["peers"]}
+    fresh: dict[str, dict[str, int]] = {n: {} for n in meshes}
+    for (n, peer), seconds in keepalive.items():
+        # Either end's keepalive keeps the link's handshakes coming, for both ends.
+        seconds = max(seconds, keepalive.get((peer, n), 0))
+        if seconds and peer in meshes:
+            fresh[n][peer] = kept_alive_max_age_s(seconds)
+    pings: list[Check] = []
+    for src, dst in ping_sample({n: state["nodes"][n]["site"] for n in meshes}, hubs, natted):
+        if nodes is not None and src not in nodes:
             continue
-        # Both ends' services and both ends' entries for each other.
-        needs = (
-            service.id,
-            f"{peer}/mesh/service {peer_node['layout']['units']['wireguard']}",
-            f"{name}/mesh/peer {peer}",
-            f"{peer}/mesh/peer {name}",
+        # Both ends' tunnels and peers: a removed peer is one drift, not a failed ping too.
+        needs = tuple(
+            need
+            for n in (src, dst)
+            for need in (
+                _service_id(state, n),
+                f"{n}/mesh/peers on {meshes[n]['interface']}",
+            )
         )
-        address = peer_mesh["address"].split("/")[0]
-        remote.append(
-            Check(name, "mesh", f"handshake {peer}", "handshake", f"< {HANDSHAKE_MAX_AGE_S} s",
-                  {"interface": iface, "peer": peer}, needs)
-        )  # fmt: skip
-        remote.append(
-            Check(name, "mesh", f"ping {peer} {address}", "ping", "reply",
-                  {"interface": iface, "address": address, "behind_nat": bool(p["persistent_keepalive_s"])},
-                  needs)
-        )  # fmt: skip
-    return local, remote
+        address = _mesh_address(state["nodes"][dst])
+        args = {"interface": meshes[src]["interface"], "address": address, "behind_nat": src in natted}
+        pings.append(Check(src, "mesh", f"ping {dst} {address}", "ping", "reply", args, needs))
+    return pings, fresh
+
+
+def _is_spoke(peers: list[PeerState]) -> bool:
+    """A node whose only peer routes more than one address (its hub: the whole mesh CIDR)."""
+    return len(peers) == 1 and any(not c.endswith("/32") for c in peers[0]["allowed_ips"])
 
 
 def checks_for(state: DesiredState, nodes: list[str] | None = None) -> list[Check]:
     """Every check for ``nodes`` (default all) of ``desired_state()``'s result, in run order:
-    each node's own state first, then pings (from nodes behind NAT first: their traffic
-    re-opens the tunnels that peers without an endpoint wait for), then handshakes."""
+    each node's own state first; then each node's peers, judged from its ``wg show dump``
+    (after every node's ``wg-quick`` check: a peer whose tunnel is down is not judged,
+    :func:`judge_peers`); then the sample's pings (from nodes behind NAT first), each
+    blocked when either end's service or peers drifted: a removed peer is one drift, not a
+    failed ping too."""
     local: list[Check] = []
     remote: list[Check] = []
+    wg_peers: list[Check] = []
+    pings, fresh = _mesh_sample(state, nodes)
     for name, node in state["nodes"].items():
         if nodes is not None and name not in nodes:
             continue
@@ -343,14 +468,14 @@ def checks_for(state: DesiredState, nodes: list[str] | None = None) -> list[Chec
                     local.append(Check(name, "gpu", f"gpu{dev['index']} {key}", "gpu", value, args))
         local += _storage_checks(name, node)
         if node["mesh"]:
-            mine, theirs = _mesh_checks(name, node, state)
+            mine, peers = _mesh_checks(name, node, fresh[name], state)
             local += mine
-            remote += theirs
+            wg_peers.append(peers)
         # After the mesh: Ray's checks are blocked by a mesh that drifted.
         ray_local, ray_remote = _ray_checks(name, node, state)
         local += ray_local
         remote += ray_remote
-    # Pings first: their traffic is what makes peers without keepalive handshake at all.
-    pings = sorted((c for c in remote if c.kind == "ping"), key=lambda c: not c.args["behind_nat"])
-    handshakes = [c for c in remote if c.kind == "handshake"]
-    return local + pings + handshakes
+    # From nodes behind NAT first: their traffic re-opens the tunnels that peers without an
+    # endpoint wait for.
+    pings.sort(key=lambda c: not c.args["behind_nat"])
+    return local + wg_peers + pings

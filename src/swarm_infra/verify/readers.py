@@ -2,9 +2,9 @@
 
 Each reader takes (host, check, node_cache) and returns the actual value in the shape
 ``swarm_infra.verification.matches`` compares: sysctls and sysfs as {"live", "persisted"}
-lists of fields, files as "user:group mode", services as "enabled, running", peers as
-their AllowedIPs (None: absent), handshakes as an age in s (None: never), pings as
-"reply" or "no reply".
+lists of fields, files as "user:group mode", services as "enabled, running", a node's
+WireGuard peers as ``{peer: problem}`` from one read of its dump, pings as "reply" or
+"no reply".
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from testinfra.host import Host
 
 from ..nodeside import facts
 from ..resolve.ray import client_env_prefix
-from .checks import Check
+from .checks import Check, judge_peers
 
 Cache = dict[str, Any]
 
@@ -233,22 +233,40 @@ def public_key(host: Host, key_file: str) -> str:
     return host.check_output(f"wg pubkey < {shlex.quote(key_file)}")
 
 
-def _dump(host: Host, iface: str) -> dict[str, dict[str, Any]]:
-    out = host.run(f"wg show {shlex.quote(iface)} dump")
-    return facts.wg_dump(out.stdout) if out.rc == 0 else {}
+def wg_dump_command(iface: str) -> str:
+    """The one command that reads a node's clock and ``wg show IFACE dump`` (wg(8)), with the
+    secrets replaced by ``(hidden)`` on the node: the interface line's private key and each
+    peer's preshared key never leave it (DESIGN.md: only public keys travel). Output: the
+    node's time (s since the epoch), then the dump's lines, fields in wg(8)'s order; no
+    second line when the interface cannot be read."""
+    hide = 'NR == 1 {$1 = "(hidden)"} NR > 1 {$2 = "(hidden)"} {print}'
+    return f"date +%s && wg show {shlex.quote(iface)} dump | awk -F '\\t' -v OFS='\\t' {shlex.quote(hide)}"
 
 
-def peer(host: Host, check: Check, cache: Cache, key_of) -> list[str] | None:
-    dump = _cached(cache, "dump", lambda: _dump(host, check.args["interface"]))
-    entry = dump.get(key_of(check.args["peer"]))
-    return entry["allowed_ips"] if entry else None
+def parse_wg_read(text: str) -> tuple[int, dict[str, dict[str, Any]]] | str:
+    """The output of :func:`wg_dump_command` as (node time, :func:`facts.wg_dump`), or a
+    string saying why it is unreadable."""
+    lines = text.splitlines()
+    if not lines or not lines[0].strip().isdigit():
+        return "unreadable: no clock reading"
+    if len(lines) < 2:
+        return "unreadable: the interface could not be read (wg show)"
+    return int(lines[0]), facts.wg_dump("\n".join(lines[1:]))
 
 
-def handshake(host: Host, check: Check, cache: Cache, key_of) -> int | None:
-    entry = _dump(host, check.args["interface"]).get(key_of(check.args["peer"]))
-    if not entry or not entry["latest_handshake"]:
-        return None
-    return int(host.check_output("date +%s")) - entry["latest_handshake"]
+def wg_peers(
+    host: Host, check: Check, cache: Cache, key_of, skip: frozenset[str] = frozenset()
+) -> dict[str, str] | str:
+    """Every declared peer but ``skip`` judged from ONE read of the node's dump
+    (:func:`judge_peers`): ``{peer: problem}`` ({} when all is well), or a string saying
+    why it is unreadable. ``key_of(name)``: a peer's public key, None when it cannot be
+    read."""
+    out = host.run(wg_dump_command(check.args["interface"]))
+    read = parse_wg_read(out.stdout) if out.rc == 0 else f"unreadable: rc {out.rc}"
+    if isinstance(read, str):
+        return read
+    now, dump = read
+    return judge_peers(check.args["peers"], dump, now, key_of, skip)
 
 
 def ping(host: Host, check: Check, cache: Cache) -> str:
