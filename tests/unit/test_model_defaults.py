@@ -86,6 +86,8 @@ MODEL_DEFAULTS: dict[tuple[str, str], Callable[[], Any]] = {
     ("Rollout", "canary_hosts"): _field(model.Rollout, "canary_hosts"),
     ("Rollout", "batch_percent"): _field(model.Rollout, "batch_percent"),
     ("Rollout", "max_fail_percentage"): _field(model.Rollout, "max_fail_percentage"),
+    ("Rollout", "drain_grace_s"): _field(model.Rollout, "drain_grace_s"),
+    ("Rollout", "kubernetes_context"): _field(model.Rollout, "kubernetes_context"),
     **{("Storage", f"scratch.{k}"): _entry(model.SCRATCH_DEFAULTS, k) for k in model.SCRATCH_DEFAULTS},
     **{
         ("Storage", f"classes[].{k}"): _entry(model.STORAGE_CLASS_DEFAULTS, k)

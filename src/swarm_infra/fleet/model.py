@@ -276,6 +276,10 @@ class Rollout:
     canary_hosts: int = 1
     batch_percent: int = 25
     max_fail_percentage: int = 0
+    # Seconds running work gets before a drained node's Ray is stopped (reboots, Ray upgrades).
+    drain_grace_s: int = 600
+    # The controller's kubeconfig context of the nodes' cluster; None: no Kubernetes drain.
+    kubernetes_context: str | None = None
 
 
 # Risk flags of `swarm review` and what each does when the fleet's ReviewPolicy does not say
