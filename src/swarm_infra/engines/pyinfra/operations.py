@@ -97,9 +97,9 @@ def key_check(state: Any) -> KeyCheck:
 
 
 def run_settings(state: Any = None) -> dict[str, Any]:
-    """``state``'s run (default: the current host's): ``rollout`` (RolloutState; the defaults until the runner sets the
-    fleet's) and ``verify_argv`` (the swarm verify command a rebooted node is verified
-    with; empty: not verified, and said so)."""
+    """``state``'s run (default: the current host's): ``rollout`` (RolloutState; the
+    defaults until the runner sets the fleet's) and ``verify_argv`` (the swarm verify
+    command a rebooted node is verified with; empty: not verified, and said so)."""
     from ...resolve.rollout import rollout_state
 
     return _RUNS.setdefault(
