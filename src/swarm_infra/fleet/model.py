@@ -298,6 +298,8 @@ REVIEW_FLAG_DEFAULTS: Mapping[str, str] = MappingProxyType(
         "package-index-changed": "warn",
         "ray-packages-changed": "warn",
         "rollout-loosened": "warn",
+        "ray-version-changed": "warn",
+        "driver-reboot": "warn",
     }
 )
 
