@@ -432,3 +432,86 @@ def test_the_converge_summary_names_nodes_pending_a_reboot() -> None:
     gpu = HostTally()
     gpu.note(notes.gpu_reset_required({"pending_reboot": "LIB_RM_VERSION_MISMATCH"}))
     assert gpu.pending_reboot and pending.status == "ok"
+
+
+# ------------------------------------------------------- the pyinfra operations themselves
+
+
+class _Shell:
+    """A host whose ``cat /proc/sys/kernel/random/boot_id`` prints ``boot``."""
+
+    def __init__(self, boot: str) -> None:
+        self.name, self.boot = "node-1", boot
+
+    def run_shell_command(self, command: Any) -> tuple[bool, Any]:
+        from types import SimpleNamespace
+
+        assert command.get_raw_value() == f"cat {engine_reboot.BOOT_ID}"
+        return True, SimpleNamespace(stdout_lines=[self.boot])
+
+
+def test_the_drain_operation_sends_code_and_data_on_stdin() -> None:
+    from swarm_infra.engines.nodeside_call import BOOTSTRAP
+    from swarm_infra.engines.pyinfra import operations as O
+    from tests.unit.test_pyinfra_operations import Node
+
+    call = engine_reboot.ray_drain_call(_node(allow_reboot=True), 60, "a test")
+    (command,) = Node({})(O.ray_drain, argv=call["argv"], stdin=call["stdin"]).commands
+    assert command.connector_arguments["_stdin"] == call["stdin"]
+    assert command.get_raw_value().endswith("-c " + __import__("shlex").quote(BOOTSTRAP))
+
+
+def test_the_boot_id_must_change_across_the_reboot() -> None:
+    from swarm_infra.engines.pyinfra import operations as O
+    from tests.unit.test_pyinfra_operations import Node
+
+    node = Node({})
+    (read,) = node(O.boot_id).commands
+    (check,) = Node.__call__(node, O.boot_id_changed).commands[1:]
+    assert read.function(node.state, _Shell("aaaa")) is True
+    assert check.function(node.state, _Shell("aaaa")) is False  # same boot: not rebooted
+    assert check.function(node.state, _Shell("bbbb")) is True
+
+
+def test_verify_and_kubectl_run_on_the_controller(monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+    from types import SimpleNamespace
+
+    from swarm_infra.engines.pyinfra import operations as O
+    from tests.unit.test_pyinfra_operations import Node
+
+    ran: list[list[str]] = []
+    codes = {"verify": 1, "get": 1}
+
+    def run(argv: list[str], **kw: Any) -> Any:
+        ran.append(argv)
+        return SimpleNamespace(
+            returncode=codes.get(argv[3] if argv[0] != "kubectl" else argv[2], 0), stdout="drift", stderr=""
+        )
+
+    monkeypatch.setattr(subprocess, "run", run)
+    node = Node({})
+    O.run_settings(node.state)["verify_argv"] = ["swarm", "x", "y", "verify"]
+    (verify,) = node(O.verify_node, node="gpu-1", junit_dir="/tmp/j").commands
+    assert verify.function(node.state, _Shell("b")) is False  # drift: the host fails, the batch stops
+    assert ran[-1][-8:] == [
+        "--limit",
+        "gpu-1",
+        "--layer",
+        "drivers",
+        "--layer",
+        "gpu",
+        "--junit-xml",
+        "/tmp/j/verify-gpu-1.xml",
+    ]
+    (drain,) = node(
+        O.controller_command,
+        argv=R.kubectl_drain_argv("c", "gpu-1", 5),
+        when_ok=R.kubectl_node_argv("c", "gpu-1"),
+    ).commands[-1:]
+    assert drain.function(node.state, _Shell("b")) is True  # not a node of the cluster: nothing drained
+    assert ran[-1] == R.kubectl_node_argv("c", "gpu-1")
+    codes["get"] = 0
+    assert drain.function(node.state, _Shell("b")) is True and ran[-1] == R.kubectl_drain_argv(
+        "c", "gpu-1", 5
+    )
