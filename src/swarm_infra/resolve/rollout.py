@@ -109,8 +109,9 @@ def kubectl_drain_argv(context: str, node: str, grace_s: int) -> list[str]:
     evict its pods through the Eviction API (PodDisruptionBudgets respected), DaemonSet
     pods left alone (they would be recreated at once), emptyDir data given up (it dies with
     the reboot anyway), giving up after ``grace_s`` seconds (kubectl's ``--timeout``; the
-    drain then fails, and so does the node's batch). Flags as kubectl documents them
-    (kubectl drain --help: --ignore-daemonsets, --delete-emptydir-data, --timeout)."""
+    drain then fails, and so does the node's batch). The flags as kubectl defines them
+    (kubernetes/kubectl pkg/cmd/drain/drain.go, NewCmdDrain: ``--ignore-daemonsets``,
+    ``--delete-emptydir-data``, ``--timeout``, a duration; drain cordons first)."""
     return [
         "kubectl",
         f"--context={context}",
