@@ -515,3 +515,19 @@ def test_verify_and_kubectl_run_on_the_controller(monkeypatch: pytest.MonkeyPatc
     assert drain.function(node.state, _Shell("b")) is True and ran[-1] == R.kubectl_drain_argv(
         "c", "gpu-1", 5
     )
+
+
+def test_swarm_verify_names_the_nodes_pending_a_reboot() -> None:
+    from swarm_infra.cli.verify import pending_reboot
+    from swarm_infra.verify.checks import checks_for
+    from swarm_infra.verify.report import Result
+
+    state = state_of("example")
+    node = next(n for n, s in state["nodes"].items() if s["gpu"] and s["gpu"]["driver"])
+    # The drivers layer's marker check, as verify generates it for the node.
+    (marker,) = [
+        c for c in checks_for(state, [node]) if c.layer == "drivers" and c.key.startswith("pending reboot")
+    ]
+    drifted = Result(node, "drivers", marker.key, "drift", {"node": node})
+    passed = Result("other", "drivers", marker.key, "passed")
+    assert pending_reboot([drifted, passed]) == [node]
