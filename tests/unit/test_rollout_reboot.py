@@ -143,13 +143,13 @@ def _ansible(node: dict[str, Any], rollout: dict[str, Any], results: dict[str, A
 class _Recorder:
     """The pyinfra deploy's operations, recorded by name (their arguments too)."""
 
-    def __init__(self, rollout: dict[str, Any], marker: str | None) -> None:
+    def __init__(self, rollout: dict[str, Any], marker: str | None, marker_path: str = "") -> None:
         self.names: list[str] = []
         self.calls: list[tuple[str, dict[str, Any]]] = []
-        self.rollout, self.marker = rollout, marker
+        self.rollout, self.marker, self.marker_path = rollout, marker, marker_path
 
     def snapshot(self) -> dict[str, Any]:
-        return {"texts": {"/run/reboot-required": self.marker}, "venvs": {}}
+        return {"texts": {self.marker_path: self.marker}, "venvs": {}}
 
     def run_settings(self) -> dict[str, Any]:
         return {"rollout": self.rollout, "verify_argv": ["swarm", "verify"]}
@@ -167,7 +167,7 @@ class _Recorder:
 def _pyinfra(
     node: dict[str, Any], rollout: dict[str, Any], monkeypatch: pytest.MonkeyPatch, marker: str | None = None
 ) -> _Recorder:
-    recorder = _Recorder(rollout, marker)
+    recorder = _Recorder(rollout, marker, node["layout"]["files"]["reboot_required"]["path"])
     monkeypatch.setattr(L, "ops", recorder)
     monkeypatch.setattr(L, "server", recorder)
     L.reboot_batch(node, install=object())
