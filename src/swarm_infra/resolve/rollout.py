@@ -99,11 +99,6 @@ def reboot_steps(node: NodeState, rollout: RolloutState, reboot_due: bool) -> li
     return [s for s in REBOOT_STEPS if s not in skip]
 
 
-def drain_message(node: str, why: str) -> str:
-    """The reason message a drained Ray node carries (Ray shows it to the work it stops)."""
-    return f"swarm: {node} is drained for {why}"
-
-
 def kubectl_drain_argv(context: str, node: str, grace_s: int) -> list[str]:
     """``kubectl drain`` of ``node`` in the cluster of kubeconfig ``context``: cordon, then
     evict its pods through the Eviction API (PodDisruptionBudgets respected), DaemonSet
