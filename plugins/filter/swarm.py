@@ -44,6 +44,13 @@ description:
     C(ray_simulated_gpus)) from C(swarm_infra.resolve.notes), worded as the pyinfra engine
     words it; C(RESULT | swarm_note_gpu_reset) and C(ITEM | swarm_note_not_applied) word
     what the node-side GPU and tunables code reported.
+  - C(swarm | swarm_reboot_steps(ROLLOUT, DRIVER_CHANGED, MARKER)) is what the drivers
+    layer's batch does on the node (C(swarm_infra.resolve.rollout.reboot_steps): the drained
+    reboot's steps, the pending-reboot steps, or none); C(swarm | swarm_ray_drain_call(GRACE,
+    WHY)) the node's Ray drain (argv, stdin, env); C(NODE | swarm_kubectl_argv(STEP,
+    CONTEXT, GRACE)) the kubectl command of a step (member, drain, uncordon);
+    C(swarm | swarm_ray_upgrade(INSTALLED_JSON, GRACE)) the node's Ray version change
+    (C(swarm_infra.resolve.rollout.ray_upgrade)) with its note, or None.
   - C(swarm_scratch_problems) takes the registered results of C(blkid -p -o export DEVICE)
     looped over the scratch devices and NodeState.storage.scratch; it returns one message
     per device that holds something swarm did not make.
@@ -236,6 +243,64 @@ def swarm_driver_plan(driver: dict, probe_output: str) -> dict:
     return dict(driver_plan(driver, str(probe_output)))
 
 
+def swarm_reboot_steps(
+    node: dict, rollout: dict, driver_changed: bool, marker: dict | None = None
+) -> list[str]:
+    """resolve.rollout.reboot_steps: what the drivers layer's batch does on the node, given
+    whether the driver package changed in this run and ``marker`` (the registered slurp of
+    the pending-reboot marker; absent or failed: no marker)."""
+    import base64
+
+    from swarm_infra.resolve.rollout import reboot_due, reboot_steps
+
+    text = None
+    if marker and not marker.get("failed") and marker.get("content") is not None:
+        text = base64.b64decode(str(marker["content"])).decode(errors="replace")
+    return reboot_steps(node, rollout, reboot_due(bool(driver_changed), text))
+
+
+def swarm_ray_drain_call(node: dict, grace_s: int, why: str) -> dict:
+    """engines.reboot.ray_drain_call: argv, stdin and environment of the node's Ray drain
+    (fleet strings in stdin only, never templated)."""
+    from swarm_infra.engines.reboot import ray_drain_call
+
+    call = ray_drain_call(node, int(grace_s), str(why))  # type: ignore[arg-type]
+    return {"argv": call["argv"], "stdin": _unsafe(call["stdin"]), "env": call["env"]}
+
+
+def swarm_kubectl_argv(node: str, step: str, context: str, grace_s: int = 0) -> list[str]:
+    """resolve.rollout's kubectl commands for a rebooted node: ``step`` ``member`` (is it a
+    node of the cluster), ``drain`` or ``uncordon``."""
+    from swarm_infra.resolve import rollout
+
+    if step == "member":
+        return rollout.kubectl_node_argv(context, node)
+    if step == "drain":
+        return rollout.kubectl_drain_argv(context, node, int(grace_s))
+    if step == "uncordon":
+        return rollout.kubectl_uncordon_argv(context, node)
+    raise ValueError(f"swarm_kubectl_argv: unknown step {step!r}")
+
+
+def swarm_ray_upgrade(node: dict, installed_json: str, grace_s: int = 0) -> Any:
+    """resolve.rollout.ray_upgrade for this node (its NodeState, and the JSON that
+    C(swarm_installed_distributions_argv) printed for its Ray virtualenv; empty: none):
+    the version change with its note, or None."""
+    import json
+
+    from swarm_infra.resolve.rollout import installed_ray, ray_upgrade, ray_upgrade_note
+
+    try:
+        dists = json.loads(installed_json) if installed_json else {}
+    except ValueError:
+        dists = {}
+    version = installed_ray(dists) if isinstance(dists, dict) else None
+    change = ray_upgrade({node["name"]: node}, {node["name"]: version})  # type: ignore[dict-item]
+    if change is None:
+        return None
+    return {**change, "note": _unsafe(ray_upgrade_note(change, int(grace_s)))}
+
+
 class FilterModule:
     def filters(self) -> dict:
         return {
@@ -251,6 +316,10 @@ class FilterModule:
             "swarm_packages": swarm_packages,
             "swarm_driver_probe": swarm_driver_probe,
             "swarm_driver_plan": swarm_driver_plan,
+            "swarm_reboot_steps": swarm_reboot_steps,
+            "swarm_ray_drain_call": swarm_ray_drain_call,
+            "swarm_kubectl_argv": swarm_kubectl_argv,
+            "swarm_ray_upgrade": swarm_ray_upgrade,
             "swarm_note": swarm_note,
             "swarm_wireguard_key_problem": swarm_wireguard_key_problem,
             "swarm_wireguard_key_change_problem": swarm_wireguard_key_change_problem,

@@ -32,6 +32,7 @@ from swarm_infra.engines.pyinfra import facts as F
 from swarm_infra.engines.pyinfra import layers as L
 from swarm_infra.engines.pyinfra import operations as O
 from swarm_infra.resolve.layers import NAMES
+from swarm_infra.resolve.rollout import rollout_state
 from tests.unit.role_reader import run_layer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -275,7 +276,17 @@ class _Recorder:
             for d in [*scratch.get("devices", []), scratch.get("target")]
             if d
         }
-        return {"modules": {"wireguard": not FACTS["userspace_wireguard"]}, "paths": {}, "devices": devices}
+        return {
+            "modules": {"wireguard": not FACTS["userspace_wireguard"]},
+            "paths": {},
+            "devices": devices,
+            "texts": {},  # no pending-reboot marker from an earlier run
+            "venvs": {},  # no Ray installed yet: no Ray version change
+        }
+
+    def run_settings(self) -> dict[str, Any]:
+        # The Rollout the Ansible side's swarm_rollout lookup falls back to without a fleet.
+        return {"rollout": rollout_state(None), "verify_argv": []}
 
     def unit_state(self, unit: str) -> dict[str, bool]:
         # Units were there before (a node leaving a layer): what the roles' unconditional

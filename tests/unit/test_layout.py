@@ -78,4 +78,6 @@ def test_nodeside_imports_only_the_standard_library_and_pynvml() -> None:
                 continue
             for name in names:
                 top = name.split(".")[0]
-                assert top in sys.stdlib_module_names or top == "pynvml", f"{f.name} imports {name}"
+                # raydrain.py runs with the Python of the node's Ray virtualenv, Ray's own.
+                ray = f.name == "raydrain.py" and top == "ray"
+                assert top in sys.stdlib_module_names or top == "pynvml" or ray, f"{f.name} imports {name}"

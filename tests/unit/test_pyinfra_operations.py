@@ -225,6 +225,15 @@ def test_every_operation_has_cases() -> None:
     operations = {n for n, v in vars(ops).items() if callable(v) and hasattr(v, "_inner")}
     tabled = {p.stem for p in DATA.glob("*.json")} - {"node"}
     tested_below = {"wireguard_file", "wireguard_sync", "note_if"}
+    # A batch's reboot (tests/unit/test_rollout_reboot.py).
+    tested_below |= {
+        "ray_drain",
+        "controller_command",
+        "boot_id",
+        "boot_id_changed",
+        "gpu_reapply",
+        "verify_node",
+    }
     assert operations == tabled | tested_below
 
 
@@ -238,10 +247,11 @@ def test_snapshot_spec_asks_for_what_the_node_declares() -> None:
     assert spec["paths"] == sorted(
         {f["path"] for f in node["layout"]["files"].values()} | {"/dev/md/scratch"}
     )
-    # The texts compared: the layers' read-back files (the registry's order: the storage
-    # record, mdadm.conf, the peers file), and fstab.
+    # The texts compared: the layers' read-back files (the registry's order: the drivers
+    # layer's pending-reboot marker, the storage record, mdadm.conf, the peers file), and fstab.
     assert spec["texts"] == [
-        f"{L['storage_record']}", f"{L['mdadm_conf']}", f"{L['wireguard_peers']}", "/etc/fstab",
+        f"{L['reboot_required']}", f"{L['storage_record']}", f"{L['mdadm_conf']}",
+        f"{L['wireguard_peers']}", "/etc/fstab",
     ]  # fmt: skip
     assert spec["units"] == ["ray-head.service", "wg-quick@wg0.service"]  # a bare name is a .service
     layers = {p for names in PACKAGES.values() for p in names} | set(FILESYSTEM_PACKAGES.values())

@@ -49,6 +49,7 @@ def cmd_converge(args: argparse.Namespace) -> int:
         extravars={
             "wireguard_key_record": dict(keys.recorded),
             "wireguard_key_change_accepted": sorted(keys.accepted),
+            "swarm_verify_argv": verify_argv(inventory),
         },
         progress=progress,
     )
@@ -68,6 +69,13 @@ def cmd_converge(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return EXIT_FAILURE
+
+
+def verify_argv(inventory: Path) -> list[str]:
+    """The ``swarm verify`` command (argv) a node rebooted in its batch is verified with,
+    before the next batch, by either engine (it adds ``--limit NODE --layer drivers --layer
+    gpu --junit-xml PATH``): this Python, this fleet's inventory."""
+    return [sys.executable, "-m", "swarm_infra.cli", "verify", "-i", str(inventory.resolve())]
 
 
 def _mesh_nodes(state: DesiredState) -> list[str]:
@@ -121,12 +129,22 @@ def _converge_pyinfra(
     from ..engines.pyinfra.runner import Reporter, run, select
     from ..lab.state import read_connections
 
+    inventory = Path(args.inventory or f"inventory/{args.fleet}")
     hosts = select(inventory_hosts(state, read_connections()), args.limit)
     if not hosts:
         print(f"swarm converge: --limit {args.limit} matches no host", file=sys.stderr)
         return EXIT_INVALID
     reporter = Reporter(sys.stdout, verbose=args.verbose, show_diff=args.diff)
-    rc = run(args.layer, hosts, state["rollout"], reporter, check=args.check, diff=args.diff, keys=keys)
+    rc = run(
+        args.layer,
+        hosts,
+        state["rollout"],
+        reporter,
+        check=args.check,
+        diff=args.diff,
+        keys=keys,
+        verify_argv=verify_argv(inventory),
+    )
     print(reporter.summary(simulated))
     if args.check:
         print("check mode: nothing was changed; 'changed' counts what a real run would change")

@@ -281,6 +281,10 @@ class Rollout:
     canary_hosts: int = 1
     batch_percent: int = 25
     max_fail_percentage: int = 0
+    # Seconds running work gets before a drained node's Ray is stopped (reboots, Ray upgrades).
+    drain_grace_s: int = 600
+    # The controller's kubeconfig context of the nodes' cluster; None: no Kubernetes drain.
+    kubernetes_context: str | None = None
     pull: PullSpec | None = None
 
 
@@ -315,6 +319,8 @@ REVIEW_FLAG_DEFAULTS: Mapping[str, str] = MappingProxyType(
         "package-index-changed": "warn",
         "ray-packages-changed": "warn",
         "rollout-loosened": "warn",
+        "ray-version-changed": "warn",
+        "driver-reboot": "warn",
     }
 )
 

@@ -95,6 +95,7 @@ LAYERS: tuple[Layer, ...] = (
         "held; persistenced, Fabric Manager on NVSwitch boards; pynvml, kernel headers",
         files=("nouveau_blacklist", "apt_keyrings_dir", "driver_preferences", "reboot_required"),
         units=("persistenced", "fabricmanager"),
+        read_back=("reboot_required",),  # an earlier run's pending reboot
         may_reboot=True,
     ),
     Layer(

@@ -35,11 +35,16 @@ def drivers_no_device(node: NodeState) -> str:
     )
 
 
+# How every note of a node left pending a reboot begins: the converge summary marks the node
+# with it (swarm_infra.engines.report), whichever layer said it.
+PENDING_REBOOT = "pending reboot"
+
+
 def drivers_reboot_pending(node: NodeState) -> str:
     """The driver changed and the GPU profile allows no reboot."""
     return (
-        f"reboot required: NVIDIA driver changed to {_driver_version(node)}; "
-        "allow_reboot is false in the GPU profile"
+        f"{PENDING_REBOOT} (reboot required): NVIDIA driver changed to {_driver_version(node)}; "
+        "allow_reboot is false in the GPU profile, the GPU layer waits for the reboot"
     )
 
 
@@ -61,7 +66,7 @@ def gpu_reset_required(found: Mapping[str, Any]) -> str:
     ``pending_reset`` by GPU, ``simulated``; ``pending_reboot`` when the driver changed
     and the node was not rebooted, nothing read or set)."""
     if found.get("pending_reboot"):
-        return f"pending reboot, GPU settings not applied: {found['pending_reboot']}"
+        return f"{PENDING_REBOOT}, GPU settings not applied: {found['pending_reboot']}"
     pending = {m for modes in found.get("pending_reset", {}).values() for m in modes}
     keys = sorted({c["key"] for c in found.get("changes", []) if c.get("note")} | pending)
     label = "SIMULATED " if found.get("simulated") else ""

@@ -604,6 +604,8 @@ class ClusterState(TypedDict):
 class RolloutState(TypedDict):
     serial: list[int | str]  # Ansible serial: canary host count, then "N%" batches
     max_fail_percentage: int
+    drain_grace_s: int  # seconds running work gets on a drained node (reboots, Ray upgrades)
+    kubernetes_context: str | None  # kubeconfig context for kubectl drain; None: no Kubernetes step
 
 
 class DesiredState(TypedDict):

@@ -274,6 +274,7 @@ def review_fleet(
     raiser.relays()
     raiser.ssh_host_keys()
     raiser.ray_supply()
+    raiser.upgrades()
     fr.flags = raiser.flags
     return fr
 

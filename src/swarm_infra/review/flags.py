@@ -20,6 +20,10 @@ flag ``block`` (exit 1), ``warn`` or ``off``; defaults in
 - ``ray-packages-changed``: what the Ray nodes install as root changes: the lock's pins or
   hashes, the Ray version, or the declared packages.
 - ``rollout-loosened``: the Rollout's canary or batches grow, or it tolerates more failures.
+- ``ray-version-changed``: the fleet's Ray version changes: every member is drained and
+  stopped together, then started on the new version (Ray refuses mixed versions).
+- ``driver-reboot``: the NVIDIA driver changes: which nodes are drained and rebooted in their
+  batch, and which are left pending a reboot.
 """
 
 from __future__ import annotations
@@ -634,6 +638,56 @@ class FlagRaiser:
                     fallback=self.index.all(),
                 ),
             )
+
+    def upgrades(self) -> None:
+        """``ray-version-changed`` and ``driver-reboot``: what the converge of a Ray or
+        driver version change does to running work (``swarm_infra.resolve.rollout``)."""
+        rollout = self.head.get("rollout") or {}
+        grace = rollout.get("drain_grace_s", 600)
+        old, new = _ray(self.base), _ray(self.head)
+        if old is not None and new is not None and old["version"] != new["version"]:
+            members = sum(1 for s in self.head["nodes"].values() if s["ray"])
+            self.raise_flag(
+                "ray-version-changed",
+                f"Ray {old['version']} -> {new['version']} on the {members} member(s) of {new['cluster']}: "
+                f"Ray refuses mixed versions, so the converge drains every member (running work gets "
+                f"{grace} s), stops them all, then starts the head and the workers on the new version; "
+                "the cluster takes no work meanwhile",
+                pick(self.index.where("Cluster", None, ("spec", "ray_version")), fallback=self.index.all()),
+            )
+        before, after = self.base["nodes"], self.head["nodes"]
+        changed = sorted(
+            n
+            for n, s in after.items()
+            if n in before
+            and s["gpu"]
+            and before[n]["gpu"]
+            and _gpu(s)["driver"] != _gpu(before[n])["driver"]
+        )
+        if not changed:
+            return
+        reboot = [n for n in changed if (d := _gpu(after[n])["driver"]) is not None and d["allow_reboot"]]
+        pending = [n for n in changed if n not in reboot]
+        parts = []
+        if reboot:
+            kube = rollout.get("kubernetes_context")
+            drained = "Ray" + (f", Kubernetes {kube}" if kube else "")
+            parts.append(
+                f"{len(reboot)} node(s) are drained ({drained}; running work "
+                f"gets {grace} s), rebooted and verified in their batch ({', '.join(reboot[:10])})"
+            )
+        if pending:
+            parts.append(
+                f"{len(pending)} node(s) are left pending a reboot, their GPU settings waiting for it "
+                f"(allow_reboot is false: {', '.join(pending[:10])})"
+            )
+        profiles = sorted({_gpu(after[n])["profile"] or "" for n in changed} - {""})
+        where = [loc for p in profiles for loc in self.index.where("GpuProfile", p, ("spec", "driver"))]
+        self.raise_flag(
+            "driver-reboot",
+            "the NVIDIA driver changes: " + "; ".join(parts),
+            pick(where, fallback=self._node_where(set(changed))),
+        )
 
     def _ray_file(self, field: str) -> list[Location]:
         """The head's file named by the RayCluster's ``field`` (``lock_file``,

@@ -103,6 +103,7 @@ class Progress:
             text += "\n    " + tally.messages[-1]
         elif note:
             text = "\n    ".join(map(str, note)) if isinstance(note, list) else str(note)
+            tally.note(text)
         if changed or note or outcome in ("failed", "unreachable") or self.verbose:
             label = "changed" if changed else "note" if note else outcome
             self._print(result_line(time.monotonic() - self.started, host, label, text))

@@ -25,9 +25,23 @@ from ...resolve.drivers import driver_plan
 from ...resolve.files import layer_files, static_file, tunables_spec, wireguard_dropin_items
 from ...resolve.layers import NAMES, node_packages
 from ...resolve.ray import pip_environment
+from ...resolve.rollout import (
+    installed_ray,
+    kubectl_drain_argv,
+    kubectl_node_argv,
+    kubectl_uncordon_argv,
+    ray_upgrade_note,
+    reboot_due,
+    reboot_steps,
+)
+from ...resolve.rollout import ray_upgrade as rollout_ray_upgrade
 from ...resolve.types import NodeState
 from . import facts as F
 from . import operations as ops
+
+# How long to wait for a node to come back after an allowed reboot (s): the drivers role's
+# drivers_reboot_timeout_s.
+DRIVERS_REBOOT_TIMEOUT_S = 900
 
 
 def _node() -> NodeState:
@@ -196,21 +210,58 @@ def drivers_layer(require_device: bool = True, kernel_headers: bool = True) -> N
             running=True if plan["module_loaded"] else None,
             enabled=True,
         )
-    if driver["allow_reboot"]:
-        server.reboot(name="Reboot into the new driver (the GPU profile allows it)", _if=any_changed(install))
+    reboot_batch(node, install)
+
+
+def reboot_batch(node: NodeState, install: Any) -> None:
+    """What the drivers layer's batch does about a reboot, the steps
+    :func:`swarm_infra.resolve.rollout.reboot_steps` names (the role's tasks/reboot.yml runs
+    the same, each operation's name starting with its step): due when the driver package
+    changed (``install``, at run time) or the pending-reboot marker names the driver (read
+    with the node's snapshot). Without allow_reboot: mark and report it pending. With it,
+    in the batch: drain Ray, kubectl drain, stop Ray, reboot, check the boot id changed,
+    the GPU layer, swarm verify, kubectl uncordon."""
+    from ..reboot import ray_drain_call
+
+    layout, gpu = node["layout"], node["gpu"]
+    assert gpu is not None and gpu["driver"] is not None
+    run = ops.run_settings()
+    rollout = run["rollout"]
+    marker = ops.snapshot()["texts"].get(layout["files"]["reboot_required"]["path"])
+    steps = reboot_steps(node, rollout, True)
+    # Due at run time when only this run's install makes it so.
+    when: dict[str, Any] = {} if reboot_due(False, marker) else {"_if": any_changed(install)}
+    if "mark-pending" in steps:
+        what = "[mark-pending] Mark the reboot as pending (the GPU profile does not allow one)"
+        put(node, "reboot_required", static_file(node, "reboot_required"), what, **when)
+        text = notes.drivers_reboot_pending(node)
+        ops.note_if(name="[report-pending] Report the pending reboot", text=text, **when)
         return
-    put(
-        node,
-        "reboot_required",
-        static_file(node, "reboot_required"),
-        "Mark the reboot as pending (the GPU profile does not allow one)",
-        _if=any_changed(install),
-    )
-    ops.note_if(
-        name="Report the pending reboot",
-        text=notes.drivers_reboot_pending(node),
-        _if=any_changed(install),
-    )
+    if "reboot" not in steps:
+        return
+    grace, context, name = rollout["drain_grace_s"], rollout["kubernetes_context"], node["name"]
+    if "ray-drain" in steps:
+        call = ray_drain_call(node, grace, f"a reboot into NVIDIA driver {gpu['driver']['apt_version']}")
+        ops.ray_drain(name="[ray-drain] Drain the node out of the Ray cluster", argv=call["argv"],
+                      stdin=call["stdin"], _env=call["env"], **when)  # fmt: skip
+    if "kubernetes-drain" in steps and context:
+        ops.controller_command(name="[kubernetes-drain] Cordon and drain the node (kubectl drain)",
+                               argv=kubectl_drain_argv(context, name, grace),
+                               when_ok=kubectl_node_argv(context, name), **when)  # fmt: skip
+    if "ray-stop" in steps and node["ray"] is not None:
+        ops.unit(name="[ray-stop] Stop Ray on the node (it starts again at boot)",
+                 service=layout["units"][f"ray_{node['ray']['role']}"], running=False, **when)  # fmt: skip
+    ops.boot_id(name="[boot-id] Read the boot id", **when)
+    server.reboot(name="[reboot] Reboot into the new driver and wait for the node",
+                  reboot_timeout=DRIVERS_REBOOT_TIMEOUT_S, **when)  # fmt: skip
+    ops.boot_id_changed(name="[boot-id-changed] Fail unless the node booted", **when)
+    ops.gpu_reapply(name="[gpu-converge] Converge the GPU layer on the new driver", gpu=gpu, **when)
+    ops.verify_node(name="[verify] Verify the node's drivers and GPU layers (swarm verify)", node=name,
+                    junit_dir=run.get("verify_dir", "/tmp"), **when)  # fmt: skip
+    if "kubernetes-uncordon" in steps and context:
+        ops.controller_command(name="[kubernetes-uncordon] Let the verified node take pods again",
+                               argv=kubectl_uncordon_argv(context, name),
+                               when_ok=kubectl_node_argv(context, name), **when)  # fmt: skip
 
 
 # -------------------------------------------------------------------------------- gpu
@@ -363,6 +414,36 @@ def mesh_layer() -> None:
 
 
 # -------------------------------------------------------------------------------- ray
+
+
+def ray_upgrade() -> None:
+    """A Ray version change, before the Ray layer (the role's tasks/upgrade.yml, the same
+    steps, :data:`swarm_infra.resolve.rollout.RAY_UPGRADE_STEPS`): a member whose virtualenv
+    holds another Ray than the declared one (the node's snapshot) is drained (the Rollout's
+    grace), then stopped, the workers before the head, in one step on every member at once
+    (Ray refuses mixed versions); :func:`ray_layer` then installs the new Ray and starts
+    the head, then the workers."""
+    from ..reboot import ray_drain_call
+
+    node = _node()
+    ray, layout = node["ray"], node["layout"]
+    if not ray:
+        return
+    venv = ops.snapshot()["venvs"].get(layout["files"]["ray_venv"]["path"]) or {}
+    change = rollout_ray_upgrade({node["name"]: node}, {node["name"]: installed_ray(venv)})
+    if change is None:
+        return
+    grace = ops.run_settings()["rollout"]["drain_grace_s"]
+    ops.record_note(ray_upgrade_note(change, grace))
+    call = ray_drain_call(node, grace, f"an upgrade to Ray {change['to']}")
+    ops.ray_drain(name="[ray-drain] Drain the member out of the Ray cluster", argv=call["argv"],
+                  stdin=call["stdin"], _env=call["env"])  # fmt: skip
+    if ray["role"] == "worker":
+        ops.unit(name="[ray-stop-workers] Stop Ray on the workers that change",
+                 service=layout["units"]["ray_worker"], running=False)  # fmt: skip
+    else:
+        ops.unit(name="[ray-stop-head] Stop Ray on the head (the workers that change are stopped)",
+                 service=layout["units"]["ray_head"], running=False)  # fmt: skip
 
 
 def ray_layer() -> None:

@@ -55,6 +55,10 @@ from .facts import BOOTSTRAP, DpkgSelections, MdadmBrief, NodesideCall, nodeside
 _NOTES: WeakKeyDictionary[Any, dict[str, list[str]]] = WeakKeyDictionary()
 _PUBLIC_KEYS: WeakKeyDictionary[Any, dict[str, str]] = WeakKeyDictionary()
 _KEY_CHECKS: WeakKeyDictionary[Any, KeyCheck] = WeakKeyDictionary()
+# Per run: the Rollout and the swarm verify command (set by the runner), and each host's
+# boot id before its reboot.
+_RUNS: WeakKeyDictionary[Any, dict[str, Any]] = WeakKeyDictionary()
+_BOOT_IDS: WeakKeyDictionary[Any, dict[str, str]] = WeakKeyDictionary()
 _SNAPSHOTS: WeakKeyDictionary[Any, dict[str, dict[str, Any]]] = WeakKeyDictionary()
 
 
@@ -90,6 +94,17 @@ def key_check(state: Any) -> KeyCheck:
     """The controller's key record and the accepted key changes for ``state``'s run (set by
     the runner; empty: every well-formed key is trusted)."""
     return _KEY_CHECKS.setdefault(state, KeyCheck())
+
+
+def run_settings(state: Any = None) -> dict[str, Any]:
+    """``state``'s run (default: the current host's): ``rollout`` (RolloutState; the
+    defaults until the runner sets the fleet's) and ``verify_argv`` (the swarm verify
+    command a rebooted node is verified with; empty: not verified, and said so)."""
+    from ...resolve.rollout import rollout_state
+
+    return _RUNS.setdefault(
+        state if state is not None else host.state, {"rollout": rollout_state(None), "verify_argv": []}
+    )
 
 
 def _payload(module: Any, call: str, *args: Any, **kwargs: Any) -> str:
@@ -531,6 +546,126 @@ def ray_token(path: str, head: str) -> Generator[StringCommand, None, None]:
         return
     changing()
     yield StringCommand("sh", "-c", QuoteString(f"umask 077 && cat > {shlex.quote(path)}"), _stdin=text)
+
+
+# ------------------------------------------------------------------- reboots in batches
+
+
+@operation(is_idempotent=False)
+def ray_drain(argv: list[str], stdin: str) -> Generator[StringCommand, None, None]:
+    """Drain the node out of its Ray cluster (:func:`swarm_infra.engines.reboot.ray_drain_call`
+    gives ``argv`` and ``stdin``; pass its ``env`` as ``_env``): no new work is placed on
+    it and its running work gets the Rollout's grace. The outcome is printed.
+
+    **Example:** ``ray_drain(name="Drain", **call_without_env, _env=call["env"])``"""
+    changing()
+    yield StringCommand(*(QuoteString(a) for a in argv), _stdin=stdin)
+
+
+@operation(is_idempotent=False)
+def controller_command(
+    argv: list[str], when_ok: list[str] | None = None
+) -> Generator[FunctionCommand, None, None]:
+    """Run ``argv`` on the controller (kubectl), failing the host when it fails; with
+    ``when_ok``, only when that command succeeds first (``kubectl get node``: is it a node of
+    the cluster), else say why nothing ran.
+
+    **Example:** ``controller_command(name="Drain", argv=kubectl_drain_argv(ctx, n, 600))``"""
+    import subprocess
+
+    changing()
+
+    def run(state: Any, host: Any) -> bool:
+        if when_ok is not None and subprocess.run(when_ok, capture_output=True, check=False).returncode:
+            what = " ".join(argv[2:4])
+            _NOTES.setdefault(state, {}).setdefault(host.name, []).append(
+                f"not a Kubernetes node ({' '.join(when_ok)} failed): no {what}"
+            )
+            return True
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if done.returncode:
+            logger.error(f"{host.name}: {' '.join(argv)}: {done.stderr.strip()[-500:]}")
+        return done.returncode == 0
+
+    yield FunctionCommand(run, (), {})
+
+
+def _boot_id(host: Any) -> str | None:
+    from ..reboot import BOOT_ID
+
+    ok, out = host.run_shell_command(StringCommand("cat", BOOT_ID))
+    return "\n".join(out.stdout_lines).strip() if ok else None
+
+
+@operation(is_idempotent=False)
+def boot_id() -> Generator[FunctionCommand, None, None]:
+    """Remember the node's boot id (/proc/sys/kernel/random/boot_id) before its reboot.
+
+    **Example:** ``boot_id(name="Read the boot id")``"""
+
+    def read(state: Any, host: Any) -> bool:
+        found = _boot_id(host)
+        if found:
+            _BOOT_IDS.setdefault(state, {})[host.name] = found
+        return bool(found)
+
+    yield FunctionCommand(read, (), {})
+
+
+@operation(is_idempotent=False)
+def boot_id_changed() -> Generator[FunctionCommand, None, None]:
+    """Fail the host unless its boot id differs from the one :func:`boot_id` read: the node
+    really booted (pyinfra's ``server.reboot`` only compares uptimes).
+
+    **Example:** ``boot_id_changed(name="The node booted")``"""
+
+    def check(state: Any, host: Any) -> bool:
+        before = _BOOT_IDS.get(state, {}).get(host.name)
+        now = _boot_id(host)
+        if not before or not now or now == before:
+            logger.error(
+                f"{host.name}: the boot id did not change ({before} -> {now}): the node did not reboot"
+            )
+            return False
+        return True
+
+    yield FunctionCommand(check, (), {})
+
+
+@operation(is_idempotent=False)
+def gpu_reapply(gpu: Mapping[str, Any]) -> Generator[StringCommand, None, None]:
+    """Converge the node's GPU settings after its reboot (the node-side GPU code, reading
+    the GPUs as they are now: the settings read before the reboot mean nothing any more).
+
+    **Example:** ``gpu_reapply(name="GPU settings on the new driver", gpu=node["gpu"])``"""
+    changing()
+    yield _nodeside_command(nodeside_gpu, "run_spec", dict(gpu), apply=True)
+
+
+@operation(is_idempotent=False)
+def verify_node(node: str, junit_dir: str) -> Generator[FunctionCommand, None, None]:
+    """``swarm verify`` of the node's drivers and GPU layers, on the controller (the run's
+    ``verify_argv``, :func:`run_settings`); drift fails the host, so the Rollout stops
+    before its next batch. Without a verify command, says that nothing was verified.
+
+    **Example:** ``verify_node(name="Verify", node=host.name, junit_dir="/tmp")``"""
+    import subprocess
+
+    def run(state: Any, host: Any) -> bool:
+        argv = list(run_settings(state)["verify_argv"])
+        if not argv:
+            _NOTES.setdefault(state, {}).setdefault(host.name, []).append(
+                f"not verified: run through swarm converge, or run swarm verify --limit {node}"
+            )
+            return True
+        argv += ["--limit", node, "--layer", "drivers", "--layer", "gpu",
+                 "--junit-xml", f"{junit_dir}/verify-{node}.xml"]  # fmt: skip
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if done.returncode:
+            logger.error(f"{node}: swarm verify after the reboot failed:\n{done.stdout[-2000:]}")
+        return done.returncode == 0
+
+    yield FunctionCommand(run, (), {})
 
 
 # ------------------------------------------------------------------------------- mesh

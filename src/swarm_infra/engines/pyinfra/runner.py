@@ -44,8 +44,9 @@ class Step:
 
 def plan(layer: str, hosts: list[InventoryHost]) -> list[Step]:
     """The steps of a run of ``layer`` (``site`` or one of :data:`.layers.LAYERS`) on
-    ``hosts``, mirroring the playbooks: batches per layer, keys before the mesh, the Ray
-    head alone before the workers, then the nodes outside the Ray cluster."""
+    ``hosts``, mirroring the playbooks: batches per layer, keys before the mesh, a Ray
+    version change on every Ray member at once, the Ray head alone before the workers, then
+    the nodes outside the Ray cluster."""
     names = tuple(h.name for h in hosts)
     role = {h.name: ray["role"] if (ray := h.state.get("ray")) else None for h in hosts}
     layers = list(L.LAYERS) if layer == "site" else [layer]
@@ -57,6 +58,8 @@ def plan(layer: str, hosts: list[InventoryHost]) -> list[Step]:
             head = tuple(n for n in names if role[n] == "head")
             workers = tuple(n for n in names if role[n] == "worker")
             rest = tuple(n for n in names if role[n] is None)
+            # A Ray version change first, on every member at once (the playbook's first play).
+            steps.append(Step((L.ray_upgrade,), tuple(n for n in names if role[n] is not None), False))
             steps += [Step((L.ray_layer,), head, False), Step((L.ray_layer,), workers, True)]
             steps += [Step((L.ray_layer,), rest, False)]
         else:
@@ -102,6 +105,7 @@ class Reporter:
             self.out.write("\n".join("    " + ln for ln in diff) + "\n")
 
     def note(self, host: str, text: str) -> None:
+        self.hosts.setdefault(host, HostTally()).note(text)
         self.line(host, "note", text)
 
     def summary(self, simulated: Iterable[str]) -> str:
@@ -137,11 +141,14 @@ def run(
     check: bool = False,
     diff: bool = False,
     keys: KeyCheck | None = None,
+    verify_argv: list[str] | None = None,
 ) -> int:
     """Converge ``hosts`` to their NodeState with the pyinfra deploys of ``layer``.
 
     ``keys``: the controller's key record and accepted changes; its ``published`` gets the
     WireGuard public keys the hosts reported and passed (:mod:`..keyrecord`).
+    ``verify_argv``: the ``swarm verify`` command a node rebooted in its batch is verified
+    with before the next batch (None: not verified, and said so).
 
     Returns 0 when every host converged (or, with ``check``, could be checked), 1 when a
     host failed or was unreachable (the others carry on, within the Rollout's tolerance).
@@ -161,6 +168,7 @@ def run(
     keys = keys if keys is not None else KeyCheck()
     ops.key_check(state).recorded = keys.recorded
     ops.key_check(state).accepted = keys.accepted
+    ops.run_settings(state).update(rollout=rollout, verify_argv=list(verify_argv or []))
     capture = _DiffCapture(reporter)
     pyinfra_log = logging.getLogger("pyinfra")
     level = pyinfra_log.level
@@ -185,26 +193,45 @@ def run(
         state.set_stage(StateStage.Execute)
         state.is_executing = not check
         failed = {n for n in by_name if n not in up} | set(refused)
-        for step, members, ops_of in steps:
-            names = [h.name for h in members]
-            batches = rollout_batches(names, rollout) if step.batched else [names]
-            for batch in batches:
-                live = [h for h in members if h.name in batch and h.name not in failed]
-                bad = _run_batch(state, live, ops_of, reporter, check)
-                failed |= bad
-                if bad and batch_failed(len(bad), len(batch), rollout):
-                    reporter.line(
-                        "-", "failed", f"batch {batch} failed beyond the Rollout's tolerance: stopping"
-                    )
-                    return 1
+
+        def run_batch(live: list[Any], ops_of: dict[Any, list[str]]) -> set[str]:
+            return _run_batch(state, live, ops_of, reporter, check)
+
+        rc = roll(steps, rollout, failed, run_batch, reporter)
         _report_notes(state, reporter)
-        return 1 if failed else 0
+        return rc
     finally:
         keys.published.update(ops.public_keys(state))
         pyinfra_log.removeHandler(capture)
         pyinfra_log.setLevel(level)
         if state.current_stage >= StateStage.Connect:
             disconnect_all(state)
+
+
+def roll(
+    steps: list[tuple],
+    rollout: RolloutState,
+    failed: set[str],
+    run_batch: Callable[[list[Any], dict[Any, list[str]]], set[str]],
+    reporter: Reporter,
+) -> int:
+    """Run the prepared ``steps`` ((step, hosts, their operations) from :func:`_prepare`),
+    each in the Rollout's batches when batched: ``run_batch(hosts, ops_of)`` runs a batch
+    and returns the hosts that failed (a failed reboot step or verify among them). A host in
+    ``failed`` (updated) runs nothing more; a batch that fails beyond the Rollout's
+    tolerance (:func:`batch_failed`) stops the run before the next batch. Returns 1 when a
+    host failed, else 0."""
+    for step, members, ops_of in steps:
+        names = [h.name for h in members]
+        batches = rollout_batches(names, rollout) if step.batched else [names]
+        for batch in batches:
+            live = [h for h in members if h.name in batch and h.name not in failed]
+            bad = run_batch(live, ops_of)
+            failed |= bad
+            if bad and batch_failed(len(bad), len(batch), rollout):
+                reporter.line("-", "failed", f"batch {batch} failed beyond the Rollout's tolerance: stopping")
+                return 1
+    return 1 if failed else 0
 
 
 def _prefetch(state: Any, hosts: list[Any]) -> None:
