@@ -100,8 +100,8 @@ def test_a_commit_that_does_not_descend_from_the_last_good_one_is_refused() -> N
 
 def test_pause_and_last_good() -> None:
     assert decide.paused_action(False, "/p") is None
-    stop = decide.paused_action(True, "/etc/swarm/agent/paused")
-    assert stop is not None and stop.result == "paused" and "/etc/swarm/agent/paused" in stop.reason
+    stop = decide.paused_action(True, "/var/tmp/paused")
+    assert stop is not None and stop.result == "paused" and "/var/tmp/paused" in stop.reason
     assert decide.after_apply(B, A, True) == (B, "applied")
     assert decide.after_apply(B, A, False) == (A, "failed")
     assert decide.after_apply(B, None, False) == (None, "failed")

@@ -20,6 +20,7 @@ from swarm_infra import cli
 from swarm_infra.agent.bootstrap import public_key, wireguard_key
 from swarm_infra.resolve import desired_state, load_fleet
 from swarm_infra.resolve.files import layer_files
+from swarm_infra.resolve.layout import AGENT_LOCAL
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -96,12 +97,15 @@ def test_bootstrap_writes_the_agent_and_prints_a_document_the_fleet_takes(
     )
     # The host layer then writes the same settings and the fleet's interval.
     items = {i["path"]: i for i in layer_files(n, "host")}
-    assert items["/etc/swarm/agent/agent.json"]["content"] == (agent / "agent.json").read_text()
-    assert "OnUnitActiveSec=600\n" in items["/etc/systemd/system/swarm-agent.timer"]["content"]
-    assert items["/etc/swarm/agent/allowed_signers"]["content"] == (agent / "allowed_signers").read_text()
+    files = n["layout"]["files"]
+    config, timer = files["agent_config"]["path"], files["agent_timer"]["path"]
+    signers = files["agent_allowed_signers"]["path"]
+    assert items[config]["content"] == (agent / "agent.json").read_text()
+    assert "OnUnitActiveSec=600\n" in items[timer]["content"]
+    assert items[signers]["content"] == (agent / "allowed_signers").read_text()
     # A push node of the same fleet holds none of it.
     push = {i["path"]: i["state"] for i in layer_files(state["nodes"]["lab-gpu-1"], "host")}
-    assert push["/etc/systemd/system/swarm-agent.timer"] == "absent"
+    assert push[timer] == "absent"
 
 
 def test_an_ssh_remotes_deploy_key_is_copied_0600(tmp_path: Path) -> None:
@@ -111,7 +115,7 @@ def test_an_ssh_remotes_deploy_key_is_copied_0600(tmp_path: Path) -> None:
     argv = bootstrap(tmp_path, "--deploy-key", str(key))
     argv[argv.index("--remote") + 1] = "ssh://git@git.example.org/swarm/fleet.git"
     assert cli.main(argv) == 0
-    copied = tmp_path / "node/etc/swarm/agent/deploy_key"
+    copied = tmp_path / "node" / AGENT_LOCAL["agent_deploy_key"]["path"].lstrip("/")
     assert copied.read_text() == "PRIVATE\n" and mode(copied) == 0o600
 
 

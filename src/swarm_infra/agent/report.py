@@ -115,7 +115,7 @@ def textfile(status: Status) -> str:
         ),
         (
             "swarm_agent_reboot_required",
-            "1 when the node has a pending reboot (/run/reboot-required).",
+            "1 when the node has a pending reboot (the layout's reboot_required marker).",
             f"swarm_agent_reboot_required {int(status.reboot_required)}",
         ),
         (
