@@ -26,8 +26,8 @@ description:
     WireGuard key (empty when it is one); C(swarm_wireguard_peer_keys) leaves such keys out.
   - C(KEY | swarm_wireguard_key_change_problem(RECORD, NODE, ACCEPTED, DECLARED)) says why
     NODE's well-formed key may not be used: it differs from the key the fleet records
-    (DECLARED, NodeState mesh.public_key), or, with none recorded, from the controller's RECORD and NODE is not
-    in ACCEPTED (empty otherwise).
+    (DECLARED, NodeState mesh.public_key), or, with none recorded, from the controller's
+    RECORD and NODE is not in ACCEPTED (empty otherwise).
   - C(swarm_wireguard_peer_keys), C(swarm_wireguard_conf), C(swarm_wireguard_peers) and
     C(swarm_wireguard_running_differs) give the mesh files and decisions that also depend on
     the peers' public keys, read from the nodes at run time.
@@ -142,7 +142,10 @@ def swarm_wireguard_key_change_problem(
     if wireguard_key_problem(reported):
         return ""
     recorded = dict(record or {}).get(node)
-    return key_change_problem(reported, recorded, node in list(accepted or []), str(declared or "") or None) or ""
+    return (
+        key_change_problem(reported, recorded, node in list(accepted or []), str(declared or "") or None)
+        or ""
+    )
 
 
 def swarm_note(node: dict, name: str) -> Any:

@@ -360,7 +360,9 @@ def _pyinfra(
             ),
         )
         # The hosts' keys in this run, as operations.peer_keys merges them (its snapshot aside).
-        peers = {p["name"]: _key(p["name"]) for p in (node["mesh"] or {}).get("peers", [])} if reported else {}
+        peers = (
+            {p["name"]: _key(p["name"]) for p in (node["mesh"] or {}).get("peers", [])} if reported else {}
+        )
         mp.setattr(O, "peer_keys", lambda n: O.wireguard_peer_keys(n, {}, peers))
         mp.setattr(O.managed_file, "_inner", lambda **kw: iter([recorder.managed_file(**kw)]))
         L.layer(layer)
@@ -399,7 +401,9 @@ MAKE = {"bare": _bare_fleet, "keyed": _keyed_fleet}
 def fleets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     out = {}
     for fleet in FLEETS:
-        inventory = MAKE[fleet](tmp_path_factory.mktemp(fleet)) if fleet in MAKE else ROOT / "inventory" / fleet
+        inventory = (
+            MAKE[fleet](tmp_path_factory.mktemp(fleet)) if fleet in MAKE else ROOT / "inventory" / fleet
+        )
         out[fleet] = _inventory(inventory)
     return out
 
@@ -422,7 +426,9 @@ def test_both_engines_manage_the_same(
     # Every host's public key published in this run, as keys.yml's set_fact does; none in the
     # keyed fleet (the keys its nodes record are all their peers have).
     reported = fleet != "keyed"
-    published = {h: {**v, "wireguard_public_key": _key(h)} if reported else v for h, v in hostvars_all.items()}
+    published = {
+        h: {**v, "wireguard_public_key": _key(h)} if reported else v for h, v in hostvars_all.items()
+    }
     managed_somewhere = False
     for host, hostvars in sorted(hostvars_all.items()):
         node = json.loads(json.dumps(hostvars["swarm"]))

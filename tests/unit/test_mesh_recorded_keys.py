@@ -66,7 +66,9 @@ def keyed_fleet(tmp: Path, keyed: dict[str, str], pull: tuple[str, ...] = ()) ->
 
 
 def state_of(root: Path) -> dict[str, Any]:
-    a = load_fleet([root / "inventory/lab", root / "policies/lab", root / "policies/shared"])  # raises on errors
+    a = load_fleet(
+        [root / "inventory/lab", root / "policies/lab", root / "policies/shared"]
+    )  # raises on errors
     return json.loads(json.dumps(desired_state(a)))  # as the inventory plugin hands it over
 
 
@@ -127,7 +129,9 @@ def test_unrecorded_peers_keep_todays_keys_and_none_takes_a_recorded_one(tmp_pat
         "lab-head-1": ALL["lab-head-1"],
         "lab-gpu-2": key("old"),
     }
-    assert wireguard_peer_keys(node, {}, {"lab-gpu-2": ALL["lab-head-1"]}) == {"lab-head-1": ALL["lab-head-1"]}
+    assert wireguard_peer_keys(node, {}, {"lab-gpu-2": ALL["lab-head-1"]}) == {
+        "lab-head-1": ALL["lab-head-1"]
+    }
 
 
 def test_a_fleet_without_recorded_keys_resolves_as_before() -> None:
@@ -158,7 +162,7 @@ OTHER = key("another machine")
 
 def test_key_change_problem_with_a_recorded_key() -> None:
     mine = ALL["lab-gpu-2"]
-    assert wireguard_key_problem(OTHER) is None and OTHER != mine
+    assert wireguard_key_problem(OTHER) is None and mine != OTHER
     assert key_change_problem(mine, None, False, mine) is None
     assert key_change_problem("", None, False, mine) is None  # check mode on a fresh node
     # The reviewed key wins over the controller's trust-on-first-use record.
@@ -203,7 +207,9 @@ def test_the_wireguard_role_of_a_pull_node_writes_every_peer_from_the_fleet(keye
     fails, calls = _role_fails(node, ALL["lab-gpu-2"])
     assert not fails
     path = node["layout"]["files"]["wireguard_conf"]["path"]
-    (item,) = [i for c in calls if c.module.endswith("swarm_files") for i in c.args["items"] if i["path"] == path]
+    (item,) = [
+        i for c in calls if c.module.endswith("swarm_files") for i in c.args["items"] if i["path"] == path
+    ]
     for peer in node["mesh"]["peers"]:
         assert f"PublicKey = {ALL[peer['name']]}\n" in item["content"]
     assert "not known yet" not in item["content"]

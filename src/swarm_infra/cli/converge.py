@@ -74,6 +74,12 @@ def _mesh_nodes(state: DesiredState) -> list[str]:
     return sorted(name for name, node in state["nodes"].items() if node["mesh"] is not None)
 
 
+def _fleet_key(state: DesiredState, name: str) -> str | None:
+    """The WireGuard public key the fleet records for node ``name`` (None: none recorded)."""
+    mesh = state["nodes"][name]["mesh"]
+    return mesh["public_key"] if mesh is not None else None
+
+
 def _key_check(args: argparse.Namespace, inventory: Path, state: DesiredState) -> keyrecord.KeyCheck | int:
     """The controller's key record for the run and the accepted changes, or exit 2 when the
     record is broken or ``--accept-key-change`` names a node outside the mesh, or one whose
@@ -94,7 +100,7 @@ def _key_check(args: argparse.Namespace, inventory: Path, state: DesiredState) -
         )
         return EXIT_INVALID
     # A key the fleet records is reviewed: only a reviewed change replaces it.
-    in_fleet = sorted(n for n in accepted if (state["nodes"][n]["mesh"] or {}).get("public_key"))
+    in_fleet = sorted(n for n in accepted if _fleet_key(state, n))
     if in_fleet:
         print(
             f"swarm converge: --accept-key-change {', '.join(in_fleet)}: the fleet records the node's "
@@ -114,7 +120,7 @@ def _record_keys(
     new = sorted(n for n, k in keys.published.items() if n not in keys.recorded)
     changed = sorted(n for n, k in keys.published.items() if keys.recorded.get(n) not in (None, k))
     # A published key passed the fleet's check where the fleet records one (key_change_problem).
-    in_fleet = [n for n in changed if (state["nodes"][n]["mesh"] or {}).get("public_key") == keys.published[n]]
+    in_fleet = [n for n in changed if _fleet_key(state, n) == keys.published[n]]
     changed = [n for n in changed if n not in in_fleet]
     record = keyrecord.updated(keys.recorded, keys.published, _mesh_nodes(state))
     if args.check or record == dict(keys.recorded):

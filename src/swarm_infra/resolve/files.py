@@ -281,7 +281,7 @@ def wireguard_conf(node: NodeState, peer_keys: Mapping[str, str]) -> str:
             raise UnsafeValue(f"{peer_name}: public key refused: {wireguard_key_problem(key)}")
         if not key:
             lines.append(
-                f"# {peer_name}: public key not known yet (record it in the fleet, or converge {peer_name} first)"
+                f"# {peer_name}: public key not known yet (record it in the fleet, or converge it first)"
             )
             continue
         lines += ["[Peer]", f"# {peer_name}", f"PublicKey = {key}"]
