@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -25,6 +26,9 @@ from swarm_infra.resolve.mesh import mesh_apply
 from tests.unit.role_reader import run_layer
 from tests.unit.test_node_files import NODES as UNKEYED
 from tests.unit.test_node_files import key
+from tests.unit.test_review import base_repo, change, flags, line_of, render, replace, repo
+
+__all__ = ["base_repo", "repo"]  # test_review's fixtures, used here
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "plugins" / "filter"))
@@ -292,3 +296,42 @@ def test_converge_refuses_accepting_a_change_of_a_key_the_fleet_records(
     # Where the fleet records none, the change is the operator's to accept, as before.
     unkeyed: Any = {"nodes": UNKEYED}
     assert converge._key_check(args, Path("inventory/lab"), unkeyed).accepted == {"lab-gpu-2"}
+
+
+# ------------------------------------------------------------------------- the review
+def test_review_flags_a_recorded_key_added_changed_or_removed_and_shows_the_peers(
+    repo: Path,
+) -> None:
+    """The example fleet (test_review's repository): fra1-gpu-01's key recorded, changed,
+    removed. Each is a ``mesh-key-changed`` warning at the key's line, and each peer's
+    entry shows the key (applied with ``wg syncconf``, no restart)."""
+    path, node = "inventory/example/nodes/fra1.yaml", "fra1-gpu-01"
+    endpoint = "mesh: {endpoint: 203.0.113.21}"
+    first, second = recorded(node), key("fra1-gpu-01 reinstalled")
+
+    def record(value: str) -> Callable[[], None]:
+        return lambda: replace(repo, path, endpoint, f"mesh: {{endpoint: 203.0.113.21, public_key: {value}}}")
+
+    _, after, r = change(repo, record(first))
+    (flag,) = flags(r)["mesh-key-changed"]
+    assert flag.action == "warn" and r.exit_code == 0
+    assert flag.reason.startswith(f"{node}'s WireGuard public key is now recorded ({first})")
+    assert [(w.file, w.line) for w in flag.where] == [(path, line_of(repo, path, first))]
+    peers_of = [n for n, s in after["nodes"].items() if any(p["name"] == node for p in s["mesh"]["peers"])]
+    assert peers_of
+    (entry,) = [p for p in r.fleets[0].mesh.peers if p.peer == node]
+    assert (entry.what, entry.before, entry.after) == ("public_key", None, first)
+    assert sorted(entry.nodes) == sorted(peers_of)
+    assert sorted(r.fleets[0].mesh.syncconf) == sorted(peers_of) and not r.fleets[0].mesh.restart
+    assert "recorded public key" in render(r)
+
+    _, _, r = change(repo, lambda: replace(repo, path, first, second))
+    (flag,) = flags(r)["mesh-key-changed"]
+    assert flag.reason.startswith(f"{node}'s recorded WireGuard public key changes ({first} → {second})")
+
+    _, _, r = change(repo, lambda: replace(repo, path, f", public_key: {second}", ""))
+    (flag,) = flags(r)["mesh-key-changed"]
+    assert flag.reason.startswith(f"{node}'s recorded WireGuard public key ({second}) is removed")
+    # Nothing else of the fleet changes: no flag.
+    _, _, r = change(repo, lambda: replace(repo, path, "tier: training}", "tier: training}  # same"))
+    assert "mesh-key-changed" not in flags(r)

@@ -315,6 +315,7 @@ REVIEW_FLAG_DEFAULTS: Mapping[str, str] = MappingProxyType(
         "package-index-changed": "warn",
         "ray-packages-changed": "warn",
         "rollout-loosened": "warn",
+        "mesh-key-changed": "warn",
     }
 )
 
