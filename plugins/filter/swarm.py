@@ -24,9 +24,10 @@ description:
     for the C(host) or C(mesh) layer.
   - C(KEY | swarm_wireguard_key_problem) says why a node's reported public key is not a
     WireGuard key (empty when it is one); C(swarm_wireguard_peer_keys) leaves such keys out.
-  - C(KEY | swarm_wireguard_key_change_problem(RECORD, NODE, ACCEPTED)) says why NODE's
-    well-formed key may not be used: it differs from the controller's RECORD and NODE is not
-    in ACCEPTED (empty otherwise).
+  - C(KEY | swarm_wireguard_key_change_problem(RECORD, NODE, ACCEPTED, DECLARED)) says why
+    NODE's well-formed key may not be used: it differs from the key the fleet records
+    (DECLARED, NodeState mesh.public_key), or, with none recorded, from the controller's
+    RECORD and NODE is not in ACCEPTED (empty otherwise).
   - C(swarm_wireguard_peer_keys), C(swarm_wireguard_conf), C(swarm_wireguard_peers) and
     C(swarm_wireguard_running_differs) give the mesh files and decisions that also depend on
     the peers' public keys, read from the nodes at run time.
@@ -135,16 +136,23 @@ def swarm_wireguard_key_problem(value: Any) -> str:
     return wireguard_key_problem(str(value)) or ""
 
 
-def swarm_wireguard_key_change_problem(value: Any, record: Any, node: str, accepted: Any) -> str:
-    """Why ``node``'s reported key differs from the controller's record and is not accepted
-    ("" otherwise; a malformed key is :func:`swarm_wireguard_key_problem`'s to refuse)."""
+def swarm_wireguard_key_change_problem(
+    value: Any, record: Any, node: str, accepted: Any, declared: Any = None
+) -> str:
+    """Why ``node``'s reported key differs from the key the fleet records for it
+    (``declared``: NodeState ``mesh.public_key``), or, with none recorded there, from the
+    controller's record and is not accepted ("" otherwise; a malformed key is
+    :func:`swarm_wireguard_key_problem`'s to refuse)."""
     from swarm_infra.resolve.keys import key_change_problem, wireguard_key_problem
 
     reported = str(value)
     if wireguard_key_problem(reported):
         return ""
     recorded = dict(record or {}).get(node)
-    return key_change_problem(reported, recorded, node in list(accepted or [])) or ""
+    return (
+        key_change_problem(reported, recorded, node in list(accepted or []), str(declared or "") or None)
+        or ""
+    )
 
 
 def swarm_note(node: dict, name: str) -> Any:

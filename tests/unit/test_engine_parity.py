@@ -84,6 +84,26 @@ def _bare_fleet(tmp: Path) -> Path:
     return tmp / "inventory" / "lab-bare"
 
 
+# Nodes of the keyed fleet whose WireGuard key the fleet records (Node spec.mesh.public_key);
+# lab-gpu-1's is not, so its peers still learn it from the run.
+KEYED = ("lab-head-1", "lab-gpu-2")
+
+
+def _keyed_fleet(tmp: Path) -> Path:
+    """The lab fleet with some nodes' WireGuard keys recorded (issue #27): their peers' files
+    come from the fleet, with no key reported in the run (as a pull node applies alone)."""
+    shutil.copytree(ROOT / "inventory" / "lab", tmp / "inventory" / "lab-keyed")
+    shutil.copytree(ROOT / "policies" / "lab", tmp / "policies" / "lab-keyed")
+    shutil.copytree(ROOT / "policies" / "shared", tmp / "policies" / "shared")
+    path = tmp / "inventory" / "lab-keyed" / "nodes.yaml"
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    for doc in docs:
+        if doc["metadata"]["name"] in KEYED:
+            doc["spec"].setdefault("mesh", {})["public_key"] = _key(doc["metadata"]["name"])
+    path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    return tmp / "inventory" / "lab-keyed"
+
+
 # ------------------------------------------------------------------------- the facts
 
 FACTS = {"userspace_wireguard": True, "nvidia_device": True}
@@ -330,7 +350,9 @@ def _pick(kw: dict[str, Any]) -> dict[str, Any]:
     return {"owner": kw.get("owner"), "group": kw.get("group"), "mode": kw.get("mode")}
 
 
-def _pyinfra(layer: str, node: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+def _pyinfra(
+    layer: str, node: dict[str, Any], monkeypatch: pytest.MonkeyPatch, reported: bool = True
+) -> dict[str, Any]:
     managed = _empty()
     recorder = _Recorder(managed, node)
     module = _Module(managed)
@@ -348,8 +370,11 @@ def _pyinfra(layer: str, node: dict[str, Any], monkeypatch: pytest.MonkeyPatch) 
                 ),
             ),
         )
-        peers = {p["name"]: _key(p["name"]) for p in (node["mesh"] or {}).get("peers", [])}
-        mp.setattr(O, "peer_keys", lambda n: dict(peers))
+        # The hosts' keys in this run, as operations.peer_keys merges them (its snapshot aside).
+        peers = (
+            {p["name"]: _key(p["name"]) for p in (node["mesh"] or {}).get("peers", [])} if reported else {}
+        )
+        mp.setattr(O, "peer_keys", lambda n: O.wireguard_peer_keys(n, {}, peers))
         mp.setattr(O.managed_file, "_inner", lambda **kw: iter([recorder.managed_file(**kw)]))
         L.layer(layer)
     return managed
@@ -379,7 +404,8 @@ def _spec(spec: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in spec.items() if v not in (None, [], {}) or k == "sysctls"}
 
 
-FLEETS = ["lab", "example", "bare"]
+FLEETS = ["lab", "example", "bare", "keyed"]
+MAKE = {"bare": _bare_fleet, "keyed": _keyed_fleet}
 
 
 @pytest.fixture(scope="module")
@@ -387,7 +413,7 @@ def fleets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]
     out = {}
     for fleet in FLEETS:
         inventory = (
-            ROOT / "inventory" / fleet if fleet != "bare" else _bare_fleet(tmp_path_factory.mktemp("bare"))
+            MAKE[fleet](tmp_path_factory.mktemp(fleet)) if fleet in MAKE else ROOT / "inventory" / fleet
         )
         out[fleet] = _inventory(inventory)
     return out
@@ -408,15 +434,19 @@ def test_both_engines_manage_the_same(
     hostvars_all = inv["_meta"]["hostvars"]
     groups = _groups(inv)
     assert hostvars_all, f"{fleet}: no hosts"
-    # Every host's public key published in this run, as keys.yml's set_fact does.
-    published = {h: {**v, "wireguard_public_key": _key(h)} for h, v in hostvars_all.items()}
+    # Every host's public key published in this run, as keys.yml's set_fact does; none in the
+    # keyed fleet (the keys its nodes record are all their peers have).
+    reported = fleet != "keyed"
+    published = {
+        h: {**v, "wireguard_public_key": _key(h)} if reported else v for h, v in hostvars_all.items()
+    }
     managed_somewhere = False
     for host, hostvars in sorted(hostvars_all.items()):
         node = json.loads(json.dumps(hostvars["swarm"]))
         ansible = _ansible(
             layer, {**hostvars, "inventory_hostname": host, "hostvars": published}, groups[host], node
         )
-        pyinfra = _pyinfra(layer, node, monkeypatch)
+        pyinfra = _pyinfra(layer, node, monkeypatch, reported)
         for key in ansible:
             assert _norm(ansible[key]) == _norm(pyinfra[key]), f"{fleet}/{host}/{layer}: {key} differ"
         managed_somewhere |= any(v for k, v in ansible.items() if k != "notes")
@@ -424,6 +454,12 @@ def test_both_engines_manage_the_same(
     # manages something somewhere.
     if fleet == "example":
         assert managed_somewhere, f"{fleet}: the {layer} layer manages nothing on any node"
+    if fleet == "keyed" and layer == "mesh":
+        # Not an empty comparison either: the peers' keys come from the fleet alone.
+        conf = ansible["files"][node["layout"]["files"]["wireguard_conf"]["path"]]["content"]
+        for peer in node["mesh"]["peers"]:
+            known = f"PublicKey = {_key(peer['name'])}\n" in conf
+            assert known == (peer["name"] in KEYED), f"{host}: {peer['name']}"
 
 
 def _norm(value: Any) -> Any:

@@ -82,9 +82,16 @@ def _mesh_nodes(state: DesiredState) -> list[str]:
     return sorted(name for name, node in state["nodes"].items() if node["mesh"] is not None)
 
 
+def _fleet_key(state: DesiredState, name: str) -> str | None:
+    """The WireGuard public key the fleet records for node ``name`` (None: none recorded)."""
+    mesh = state["nodes"][name]["mesh"]
+    return mesh["public_key"] if mesh is not None else None
+
+
 def _key_check(args: argparse.Namespace, inventory: Path, state: DesiredState) -> keyrecord.KeyCheck | int:
     """The controller's key record for the run and the accepted changes, or exit 2 when the
-    record is broken or ``--accept-key-change`` names a node outside the mesh."""
+    record is broken or ``--accept-key-change`` names a node outside the mesh, or one whose
+    key the fleet records (only a reviewed change of the fleet replaces that key)."""
     path = keyrecord.record_path(inventory)
     try:
         recorded = keyrecord.load(path)
@@ -100,6 +107,16 @@ def _key_check(args: argparse.Namespace, inventory: Path, state: DesiredState) -
             file=sys.stderr,
         )
         return EXIT_INVALID
+    # A key the fleet records is reviewed: only a reviewed change replaces it.
+    in_fleet = sorted(n for n in accepted if _fleet_key(state, n))
+    if in_fleet:
+        print(
+            f"swarm converge: --accept-key-change {', '.join(in_fleet)}: the fleet records the node's "
+            "WireGuard public key (spec.mesh.public_key); change it there by a reviewed commit; "
+            "nothing was run",
+            file=sys.stderr,
+        )
+        return EXIT_INVALID
     return keyrecord.KeyCheck(recorded=recorded, accepted=accepted)
 
 
@@ -110,6 +127,9 @@ def _record_keys(
     in check mode), and say what is new or changed."""
     new = sorted(n for n, k in keys.published.items() if n not in keys.recorded)
     changed = sorted(n for n, k in keys.published.items() if keys.recorded.get(n) not in (None, k))
+    # A published key passed the fleet's check where the fleet records one (key_change_problem).
+    in_fleet = [n for n in changed if _fleet_key(state, n) == keys.published[n]]
+    changed = [n for n in changed if n not in in_fleet]
     record = keyrecord.updated(keys.recorded, keys.published, _mesh_nodes(state))
     if args.check or record == dict(keys.recorded):
         return
@@ -119,6 +139,7 @@ def _record_keys(
         f"keys: recorded in {path}"
         + (f"; first seen: {', '.join(new)}" if new else "")
         + (f"; changed (accepted): {', '.join(changed)}" if changed else "")
+        + (f"; changed (as recorded in the fleet): {', '.join(in_fleet)}" if in_fleet else "")
     )
 
 
@@ -169,7 +190,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "swarm converge --layer mesh --limit site_lab_a | swarm converge --fleet example -i "
         "inventory/example. Exit codes: 0 every host ok, 1 a host failed or was unreachable "
         "(the others were converged; a node whose WireGuard key changed since the controller "
-        "recorded it fails until --accept-key-change NODE), 2 invalid fleet or arguments "
+        "recorded it fails until --accept-key-change NODE; one whose key differs from its Node's "
+        "spec.mesh.public_key fails until the fleet or the node changes), 2 invalid fleet or arguments "
         "(nothing run).",
     )
     inventory_args(p)
@@ -192,7 +214,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         action="append",
         metavar="NODE",
         help="trust NODE's new WireGuard public key (it differs from the controller's record, "
-        "e.g. a reinstalled node); repeatable",
+        "e.g. a reinstalled node); repeatable. Not for a node whose key the fleet records "
+        "(spec.mesh.public_key): change the fleet instead",
     )
     p.add_argument("-v", "--verbose", action="store_true", help="print every task result")
     p.set_defaults(func=cmd_converge)

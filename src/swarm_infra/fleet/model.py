@@ -321,6 +321,7 @@ REVIEW_FLAG_DEFAULTS: Mapping[str, str] = MappingProxyType(
         "rollout-loosened": "warn",
         "ray-version-changed": "warn",
         "driver-reboot": "warn",
+        "mesh-key-changed": "warn",
     }
 )
 

@@ -217,20 +217,34 @@ def gpu_unit(node: NodeState) -> str:
 def wireguard_peer_keys(
     node: NodeState, recorded: Mapping[str, str], fresh: Mapping[str, str]
 ) -> dict[str, str]:
-    """The public key of every declared peer that is known: those read from the peers in
-    this run (``fresh``, by node name) over those recorded on the node before (``recorded``,
-    the peers file), keeping declared peers only, so that a run limited to some hosts keeps
-    the others' keys and a removed peer's key leaves the file. Keys are what nodes report:
-    one that is not a WireGuard public key, or that two peers share, is left out (that
-    peer stays a comment), never written."""
+    """The public key of every declared peer that is known, by peer name, sorted.
+
+    A peer whose key the fleet records (PeerState ``public_key``, from its Node
+    ``spec.mesh.public_key``: reviewed, validated well-formed and unique) has that key,
+    whatever the nodes report: the repository alone decides it, so a pull node needs no
+    controller and a node that reports another key changes no peer's file (the engines
+    refuse that node, :func:`swarm_infra.resolve.keys.key_change_problem`).
+
+    Any other peer's key is what nodes report: those read from the peers in this run
+    (``fresh``, by node name) over those recorded on the node before (``recorded``, the
+    peers file), keeping declared peers only, so that a run limited to some hosts keeps the
+    others' keys and a removed peer's key leaves the file. One that is not a WireGuard
+    public key, that two peers share, or that is a key the fleet records for another node,
+    is left out (that peer stays a comment), never written."""
     mesh = node["mesh"]
     assert mesh is not None
     declared = {p["name"] for p in mesh["peers"]}
+    # .get: a NodeState made before PeerState had public_key (a peers file, a fixture).
+    in_fleet = {p["name"]: k for p in mesh["peers"] if (k := p.get("public_key"))}
+    learnt = declared - set(in_fleet)
     # Each source checked on its own (:func:`.keys.checked_keys`: the format, and one key
     # per node): a malformed or duplicated fresh key never replaces a good recorded one.
-    good_recorded, _ = checked_keys({k: v for k, v in recorded.items() if k in declared})
-    good_fresh, _ = checked_keys({k: v for k, v in fresh.items() if k in declared})
+    good_recorded, _ = checked_keys({k: v for k, v in recorded.items() if k in learnt})
+    good_fresh, _ = checked_keys({k: v for k, v in fresh.items() if k in learnt})
     keys, _ = checked_keys({**good_recorded, **good_fresh})
+    taken = set(in_fleet.values())
+    keys = {name: key for name, key in keys.items() if key not in taken}
+    keys.update(in_fleet)
     return {name: keys[name] for name in sorted(declared & set(keys))}
 
 
@@ -241,8 +255,10 @@ def wireguard_peers(node: NodeState, peer_keys: Mapping[str, str]) -> str:
 
 def wireguard_conf(node: NodeState, peer_keys: Mapping[str, str]) -> str:
     """wg-quick(8) configuration of the node's mesh interface, without the private key: it
-    is generated on the node and set from its own file by ``PostUp``. A declared peer whose
-    public key is not known yet is a comment until that peer is converged."""
+    is generated on the node and set from its own file by ``PostUp``. ``peer_keys``: from
+    :func:`wireguard_peer_keys` (the fleet's recorded keys first). A declared peer whose
+    public key is not known yet is a comment until that peer is converged or its key is
+    recorded in the fleet."""
     mesh, files = node["mesh"], node["layout"]["files"]
     assert mesh is not None
     v = line_value
@@ -264,7 +280,9 @@ def wireguard_conf(node: NodeState, peer_keys: Mapping[str, str]) -> str:
         if key and wireguard_key_problem(key):
             raise UnsafeValue(f"{peer_name}: public key refused: {wireguard_key_problem(key)}")
         if not key:
-            lines.append(f"# {peer_name}: public key not known yet (converge {peer_name} first)")
+            lines.append(
+                f"# {peer_name}: public key not known yet (record it in the fleet, or converge it first)"
+            )
             continue
         lines += ["[Peer]", f"# {peer_name}", f"PublicKey = {key}"]
         allowed = ", ".join(v(ip, f"{peer_name} AllowedIPs") for ip in peer["allowed_ips"])

@@ -69,15 +69,39 @@ def checked_keys(reported: Mapping[str, object]) -> tuple[dict[str, str], dict[s
     return accepted, refused
 
 
-def key_change_problem(reported: str, recorded: str | None, accepted: bool) -> str | None:
-    """Why a node's well-formed ``reported`` public key may not be used yet, or None: it
-    differs from the key the controller ``recorded`` for the node in an earlier run, and
-    the operator has not ``accepted`` the change (``swarm converge --accept-key-change
-    NODE``). A node that lost its disk makes a new key; so does a machine that took over
-    the node's address, which must not become the peer every other node trusts without
-    someone looking. An empty ``reported`` (check mode on a fresh node) or no record
-    (the node's first converge: trust on first use, and recorded) is no problem."""
-    if not reported or not recorded or reported == recorded or accepted:
+def key_change_problem(
+    reported: str, recorded: str | None, accepted: bool, declared: str | None = None
+) -> str | None:
+    """Why a node's well-formed ``reported`` public key may not be used, or None.
+
+    With ``declared``, the key the fleet records for the node (Node ``spec.mesh.public_key``,
+    NodeState ``mesh.public_key``), the fleet decides alone: a ``reported`` key that differs
+    is refused, and neither ``accepted`` nor the controller's record changes that (the
+    recorded key is reviewed and signed; what a node reports never replaces it: the trust
+    model). Peers keep using the declared key. A ``reported`` key equal to it is used even
+    where the controller ``recorded`` another (the reviewed change wins).
+
+    Without it (trust on first use): it differs from the key the controller ``recorded``
+    for the node in an earlier run, and the operator has not ``accepted`` the change
+    (``swarm converge --accept-key-change NODE``). A node that lost its disk makes a new
+    key; so does a machine that took over the node's address, which must not become the
+    peer every other node trusts without someone looking. No record (the node's first
+    converge: trust on first use, and recorded) is no problem.
+
+    An empty ``reported`` (check mode on a fresh node, which has no key yet) is no
+    problem either way."""
+    if not reported:
+        return None
+    if declared:
+        if reported == declared:
+            return None
+        return (
+            f"it holds the public key {reported}, not {declared} as recorded in the fleet (its Node "
+            "spec.mesh.public_key): peers use the recorded key, so the node stays out of the mesh. "
+            "Restore the node's own key, or, if the node was reinstalled, record its new key by a "
+            "reviewed change (swarm node bootstrap prints it); --accept-key-change does not apply"
+        )
+    if not recorded or reported == recorded or accepted:
         return None
     return (
         f"it reports the public key {reported}, not {recorded} as recorded on the controller "

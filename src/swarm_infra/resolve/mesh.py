@@ -593,10 +593,15 @@ def peers(
 ) -> tuple[dict[str, list[PeerState]], set[str]]:
     """Peer list of every node, and the nodes that route for others (they need IP forwarding).
 
-    Peer lists: ``{node: [{name, allowed_ips, endpoint, persistent_keepalive_s}]}``.
+    Peer lists: ``{node: [{name, allowed_ips, endpoint, persistent_keepalive_s,
+    public_key}]}``.
 
     ``allowed_ips`` are CIDR strings in address order; ``endpoint`` is ``host:port`` or
-    None (the peer connects to us); ``persistent_keepalive_s`` is 0 when not needed.
+    None (the peer connects to us); ``persistent_keepalive_s`` is 0 when not needed;
+    ``public_key`` is the peer's WireGuard public key as recorded in the fleet (Node
+    ``spec.mesh.public_key``), or None where none is recorded (the engines then learn it
+    from the peer). So a node whose peers' keys are all recorded has its whole WireGuard
+    configuration from the repository alone: what a pull node needs, with no controller.
     Peers are in name order. Cost is O(nodes + non-spokes^2). Lists may be shared
     between peers and must not be mutated.
 
@@ -628,6 +633,7 @@ def peers(
                     "allowed_ips": whole_mesh,
                     "endpoint": _endpoint(hub, True, port[hub.name]),
                     "persistent_keepalive_s": 0,
+                    "public_key": hub.wireguard_public_key,
                 }
             ]
     for n in outward:
@@ -655,6 +661,7 @@ def peers(
                     "allowed_ips": _merge(routes[name]),
                     "endpoint": _endpoint(p, same_site, port[name]),
                     "persistent_keepalive_s": mesh.persistent_keepalive_s if n.nat and not same_site else 0,
+                    "public_key": p.wireguard_public_key,
                 }
             )
         result[n.name] = entries

@@ -175,6 +175,7 @@ class NodeResolver:
                 "forwarding": node.name in self.forwarders,
                 # Relays and hubs route between peers (ip-sysctl.rst: ip_forward, per namespace).
                 "sysctls": FORWARDING_SYSCTLS if node.name in self.forwarders else {},
+                "public_key": node.wireguard_public_key,
                 "peers": self.peers.get(node.name, []),
             }
         role = self.ray_roles.get(node.name)

@@ -181,6 +181,9 @@ class PeerState(TypedDict):
     allowed_ips: list[str]  # CIDRs routed through this peer, in address order
     endpoint: str | None  # "host:port"; None: the peer connects to us
     persistent_keepalive_s: int  # 0: off
+    # The peer's WireGuard public key as recorded in the fleet (its Node spec.mesh.public_key,
+    # reviewed); None: not recorded, the key is learnt from the peer when it converges.
+    public_key: str | None
 
 
 class MeshState(TypedDict):
@@ -190,6 +193,9 @@ class MeshState(TypedDict):
     mtu: int
     forwarding: bool  # relays and hubs in use route between peers
     sysctls: dict[str, str]  # what forwarding needs, as sysctl.d writes it ({} when not forwarding)
+    # The node's own WireGuard public key as recorded in the fleet (Node spec.mesh.public_key);
+    # the engines refuse the node when the key it holds differs. None: not recorded.
+    public_key: str | None
     peers: list[PeerState]
 
 

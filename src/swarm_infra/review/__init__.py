@@ -273,6 +273,7 @@ def review_fleet(
     raiser.ssh_targets()
     raiser.relays()
     raiser.ssh_host_keys()
+    raiser.mesh_keys()
     raiser.ray_supply()
     raiser.upgrades()
     fr.flags = raiser.flags

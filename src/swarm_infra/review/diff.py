@@ -301,7 +301,9 @@ def mesh_impact(
                     shown = (what, peer, ABSENT, ABSENT)
                 folder.add(shown, name, shown)
                 continue
-            what = {"allowed_ips": "allowed_ips", "endpoint": "endpoint"}.get(path[1], "keepalive")
+            what = {"allowed_ips": "allowed_ips", "endpoint": "endpoint", "public_key": "public_key"}.get(
+                path[1], "keepalive"
+            )
             if what == "allowed_ips":
                 old, new = sorted(set(old) - set(new)), sorted(set(new) - set(old))
             folder.add((what, peer, old, new), name, (what, peer, old, new))
@@ -316,7 +318,7 @@ def mesh_impact(
         what, peer, old, new = folder.shown[k]
         sites, _ = _counts(nodes, states)
         impact.peers.append(PeerChange(what, peer, old, new, nodes, sites))
-    kinds = ("added", "removed", "endpoint", "allowed_ips", "keepalive")
+    kinds = ("added", "removed", "public_key", "endpoint", "allowed_ips", "keepalive")
     impact.peers.sort(key=lambda c: (kinds.index(c.what), c.peer, _key(c.before), _key(c.after)))
     mb: Mapping[str, Any] = (cluster_before["mesh"] if cluster_before else None) or {"relays": [], "hubs": {}}
     ma: Mapping[str, Any] = (cluster_after["mesh"] if cluster_after else None) or {"relays": [], "hubs": {}}

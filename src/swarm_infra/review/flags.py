@@ -24,6 +24,8 @@ flag ``block`` (exit 1), ``warn`` or ``off``; defaults in
   stopped together, then started on the new version (Ray refuses mixed versions).
 - ``driver-reboot``: the NVIDIA driver changes: which nodes are drained and rebooted in their
   batch, and which are left pending a reboot.
+- ``mesh-key-changed``: a node's WireGuard public key recorded in the fleet (Node
+  ``spec.mesh.public_key``) is added, changed or removed.
 """
 
 from __future__ import annotations
@@ -578,6 +580,47 @@ class FlagRaiser:
                 "/etc/ssh/ssh_host_*_key.pub on its console)",
                 pick(
                     self.index.where("Node", name, ("spec", "ssh")),
+                    self.index.where("Node", name),
+                    fallback=self.index.all(),
+                ),
+            )
+
+    def mesh_keys(self) -> None:
+        """``mesh-key-changed``: a node of both sides whose WireGuard public key recorded in
+        the fleet (NodeState ``mesh.public_key``) is added, changed or removed. Every peer
+        trusts that key as the node (its peers' configuration comes from it, in push and pull
+        mode), so a changed key is also what another machine taking the node's place looks
+        like. A new node's key comes with the node, which the review shows as added."""
+        for name, node in sorted(self.head["nodes"].items()):
+            before = self.base["nodes"].get(name)
+            if before is None:
+                continue
+            old = before["mesh"]["public_key"] if before["mesh"] else None
+            new = node["mesh"]["public_key"] if node["mesh"] else None
+            if old == new:
+                continue
+            if not old:
+                what = (
+                    f"{name}'s WireGuard public key is now recorded ({new}): every peer uses it, and "
+                    f"{name} is refused while it holds another"
+                )
+            elif not new:
+                what = (
+                    f"{name}'s recorded WireGuard public key ({old}) is removed: its peers learn its key "
+                    "from the node again, trusted on first use by the controller (a pull node's peers "
+                    "have none)"
+                )
+            else:
+                what = (
+                    f"{name}'s recorded WireGuard public key changes ({old} → {new}): every peer will "
+                    "trust the new key as this node, and a key that changes is also what another "
+                    "machine taking its place looks like"
+                )
+            self.raise_flag(
+                "mesh-key-changed",
+                f"{what}; check it on the node itself (wg pubkey < its key file, on its console)",
+                pick(
+                    self.index.where("Node", name, ("spec", "mesh", "public_key")),
                     self.index.where("Node", name),
                     fallback=self.index.all(),
                 ),

@@ -204,6 +204,8 @@ def _mesh_blocks(fr: FleetReview, url: str | None, limit: int | None) -> list[st
         for p in _shown(m.peers, limit):
             if p.what == "allowed_ips":
                 what = f"AllowedIPs {value({'added': p.after})} {value({'removed': p.before})}"
+            elif p.what == "public_key":
+                what = f"recorded public key {value(p.before)} → {value(p.after)}"
             elif p.what in ("endpoint", "keepalive"):
                 what = f"{labels.get(p.what, 'PersistentKeepalive')} {value(p.before)} → {value(p.after)}"
             elif p.what == "added":

@@ -60,7 +60,8 @@ class PeerChange:
     (``after``: the entry, ``{"allowed_ips": [CIDR, ...], "endpoint": "host:port" or None,
     "persistent_keepalive_s": seconds}``; ``before``: ABSENT), ``removed`` (both ABSENT),
     ``endpoint``, ``allowed_ips`` (``before``: the CIDRs no longer routed through
-    the peer, ``after``: those now routed), ``keepalive``."""
+    the peer, ``after``: those now routed), ``keepalive``, ``public_key`` (the peer's key
+    recorded in the fleet, None where none is)."""
 
     what: str
     peer: str

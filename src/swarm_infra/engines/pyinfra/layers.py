@@ -361,7 +361,11 @@ def mesh_keys() -> None:
     )
     directory(node, "wireguard_dir", "Create the WireGuard directory")
     key = node["layout"]["files"]["wireguard_key"]
-    ops.wireguard_key(name="Generate the private key on the node (0600, never read back)", path=key["path"])
+    ops.wireguard_key(
+        name="Generate the private key on the node (0600, never read back)",
+        path=key["path"],
+        declared=node["mesh"].get("public_key"),
+    )
     ops.managed_mode(
         name="Keep the private key readable by root only",
         path=key["path"],

@@ -672,15 +672,18 @@ def verify_node(node: str, junit_dir: str) -> Generator[FunctionCommand, None, N
 
 
 @operation()
-def wireguard_key(path: str) -> Generator[StringCommand | FunctionCommand, None, None]:
+def wireguard_key(
+    path: str, declared: str | None = None
+) -> Generator[StringCommand | FunctionCommand, None, None]:
     """Make the node's WireGuard private key where there is none (``wg genkey`` on the node,
     written under umask 077: mode 0600 from the start, never printed, never in argv), and
-    remember its public key for the peers' configuration.
+    remember its public key for the peers' configuration. ``declared``: the key the fleet
+    records for the node (NodeState ``mesh.public_key``); a node holding another fails.
 
     **Example:** ``wireguard_key(name="WireGuard key", path=files["wireguard_key"]["path"])``"""
     key = snapshot()["public_keys"].get(path)
     if key:
-        _publish(host.state, host.name, key)
+        _publish(host.state, host.name, key, declared)
         return
     changing()
     yield StringCommand("umask", "077", "&&", "wg", "genkey", ">", QuoteString(path))
@@ -690,7 +693,7 @@ def wireguard_key(path: str) -> Generator[StringCommand | FunctionCommand, None,
         if not ok:
             return False
         try:
-            _publish(state, host.name, "\n".join(out.stdout_lines).rstrip())
+            _publish(state, host.name, "\n".join(out.stdout_lines).rstrip(), declared)
         except OperationError as refused:
             logger.error(str(refused))  # the host fails here; its name and why are printed
             return False
@@ -699,14 +702,15 @@ def wireguard_key(path: str) -> Generator[StringCommand | FunctionCommand, None,
     yield FunctionCommand(read, (), {})
 
 
-def _publish(state: Any, name: str, reported: str) -> None:
+def _publish(state: Any, name: str, reported: str, declared: str | None = None) -> None:
     """Keep the public key node ``name`` reported for its peers' files, once it is checked
     to be a WireGuard key (the node's root can make ``wg pubkey`` print anything) and to be
-    the one the controller recorded, or an accepted change (:func:`key_check`); else fail
-    the host, naming it: it gets no peers and no peer's file changes because of it."""
+    the one the fleet records (``declared``), else the one the controller recorded or an
+    accepted change (:func:`key_check`); else fail the host, naming it: it gets no peers and
+    no peer's file changes because of it."""
     check = key_check(state)
     problem = wireguard_key_problem(reported) or key_change_problem(
-        reported, check.recorded.get(name), name in check.accepted
+        reported, check.recorded.get(name), name in check.accepted, declared
     )
     if problem:
         raise OperationError(f"{name}: WireGuard public key refused: {problem}")
