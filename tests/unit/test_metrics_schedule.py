@@ -13,9 +13,9 @@ from swarm_infra.metrics.schedule import (
     PairTest,
     admission_pairs,
     representative_pairs,
-    representatives,
     schedule_rounds,
 )
+from swarm_infra.resolve.mesh import site_representatives
 
 
 def _fleet(sites: int, per_site: int) -> dict[str, str]:
@@ -71,7 +71,7 @@ def test_every_node_but_its_sites_representative_sends_to_it():
     hubs = {"s1": "s1-n02"}
     tests = representative_pairs(nodes, hubs)
     tests += admission_pairs(nodes, tests, hubs)
-    rep = representatives(nodes, hubs)
+    rep = site_representatives(nodes, hubs)
     to_hub = {(t.src, t.dst) for t in tests if t.intra_site}
     assert to_hub == {(n, rep[site]) for n, site in nodes.items() if n != rep[site]}
     assert ("s1-n00", "s1-n02") in to_hub and not any(t.src == rep[t.src_site] for t in tests if t.intra_site)

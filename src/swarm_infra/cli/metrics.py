@@ -34,9 +34,9 @@ from ..metrics.measurement import Measurement, MeasurementParseError
 from ..metrics.ping import parse_ping
 from ..metrics.prometheus import LEGACY_TEXTFILE, TEXTFILE_DIR, node_textfiles, render_textfile, textfile_path
 from ..metrics.report import to_json, to_table
-from ..metrics.schedule import representatives
 from ..metrics.targets import NodeTarget, fleet_targets, ray_target
 from ..resolve import desired_state, load_fleet
+from ..resolve.mesh import site_representatives
 from .common import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, emit, fleet_paths, simulated_nodes
 
 
@@ -403,7 +403,9 @@ def cmd_accept(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     head = next((n.name for n in fleet.nodes.values() if "head" in n.roles), None)
     targets = fleet_targets(fleet, state)
-    hub_of = representatives({t.name: t.site for t in targets}, {t.site: t.name for t in targets if t.hub})
+    hub_of = site_representatives(
+        {t.name: t.site for t in targets}, {t.site: t.name for t in targets if t.hub}
+    )
     nodes = [
         NodeFacts(
             n.name,

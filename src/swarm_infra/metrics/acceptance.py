@@ -31,7 +31,7 @@ class NodeFacts:
     """What rules match on: the node's name, site, roles, GPU models, and whether its GPUs are
     simulated; ``head``: the name of the fleet's head node (``max_rtt_to_head_ms`` is the
     node's mesh RTT to it; None when the fleet has none); ``hub``: the node that stands for
-    the node's site in bandwidth tests (:func:`swarm_infra.metrics.schedule.representatives`;
+    the node's site in bandwidth tests (:func:`swarm_infra.resolve.mesh.site_representatives`;
     ``min_mesh_bandwidth_to_hub_mbit`` is the node's test to it; None: not known); ``gpus``:
     the declared GPUs, (model, count), which the reported GPUs' identity is checked against."""
 

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import combinations
 
+from swarm_infra.resolve.mesh import site_representatives
+
 
 @dataclass(frozen=True)
 class PairTest:
@@ -45,14 +47,16 @@ def representative_pairs(
 ) -> list[PairTest]:
     """The pairs to measure, sorted by (src_site, dst_site).
 
-    ``node_sites`` maps node name -> site name. A site's representative is ``preferred[site]``
-    (its hub, say) when that node is in the site, else its first node by name; inside a site
+    ``node_sites`` maps node name -> site name. A site's representative is
+    :func:`swarm_infra.resolve.mesh.site_representatives`' (``preferred[site]``, its hub,
+    when that node is in the site, else its first node by name): the node verification
+    pings too. Inside a site
     the first other node by name sends to the representative (the direction every node's
     test to its hub has: :func:`admission_pairs`). Sites with a single node get no intra-site
     test.
     """
     members = _members(node_sites)
-    rep = representatives(node_sites, preferred)
+    rep = site_representatives(node_sites, preferred or {})
     pairs = [PairTest(rep[a], rep[b], a, b) for a, b in combinations(sorted(members), 2)]
     for site, nodes in members.items():
         others = [n for n in nodes if n != rep[site]]
@@ -68,18 +72,6 @@ def _members(node_sites: Mapping[str, str]) -> dict[str, list[str]]:
     return members
 
 
-def representatives(
-    node_sites: Mapping[str, str], preferred: Mapping[str, str] | None = None
-) -> dict[str, str]:
-    """Each site's representative node: ``preferred[site]`` when it is in the site, else the
-    site's first node by name."""
-    preferred = preferred or {}
-    return {
-        site: preferred[site] if preferred.get(site) in nodes else nodes[0]
-        for site, nodes in _members(node_sites).items()
-    }
-
-
 def admission_pairs(
     node_sites: Mapping[str, str], tests: list[PairTest], preferred: Mapping[str, str] | None = None
 ) -> list[PairTest]:
@@ -88,7 +80,7 @@ def admission_pairs(
     S·(S-1)/2 + S + (N - 2·S) tests at most with ``tests`` from :func:`representative_pairs`:
     linear in the nodes, never N²."""
     covered = {n for t in tests for n in (t.src, t.dst)}
-    rep = representatives(node_sites, preferred)
+    rep = site_representatives(node_sites, preferred or {})
     return [
         PairTest(node, rep[site], site, site)
         for node, site in sorted(node_sites.items())

@@ -670,8 +670,9 @@ def peers(
 
 def site_representatives(node_sites: Mapping[str, str], preferred: Mapping[str, str]) -> dict[str, str]:
     """Each site's representative node: ``preferred[site]`` (its hub) when that node is in
-    the site, else the site's first node by name. ``node_sites``: node -> site. (The rule
-    of ``metrics.schedule.representatives``, which picks the pairs measured for bandwidth.)"""
+    the site, else the site's first node by name. ``node_sites``: node -> site. Verification
+    pings them (:func:`ping_sample`) and the network measurement tests bandwidth between
+    them (``metrics.schedule.representative_pairs``)."""
     members: dict[str, list[str]] = defaultdict(list)
     for node, site in sorted(node_sites.items()):
         members[site].append(node)
