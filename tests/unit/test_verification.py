@@ -43,8 +43,10 @@ def test_every_declared_item_becomes_one_check_with_the_nodestate_value(state) -
 def test_pings_come_last_and_wait_on_both_ends_tunnels_and_peers(state) -> None:
     checks = checks_for(state)
     kinds = [c.kind for c in checks]
-    first_ping = kinds.index("ping")
-    assert set(kinds[first_ping:]) == {"ping"}
+    # The pings, then Ray's checks read from other nodes (over the mesh): last.
+    first_ping, first_ray = kinds.index("ping"), kinds.index("ray_member")
+    assert set(kinds[first_ping:first_ray]) == {"ping"}
+    assert set(kinds[first_ray:]) == {"ray_member", "tcp_port"}
     # lab-a's representative is its first node by name, lab-gpu-1.
     ping = next(c for c in checks if c.id.startswith("lab-head-1/mesh/ping lab-gpu-1"))
     assert set(ping.requires) == {

@@ -228,9 +228,12 @@ def test_lab_checks_order_and_keepalive_limits() -> None:
     assert all(r in set(ids) for c in checks for r in c.requires)
     kinds = [c.kind for c in checks]
     # Every node's own checks, then every node's peers check (each tunnel's state known by
-    # then), then the pings.
+    # then), then the pings, then Ray's checks from other nodes.
     first_peers, first_ping = kinds.index("wg_peers"), kinds.index("ping")
-    assert set(kinds[first_peers:first_ping]) == {"wg_peers"} and set(kinds[first_ping:]) == {"ping"}
+    first_ray = kinds.index("ray_member")
+    assert set(kinds[first_peers:first_ping]) == {"wg_peers"}
+    assert set(kinds[first_ping:first_ray]) == {"ping"}
+    assert set(kinds[first_ray:]) == {"ray_member", "tcp_port"}
     assert all(c.kind != "service" for c in checks[first_peers:])
     for c in checks[first_peers:first_ping]:
         assert all(v["service"] in ids[:first_peers] for v in c.args["peers"].values())

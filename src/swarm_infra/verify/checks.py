@@ -121,7 +121,8 @@ def matches(check: Check, actual: Any) -> bool:
         want = check.desired
         return (
             actual["state"] == want["state"]
-            and all(actual["resources"].get(k) == v for k, v in want["resources"].items())
+            # Ray lists no resource it has none of (the lab's own test reads GPU with .get(.., 0)).
+            and all(actual["resources"].get(k, 0.0) == v for k, v in want["resources"].items())
             and all(actual["labels"].get(k) == v for k, v in want["labels"].items())
         )
     if check.kind == "space":  # the filesystem spans the devices (less its own overhead) and has room
@@ -160,12 +161,10 @@ def _ray_checks(name: str, node: NodeState, state: DesiredState) -> tuple[list[C
     service = Check(name, "ray", f"service {unit}", "service", "enabled, running", {"unit": unit}, mesh)
     firewall = Check(name, "ray", f"service {units['ray_firewall']}", "service", "enabled, running",
                      {"unit": units["ray_firewall"]})  # fmt: skip
-    local = [
-        firewall,
-        service,
-        Check(name, "ray", "ports off the underlay", "ray_exposed", [],
-              {"firewall": r["firewall"], "node_ip": r["node_ip"]}, (service.id, firewall.id)),
-    ]  # fmt: skip
+    exposed = Check(name, "ray", "ports off the underlay", "ray_exposed", [],
+                    {"firewall": r["firewall"], "node_ip": r["node_ip"]},
+                    (service.id, firewall.id))  # fmt: skip
+    local = [firewall, service, exposed]
     head = next(n for n, s in state["nodes"].items() if s["ray"] and s["ray"]["role"] == "head")
     head_unit = units["ray_head"]
     resources = {"GPU": float(r["num_gpus"]), **{k: float(v) for k, v in r["resources"].items()}}
@@ -176,16 +175,24 @@ def _ray_checks(name: str, node: NodeState, state: DesiredState) -> tuple[list[C
               {"state": "ALIVE", "resources": resources, "labels": r["labels"]},
               {"on": head, "node_ip": r["node_ip"], "dashboard": head_ray["dashboard"],
                "venv": files["ray_venv"]["path"], "token": files["ray_auth_token"]["path"]},
-              (service.id, f"{head}/ray/service {head_unit}")),
+              (service.id, f"{head}/ray/service {head_unit}", *_mesh_path(state, name, head))),
     ]  # fmt: skip
-    # From another node of the cluster: the underlay address answers nothing on Ray's port,
-    # the mesh address does.
-    other = next((n for n, s in sorted(state["nodes"].items()) if n != name and s["ray"]), None)
-    if other:
+    # From another node of the cluster, the next one by name round the cluster (each node
+    # runs one node's two probes; the first node by name ran them all, one by one): the
+    # underlay address answers nothing on Ray's port, the mesh address does. The underlay
+    # probe waits on this node's firewall checks (a stopped or leaky firewall is their drift
+    # line), the mesh probe on the mesh path.
+    cluster = sorted(n for n, s in state["nodes"].items() if s["ray"])
+    other = cluster[(cluster.index(name) + 1) % len(cluster)]
+    if other != name:
         port = r["ports"]["node_manager"]
-        for path, address, want in (("underlay", node["address"], "closed"), ("mesh", r["node_ip"], "open")):
+        underlay = (service.id, firewall.id, exposed.id)
+        for path, address, want, needs in (
+            ("underlay", node["address"], "closed", underlay),
+            ("mesh", r["node_ip"], "open", (service.id, *_mesh_path(state, other, name))),
+        ):
             remote.append(Check(name, "ray", f"port {port} from {other} over the {path}", "tcp_port", want,
-                                {"on": other, "address": address, "port": port}, (service.id,)))  # fmt: skip
+                                {"on": other, "address": address, "port": port}, needs))  # fmt: skip
     return local, remote
 
 
@@ -234,6 +241,18 @@ def kept_alive_max_age_s(keepalive_s: int) -> int:
 def _service_id(state: DesiredState, node: str) -> str:
     """The id of ``node``'s WireGuard service check."""
     return f"{node}/mesh/service {state['nodes'][node]['layout']['units']['wireguard']}"
+
+
+def _mesh_path(state: DesiredState, *ends: str) -> tuple[str, ...]:
+    """The check ids a path over the mesh between ``ends`` needs: each meshed end's tunnel
+    service and peers check (a drifted peer is its one drift line, not a ping's or a Ray
+    probe's too)."""
+    needs: list[str] = []
+    for n in ends:
+        mesh = state["nodes"][n]["mesh"]
+        if mesh:
+            needs += [_service_id(state, n), f"{n}/mesh/peers on {mesh['interface']}"]
+    return tuple(needs)
 
 
 def _mesh_address(node: NodeState) -> str:
@@ -372,14 +391,7 @@ def _mesh_sample(
         if nodes is not None and src not in nodes:
             continue
         # Both ends' tunnels and peers: a removed peer is one drift, not a failed ping too.
-        needs = tuple(
-            need
-            for n in (src, dst)
-            for need in (
-                _service_id(state, n),
-                f"{n}/mesh/peers on {meshes[n]['interface']}",
-            )
-        )
+        needs = _mesh_path(state, src, dst)
         address = _mesh_address(state["nodes"][dst])
         args = {"interface": meshes[src]["interface"], "address": address, "behind_nat": src in natted}
         pings.append(Check(src, "mesh", f"ping {dst} {address}", "ping", "reply", args, needs))
@@ -391,13 +403,21 @@ def _is_spoke(peers: list[PeerState]) -> bool:
     return len(peers) == 1 and any(not c.endswith("/32") for c in peers[0]["allowed_ips"])
 
 
-def checks_for(state: DesiredState, nodes: list[str] | None = None) -> list[Check]:
-    """Every check for ``nodes`` (default all) of ``desired_state()``'s result, in run order:
-    each node's own state first; then each node's peers, judged from its ``wg show dump``
-    (after every node's ``wg-quick`` check: a peer whose tunnel is down is not judged,
-    :func:`judge_peers`); then the sample's pings (from nodes behind NAT first), each
-    blocked when either end's service or peers drifted: a removed peer is one drift, not a
-    failed ping too."""
+def check_waves(state: DesiredState, nodes: list[str] | None = None) -> list[list[Check]]:
+    """Every check for ``nodes`` (default all) of ``desired_state()``'s result, in waves: a
+    check needs only checks of earlier waves, or earlier checks of its own wave read on the
+    same node (``args["on"]``, else its node), so each node's checks of a wave may run
+    one after another while the nodes run at once (verify/runner.py).
+
+    1. each node's own state;
+    2. each node's peers, judged from its ``wg show dump`` (after every node's ``wg-quick``
+       check: a peer whose tunnel is down is not judged, :func:`judge_peers`);
+    3. the sample's pings (from nodes behind NAT first), each blocked when either end's
+       service or peers drifted: a removed peer is one drift, not a failed ping too; then
+       Ray's checks from other nodes (alive in the head's state API, a port closed over the
+       underlay and open over the mesh), blocked likewise by the node's own Ray checks and
+       the mesh path they cross.
+    """
     local: list[Check] = []
     remote: list[Check] = []
     wg_peers: list[Check] = []
@@ -478,4 +498,10 @@ def checks_for(state: DesiredState, nodes: list[str] | None = None) -> list[Chec
     # From nodes behind NAT first: their traffic re-opens the tunnels that peers without an
     # endpoint wait for.
     pings.sort(key=lambda c: not c.args["behind_nat"])
-    return local + wg_peers + pings
+    return [local, wg_peers, pings + remote]
+
+
+def checks_for(state: DesiredState, nodes: list[str] | None = None) -> list[Check]:
+    """Every check for ``nodes`` (default all), in run order: :func:`check_waves`, one wave
+    after another."""
+    return [c for wave in check_waves(state, nodes) for c in wave]
