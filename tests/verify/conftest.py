@@ -9,7 +9,10 @@ The fleet is read from the inventory (``--swarm-fleet``, default the
 the NodeState's. Connections are the engines' (swarm_infra.engines.inventory: the declared
 SSH address, or a running lab's connection file with its key; host keys checked strictly), over
 testinfra's SSH backend with one shared master connection per node.
-Each test is one ``Check`` (swarm_infra.verification), with id ``node/layer/key``.
+Each test is one ``Check`` (swarm_infra.verify.checks), with id ``node/layer/key``. The
+checks are read before the first test reports, up to ``--swarm-forks`` nodes at once
+(swarm_infra.verify.runner: in waves, each node's checks in order); the tests then report
+each outcome in the checks' order.
 A failed check records ``drift`` (node, layer, key, desired, actual) in the test's
 ``user_properties`` (and so in JUnit XML); a check whose prerequisites failed is skipped
 as "blocked".
@@ -18,6 +21,7 @@ as "blocked".
 from __future__ import annotations
 
 import shlex
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +32,9 @@ from swarm_infra.engines.inventory import inventory_hosts, ssh_option_args
 from swarm_infra.fleet.sources import fleet_paths
 from swarm_infra.lab.state import read_connections
 from swarm_infra.resolve import desired_state, load_fleet
-from swarm_infra.verify.checks import checks_for
+from swarm_infra.verify import readers
+from swarm_infra.verify.checks import Check, check_waves
+from swarm_infra.verify.runner import DEFAULT_FORKS, Outcome, run_waves, where
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -36,6 +42,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--swarm-fleet",
         metavar="INVENTORY",
         help="fleet inventory (inventory/NAME or *.swarm.yml); default: --ansible-inventory",
+    )
+    parser.addoption(
+        "--swarm-forks",
+        type=int,
+        default=DEFAULT_FORKS,
+        metavar="N",
+        help=f"most nodes read at once (default: {DEFAULT_FORKS}, as ansible.cfg's forks)",
     )
 
 
@@ -45,7 +58,6 @@ def _inventory(config: pytest.Config) -> str | None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "verify: checks a node against its declared state")
-    config._swarm_outcomes = {}  # check id -> passed?
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -57,8 +69,21 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     state = desired_state(load_fleet(fleet_paths(Path(inventory))))
     metafunc.config._swarm_state = state
     wanted = [h.split("://")[-1] for h in metafunc.config.getoption("hosts") or []]
-    checks = checks_for(state, wanted or None)
+    waves = check_waves(state, wanted or None)
+    metafunc.config._swarm_waves = waves
+    checks = [c for wave in waves for c in wave]
     metafunc.parametrize("check", checks, ids=[c.id for c in checks])
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The checks to read: those of the collected tests (after -k or node id selection)."""
+    chosen = {
+        item.callspec.params["check"].id
+        for item in session.items
+        if hasattr(item, "callspec") and "check" in item.callspec.params
+    }
+    waves = getattr(session.config, "_swarm_waves", [])
+    session.config._swarm_waves = [[c for c in wave if c.id in chosen] for wave in waves]
 
 
 @pytest.fixture(scope="session")
@@ -69,37 +94,68 @@ def swarm_state(request: pytest.FixtureRequest) -> dict[str, Any]:
 @pytest.fixture(scope="session")
 def node_host(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
     """node name -> testinfra Host (one SSH master connection per node, reused by every
-    command: ControlMaster/ControlPersist)."""
+    command: ControlMaster/ControlPersist). Safe to call from the runner's threads."""
     conns = {h.name: h.connection for h in inventory_hosts(request.config._swarm_state, read_connections())}
     masters = tmp_path_factory.mktemp("ssh-masters")
     hosts: dict[str, testinfra.host.Host] = {}
+    lock = threading.Lock()
 
     def get(name: str) -> testinfra.host.Host:
-        if name not in hosts:
-            c = conns[name]
-            # testinfra pastes these into a shell command line: quoted.
-            extra = ["-o", "BatchMode=yes", *ssh_option_args(c)]
-            hosts[name] = testinfra.get_host(
-                f"ssh://{c.user}@{c.host}:{c.port}",
-                ssh_identity_file=c.private_key_file,
-                ssh_extra_args=shlex.join(extra),
-                controlpath=str(masters / name),
-            )
-        return hosts[name]
+        with lock:
+            if name not in hosts:
+                c = conns[name]
+                # testinfra pastes these into a shell command line: quoted.
+                extra = ["-o", "BatchMode=yes", *ssh_option_args(c)]
+                hosts[name] = testinfra.get_host(
+                    f"ssh://{c.user}@{c.host}:{c.port}",
+                    ssh_identity_file=c.private_key_file,
+                    ssh_extra_args=shlex.join(extra),
+                    controlpath=str(masters / name),
+                )
+            return hosts[name]
 
     return get
 
 
 @pytest.fixture(scope="session")
-def node_cache() -> dict[str, dict[str, Any]]:
-    """Per-node memo of multi-item reads (sysctl.d file, wg dump, GPU diff) for one run."""
-    return {}
+def verified(request: pytest.FixtureRequest, node_host) -> dict[str, Outcome]:
+    """Every collected check's outcome, read once for the session (runner.run_waves)."""
+    state = request.config._swarm_state
+    # Per node the commands run on, a memo of multi-item reads (sysctl.d file, GPU diff, the
+    # head's list of Ray nodes): one group, one thread, at a time per node.
+    caches: dict[str, dict[str, Any]] = {}
+    keys: dict[str, str | None] = {}
+    key_locks: dict[str, threading.Lock] = {}
+    locks_lock = threading.Lock()
 
+    def key_of(name: str) -> str | None:
+        """A node's public key, read once, whichever peers check asks first (the others
+        wait on that node's lock, not on every node's)."""
+        with locks_lock:
+            lock = key_locks.setdefault(name, threading.Lock())
+        with lock:
+            if name not in keys:
+                key_file = state["nodes"][name]["layout"]["files"]["wireguard_key"]["path"]
+                try:
+                    keys[name] = readers.public_key(node_host(name), key_file)
+                except Exception:  # the peer node is unreachable: that peer's problem, not the check's
+                    keys[name] = None
+            return keys[name]
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
-    report = yield
-    check = getattr(item, "callspec", None) and item.callspec.params.get("check")
-    if check is not None and report.when == "call":
-        item.config._swarm_outcomes[check.id] = report.passed
-    return report
+    def read(check: Check, passed: Any) -> Any:
+        host = node_host(where(check))
+        cache = caches.setdefault(where(check), {})
+        if check.kind == "wg_peers":
+            key_of(check.node)  # its own key first, on its own thread: its peers' checks need it
+            # A peer whose own tunnel drifted is that drift, not one of this node's too.
+            down = frozenset(
+                p
+                for p, v in check.args["peers"].items()
+                if v["service"] and passed.get(v["service"]) is False
+            )
+            return readers.wg_peers(host, check, cache, key_of, down)
+        if check.kind == "gpu":
+            return readers.gpu(host, check, cache, state["nodes"][check.node]["gpu"])
+        return getattr(readers, check.kind)(host, check, cache)
+
+    return run_waves(request.config._swarm_waves, read, request.config.getoption("swarm_forks"))

@@ -9,6 +9,7 @@ from pathlib import Path
 from ..engines.ansible.runner import path_with_ansible
 from ..verify import report as verify_report
 from ..verify.checks import LAYERS
+from ..verify.runner import DEFAULT_FORKS
 from .common import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, fleet_inventory, inventory_args, simulated_nodes
 
 
@@ -17,6 +18,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if isinstance(found, int):
         return found
     inventory, state = found
+    if args.forks < 1:
+        print(f"swarm verify: --forks must be at least 1, not {args.forks}", file=sys.stderr)
+        return EXIT_INVALID
     nodes = [n for n in (args.limit or "").split(",") if n]
     unknown = [n for n in nodes if n not in state["nodes"]]
     if unknown:
@@ -27,7 +31,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if simulated:
         print(f"note: GPU checks on {', '.join(simulated)} read the SIMULATED NVML backend")
     collector = verify_report.run(
-        Path.cwd(), inventory, nodes, Path(args.junit_xml), path=path_with_ansible()
+        Path.cwd(), inventory, nodes, Path(args.junit_xml), path=path_with_ansible(), forks=args.forks
     )
     if not collector.results:
         print("swarm verify: no check ran (see the JUnit file for collection errors)", file=sys.stderr)
@@ -59,8 +63,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "verify",
         help="check every node against its declared state (testinfra); report drift",
         description="Run tests/verify (testinfra, one test per declared item, values from the "
-        "resolved NodeState) against the fleet's nodes. Prints each drifted item as it is "
-        "found, then a per-node table (pass/fail per layer: host, drivers, gpu, mesh) and the "
+        "resolved NodeState) against the fleet's nodes, up to --forks nodes at once (each "
+        "node's checks in order; every node's own checks, then each node's WireGuard peers, "
+        "then the pings and Ray's checks from other nodes). Prints each drifted item, then a "
+        "per-node table (pass/fail per layer: host, drivers, gpu, mesh) and the "
         "drift report: node, layer, key, desired, actual. Checks that depend on a drifted one "
         "(pings through a stopped tunnel) are counted as blocked, not as drift. Writes JUnit "
         "XML. Run from the repository root. Plain pytest works too: pytest tests/verify "
@@ -76,6 +82,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         choices=LAYERS,
         help="judge only this layer's checks for the exit code (repeatable; every check still "
         "runs and is reported); a batch's reboot verifies drivers and gpu",
+    )
+    p.add_argument(
+        "--forks",
+        type=int,
+        default=DEFAULT_FORKS,
+        metavar="N",
+        help="most nodes read at once (default: %(default)s, as ansible.cfg's forks)",
     )
     p.add_argument(
         "--junit-xml", default="verify-junit.xml", metavar="PATH", help="JUnit XML (default: %(default)s)"

@@ -1,8 +1,10 @@
 """``swarm verify``: run tests/verify (testinfra) in-process and report per node and layer.
 
-The pytest run writes JUnit XML (each drifted check carries a ``drift`` property: JSON with
-node, layer, key, desired, actual). This module collects the same results as they arrive
-and renders the per-node table (pass/fail per layer) and the drift report.
+The pytest run reads every check first, nodes in parallel (runner.py), then reports them in
+the checks' order; it writes JUnit XML (each drifted check carries a ``drift`` property:
+JSON with node, layer, key, desired, actual). This module collects the same results as
+they are reported and renders the per-node table (pass/fail per layer) and the drift
+report.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from .checks import LAYERS
+from .runner import DEFAULT_FORKS
 
 _ID = re.compile(r"\[(?P<node>[^/\]]+)/(?P<layer>[^/\]]+)/(?P<key>.+)\]\Z")
 
@@ -98,12 +101,20 @@ def _drift_line(d: dict[str, Any]) -> str:
 
 
 def run(
-    root: Path, inventory: Path, nodes: list[str], junit_xml: Path, *, path: str, out: TextIO = sys.stdout
+    root: Path,
+    inventory: Path,
+    nodes: list[str],
+    junit_xml: Path,
+    *,
+    path: str,
+    forks: int = DEFAULT_FORKS,
+    out: TextIO = sys.stdout,
 ) -> Collector:
-    """Run ``root/tests/verify`` against ``inventory`` (only ``nodes`` if given), writing
-    JUnit XML to ``junit_xml``. ``path`` is the PATH under which testinfra's ansible backend
-    finds ``ansible-inventory`` (the project's own). Returns the collector with every
-    check's result."""
+    """Run ``root/tests/verify`` against ``inventory`` (only ``nodes`` if given), reading up
+    to ``forks`` nodes at once (verify/runner.py), writing JUnit XML to ``junit_xml``.
+    ``path`` is the PATH under which testinfra's ansible backend finds ``ansible-inventory``
+    (the project's own). Returns the collector with every check's result, in the checks'
+    order."""
     import pytest  # imported here: other commands should not pay for it
 
     Path("~/.ansible/cp").expanduser().mkdir(parents=True, exist_ok=True)  # shared SSH masters
@@ -119,6 +130,7 @@ def run(
         "no:terminal",
         "--rootdir",
         str(root),
+        f"--swarm-forks={forks}",
     ]
     args += [f"--hosts={n}" for n in nodes]
     collector = Collector(out)
