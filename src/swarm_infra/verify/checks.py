@@ -175,7 +175,8 @@ def _ray_checks(name: str, node: NodeState, state: DesiredState) -> tuple[list[C
               {"state": "ALIVE", "resources": resources, "labels": r["labels"]},
               {"on": head, "node_ip": r["node_ip"], "dashboard": head_ray["dashboard"],
                "venv": files["ray_venv"]["path"], "token": files["ray_auth_token"]["path"]},
-              (service.id, f"{head}/ray/service {head_unit}", *_mesh_path(state, name, head))),
+              tuple(dict.fromkeys((service.id, f"{head}/ray/service {head_unit}",
+                                   *_mesh_path(state, name, head))))),  # the head: its own once
     ]  # fmt: skip
     # From another node of the cluster, the next one by name round the cluster (each node
     # runs one node's two probes; the first node by name ran them all, one by one): the
@@ -186,10 +187,14 @@ def _ray_checks(name: str, node: NodeState, state: DesiredState) -> tuple[list[C
     other = cluster[(cluster.index(name) + 1) % len(cluster)]
     if other != name:
         port = r["ports"]["node_manager"]
-        underlay = (service.id, firewall.id, exposed.id)
+        # The prober's Ray service too: a lost prober is its own drift, not this node's.
+        other_ray = state["nodes"][other]["ray"]
+        assert other_ray is not None  # in the cluster
+        prober = f"{other}/ray/service {units['ray_' + other_ray['role']]}"
+        underlay = (service.id, firewall.id, exposed.id, prober)
         for path, address, want, needs in (
             ("underlay", node["address"], "closed", underlay),
-            ("mesh", r["node_ip"], "open", (service.id, *_mesh_path(state, other, name))),
+            ("mesh", r["node_ip"], "open", (service.id, prober, *_mesh_path(state, other, name))),
         ):
             remote.append(Check(name, "ray", f"port {port} from {other} over the {path}", "tcp_port", want,
                                 {"on": other, "address": address, "port": port}, needs))  # fmt: skip
@@ -248,7 +253,7 @@ def _mesh_path(state: DesiredState, *ends: str) -> tuple[str, ...]:
     service and peers check (a drifted peer is its one drift line, not a ping's or a Ray
     probe's too)."""
     needs: list[str] = []
-    for n in ends:
+    for n in dict.fromkeys(ends):
         mesh = state["nodes"][n]["mesh"]
         if mesh:
             needs += [_service_id(state, n), f"{n}/mesh/peers on {mesh['interface']}"]
