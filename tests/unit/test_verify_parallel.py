@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from swarm_infra.resolve import desired_state, load_fleet
-from swarm_infra.verify.checks import Check, check_waves, checks_for, sysctl_values
+from swarm_infra.verify.checks import Check, check_waves, checks_for, matches, sysctl_values
 from swarm_infra.verify.runner import check_schedule, run_waves, where
 
 from .conftest import fleet_dirs
@@ -274,3 +274,21 @@ def test_one_removed_peer_on_the_head_is_one_drift_line(lab: dict) -> None:
     outcomes = run_waves(waves, read, forks=3)
     assert _drifted(outcomes, checks) == [f"{head}/mesh/peers on wg0"]
     assert outcomes[f"{worker}/ray/alive in the cluster"].outcome == "blocked"
+
+
+def test_a_resource_declared_zero_is_met_by_none_listed(lab: dict) -> None:
+    """Ray drops resources of quantity 0 before starting the raylet (Ray 2.60.0, the lab's
+    pinned release: python/ray/_private/resource_and_label_spec.py,
+    ResourceAndLabelSpec.to_resource_dict keeps ``resource_quantity != 0``), so the state
+    API lists a GPU-less head without a GPU entry. Before this rule the head's now-running
+    ``alive in the cluster`` check would have drifted on a healthy cluster."""
+    head = next(n for n, s in lab["nodes"].items() if s["ray"] and s["ray"]["role"] == "head")
+    alive = next(c for c in checks_for(lab) if c.id == f"{head}/ray/alive in the cluster")
+    assert alive.desired["resources"]["GPU"] == 0
+    listed = {k: v for k, v in alive.desired["resources"].items() if v != 0}
+    member = {"state": "ALIVE", "resources": {**listed, "CPU": 2.0}, "labels": dict(alive.desired["labels"])}
+    assert matches(alive, member)
+    assert not matches(alive, {**member, "state": "DEAD"})
+    worker = next(c for c in checks_for(lab) if c.kind == "ray_member" and c.desired["resources"]["GPU"])
+    gpus = {k: v for k, v in worker.desired["resources"].items() if k != "GPU"}
+    assert not matches(worker, {"state": "ALIVE", "resources": gpus, "labels": worker.desired["labels"]})

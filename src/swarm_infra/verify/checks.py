@@ -121,7 +121,9 @@ def matches(check: Check, actual: Any) -> bool:
         want = check.desired
         return (
             actual["state"] == want["state"]
-            # Ray lists no resource it has none of (the lab's own test reads GPU with .get(.., 0)).
+            # A node's resources reach the raylet without those of quantity 0 (Ray 2.60.0,
+            # python/ray/_private/resource_and_label_spec.py, to_resource_dict): the head's
+            # GPU 0 is no GPU entry.
             and all(actual["resources"].get(k, 0.0) == v for k, v in want["resources"].items())
             and all(actual["labels"].get(k) == v for k, v in want["labels"].items())
         )
