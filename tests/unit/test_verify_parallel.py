@@ -9,6 +9,9 @@ failure bound, not a synchronisation by sleeping).
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -19,7 +22,7 @@ from swarm_infra.resolve import desired_state, load_fleet
 from swarm_infra.verify.checks import Check, check_waves, checks_for, matches, sysctl_values
 from swarm_infra.verify.runner import check_schedule, run_waves, where
 
-from .conftest import fleet_dirs
+from .conftest import ROOT, fleet_dirs
 
 WAIT_S = 10  # a barrier's failure bound: how long a broken schedule takes to fail the test
 
@@ -292,3 +295,16 @@ def test_a_resource_declared_zero_is_met_by_none_listed(lab: dict) -> None:
     worker = next(c for c in checks_for(lab) if c.kind == "ray_member" and c.desired["resources"]["GPU"])
     gpus = {k: v for k, v in worker.desired["resources"].items() if k != "GPU"}
     assert not matches(worker, {"state": "ALIVE", "resources": gpus, "labels": worker.desired["labels"]})
+
+
+def test_swarm_verify_refuses_fewer_than_one_fork() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "swarm_infra.cli", "verify", "--fleet", "lab", "--forks", "0"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 2 and "--forks must be at least 1, not 0" in proc.stderr
+    assert "Traceback" not in proc.stderr and "verify:" not in proc.stdout  # nothing was read
