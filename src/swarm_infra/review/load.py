@@ -14,11 +14,11 @@ import contextlib
 import dataclasses
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from ..cluster import build
 from ..cluster.meta import K8sObject
@@ -34,6 +34,7 @@ from .git import REGULAR_MODES, GitError, TreeFile, extract, fleet_dirs, git, re
 
 ObjectKey = tuple[str, str, str, str]  # apiVersion, kind, namespace ("" when cluster-scoped), name
 DocKey = tuple[str, str]  # kind, metadata.name
+T = TypeVar("T")
 
 
 class ParseCache:
@@ -77,6 +78,12 @@ class ParseCache:
             self._pool = ProcessPoolExecutor(cpus)
         for blob, name in wanted.items():
             self._pending[blob] = (name, self._pool.submit(parse_file, name))
+
+    def submit(self, fn: Callable[..., T], *args: Any) -> Future[T] | None:
+        """Run ``fn(*args)`` in the worker processes :meth:`prefetch` started (a picklable
+        module-level function), or None when there are none (a small fleet: the caller
+        runs it here)."""
+        return None if self._pool is None else self._pool.submit(fn, *args)
 
     def close(self) -> None:
         """Stop the worker processes (parses not started are dropped)."""
@@ -160,10 +167,18 @@ class Snapshot:
     objects_error: str | None = None
     documents: dict[DocKey, RawDocument] = dataclasses.field(default_factory=dict)
     parsed: list[RawDocument] = dataclasses.field(default_factory=list)  # every document read
+    # What read_snapshot read and check_snapshot validates: the written tree, the files
+    # found, their documents and the loader's diagnostics (None once checked).
+    _read: tuple[Prepared, list[Path], list[RawDocument], list[Diagnostic]] | None = dataclasses.field(
+        default=None, repr=False
+    )
+
+    resolve_error: str | None = None  # why an invalid snapshot could not be resolved (best effort)
 
     @property
     def valid(self) -> bool:
-        return self.state is not None
+        """Valid and resolved (an invalid base resolved best effort is not valid)."""
+        return self.report.ok and self.state is not None
 
     def rel(self, file: str) -> str:
         """``file`` relative to the repository (as the pull request names it)."""
@@ -211,7 +226,7 @@ def prepare(repo: Path, fleet: str, commit: str, files: dict[str, TreeFile], roo
     return Prepared(root, [root / d for d in dirs if (root / d).is_dir()], problems)
 
 
-def load_snapshot(
+def read_snapshot(
     repo: Path,
     commit: str,
     fleet: str,
@@ -221,11 +236,12 @@ def load_snapshot(
     prepared: Prepared | None = None,
 ) -> Snapshot:
     """Extract the fleet directories of ``commit`` under ``root`` (unless ``prepared``
-    already did) and validate fleet ``fleet`` there; when valid, resolve it and build its
-    cluster objects.
+    already did) and parse their files: the snapshot's ``documents`` and ``parsed``, not
+    yet validated (:func:`check_snapshot` does that, in place). The review compares the
+    documents of both refs for the lines of the change while the base is validated.
 
     ``exists`` is False when the commit has no ``inventory/FLEET`` (a fleet the change
-    adds or removes): the snapshot is then empty and valid. Raises
+    adds or removes): the snapshot is then empty and valid (no check is needed). Raises
     :class:`~swarm_infra.review.git.GitError` when git fails.
     """
     if prepared is None:
@@ -234,28 +250,87 @@ def load_snapshot(
         # No fleet on this side: no cluster and no rollout (review reads both as optional).
         empty = cast(DesiredState, {"nodes": {}, "cluster": None, "rollout": None})
         return Snapshot(fleet, commit, root, False, Report([]), state=empty, objects={})
-    root, paths, problems = prepared.root, prepared.paths, prepared.problems
-    captured: list[RawDocument] = []
-    base_load = cache.loader(root, files)
+    snap = Snapshot(fleet, commit, prepared.root, True, Report([]))
+    found, _ = find_files(prepared.paths)
+    docs, diags = cache.loader(prepared.root, files)(found)
+    snap.parsed = list(docs)
+    snap.documents = _documents(docs)
+    snap._read = (prepared, found, docs, diags)
+    return snap
 
-    def load(found: Sequence[Path]) -> tuple[list[RawDocument], list[Diagnostic]]:
-        docs, diags = base_load(found)
-        captured.extend(docs)
-        return docs, diags
 
-    result = validate(paths, load=load)
-    report = Report(
-        [*(dataclasses.replace(p, file=str(root / p.file)) for p in problems), *result.report.diagnostics]
+def check_snapshot(
+    snap: Snapshot, cache: ParseCache, files: dict[str, TreeFile], best_effort: bool = False
+) -> None:
+    """Validate the snapshot :func:`read_snapshot` read (with the documents it parsed), and
+    when valid, resolve it and build its cluster objects: ``report``, ``analysis``,
+    ``state``, ``objects`` set in place. A snapshot with no fleet is left as it is.
+
+    ``best_effort`` (the base of a review): an invalid snapshot is resolved too, from the
+    documents that passed their schema, so that a review can still compare and flag what
+    it can; when the resolver fails on it, ``resolve_error`` says why and ``state`` stays
+    None. :attr:`Snapshot.valid` stays False either way."""
+    if snap._read is None:
+        return
+    prepared, found, docs, diags = snap._read
+    snap._read = None
+    loader = cache.loader(prepared.root, files)
+
+    def load(paths: Sequence[Path]) -> tuple[list[RawDocument], list[Diagnostic]]:
+        if list(paths) == found:
+            return docs, diags  # the validator looks for the same files: read once
+        more, more_diags = loader(paths)
+        snap.parsed.extend(more)
+        snap.documents = _documents(snap.parsed)
+        return more, more_diags
+
+    result = validate(prepared.paths, load=load)
+    root = prepared.root
+    snap.report = Report(
+        [
+            *(dataclasses.replace(p, file=str(root / p.file)) for p in prepared.problems),
+            *result.report.diagnostics,
+        ]
     )
-    snap = Snapshot(fleet, commit, root, True, report, documents=_documents(captured), parsed=captured)
-    if not report.ok or result.analysis is None:
-        return snap
-    snap.analysis = result.analysis
-    snap.state = desired_state(result.analysis)
+    if result.analysis is None:
+        snap.resolve_error = "no document could be read"
+        return
+    if not snap.report.ok and not best_effort:
+        return
+    if snap.report.ok:
+        _resolve(snap, result.analysis)
+        return
+    # The resolver and the builder expect a validated fleet: on an invalid one any of their
+    # steps may fail, and the review then says that there is no plan diff, and why.
+    try:
+        _resolve(snap, result.analysis)
+    except Exception as exc:  # any failure means: this base cannot be compared
+        snap.analysis, snap.state, snap.objects = None, None, None
+        snap.resolve_error = f"{type(exc).__name__}: {exc}"
+
+
+def _resolve(snap: Snapshot, analysis: Analysis) -> None:
+    snap.analysis = analysis
+    snap.state = desired_state(analysis)
     try:
         snap.objects = {object_key(o): o for o in build(snap.state).all()}
     except ValueError as exc:  # a mesh topology too large for one ConfigMap
         snap.objects, snap.objects_error = {}, str(exc)
+
+
+def load_snapshot(
+    repo: Path,
+    commit: str,
+    fleet: str,
+    files: dict[str, TreeFile],
+    root: Path,
+    cache: ParseCache,
+    prepared: Prepared | None = None,
+) -> Snapshot:
+    """:func:`read_snapshot` and :func:`check_snapshot`: fleet ``fleet`` at ``commit``,
+    validated, and when valid resolved with its cluster objects."""
+    snap = read_snapshot(repo, commit, fleet, files, root, cache, prepared)
+    check_snapshot(snap, cache, files)
     return snap
 
 

@@ -356,9 +356,18 @@ def fleet_summary_blocks(fr: FleetReview, url: str | None, limit: int | None) ->
             + f"\n\n### ❌ The head is invalid: {errors} error(s)\n\nFix these; nothing else was reviewed."
         ]
     if fr.base_invalid:
-        return [
-            title + f"\n\nThe base is invalid ({fr.base_invalid} error(s)): no plan diff. The head is valid."
-        ]
+        said = (
+            "The plan diff below compares the head with what of the base resolves (the documents "
+            "with errors left out): it may show more or less than this change, and the risk flags "
+            "are judged on it."
+            if fr.base_resolved
+            else "It does not resolve, so there is no plan diff: no other risk flag could be checked."
+        )
+        title += (
+            f"\n\n### ❌ The base is invalid: {fr.base_invalid} error(s)\n\n"
+            f"The base commit does not validate (its errors are listed below); the head is valid. {said} "
+            "Fix the base first."
+        )
     return [title, *_flag_blocks(fr, url, limit), *_rollout_blocks(fr)]
 
 
@@ -372,17 +381,30 @@ def fleet_detail_blocks(fr: FleetReview, url: str | None, limit: int | None) -> 
             for p in fr.problems
         ]
         return [_table(["where", "rule", "path", "message"], rows, limit, "diagnostics")]
+    base = []
     if fr.base_invalid:
-        return []
+        rows = [
+            [links([p.location], url), code(f"{p.severity}[{p.rule}]"), code(p.path), text(p.message)]
+            for p in fr.base_problems
+        ]
+        base = [
+            "### The base's errors\n\n"
+            + _table(["where", "rule", "path", "message"], rows, limit, "diagnostics")
+        ]
+        if not fr.base_resolved:
+            return base
     name = text(fr.fleet)
     return [
-        _fold(b, f"{name}: details")
-        for b in (
-            *_node_blocks(fr, url, limit),
-            *_mesh_blocks(fr, url, limit),
-            *_object_blocks(fr, url, limit),
-            *_capacity_blocks(fr),
-        )
+        *base,
+        *(
+            _fold(b, f"{name}: details")
+            for b in (
+                *_node_blocks(fr, url, limit),
+                *_mesh_blocks(fr, url, limit),
+                *_object_blocks(fr, url, limit),
+                *_capacity_blocks(fr),
+            )
+        ),
     ]
 
 

@@ -170,7 +170,11 @@ class FleetReview:
     base_exists: bool
     head_exists: bool
     problems: list[Problem] = field(default_factory=list)  # the head's validator errors (and warnings)
-    base_invalid: int = 0  # errors in the base: no plan diff is possible
+    base_invalid: int = 0  # errors in the base (its diagnostics: base_problems)
+    base_problems: list[Problem] = field(default_factory=list)  # the base's validator errors
+    # With an invalid base: whether it still resolved (from the documents without errors),
+    # so that the plan diff and the other flags compare the head with that; else none.
+    base_resolved: bool = False
     nodes_changed: int = 0  # nodes whose desired state changes, peer lists aside (added and removed too)
     layers: list[str] = field(default_factory=list)  # layers with changes, in LAYERS order
     nodes: list[NodeChange] = field(default_factory=list)
