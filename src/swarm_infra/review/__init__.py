@@ -53,7 +53,7 @@ from .load import (
 from .locate import ChangeIndex, pick
 from .model import LAYER_TITLES, LAYERS, Flag, FleetReview, Location, Problem, Review
 
-__all__ = ["GitError", "Review", "review"]
+__all__ = ["GitError", "Review", "review", "summarize"]
 
 EXIT_OK, EXIT_BLOCK, EXIT_INVALID = 0, 1, 2
 # Where a node's change of each layer may come from, besides the node's own document.
@@ -369,19 +369,25 @@ def fleet_summary(fr: FleetReview) -> str:
 
 
 def summarize(r: Review) -> None:
-    """Set ``r.summary`` (status mark, then each fleet, then the rule files changed) and
-    ``r.exit_code``. A change of the rules is never ✅: it needs its code owners."""
+    """Set ``r.summary`` (status mark, then each fleet, then the rule files changed, then
+    the uncommitted files not reviewed) and ``r.exit_code``. A change of the rules is never
+    ✅: it needs its code owners; nor is a review that left uncommitted edits out."""
     if any(f.invalid for f in r.fleets):
         mark, r.exit_code = "❌", EXIT_INVALID
     elif any(f.blocking for f in r.fleets):
         mark, r.exit_code = "❌", EXIT_BLOCK
-    elif any(f.warnings or f.base_invalid for f in r.fleets) or r.rules_changed:
+    elif any(f.warnings or f.base_invalid for f in r.fleets) or r.rules_changed or r.uncommitted:
         mark, r.exit_code = "⚠️", EXIT_OK
     else:
         mark, r.exit_code = "✅", EXIT_OK
     body = "; ".join(fleet_summary(f) for f in r.fleets) if r.fleets else "no fleet changes"
     if r.rules_changed:
         body += f"; rules changed: {_plural(len(r.rules_changed), 'file')} (a code owner must approve)"
+    if r.uncommitted:
+        body += (
+            f"; NOT reviewed: uncommitted edits to {_plural(len(r.uncommitted), 'fleet or rule file')} "
+            "(commit them, or review with --worktree)"
+        )
     r.summary = f"{mark} {body}"
 
 

@@ -219,6 +219,9 @@ class Review:
     merge_base: bool = False
     rules_changed: list[str] = field(default_factory=list)  # rule files the change touches
     notes: list[str] = field(default_factory=list)  # what the reader must know (plain text)
+    # Fleet and rule files with uncommitted edits when the head is the checked-out commit:
+    # what this review did not read (``swarm review --worktree`` reads them).
+    uncommitted: list[str] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
         """The review as JSON data (``swarm review --format json``)."""
