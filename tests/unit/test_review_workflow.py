@@ -435,3 +435,114 @@ def test_worktree_reviews_uncommitted_edits_and_the_default_says_they_were_not(
     # The same working tree is the same commit, and so the same review.
     assert cli.main(["review", "--base", "HEAD", "--worktree", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["head"] == data["head"]
+
+
+# --- review.yml's own steps, run as the runner runs them -------------------------------------
+
+# What each step's `env:` takes from the event, and the value a run here gives it.
+_EVENT = {
+    "${{ github.event.pull_request.base.sha }}": "BASE",
+    "${{ github.event.pull_request.head.sha }}": "HEAD",
+    "${{ github.server_url }}/${{ github.repository }}": "URL",
+    "${{ steps.review.outputs.exit_code }}": "CODE",
+}
+
+
+def _step(name: str) -> dict[str, object]:
+    doc = yaml.safe_load((WORKFLOWS / "review.yml").read_text())
+    (step,) = [s for s in doc["jobs"]["review"]["steps"] if s.get("name", "").startswith(name)]
+    assert "${{" not in step["run"]  # event data reaches the shell through env only, quoted
+    return step
+
+
+def run_step(name: str, cwd: Path, values: dict[str, str], workspace: Path, runner_temp: Path) -> int:
+    """Run the ``run:`` of review.yml's step ``name`` as GitHub's runner does (``bash -e``,
+    its ``env:`` with the event's values, in its working directory under ``cwd``)."""
+    step = _step(name)
+    env = {**os.environ, "GITHUB_WORKSPACE": str(workspace), "RUNNER_TEMP": str(runner_temp)}
+    env["GITHUB_OUTPUT"] = str(runner_temp / "github_output")
+    env["PYTHONPATH"] = str(ROOT / "src")  # the reviewer venv's package: this checkout's
+    for key, expr in dict(step.get("env") or {}).items():  # type: ignore[call-overload]
+        env[key] = values[_EVENT[expr]]
+    where = cwd / str(step.get("working-directory", "."))
+    done = subprocess.run(["bash", "-e", "-c", str(step["run"])], cwd=where, env=env, capture_output=True)
+    return done.returncode
+
+
+def runner(tmp_path: Path) -> tuple[Path, Path]:
+    """A runner's $GITHUB_WORKSPACE with `reviewer/` (the base's code: this checkout's
+    scripts) and $RUNNER_TEMP with the reviewer's venv command, a console script as pip
+    writes it (it imports the installed package, never the working directory's)."""
+    workspace, temp = tmp_path / "ws", tmp_path / "rt"
+    shutil.copytree(SCRIPTS, workspace / "reviewer" / "scripts")
+    exe = temp / "reviewer-venv" / "bin" / "swarm"
+    exe.parent.mkdir(parents=True)
+    exe.write_text(f"#!{sys.executable}\nimport sys\nfrom swarm_infra.cli import main\nsys.exit(main())\n")
+    exe.chmod(0o755)
+    (temp / "github_output").write_text("")
+    return workspace, temp
+
+
+def test_the_workflow_steps_review_a_hostile_head_with_the_base_code(repo: Path, tmp_path: Path) -> None:
+    """A pull request that rewrites the review script, the library and a `swarm_infra`
+    package in the working directory to approve itself, and bumps a driver with no canary:
+    review.yml's step runs the base's script and package, so the comment is the real
+    review (blocking, with the rules changed listed), and the last step fails the job."""
+    base = git(repo, "rev-parse", "HEAD").strip()
+    git(repo, "checkout", "-qb", "pr")
+    (repo / "scripts").mkdir()
+    approve = '#!/bin/sh\nmkdir -p "$3"; printf \'✅ fine\\n<!-- swarm-review -->\\n\' > "$3/review.md"\n'
+    (repo / "scripts/review-pr.sh").write_text(approve + 'echo 0 > "$3/exit_code"\n')
+    for pkg in (repo / "swarm_infra", repo / "src/swarm_infra"):
+        (pkg / "cli").mkdir(parents=True)
+        (pkg / "__init__.py").write_text("")
+        (pkg / "cli/__init__.py").write_text("def main():\n    print('✅ approved')\n    return 0\n")
+    replace(
+        repo, "policies/shared/gpu-profiles.yaml", PROFILE, PROFILE.replace('branch: "570"', 'branch: "575"')
+    )
+    head = commit(repo, "approve myself")  # the head, checked out as the runner's `pr`
+    workspace, temp = runner(tmp_path)
+    values = {"BASE": base, "HEAD": head, "URL": "https://github.com/o/r", "CODE": ""}
+    pr = tmp_path / "checkout"
+    pr.mkdir()
+    repo.rename(pr / "pr")
+    assert run_step("Review the change", pr, values, workspace, temp) == 0
+    comment = (temp / "review" / "review.md").read_text()
+    assert comment.startswith("❌ example\\: ") and "driver-without-canary" in comment.splitlines()[0]
+    for path in ("scripts/review-pr\\.sh", "src/swarm\\_infra/cli/\\_\\_init\\_\\_\\.py"):
+        assert f"| <code>{path}</code> |" in comment  # listed as rules changed
+    assert "approved" not in comment and "fine" not in comment
+    code = (temp / "github_output").read_text()
+    assert code == "exit_code=1\n"
+    assert run_step("Fail on blocking", pr, {**values, "CODE": "1"}, workspace, temp) == 1
+    assert run_step("Fail on blocking", pr, {**values, "CODE": "0"}, workspace, temp) == 0
+    assert run_step("Fail on blocking", pr, {**values, "CODE": ""}, workspace, temp) == 1  # no review
+
+
+@pytest.mark.parametrize("kind", ["stale branch", "invalid head"])
+def test_the_workflow_step_compares_with_the_merge_base_and_posts_an_invalid_head(
+    repo: Path, tmp_path: Path, kind: str
+) -> None:
+    """review.yml's step, given the event's base.sha (main's tip, which moved on) and
+    head.sha: a branch made before main moved shows only its own change (a README: no
+    fleet change, exit 0); an invalid head is the comment (exit 2), not a skipped step."""
+    if kind == "stale branch":
+        base, head = stale_branch(repo)
+    else:
+        base = git(repo, "rev-parse", "HEAD").strip()
+        (repo / "inventory/example/sites.yaml").write_text("not: [valid\n")
+        head = commit(repo, "invalid head")
+    workspace, temp = runner(tmp_path)
+    (tmp_path / "checkout").mkdir()
+    repo.rename(tmp_path / "checkout" / "pr")
+    values = {"BASE": base, "HEAD": head, "URL": "https://github.com/o/r", "CODE": ""}
+    assert run_step("Review the change", tmp_path / "checkout", values, workspace, temp) == 0
+    comment = (temp / "review" / "review.md").read_text()
+    code = (temp / "github_output").read_text()
+    if kind == "stale branch":
+        assert comment.startswith("✅ no fleet changes\n" + MARKER) and code == "exit_code=0\n"
+    else:
+        assert comment.startswith("❌ example\\: the head is invalid") and code == "exit_code=2\n"
+        # The syntax error, linked to its line at the head commit (REPO_URL from the event).
+        assert f"(https://github.com/o/r/blob/{head}/inventory/example/sites.yaml#L" in comment
+        assert "<code>error\\[yaml\\.syntax\\]</code>" in comment
