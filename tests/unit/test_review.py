@@ -589,8 +589,11 @@ def test_cli_exit_codes_outputs_and_working_tree_untouched(
     assert "no commit named 'nope'" in capsys.readouterr().err
     assert cli.main(["review", "--base", "HEAD~1", "--fleet", "lab"]) == 2
     assert "no fleet named 'lab'" in capsys.readouterr().err
+    # Nothing committed changes, but the uncommitted edit was not reviewed: never ✅.
     assert cli.main(["review", "--base", "HEAD", "--head", "HEAD"]) == 0
-    assert capsys.readouterr().out.startswith("✅ no fleet changes\n")
+    assert capsys.readouterr().out.startswith(
+        "⚠️ no fleet changes; NOT reviewed\\: uncommitted edits to 1 fleet or rule file "
+    )
     (repo / "c.md").unlink()
     (repo / "f.md").unlink()
     assert git(repo, "status", "--porcelain") == status
