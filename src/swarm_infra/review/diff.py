@@ -235,11 +235,13 @@ def node_changes(
         tops = [(top, b.get(top, ABSENT), av) for top, av in a.items()]
         tops += [(top, bv, ABSENT) for top, bv in b.items() if top not in a]
         for top, bv, av in tops:
+            if top == "mesh" and isinstance(bv, dict) and isinstance(av, dict):
+                # Peer lists are the mesh section's (mesh_impact compares them): not twice.
+                bv = {k: v for k, v in bv.items() if k != "peers"}
+                av = {k: v for k, v in av.items() if k != "peers"}
             if bv is av or bv == av:
                 continue
             for path, old, new in leaf_diff(bv, av, (top,)):
-                if path[:2] == ("mesh", "peers"):
-                    continue
                 # The resolver shares identical parts between nodes (a profile's settings):
                 # the same (path, old, new) objects fold without being encoded again.
                 memo = (path, id(old), id(new))
