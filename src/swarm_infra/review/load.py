@@ -37,6 +37,26 @@ DocKey = tuple[str, str]  # kind, metadata.name
 T = TypeVar("T")
 
 
+_Parsed = tuple[list[RawDocument], list[Diagnostic]]  # a file's documents and the loader's diagnostics
+
+
+def _parse_files(names: list[str]) -> list[_Parsed]:
+    """:func:`~swarm_infra.fleet.loader.parse_file` of each of ``names``, in a worker."""
+    return [parse_file(name) for name in names]
+
+
+def chunks(items: Sequence[T], n: int) -> list[Sequence[T]]:
+    """``items`` in at most ``n`` consecutive, non-empty slices of about equal length."""
+    n = max(1, min(n, len(items)))
+    size, extra = divmod(len(items), n)
+    out, start = [], 0
+    for i in range(n):
+        end = start + size + (i < extra)
+        out.append(items[start:end])
+        start = end
+    return [c for c in out if c]
+
+
 class ParseCache:
     """Parsed documents by Git blob id, shared by the refs of one review.
 
@@ -46,8 +66,9 @@ class ParseCache:
 
     def __init__(self) -> None:
         self._parsed: dict[str, tuple[str, list[RawDocument], list[Diagnostic]]] = {}
-        # Blobs being parsed by the pool: blob -> (the file name it is parsed as, its result).
-        self._pending: dict[str, tuple[str, Future[tuple[list[RawDocument], list[Diagnostic]]]]] = {}
+        # Blobs being parsed by the pool: blob -> (the file name it is parsed as, the job, its
+        # place in the job's results).
+        self._pending: dict[str, tuple[str, Future[list[_Parsed]], int]] = {}
         self._pool: ProcessPoolExecutor | None = None
 
     def prefetch(self, sides: Sequence[tuple[Path, dict[str, TreeFile], Sequence[Path]]]) -> None:
@@ -57,11 +78,16 @@ class ParseCache:
         once, in order (the head's first): only when they add up to the loader's
         :data:`~swarm_infra.fleet.loader.PARALLEL_MIN_BYTES` (smaller fleets parse in
         this process when asked, as :func:`~swarm_infra.fleet.loader.load_documents`
-        does). The loader then takes their documents as they come."""
+        does). The loader then takes their documents as they come.
+
+        The first side's files are parsed one job each, on every worker; the other sides'
+        files in :meth:`workers` jobs (one on a 2-core machine), so that while this process
+        validates and resolves the first side, one core stays its own."""
         cpus = os.cpu_count() or 1
         wanted: dict[str, str] = {}  # blob -> file name, in order
+        first: set[str] = set()  # the blobs of the first side
         size = 0
-        for root, files, paths in sides:
+        for i, (root, files, paths) in enumerate(sides):
             found, _ = find_files(paths)
             for p in found:
                 entry = files.get(os.path.relpath(p, root))
@@ -70,14 +96,30 @@ class ParseCache:
                 if entry.blob in self._parsed or entry.blob in self._pending or entry.blob in wanted:
                     continue
                 wanted[entry.blob] = str(p)
+                if i == 0:
+                    first.add(entry.blob)
                 with contextlib.suppress(OSError):
                     size += p.stat().st_size
         if cpus < 2 or len(wanted) < 2 or size < PARALLEL_MIN_BYTES:
             return
         if self._pool is None:
             self._pool = ProcessPoolExecutor(cpus)
+        later: list[tuple[str, str]] = []
         for blob, name in wanted.items():
-            self._pending[blob] = (name, self._pool.submit(parse_file, name))
+            if blob in first:
+                self._pending[blob] = (name, self._pool.submit(_parse_files, [name]), 0)
+            else:
+                later.append((blob, name))
+        for chunk in chunks(later, self.workers()):
+            future = self._pool.submit(_parse_files, [name for _, name in chunk])
+            for i, (blob, name) in enumerate(chunk):
+                self._pending[blob] = (name, future, i)
+
+    @staticmethod
+    def workers() -> int:
+        """How many jobs to split background work into while this process works too: all
+        cores but one (at least one), so that this process keeps a core of its own."""
+        return max(1, (os.cpu_count() or 1) - 1)
 
     def submit(self, fn: Callable[..., T], *args: Any) -> Future[T] | None:
         """Run ``fn(*args)`` in the worker processes :meth:`prefetch` started (a picklable
@@ -94,8 +136,8 @@ class ParseCache:
 
     def _collect(self, blob: str) -> None:
         """Move a prefetched blob's parse into the cache (waiting for it)."""
-        name, future = self._pending.pop(blob)
-        docs, diags = future.result()
+        name, future, i = self._pending.pop(blob)
+        docs, diags = future.result()[i]
         self._parsed[blob] = (name, docs, diags)
 
     def loader(self, root: Path, files: dict[str, TreeFile]) -> DocumentLoader:

@@ -10,13 +10,13 @@ changed). Findings then ask for the changed lines of the documents behind them.
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from typing import Any, Literal, cast
 
 from ..fleet.diagnostics import Diagnostic, Finding, PathPart
 from ..fleet.marks import locate_all
-from .load import DocKey, Snapshot
+from .load import DocKey, ParseCache, Snapshot, chunks
 from .model import Location
 
 MAX_PATHS_PER_DOCUMENT = 20  # changed fields located per document (the first, in document order)
@@ -56,13 +56,14 @@ def _starts(path: tuple[PathPart, ...], prefix: tuple[PathPart, ...]) -> bool:
     return path[: len(prefix)] == prefix or prefix[: len(path)] == path
 
 
-def _locate(findings: list[Finding]) -> list[Diagnostic]:
-    """:func:`~swarm_infra.fleet.marks.locate_all` of one file's findings, in a worker of
-    the review's pool (the cyclic GC off: the composed graph all survives until it answers)."""
+def _locate(files: Sequence[list[Finding]]) -> list[Diagnostic]:
+    """:func:`~swarm_infra.fleet.marks.locate_all` of each file's findings, one file after
+    the other, in a worker of the review's pool (the cyclic GC off: a composed graph all
+    survives until it is answered)."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return locate_all(findings)
+        return [d for findings in files for d in locate_all(findings)]
     finally:
         if was_enabled:
             gc.enable()
@@ -110,7 +111,9 @@ class ChangeIndex:
             by_file.setdefault(f.source.file, []).append(f)
         self._pending: list[Future[list[Diagnostic]]] | None = None
         if submit is not None and len(by_file) > 1:
-            futures = [submit(_locate, found) for found in by_file.values()]
+            # In as many jobs as leave this process a core of its own: it validates and
+            # resolves the base meanwhile, the longer task.
+            futures = [submit(_locate, part) for part in chunks(list(by_file.values()), ParseCache.workers())]
             if all(f is not None for f in futures):
                 self._pending = cast(list[Future[list[Diagnostic]]], futures)
         if self._pending is None:
