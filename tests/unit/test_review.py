@@ -383,7 +383,13 @@ def test_full_mesh_to_hub_and_spoke(repo: Path) -> None:
     assert set(spokes) <= removed
     assert all(w.file == mesh for p in fr.mesh.peers for w in p.where)
     assert flags(r) == {} and r.exit_code == 0  # peers only: wg syncconf, no tunnel drops
-    assert ("changed", "ConfigMap", "swarm-mesh-topology") in {(o.change, o.kind, o.name) for o in fr.objects}
+    # The topology ConfigMap's edges: those lost and those gained, not the whole list.
+    (topo,) = [o for o in fr.objects if o.kind == "ConfigMap" and o.name == "swarm-mesh-topology"]
+    eb, ea = before["cluster"]["mesh"]["edges"], after["cluster"]["mesh"]["edges"]
+    lost, gained = [e for e in eb if e not in ea], [e for e in ea if e not in eb]
+    assert lost and not gained  # fra1's nodes keep only their hub, which keeps its edges
+    edges = {f.path: (f.before, f.after) for f in topo.fields}["data.topology.json.edges"]
+    assert edges == ({"removed": [list(e) for e in lost]}, {"added": [list(e) for e in gained]})
 
 
 def test_mesh_address_change_on_a_relay_restarts_its_tunnels(repo: Path) -> None:

@@ -177,6 +177,16 @@ def test_enabling_mig_multiplies_the_units_kueue_counts(repo: Path) -> None:
     assert row.units_per_gpu == [1, 2]
     assert row.device_units == [old["gpus"], 2 * flavor["gpus"]]
     assert f"{old['gpus']} → **{2 * flavor['gpus']}**" in render(r)
+    # acme-ai's Ray workers ask for the same GPUs in the new units, shown leaf by leaf in
+    # the RayCluster's worker group (by its groupName), not as the whole list.
+    (ray,) = [o for o in r.fleets[0].objects if o.kind == "RayCluster" and o.name == "acme-ai"]
+    container = f"spec.workerGroupSpecs[{flavor['name']}].template.spec.containers[ray-worker].resources"
+    gpu = {f.path: (f.before, f.after) for f in ray.fields}
+    old_req = gpu[f"{container}.requests.nvidia.com/gpu"]
+    assert old_req == gpu[f"{container}.limits.nvidia.com/gpu"] and len(gpu) == 2
+    assert int(old_req[1]) == int(old_req[0]) * flavor["units_per_gpu"] // old["units_per_gpu"]
+    escaped = re.sub(r"([.\[\]])", r"\\\1", f"{container}.requests.nvidia.com/gpu")
+    assert f"<code>{escaped}</code>: <code>{old_req[0]}</code> → <code>{old_req[1]}</code>" in render(r)
     h100 = sorted(n for n in after["nodes"] if "H100-SXM5-80GB" in models_of(after, n))
     assert r.fleets[0].nodes_changed == len(h100)
     assert list(flags(r)) == (["rollout-step-exceeded"] if len(h100) > step(after) else [])

@@ -6,8 +6,8 @@ changes (never cut), then the details (the head's validation problems, node chan
 layer, the mesh, cluster objects, capacity). Long tables sit in collapsed ``<details>``.
 With a ``limit`` (GitHub's 65,536 characters) lists are capped and whole detail blocks are
 cut from the end, with a last line naming what was left out and where the full report is
-(CI's artifact); values are cut to :data:`VALUE_CHARS` in the comment, whole in the full
-report.
+(CI's artifact); values are cut to :data:`VALUE_CHARS` in the comment and field paths to
+:data:`PATH_CHARS` from their start (the leaf stays), both whole in the full report.
 
 Everything that comes from the fleet (names, values, messages, file names) is escaped:
 in prose every character that can start Markdown syntax inline is backslash-escaped and ``& < > "`` become
@@ -84,6 +84,18 @@ def value(v: Any) -> str:
     return code(json.dumps(v, sort_keys=True, separators=(",", ":")), limit)
 
 
+PATH_CHARS = 160  # the most of a field's path shown in the comment (its end: the leaf)
+
+
+def field_path(path: str) -> str:
+    """A changed field's path in ``<code>``: whole in the full report; in the comment at most
+    :data:`PATH_CHARS`, cut at the start, so that the leaf it names stays
+    (``…containers[ray-worker].resources.requests.nvidia.com/gpu``)."""
+    if not _FULL[0] and len(path) > PATH_CHARS:
+        path = "…" + path[-(PATH_CHARS - 1) :]
+    return code(path, 10**9)
+
+
 def link(loc: Location, repo_url: str | None) -> str:
     """``file:line`` as a link to that line at its commit (when ``repo_url`` is known)."""
     label = f"{loc.file}:{loc.line}" + (" (base)" if loc.ref == "base" else "")
@@ -120,10 +132,10 @@ def _change_text(c: NodeChange) -> str:
     if not c.field:
         return f"node {c.change}"
     if c.change == "added":
-        return f"{code(c.field)} = {value(c.after)} (added)"
+        return f"{field_path(c.field)} = {value(c.after)} (added)"
     if c.change == "removed":
-        return f"{code(c.field)} removed (was {value(c.before)})"
-    return f"{code(c.field)} {value(c.before)} → {value(c.after)}"
+        return f"{field_path(c.field)} removed (was {value(c.before)})"
+    return f"{field_path(c.field)} {value(c.before)} → {value(c.after)}"
 
 
 def _table(
@@ -233,7 +245,7 @@ def _object_blocks(fr: FleetReview, url: str | None, limit: int | None) -> list[
         o = members[0]
         objs = [f"{x.namespace}/{x.name}" if x.namespace else x.name for x in members]
         shown = o.fields if limit is None else o.fields[:8]
-        fields = "<br>".join(f"{code(f.path)}: {value(f.before)} → {value(f.after)}" for f in shown)
+        fields = "<br>".join(f"{field_path(f.path)}: {value(f.before)} → {value(f.after)}" for f in shown)
         if len(shown) < len(o.fields):
             fields += f"<br>… {len(o.fields) - len(shown)} more field(s)"
         where = sorted({loc for x in members for loc in x.where})[:4]
@@ -301,7 +313,7 @@ def _capacity_row(r: CapacityRow) -> list[str]:
 def _rollout_blocks(fr: FleetReview) -> list[str]:
     if not fr.rollout:
         return []
-    rows = [[code(c.path), value(c.before), value(c.after)] for c in fr.rollout]
+    rows = [[field_path(c.path), value(c.before), value(c.after)] for c in fr.rollout]
     return ["### Rollout\n\n" + _table(["field", "before", "after"], rows, None, "")]
 
 
