@@ -240,7 +240,7 @@ def test_flags_come_first_and_are_never_cut(repo: Path) -> None:
     comment = render(r, 1500)
     assert len(comment) <= 1500
     assert "rollout\\-loosened" in comment or "rollout-loosened" in comment
-    assert "Cut here to fit a comment" in comment and "swarm-review" in comment
+    assert "Left out to fit a comment" in comment and "swarm-review" in comment
     full = render(r, None)
     assert full.index("### Risk flags") < full.index("### Nodes")
     assert re.search(r"power\\_limit\\_w|power_limit_w", full)
