@@ -179,3 +179,30 @@ def test_a_readme_only_change_reviews_no_fleet(repo: Path) -> None:
     assert (r.fleets, r.rules_changed, r.exit_code) == ([], [], 0)
     assert r.summary == "✅ no fleet changes" and state(repo) == before
     assert render(r).startswith("✅ no fleet changes\n" + MARKER)
+
+
+def test_the_worker_pool_gives_the_same_review(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large fleet is parsed, and its changes located, in worker processes (the base's
+    files and the line marks in one job, beside this process's own work); the example fleet
+    is too small for that, so the threshold is lowered here: the same review either way."""
+    from swarm_infra.review import load
+
+    replace(repo, "policies/shared/gpu-profiles.yaml", "power_limit_w: 650", "power_limit_w: 600")
+    with (repo / SITES).open("a") as f:
+        f.write(OSA1_SITE)
+    (repo / "inventory/example/nodes/osa1.yaml").write_text(OSA1_NODES)
+    commit(repo)
+    alone = review(repo, "HEAD~1", "HEAD")
+    started: list[int] = []
+    real = load.ProcessPoolExecutor
+
+    def pool(workers: int) -> object:
+        started.append(workers)
+        return real(workers)
+
+    monkeypatch.setattr(load, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(load, "ProcessPoolExecutor", pool)
+    pooled = review(repo, "HEAD~1", "HEAD")
+    assert started  # the pool did run
+    assert pooled.as_json() == alone.as_json() and render(pooled) == render(alone)
+    assert any(c.field == "power_limit_w" for c in pooled.fleets[0].nodes)
