@@ -1,6 +1,7 @@
 """``swarm review`` of the 10,000-node synthetic fleet, and how it grows with the change.
 
-    python benchmarks/bench_review.py [--nodes 10000] [--runs 3]
+    python benchmarks/bench_review.py [--nodes 10000] [--runs 3] [--sizes 2500,5000,10000]
+                                      [--compare REF] [--only-sizes]
 
 A temporary Git repository holds ``gen_fleet.py``'s fleet as ``inventory/bench`` (one
 commit), and one branch per change on top of it, each changing the GPU power limit of
@@ -13,11 +14,18 @@ more nodes:
 - ``2 GpuProfiles``, ``4 GpuProfiles``: the same on half and on every GPU node;
 - ``no fleet change``: a commit that touches nothing the fleet reads (the fixed cost).
 
-Then, side by side at 2,500, 5,000 and 10,000 nodes (``--sizes``), a label added to every
-node: ``folded`` (the same value everywhere: one change folded over all nodes) and
-``distinct`` (a value of its own per node: nothing folds, every Node object changes), so
-that growth with the fleet shows (targets at 10,000: <= 3 s folded, <= 5 s distinct,
-<= 1 GiB).
+Then, side by side at 2,500, 5,000 and 10,000 nodes (``--sizes``), so that growth with the
+fleet shows, three changes of every node (targets at 10,000: <= 3 s for one policy and
+folded, <= 5 s distinct, <= 1 GiB):
+
+- ``policy``: one policy changes, the HostProfile every node has (``swappiness`` 10 -> 20):
+  one change folded over all nodes, the node files untouched;
+- ``folded``: a label added to every node file, the same value everywhere (one change folded
+  over all nodes, and every node file and Node object changes);
+- ``distinct``: a label of its own on every node (nothing folds).
+
+``--compare REF``: each of those also with the library as it is at git ``REF`` (``git archive
+REF src schemas``), the two run alternately, so that both see the same load.
 
 Each run is a fresh ``swarm review --base main --head BRANCH --out FILE`` process, timed
 from outside (wall, CPU, peak RSS from ``wait4``); the figure is the median of ``--runs``.
@@ -28,11 +36,13 @@ times.
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import re
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -88,10 +98,15 @@ def capped_sites(policies: Path, sites: int) -> None:
     )
 
 
-def run_once(repo: Path, head: str, out: Path) -> dict[str, float]:
+def run_once(repo: Path, head: str, out: Path, library: Path | None = None) -> dict[str, float]:
+    """One fresh ``swarm review`` process (with the package under ``library`` first on the
+    path when given): wall, CPU and peak RSS of it and its workers."""
     cmd = [sys.executable, "-m", "swarm_infra.cli", "review", "--base", "main", "--head", head]
+    env = dict(os.environ)
+    if library is not None:
+        env["PYTHONPATH"] = f"{library}{os.pathsep}{env.get('PYTHONPATH', '')}"
     t0 = time.perf_counter()
-    proc = subprocess.Popen([*cmd, "--out", str(out)], cwd=repo, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([*cmd, "--out", str(out)], cwd=repo, stderr=subprocess.PIPE, text=True, env=env)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     summary = proc.stderr.read() if proc.stderr else ""
@@ -112,8 +127,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=10_000)
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--sizes", default="2500,5000,10000", help="fleet sizes of the label cases")
+    ap.add_argument("--sizes", default="2500,5000,10000", help="fleet sizes of the every-node cases")
+    ap.add_argument("--compare", metavar="REF", help="also run the every-node cases with the library at REF")
+    ap.add_argument("--only-sizes", action="store_true", help="only the every-node cases at --sizes")
     args = ap.parse_args()
+    sizes = [int(x) for x in args.sizes.split(",") if x]
+    if args.only_sizes:
+        scaling(sizes, args.runs, args.compare)
+        return
     with tempfile.TemporaryDirectory(prefix="bench-review-") as tmp:
         repo = Path(tmp) / "repo"
         fleet = repo / "inventory" / "bench"
@@ -162,7 +183,7 @@ def main() -> None:
                 flush=True,
             )
         print("\ntargets (1 GpuProfile, a quarter of the nodes): <= 5 s, <= 1024 MiB peak")
-    scaling([int(x) for x in args.sizes.split(",") if x], args.runs)
+    scaling(sizes, args.runs, args.compare)
 
 
 def label_every_node(fleet: Path, distinct: bool) -> None:
@@ -177,42 +198,64 @@ def label_every_node(fleet: Path, distinct: bool) -> None:
         )
 
 
-def scaling(sizes: list[int], runs: int) -> None:
-    """A label on every node, folded and distinct, at each size: one line per size."""
+def swappiness(policies: Path) -> None:
+    """The HostProfile every node has (``tuned``, assigned to all): swappiness 10 -> 20."""
+    text = policies.read_text()
+    assert text.count("  swappiness: 10\n") == 1
+    policies.write_text(text.replace("  swappiness: 10\n", "  swappiness: 20\n"))
+
+
+CASES = ("policy", "folded", "distinct")
+
+
+def scaling(sizes: list[int], runs: int, compare: str | None = None) -> None:
+    """Every node changed, three ways (:data:`CASES`), at each size: one line per size and
+    library (this tree, and with ``compare`` the library at that ref, run alternately)."""
     if not sizes:
         return
-    print(f"\nA label added to every node (median of {runs}):\n")
-    print(
-        f"{'nodes':>6} | {'folded wall':>11} {'cpu':>6} {'MiB':>5} "
-        f"| {'distinct wall':>13} {'cpu':>6} {'MiB':>5}"
-    )
-    print("-" * 66)
-    for n in sizes:
-        with tempfile.TemporaryDirectory(prefix="bench-review-") as tmp:
-            repo = Path(tmp) / "repo"
-            fleet = repo / "inventory" / "bench"
-            generate(fleet, n, 200)
-            git(repo, "init", "-q", "-b", "main")
-            git(repo, "add", "-A")
-            git(repo, "commit", "-qm", "fleet")
-            branch(repo, "folded", lambda f=fleet: label_every_node(f, False))
-            branch(repo, "distinct", lambda f=fleet: label_every_node(f, True))
-            cells = []
-            for head in ("folded", "distinct"):
-                rs = [run_once(repo, head, Path(tmp) / f"{head}.md") for _ in range(runs)]
-                assert f"{n} nodes change" in str(rs[0]["summary"]), rs[0]["summary"]
-                cells.append(
-                    (
-                        statistics.median(r["wall"] for r in rs),
-                        statistics.median(r["cpu"] for r in rs),
-                        max(r["peak_mib"] for r in rs),
-                    )
-                )
-            (fw, fc, fm), (dw, dc, dm) = cells
-            print(
-                f"{n:>6} | {fw:>10.2f}s {fc:>5.2f}s {fm:>5.0f} | {dw:>12.2f}s {dc:>5.2f}s {dm:>5.0f}",
-                flush=True,
-            )
+    with tempfile.TemporaryDirectory(prefix="bench-review-lib-") as lib:
+        libraries: list[tuple[str, Path | None]] = [("this tree", None)]
+        if compare:
+            archive = subprocess.run(
+                ["git", "-C", str(HERE.parent), "archive", compare, "src", "schemas"],
+                capture_output=True,
+                check=True,
+            ).stdout
+            with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+                tar.extractall(lib, filter="data")
+            libraries.append((compare, Path(lib) / "src"))
+        print(
+            f"\nEvery node changed (median of {runs}; load average {os.getloadavg()[0]:.2f} at the start):\n"
+        )
+        header = " | ".join(f"{c + ' wall':>13} {'cpu':>6} {'MiB':>5}" for c in CASES)
+        print(f"{'nodes':>6} {'library':<12} | {header}")
+        print("-" * (22 + 29 * len(CASES)))
+        for n in sizes:
+            with tempfile.TemporaryDirectory(prefix="bench-review-") as tmp:
+                repo = Path(tmp) / "repo"
+                fleet = repo / "inventory" / "bench"
+                generate(fleet, n, 200)
+                git(repo, "init", "-q", "-b", "main")
+                git(repo, "add", "-A")
+                git(repo, "commit", "-qm", "fleet")
+                branch(repo, "policy", lambda f=fleet: swappiness(f / "policies.yaml"))
+                branch(repo, "folded", lambda f=fleet: label_every_node(f, False))
+                branch(repo, "distinct", lambda f=fleet: label_every_node(f, True))
+                results: dict[tuple[str, str], list[dict[str, float]]] = {}
+                for head in CASES:
+                    for _ in range(runs):
+                        for label, library in libraries:  # alternately: the same load for both
+                            r = run_once(repo, head, Path(tmp) / f"{head}.md", library)
+                            assert f"{n} nodes change" in str(r["summary"]), r["summary"]
+                            results.setdefault((label, head), []).append(r)
+                for label, _ in libraries:
+                    cells = []
+                    for head in CASES:
+                        rs = results[(label, head)]
+                        wall = statistics.median(r["wall"] for r in rs)
+                        cpu = statistics.median(r["cpu"] for r in rs)
+                        cells.append(f"{wall:>12.2f}s {cpu:>5.2f}s {max(r['peak_mib'] for r in rs):>5.0f}")
+                    print(f"{n:>6} {label[:12]:<12} | " + " | ".join(cells), flush=True)
 
 
 if __name__ == "__main__":

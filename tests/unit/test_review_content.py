@@ -135,7 +135,9 @@ def test_a_priority_raised_across_tenants_is_a_risk_flag(repo: Path) -> None:
     assert flag.reason.startswith(
         "helix-labs can now preempt acme-ai: its batch workloads may evict acme-ai's production ones"
     )
-    assert flag.action == "warn"
+    assert flag.action == "warn" and r.exit_code == 0  # the base's ReviewPolicy: warn
+    (prio,) = [o for o in r.fleets[0].objects if o.kind == "WorkloadPriorityClass" and o.name == "batch"]
+    assert [(f.path, f.before, f.after) for f in prio.fields] == [("value", 1000, 200000)]
 
 
 def test_a_renamed_node_shows_its_new_mesh_address(repo: Path) -> None:
@@ -152,6 +154,10 @@ def test_a_renamed_node_shows_its_new_mesh_address(repo: Path) -> None:
     assert (addr.before, addr.after, addr.nodes) == (old, new, ["fra1-gpu-99"])
     esc = [x.replace(".", "\\.").replace("/", "/") for x in (old, new)]
     assert f"<code>{esc[0]}</code> → <code>{esc[1]}</code>" in render(r)
+    # The Kubernetes Node is removed and another added: pods on the old one lose their node,
+    # which the H100 quota counts on (a warning, exit 0).
+    assert list(flags(r)) == ["node-removed-backing-quota"] and r.exit_code == 0
+    assert "fra1-gpu-10 (8 x H100-SXM5-80GB) is removed" in flags(r)["node-removed-backing-quota"][0].reason
 
 
 def test_enabling_mig_multiplies_the_units_kueue_counts(repo: Path) -> None:
@@ -171,6 +177,20 @@ def test_enabling_mig_multiplies_the_units_kueue_counts(repo: Path) -> None:
     assert row.units_per_gpu == [1, 2]
     assert row.device_units == [old["gpus"], 2 * flavor["gpus"]]
     assert f"{old['gpus']} → **{2 * flavor['gpus']}**" in render(r)
+    # acme-ai's Ray workers ask for the same GPUs in the new units, shown leaf by leaf in
+    # the RayCluster's worker group (by its groupName), not as the whole list.
+    (ray,) = [o for o in r.fleets[0].objects if o.kind == "RayCluster" and o.name == "acme-ai"]
+    container = f"spec.workerGroupSpecs[{flavor['name']}].template.spec.containers[ray-worker].resources"
+    gpu = {f.path: (f.before, f.after) for f in ray.fields}
+    old_req = gpu[f"{container}.requests.nvidia.com/gpu"]
+    assert old_req == gpu[f"{container}.limits.nvidia.com/gpu"] and len(gpu) == 2
+    assert int(old_req[1]) == int(old_req[0]) * flavor["units_per_gpu"] // old["units_per_gpu"]
+    escaped = re.sub(r"([.\[\]])", r"\\\1", f"{container}.requests.nvidia.com/gpu")
+    assert f"<code>{escaped}</code>: <code>{old_req[0]}</code> → <code>{old_req[1]}</code>" in render(r)
+    h100 = sorted(n for n in after["nodes"] if "H100-SXM5-80GB" in models_of(after, n))
+    assert r.fleets[0].nodes_changed == len(h100)
+    assert list(flags(r)) == (["rollout-step-exceeded"] if len(h100) > step(after) else [])
+    assert r.exit_code == 0
 
 
 def test_a_loosened_rollout_is_shown_and_flagged(repo: Path) -> None:
@@ -220,7 +240,7 @@ def test_flags_come_first_and_are_never_cut(repo: Path) -> None:
     comment = render(r, 1500)
     assert len(comment) <= 1500
     assert "rollout\\-loosened" in comment or "rollout-loosened" in comment
-    assert "Cut here to fit a comment" in comment and "swarm-review" in comment
+    assert "Left out to fit a comment" in comment and "swarm-review" in comment
     full = render(r, None)
     assert full.index("### Risk flags") < full.index("### Nodes")
     assert re.search(r"power\\_limit\\_w|power_limit_w", full)
@@ -315,6 +335,8 @@ def test_a_sysctl_added_to_a_host_profile(repo: Path) -> None:
     line = line_of(repo, HOSTS, "net.ipv4.tcp_fastopen")
     assert [(w.file, w.line) for w in c.where] == [(HOSTS, line)]
     assert "<code>sysctls\\.net\\.ipv4\\.tcp\\_fastopen</code> = <code>3</code> (added)" in render(r)
+    assert list(flags(r)) == (["rollout-step-exceeded"] if len(gained) > step(after) else [])
+    assert r.exit_code == 0
 
 
 def test_reformatting_only_changes_nothing(repo: Path) -> None:
@@ -387,7 +409,7 @@ def test_a_new_relay_is_a_relay_gained(repo: Path) -> None:
     assert [(c.layer, c.before, c.after, c.nodes) for c in roles] == [
         ("node", base["nodes"][node]["roles"], after["nodes"][node]["roles"], [node])
     ]
-    assert "mesh-restart-on-relay-or-hub" not in flags(r)
+    assert flags(r) == {} and r.exit_code == 0  # no tunnel drops: nothing to flag
     assert node in r.as_json()["fleets"][0]["mesh"]["relays_gained"]
     # The comment shows it too (it said "No WireGuard change" when no peer changed).
     md = render(r)

@@ -335,3 +335,214 @@ def test_the_rule_files_are_one_list_in_the_library_the_workflows_and_the_apply_
         ["grep", "-cE", regex], input="inventory/lab/nodes.yaml\nREADME.md\n", capture_output=True, text=True
     )
     assert int(proc.stdout or 0) == 0
+
+
+# --- an invalid base, uncommitted edits (issue #25, items 8 and 11) ---------------------------
+
+
+def _break_then_fix(repo: Path, path: str, old: str, new: str) -> int:
+    """Commit ``path`` with ``old`` replaced by ``new`` (a base that does not validate), then
+    a head that restores it and lowers a power limit. Returns the broken line's number."""
+    text = (repo / path).read_text()
+    replace(repo, path, old, new)
+    line = next(i for i, x in enumerate((repo / path).read_text().splitlines(), 1) if new in x)
+    commit(repo, "a broken base")
+    (repo / path).write_text(text)
+    replace(repo, "policies/shared/gpu-profiles.yaml", PROFILE, PROFILE.replace("300", "250"))
+    commit(repo, "fix the base, lower a power limit")
+    return line
+
+
+def test_an_invalid_base_that_resolves_still_shows_the_plan_and_its_flags(repo: Path) -> None:
+    """The base's Mesh file does not parse: the base-invalid flag blocks (exit 1), the
+    comment says so before anything else, lists the base's error at its line, and still
+    shows the change and the flags judged against what of the base resolves (here the
+    Mesh appears, which the change did not add: the comment says the diff may show more)."""
+    mesh = "policies/example/mesh.yaml"
+    line = _break_then_fix(repo, mesh, "kind: Mesh", "kind: Mesh: [")
+    r = review(repo, "HEAD~1")
+    fr = r.fleets[0]
+    assert r.exit_code == 1 and fr.base_invalid == 1 and fr.base_resolved
+    assert [(p.rule, p.location.file, p.location.line, p.location.ref) for p in fr.base_problems] == [
+        ("yaml.syntax", mesh, line, "base")
+    ]
+    rules = [f.rule for f in fr.flags]
+    assert rules[0] == "base-invalid" and fr.flags[0].action == "block"
+    assert "rollout-step-exceeded" in rules  # judged against what of the base resolves
+    (power,) = [c for c in fr.nodes if c.field == "power_limit_w"]
+    assert (power.before, power.after) == (300, 250)
+    assert r.summary.startswith(
+        "❌ example: the base is invalid (1 error): compared with what of it resolves, "
+    )
+    md = render(r)
+    assert "### ❌ The base is invalid: 1 error(s)" in md and "may show more or less than this change" in md
+    assert md.index("The base is invalid") < md.index("### Risk flags") < md.index("### The base's errors")
+    assert f"<code>policies/example/mesh\\.yaml\\:{line} (base)</code> | <code>error\\[yaml\\.syntax\\]" in md
+    assert "<code>power\\_limit\\_w</code> <code>300</code> → <code>250</code>" in md
+    assert r.as_json()["fleets"][0]["base_problems"][0]["rule"] == "yaml.syntax"
+
+
+def test_an_invalid_base_that_does_not_resolve_says_there_is_no_plan(repo: Path) -> None:
+    """The base's Sites file does not parse: its nodes name sites the base no longer has,
+    so it cannot be resolved: only base-invalid (exit 1), and the comment says why."""
+    sites = "inventory/example/sites.yaml"
+    line = _break_then_fix(repo, sites, "kind: Site", "kind: Site: [")
+    r = review(repo, "HEAD~1")
+    fr = r.fleets[0]
+    assert r.exit_code == 1 and fr.base_invalid == 1 and not fr.base_resolved
+    assert [f.rule for f in fr.flags] == ["base-invalid"] and fr.nodes == [] and fr.objects == []
+    assert [(p.location.file, p.location.line) for p in fr.base_problems] == [(sites, line)]
+    assert r.summary == (
+        "❌ example: the base is invalid (1 error) and does not resolve, so there is no plan diff; "
+        "1 blocking: base-invalid"
+    )
+    md = render(r)
+    assert "It does not resolve, so there is no plan diff: no other risk flag could be checked." in md
+    assert "| ❌ block | <code>base-invalid</code> |" in md and "### The base's errors" in md
+
+
+def test_worktree_reviews_uncommitted_edits_and_the_default_says_they_were_not(
+    repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Uncommitted edits: by default the review reads commits only, and its first line says
+    the edits were NOT reviewed (⚠️, never ✅); ``--worktree`` reviews them (tracked and
+    untracked files, as ``git add -A`` would commit them), leaving the index, HEAD and the
+    branches as they were."""
+    replace(repo, "policies/shared/gpu-profiles.yaml", PROFILE, PROFILE.replace("300", "250"))
+    profile = repo / "inventory/example/extra.yaml"
+    profile.write_text("---\napiVersion: swarm.io/v1alpha1\nkind: Site\n")  # untracked, invalid
+    before = (git(repo, "status", "--porcelain"), git(repo, "rev-parse", "HEAD"), git(repo, "branch"))
+    monkeypatch.chdir(repo / "policies")
+    assert cli.main(["review", "--base", "HEAD", "--format", "json"]) == 0
+    out, err = capsys.readouterr()
+    data = json.loads(out)
+    assert data["summary"].startswith("⚠️ no fleet changes; NOT reviewed: uncommitted edits to 2 fleet")
+    assert data["uncommitted"] == ["inventory/example/extra.yaml", "policies/shared/gpu-profiles.yaml"]
+    assert "--worktree" in err
+    # --worktree: both edits reviewed; the untracked file makes the head invalid (exit 2).
+    assert cli.main(["review", "--base", "HEAD", "--worktree", "--format", "json"]) == 2
+    data = json.loads(capsys.readouterr().out)
+    problems = data["fleets"][0]["problems"]
+    assert any(p["location"]["file"] == "inventory/example/extra.yaml" for p in problems)
+    assert any("the head is the working tree" in n for n in data["notes"]) and data["uncommitted"] == []
+    profile.unlink()
+    assert cli.main(["review", "--base", "HEAD", "--worktree", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    (c,) = [c for c in data["fleets"][0]["nodes"] if c["field"] == "power_limit_w"]
+    assert (c["before"], c["after"]) == (300, 250)
+    assert git(repo, "rev-parse", "HEAD") == before[1] and git(repo, "branch") == before[2]
+    assert git(repo, "status", "--porcelain") == before[0].replace("?? inventory/example/extra.yaml\n", "")
+    # The same working tree is the same commit, and so the same review.
+    assert cli.main(["review", "--base", "HEAD", "--worktree", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["head"] == data["head"]
+
+
+# --- review.yml's own steps, run as the runner runs them -------------------------------------
+
+# What each step's `env:` takes from the event, and the value a run here gives it.
+_EVENT = {
+    "${{ github.event.pull_request.base.sha }}": "BASE",
+    "${{ github.event.pull_request.head.sha }}": "HEAD",
+    "${{ github.server_url }}/${{ github.repository }}": "URL",
+    "${{ steps.review.outputs.exit_code }}": "CODE",
+}
+
+
+def _step(name: str) -> dict[str, object]:
+    doc = yaml.safe_load((WORKFLOWS / "review.yml").read_text())
+    (step,) = [s for s in doc["jobs"]["review"]["steps"] if s.get("name", "").startswith(name)]
+    assert "${{" not in step["run"]  # event data reaches the shell through env only, quoted
+    return step
+
+
+def run_step(name: str, cwd: Path, values: dict[str, str], workspace: Path, runner_temp: Path) -> int:
+    """Run the ``run:`` of review.yml's step ``name`` as GitHub's runner does (``bash -e``,
+    its ``env:`` with the event's values, in its working directory under ``cwd``)."""
+    step = _step(name)
+    env = {**os.environ, "GITHUB_WORKSPACE": str(workspace), "RUNNER_TEMP": str(runner_temp)}
+    env["GITHUB_OUTPUT"] = str(runner_temp / "github_output")
+    env["PYTHONPATH"] = str(ROOT / "src")  # the reviewer venv's package: this checkout's
+    for key, expr in dict(step.get("env") or {}).items():  # type: ignore[call-overload]
+        env[key] = values[_EVENT[expr]]
+    where = cwd / str(step.get("working-directory", "."))
+    done = subprocess.run(["bash", "-e", "-c", str(step["run"])], cwd=where, env=env, capture_output=True)
+    return done.returncode
+
+
+def runner(tmp_path: Path) -> tuple[Path, Path]:
+    """A runner's $GITHUB_WORKSPACE with `reviewer/` (the base's code: this checkout's
+    scripts) and $RUNNER_TEMP with the reviewer's venv command, a console script as pip
+    writes it (it imports the installed package, never the working directory's)."""
+    workspace, temp = tmp_path / "ws", tmp_path / "rt"
+    shutil.copytree(SCRIPTS, workspace / "reviewer" / "scripts")
+    exe = temp / "reviewer-venv" / "bin" / "swarm"
+    exe.parent.mkdir(parents=True)
+    exe.write_text(f"#!{sys.executable}\nimport sys\nfrom swarm_infra.cli import main\nsys.exit(main())\n")
+    exe.chmod(0o755)
+    (temp / "github_output").write_text("")
+    return workspace, temp
+
+
+def test_the_workflow_steps_review_a_hostile_head_with_the_base_code(repo: Path, tmp_path: Path) -> None:
+    """A pull request that rewrites the review script, the library and a `swarm_infra`
+    package in the working directory to approve itself, and bumps a driver with no canary:
+    review.yml's step runs the base's script and package, so the comment is the real
+    review (blocking, with the rules changed listed), and the last step fails the job."""
+    base = git(repo, "rev-parse", "HEAD").strip()
+    git(repo, "checkout", "-qb", "pr")
+    (repo / "scripts").mkdir()
+    approve = '#!/bin/sh\nmkdir -p "$3"; printf \'✅ fine\\n<!-- swarm-review -->\\n\' > "$3/review.md"\n'
+    (repo / "scripts/review-pr.sh").write_text(approve + 'echo 0 > "$3/exit_code"\n')
+    for pkg in (repo / "swarm_infra", repo / "src/swarm_infra"):
+        (pkg / "cli").mkdir(parents=True)
+        (pkg / "__init__.py").write_text("")
+        (pkg / "cli/__init__.py").write_text("def main():\n    print('✅ approved')\n    return 0\n")
+    replace(
+        repo, "policies/shared/gpu-profiles.yaml", PROFILE, PROFILE.replace('branch: "570"', 'branch: "575"')
+    )
+    head = commit(repo, "approve myself")  # the head, checked out as the runner's `pr`
+    workspace, temp = runner(tmp_path)
+    values = {"BASE": base, "HEAD": head, "URL": "https://github.com/o/r", "CODE": ""}
+    pr = tmp_path / "checkout"
+    pr.mkdir()
+    repo.rename(pr / "pr")
+    assert run_step("Review the change", pr, values, workspace, temp) == 0
+    comment = (temp / "review" / "review.md").read_text()
+    assert comment.startswith("❌ example\\: ") and "driver-without-canary" in comment.splitlines()[0]
+    for path in ("scripts/review-pr\\.sh", "src/swarm\\_infra/cli/\\_\\_init\\_\\_\\.py"):
+        assert f"| <code>{path}</code> |" in comment  # listed as rules changed
+    assert "approved" not in comment and "fine" not in comment
+    code = (temp / "github_output").read_text()
+    assert code == "exit_code=1\n"
+    assert run_step("Fail on blocking", pr, {**values, "CODE": "1"}, workspace, temp) == 1
+    assert run_step("Fail on blocking", pr, {**values, "CODE": "0"}, workspace, temp) == 0
+    assert run_step("Fail on blocking", pr, {**values, "CODE": ""}, workspace, temp) == 1  # no review
+
+
+@pytest.mark.parametrize("kind", ["stale branch", "invalid head"])
+def test_the_workflow_step_compares_with_the_merge_base_and_posts_an_invalid_head(
+    repo: Path, tmp_path: Path, kind: str
+) -> None:
+    """review.yml's step, given the event's base.sha (main's tip, which moved on) and
+    head.sha: a branch made before main moved shows only its own change (a README: no
+    fleet change, exit 0); an invalid head is the comment (exit 2), not a skipped step."""
+    if kind == "stale branch":
+        base, head = stale_branch(repo)
+    else:
+        base = git(repo, "rev-parse", "HEAD").strip()
+        (repo / "inventory/example/sites.yaml").write_text("not: [valid\n")
+        head = commit(repo, "invalid head")
+    workspace, temp = runner(tmp_path)
+    (tmp_path / "checkout").mkdir()
+    repo.rename(tmp_path / "checkout" / "pr")
+    values = {"BASE": base, "HEAD": head, "URL": "https://github.com/o/r", "CODE": ""}
+    assert run_step("Review the change", tmp_path / "checkout", values, workspace, temp) == 0
+    comment = (temp / "review" / "review.md").read_text()
+    code = (temp / "github_output").read_text()
+    if kind == "stale branch":
+        assert comment.startswith("✅ no fleet changes\n" + MARKER) and code == "exit_code=0\n"
+    else:
+        assert comment.startswith("❌ example\\: the head is invalid") and code == "exit_code=2\n"
+        # The syntax error, linked to its line at the head commit (REPO_URL from the event).
+        assert f"(https://github.com/o/r/blob/{head}/inventory/example/sites.yaml#L" in comment
+        assert "<code>error\\[yaml\\.syntax\\]</code>" in comment

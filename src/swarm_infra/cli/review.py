@@ -2,7 +2,8 @@
 
 Compares ``--head`` with its merge base with ``--base`` (``--exact-base``: with ``--base``
 itself), loads every fleet the change touches at both commits from Git (the working tree
-is not read; uncommitted fleet or rule files are warned about), validates the head, lists
+is not read; uncommitted fleet or rule files are warned about, or with ``--worktree`` the
+working tree is the head, as a commit of it made on top of ``HEAD``), validates the head, lists
 the rule files the change touches, and prints the plan diff, capacity and risk
 flags as a GitHub comment (Markdown, at most 65,536 characters) or as JSON.
 """
@@ -15,8 +16,8 @@ import sys
 from pathlib import Path
 
 from ..fleet.sources import FLEET_NAME
-from ..review import GitError, review
-from ..review.git import fleet_names, resolve_ref, toplevel, tree_files, uncommitted
+from ..review import GitError, review, summarize
+from ..review.git import fleet_names, resolve_ref, toplevel, tree_files, uncommitted, worktree_commit
 from ..review.markdown import GITHUB_LIMIT, render
 from .common import EXIT_INVALID, emit
 
@@ -40,9 +41,12 @@ def cmd_review(args: argparse.Namespace) -> int:
     fleets = args.fleet or None
     try:
         repo = toplevel(Path.cwd())
+        # --worktree: the working tree as `git add -A` would commit it, as an unreferenced
+        # commit on top of HEAD, reviewed like any other head.
+        head = worktree_commit(repo) if args.worktree else args.head or "HEAD"
         if fleets:
             known: set[str] = set()
-            for ref in (args.base, args.head):
+            for ref in (args.base, head):
                 known.update(fleet_names(tree_files(repo, resolve_ref(repo, ref))))
             unknown = [f for f in fleets if not FLEET_NAME.fullmatch(f) or f not in known]
             if unknown:
@@ -51,22 +55,32 @@ def cmd_review(args: argparse.Namespace) -> int:
                     f"no fleet named {', '.join(repr(f) for f in unknown)} at either ref "
                     f"(fleets: {', '.join(sorted(known)) or 'none'})",
                 )
-        result = review(repo, args.base, args.head, fleets, args.repo_url, exact_base=args.exact_base)
+        result = review(repo, args.base, head, fleets, args.repo_url, exact_base=args.exact_base)
     except GitError as exc:
         return _fail(args, str(exc))
-    try:
-        at_head = resolve_ref(repo, "HEAD") == result.head
-    except GitError:  # a repository with no commit yet
-        at_head = False
-    dirty = uncommitted(repo) if at_head else []
-    if dirty:
-        shown = ", ".join(dirty[:5]) + (f" and {len(dirty) - 5} more" if len(dirty) > 5 else "")
-        note = (
-            f"the working tree has uncommitted changes to fleet or rule files that this review does "
-            f"not include (it reads commits only): {shown}; commit them and review again"
+    if args.worktree:
+        result.notes.append(
+            "the head is the working tree (uncommitted edits included, as `git add -A` would commit "
+            f"them on top of HEAD; `{result.head[:12]}` is that commit, made only for this review): "
+            "commit and push it for the pull request's own review"
         )
-        result.notes.append(note)
-        print(f"swarm review: warning: {note}", file=sys.stderr)
+    else:
+        try:
+            at_head = resolve_ref(repo, "HEAD") == result.head
+        except GitError:  # a repository with no commit yet
+            at_head = False
+        dirty = uncommitted(repo) if at_head else []
+        if dirty:
+            shown = ", ".join(dirty[:5]) + (f" and {len(dirty) - 5} more" if len(dirty) > 5 else "")
+            note = (
+                f"NOT REVIEWED: uncommitted changes to fleet or rule files in the working tree ({shown}); "
+                "this review reads commits only: commit them, or run swarm review --worktree to "
+                "review the working tree as it is"
+            )
+            result.notes.append(note)
+            result.uncommitted = dirty
+            summarize(result)
+            print(f"swarm review: warning: {note}", file=sys.stderr)
     if args.full:
         Path(args.full).write_text(render(result, None), encoding="utf-8")
     if args.format == "json":
@@ -98,7 +112,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "rules (schemas/, src/, roles/, playbooks/, plugins/, deploys/, stacks/, .github/, ...) are "
         "listed and make every fleet reviewed; with schemas/ changed the head is also checked against "
         "its own schemas. Run it anywhere in the repository; uncommitted fleet or rule files are not "
-        "reviewed (a warning says so).",
+        "reviewed (a warning says so) unless --worktree.",
         epilog="Exit codes: 0 no blocking flag (warnings allowed); 1 blocking flags; 2 an invalid head "
         "(the validator's file:line diagnostics are the report), an unknown ref or fleet, not a Git "
         "repository (with --format json, stdout is then a JSON document with an error key). "
@@ -113,7 +127,15 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="compare with the commit --base names, not with the merge base of --base and --head "
         "(which shows only the head's own change when --base moved since the head branched)",
     )
-    p.add_argument("--head", default="HEAD", metavar="REF", help="the ref with the change (default: HEAD)")
+    heads = p.add_mutually_exclusive_group()
+    heads.add_argument("--head", metavar="REF", help="the ref with the change (default: HEAD)")
+    heads.add_argument(
+        "--worktree",
+        action="store_true",
+        help="review the working tree as it is, uncommitted edits included (what `git add -A` would "
+        "commit, on top of HEAD), instead of a commit; without it, uncommitted fleet or rule files "
+        "are not reviewed and a warning names them",
+    )
     p.add_argument(
         "--fleet",
         action="append",

@@ -40,11 +40,20 @@ from .git import (
     rule_files,
     tree_files,
 )
-from .load import HEAD_SCHEMA_RULE, ParseCache, Snapshot, head_schema_diagnostics, load_snapshot, prepare
+from .load import (
+    HEAD_SCHEMA_RULE,
+    ParseCache,
+    Snapshot,
+    check_snapshot,
+    head_schema_diagnostics,
+    load_snapshot,
+    prepare,
+    read_snapshot,
+)
 from .locate import ChangeIndex, pick
 from .model import LAYER_TITLES, LAYERS, Flag, FleetReview, Location, Problem, Review
 
-__all__ = ["GitError", "Review", "review"]
+__all__ = ["GitError", "Review", "review", "summarize"]
 
 EXIT_OK, EXIT_BLOCK, EXIT_INVALID = 0, 1, 2
 # Where a node's change of each layer may come from, besides the node's own document.
@@ -227,28 +236,19 @@ def review_fleet(
     fr.problems = _problems(head_snap, extra)
     if not head_snap.valid or extra:
         return fr
-    base_snap = load_snapshot(repo, base, fleet, files[0], tmp / "base", cache, prepared[1])
+    base_snap = read_snapshot(repo, base, fleet, files[0], tmp / "base", cache, prepared[1])
+    # The lines of the change are located in worker processes while the base is checked
+    # and the two states compared here.
+    index = ChangeIndex(base_snap, head_snap, cache.submit)
+    check_snapshot(base_snap, cache, files[0], best_effort=True)
+    flags: list[Flag] = []
     if not base_snap.valid:
-        fr.base_invalid = len(base_snap.report.errors)
-        # Nothing could be compared, so no risk flag could be checked: that blocks, since
-        # the base's ReviewPolicy, which could say otherwise, cannot be read either.
-        fr.flags = [
-            Flag(
-                BASE_INVALID,
-                "block",
-                f"the base does not validate ({_plural(fr.base_invalid, 'error')}, `swarm validate` "
-                "on the base names them), so no risk flag could be checked; fix the base first",
-                pick(
-                    fallback=[
-                        Location(base_snap.rel(d.file), d.line, "base", base) for d in base_snap.report.errors
-                    ]
-                ),
-            )
-        ]
-        return fr
+        flags.append(_base_invalid(fr, base_snap))
+        if base_snap.state is None:
+            fr.flags = flags
+            return fr
     bs, hs = base_snap.state, head_snap.state
     assert bs is not None and hs is not None
-    index = ChangeIndex(base_snap, head_snap)
     fr.nodes, touched = node_changes(bs["nodes"], hs["nodes"])
     fr.nodes_changed = len(touched)
     fr.layers = [layer for layer in LAYERS if any(layer in t for t in touched.values())]
@@ -276,8 +276,47 @@ def review_fleet(
     raiser.mesh_keys()
     raiser.ray_supply()
     raiser.upgrades()
-    fr.flags = raiser.flags
+    fr.flags = flags + raiser.flags
     return fr
+
+
+def _base_invalid(fr: FleetReview, snap: Snapshot) -> Flag:
+    """Record the base's errors in ``fr`` and return the ``base-invalid`` flag. It always
+    blocks: what the change does cannot be known for certain, and the base's ReviewPolicy,
+    which could say otherwise, may be among what does not validate."""
+    errors = snap.report.errors
+    fr.base_invalid = len(errors)
+    fr.base_problems = [
+        Problem(
+            Location(snap.rel(d.file), d.line, "base", snap.commit),
+            d.col,
+            d.severity,
+            d.rule,
+            d.path,
+            d.message,
+        )
+        for d in snap.report.shown()[0]
+        if d.severity == "error"
+    ]
+    fr.base_resolved = snap.state is not None
+    if fr.base_resolved:
+        what = (
+            "the plan diff below compares the head with what of the base resolves (the documents "
+            "with errors left out), so it may show more or less than this change, and the other "
+            "risk flags are judged on it"
+        )
+    else:
+        why = (snap.resolve_error or "no fleet")[:200]
+        what = (
+            f"it does not resolve ({why}), so there is no plan diff and no other risk flag could be checked"
+        )
+    return Flag(
+        BASE_INVALID,
+        "block",
+        f"the base does not validate ({_plural(fr.base_invalid, 'error')}, listed below): {what}; "
+        "fix the base first",
+        pick(fallback=[p.location for p in fr.base_problems]),
+    )
 
 
 def _verdicts(r: Review, fr: FleetReview) -> None:
@@ -304,9 +343,9 @@ def fleet_summary(fr: FleetReview) -> str:
         return f"{fr.fleet}: the head is invalid ({_plural(errors, 'error')}); nothing else was reviewed"
     if not fr.head_exists:
         return f"{fr.fleet}: the fleet is removed"
-    if fr.base_invalid:
+    if fr.base_invalid and not fr.base_resolved:
         return (
-            f"{fr.fleet}: the base is invalid ({_plural(fr.base_invalid, 'error')}), "
+            f"{fr.fleet}: the base is invalid ({_plural(fr.base_invalid, 'error')}) and does not resolve, "
             f"so there is no plan diff; 1 blocking: {BASE_INVALID}"
         )
     layers = ", ".join(LAYER_TITLES[x] for x in fr.layers)
@@ -315,6 +354,10 @@ def fleet_summary(fr: FleetReview) -> str:
         f"{_plural(fr.mesh.peerings_changed, 'mesh peer')} change",
         f"{_plural(len(fr.objects), 'cluster object')} change",
     ]
+    if fr.base_invalid:
+        parts.insert(
+            0, f"the base is invalid ({_plural(fr.base_invalid, 'error')}): compared with what of it resolves"
+        )
     text = f"{fr.fleet}{' (new fleet)' if not fr.base_exists else ''}: {', '.join(parts)}"
     if not fr.flags:
         return text + "; no risk flags"
@@ -328,19 +371,25 @@ def fleet_summary(fr: FleetReview) -> str:
 
 
 def summarize(r: Review) -> None:
-    """Set ``r.summary`` (status mark, then each fleet, then the rule files changed) and
-    ``r.exit_code``. A change of the rules is never ✅: it needs its code owners."""
+    """Set ``r.summary`` (status mark, then each fleet, then the rule files changed, then
+    the uncommitted files not reviewed) and ``r.exit_code``. A change of the rules is never
+    ✅: it needs its code owners; nor is a review that left uncommitted edits out."""
     if any(f.invalid for f in r.fleets):
         mark, r.exit_code = "❌", EXIT_INVALID
     elif any(f.blocking for f in r.fleets):
         mark, r.exit_code = "❌", EXIT_BLOCK
-    elif any(f.warnings or f.base_invalid for f in r.fleets) or r.rules_changed:
+    elif any(f.warnings or f.base_invalid for f in r.fleets) or r.rules_changed or r.uncommitted:
         mark, r.exit_code = "⚠️", EXIT_OK
     else:
         mark, r.exit_code = "✅", EXIT_OK
     body = "; ".join(fleet_summary(f) for f in r.fleets) if r.fleets else "no fleet changes"
     if r.rules_changed:
         body += f"; rules changed: {_plural(len(r.rules_changed), 'file')} (a code owner must approve)"
+    if r.uncommitted:
+        body += (
+            f"; NOT reviewed: uncommitted edits to {_plural(len(r.uncommitted), 'fleet or rule file')} "
+            "(commit them, or review with --worktree)"
+        )
     r.summary = f"{mark} {body}"
 
 

@@ -75,7 +75,9 @@ def leaf_diff(before: Any, after: Any, path: Path = ()) -> Iterator[tuple[Path, 
     if isinstance(before, dict) and isinstance(after, dict):
         keys = before.keys() | after.keys()
         for k in sorted(keys) if all(isinstance(k, str) for k in keys) else sorted(keys, key=str):
-            yield from leaf_diff(before.get(k, ABSENT), after.get(k, ABSENT), (*path, str(k)))
+            b, a = before.get(k, ABSENT), after.get(k, ABSENT)
+            if b is not a and b != a:  # most keys of a changed mapping are equal: no call for them
+                yield from leaf_diff(b, a, (*path, str(k)))
         return
     if isinstance(before, list) and isinstance(after, list) and (before or after):
         dicts = all(isinstance(x, dict) for x in (*before, *after))
@@ -87,7 +89,9 @@ def leaf_diff(before: Any, after: Any, path: Path = ()) -> Iterator[tuple[Path, 
                 a = {str(x[key]): x for x in after}
                 order = list(b) + [k for k in a if k not in b]
                 for k in order:
-                    yield from leaf_diff(b.get(k, ABSENT), a.get(k, ABSENT), (*path, f"[{k}]"))
+                    bi, ai = b.get(k, ABSENT), a.get(k, ABSENT)
+                    if bi is not ai and bi != ai:
+                        yield from leaf_diff(bi, ai, (*path, f"[{k}]"))
                 return
             for i in range(max(len(before), len(after))):
                 yield from leaf_diff(
@@ -223,16 +227,21 @@ def node_changes(
             folder.add(("node", "", change), name, ("node", "", change, ABSENT, ABSENT))
             touched[name] = {"node"}
             continue
-        if b is a or b == a:
+        if b is a:
             continue
+        # Key by key (no whole-node comparison first: a changed node's keys would be
+        # compared twice).
         layers: set[str] = set()
-        for top in a.keys() | b.keys():
-            bv, av = b.get(top, ABSENT), a.get(top, ABSENT)
-            if bv == av:
+        tops = [(top, b.get(top, ABSENT), av) for top, av in a.items()]
+        tops += [(top, bv, ABSENT) for top, bv in b.items() if top not in a]
+        for top, bv, av in tops:
+            if top == "mesh" and isinstance(bv, dict) and isinstance(av, dict):
+                # Peer lists are the mesh section's (mesh_impact compares them): not twice.
+                bv = {k: v for k, v in bv.items() if k != "peers"}
+                av = {k: v for k, v in av.items() if k != "peers"}
+            if bv is av or bv == av:
                 continue
             for path, old, new in leaf_diff(bv, av, (top,)):
-                if path[:2] == ("mesh", "peers"):
-                    continue
                 # The resolver shares identical parts between nodes (a profile's settings):
                 # the same (path, old, new) objects fold without being encoded again.
                 memo = (path, id(old), id(new))

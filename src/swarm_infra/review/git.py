@@ -19,6 +19,7 @@ import fnmatch
 import os
 import posixpath
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,10 +54,17 @@ class GitError(Exception):
     """A git command failed (not a repository, an unknown ref); the message says which."""
 
 
-def git(repo: Path, *args: str, stdin: bytes | None = None) -> bytes:
-    """The stdout of ``git -C repo ARGS``; raises :class:`GitError` with git's message."""
+def git(repo: Path, *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None) -> bytes:
+    """The stdout of ``git -C repo ARGS`` (``env``: variables added to the environment);
+    raises :class:`GitError` with git's message."""
     try:
-        done = subprocess.run(["git", "-C", str(repo), *args], input=stdin, capture_output=True, check=False)
+        done = subprocess.run(
+            ["git", "-C", str(repo), *args],
+            input=stdin,
+            capture_output=True,
+            check=False,
+            env={**os.environ, **env} if env else None,
+        )
     except OSError as exc:
         raise GitError(f"cannot run git: {exc}") from None
     if done.returncode != 0:
@@ -144,6 +152,45 @@ def uncommitted(repo: Path) -> list[str]:
             if path.startswith(tuple(r + "/" for r in ROOTS)) or is_rule_file(path):
                 paths.add(path)
     return sorted(paths)
+
+
+# The commit that stands for the working tree (worktree_commit): fixed names and date, so the
+# same working tree is the same commit, and the same review, each time.
+_WORKTREE_IDENTITY = {
+    "GIT_AUTHOR_NAME": "swarm review",
+    "GIT_AUTHOR_EMAIL": "swarm-review@localhost",
+    "GIT_AUTHOR_DATE": "@0 +0000",
+    "GIT_COMMITTER_NAME": "swarm review",
+    "GIT_COMMITTER_EMAIL": "swarm-review@localhost",
+    "GIT_COMMITTER_DATE": "@0 +0000",
+}
+
+
+def worktree_commit(repo: Path) -> str:
+    """A commit of the working tree as ``git add -A`` would commit it (tracked files as they
+    are on disk, untracked ones that ``.gitignore`` does not ignore, deletions), with
+    ``HEAD`` as its parent, so that uncommitted edits can be reviewed like a commit
+    (``swarm review --worktree``). Made with a temporary index (``GIT_INDEX_FILE``) and
+    ``git commit-tree``: the repository's index, ``HEAD`` and branches are not touched;
+    only unreferenced objects are added to the object store (``git gc`` prunes them).
+    Raises :class:`GitError` when the repository has no commit yet or no working tree."""
+    head = resolve_ref(repo, "HEAD")
+    with tempfile.TemporaryDirectory(prefix="swarm-review-index-") as tmp:
+        env = {"GIT_INDEX_FILE": os.path.join(tmp, "index")}
+        git(repo, "read-tree", head, env=env)
+        git(repo, "add", "-A", "--", ":/", env=env)
+        tree = git(repo, "write-tree", env=env).decode().strip()
+    out = git(
+        repo,
+        "commit-tree",
+        tree,
+        "-p",
+        head,
+        "-m",
+        "the working tree (swarm review --worktree)",
+        env=_WORKTREE_IDENTITY,
+    )
+    return out.decode().strip()
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,11 @@ import contextlib
 import dataclasses
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from ..cluster import build
 from ..cluster.meta import K8sObject
@@ -34,6 +34,27 @@ from .git import REGULAR_MODES, GitError, TreeFile, extract, fleet_dirs, git, re
 
 ObjectKey = tuple[str, str, str, str]  # apiVersion, kind, namespace ("" when cluster-scoped), name
 DocKey = tuple[str, str]  # kind, metadata.name
+T = TypeVar("T")
+
+
+_Parsed = tuple[list[RawDocument], list[Diagnostic]]  # a file's documents and the loader's diagnostics
+
+
+def _parse_files(names: list[str]) -> list[_Parsed]:
+    """:func:`~swarm_infra.fleet.loader.parse_file` of each of ``names``, in a worker."""
+    return [parse_file(name) for name in names]
+
+
+def chunks(items: Sequence[T], n: int) -> list[Sequence[T]]:
+    """``items`` in at most ``n`` consecutive, non-empty slices of about equal length."""
+    n = max(1, min(n, len(items)))
+    size, extra = divmod(len(items), n)
+    out, start = [], 0
+    for i in range(n):
+        end = start + size + (i < extra)
+        out.append(items[start:end])
+        start = end
+    return [c for c in out if c]
 
 
 class ParseCache:
@@ -45,8 +66,9 @@ class ParseCache:
 
     def __init__(self) -> None:
         self._parsed: dict[str, tuple[str, list[RawDocument], list[Diagnostic]]] = {}
-        # Blobs being parsed by the pool: blob -> (the file name it is parsed as, its result).
-        self._pending: dict[str, tuple[str, Future[tuple[list[RawDocument], list[Diagnostic]]]]] = {}
+        # Blobs being parsed by the pool: blob -> (the file name it is parsed as, the job, its
+        # place in the job's results).
+        self._pending: dict[str, tuple[str, Future[list[_Parsed]], int]] = {}
         self._pool: ProcessPoolExecutor | None = None
 
     def prefetch(self, sides: Sequence[tuple[Path, dict[str, TreeFile], Sequence[Path]]]) -> None:
@@ -56,11 +78,16 @@ class ParseCache:
         once, in order (the head's first): only when they add up to the loader's
         :data:`~swarm_infra.fleet.loader.PARALLEL_MIN_BYTES` (smaller fleets parse in
         this process when asked, as :func:`~swarm_infra.fleet.loader.load_documents`
-        does). The loader then takes their documents as they come."""
+        does). The loader then takes their documents as they come.
+
+        The first side's files are parsed one job each, on every worker; the other sides'
+        files in :meth:`workers` jobs (one on a 2-core machine), so that while this process
+        validates and resolves the first side, one core stays its own."""
         cpus = os.cpu_count() or 1
         wanted: dict[str, str] = {}  # blob -> file name, in order
+        first: set[str] = set()  # the blobs of the first side
         size = 0
-        for root, files, paths in sides:
+        for i, (root, files, paths) in enumerate(sides):
             found, _ = find_files(paths)
             for p in found:
                 entry = files.get(os.path.relpath(p, root))
@@ -69,14 +96,36 @@ class ParseCache:
                 if entry.blob in self._parsed or entry.blob in self._pending or entry.blob in wanted:
                     continue
                 wanted[entry.blob] = str(p)
+                if i == 0:
+                    first.add(entry.blob)
                 with contextlib.suppress(OSError):
                     size += p.stat().st_size
         if cpus < 2 or len(wanted) < 2 or size < PARALLEL_MIN_BYTES:
             return
         if self._pool is None:
             self._pool = ProcessPoolExecutor(cpus)
+        later: list[tuple[str, str]] = []
         for blob, name in wanted.items():
-            self._pending[blob] = (name, self._pool.submit(parse_file, name))
+            if blob in first:
+                self._pending[blob] = (name, self._pool.submit(_parse_files, [name]), 0)
+            else:
+                later.append((blob, name))
+        for chunk in chunks(later, self.workers()):
+            future = self._pool.submit(_parse_files, [name for _, name in chunk])
+            for i, (blob, name) in enumerate(chunk):
+                self._pending[blob] = (name, future, i)
+
+    @staticmethod
+    def workers() -> int:
+        """How many jobs to split background work into while this process works too: all
+        cores but one (at least one), so that this process keeps a core of its own."""
+        return max(1, (os.cpu_count() or 1) - 1)
+
+    def submit(self, fn: Callable[..., T], *args: Any) -> Future[T] | None:
+        """Run ``fn(*args)`` in the worker processes :meth:`prefetch` started (a picklable
+        module-level function), or None when there are none (a small fleet: the caller
+        runs it here)."""
+        return None if self._pool is None else self._pool.submit(fn, *args)
 
     def close(self) -> None:
         """Stop the worker processes (parses not started are dropped)."""
@@ -87,8 +136,8 @@ class ParseCache:
 
     def _collect(self, blob: str) -> None:
         """Move a prefetched blob's parse into the cache (waiting for it)."""
-        name, future = self._pending.pop(blob)
-        docs, diags = future.result()
+        name, future, i = self._pending.pop(blob)
+        docs, diags = future.result()[i]
         self._parsed[blob] = (name, docs, diags)
 
     def loader(self, root: Path, files: dict[str, TreeFile]) -> DocumentLoader:
@@ -160,10 +209,18 @@ class Snapshot:
     objects_error: str | None = None
     documents: dict[DocKey, RawDocument] = dataclasses.field(default_factory=dict)
     parsed: list[RawDocument] = dataclasses.field(default_factory=list)  # every document read
+    # What read_snapshot read and check_snapshot validates: the written tree, the files
+    # found, their documents and the loader's diagnostics (None once checked).
+    _read: tuple[Prepared, list[Path], list[RawDocument], list[Diagnostic]] | None = dataclasses.field(
+        default=None, repr=False
+    )
+
+    resolve_error: str | None = None  # why an invalid snapshot could not be resolved (best effort)
 
     @property
     def valid(self) -> bool:
-        return self.state is not None
+        """Valid and resolved (an invalid base resolved best effort is not valid)."""
+        return self.report.ok and self.state is not None
 
     def rel(self, file: str) -> str:
         """``file`` relative to the repository (as the pull request names it)."""
@@ -211,7 +268,7 @@ def prepare(repo: Path, fleet: str, commit: str, files: dict[str, TreeFile], roo
     return Prepared(root, [root / d for d in dirs if (root / d).is_dir()], problems)
 
 
-def load_snapshot(
+def read_snapshot(
     repo: Path,
     commit: str,
     fleet: str,
@@ -221,11 +278,12 @@ def load_snapshot(
     prepared: Prepared | None = None,
 ) -> Snapshot:
     """Extract the fleet directories of ``commit`` under ``root`` (unless ``prepared``
-    already did) and validate fleet ``fleet`` there; when valid, resolve it and build its
-    cluster objects.
+    already did) and parse their files: the snapshot's ``documents`` and ``parsed``, not
+    yet validated (:func:`check_snapshot` does that, in place). The review compares the
+    documents of both refs for the lines of the change while the base is validated.
 
     ``exists`` is False when the commit has no ``inventory/FLEET`` (a fleet the change
-    adds or removes): the snapshot is then empty and valid. Raises
+    adds or removes): the snapshot is then empty and valid (no check is needed). Raises
     :class:`~swarm_infra.review.git.GitError` when git fails.
     """
     if prepared is None:
@@ -234,28 +292,87 @@ def load_snapshot(
         # No fleet on this side: no cluster and no rollout (review reads both as optional).
         empty = cast(DesiredState, {"nodes": {}, "cluster": None, "rollout": None})
         return Snapshot(fleet, commit, root, False, Report([]), state=empty, objects={})
-    root, paths, problems = prepared.root, prepared.paths, prepared.problems
-    captured: list[RawDocument] = []
-    base_load = cache.loader(root, files)
+    snap = Snapshot(fleet, commit, prepared.root, True, Report([]))
+    found, _ = find_files(prepared.paths)
+    docs, diags = cache.loader(prepared.root, files)(found)
+    snap.parsed = list(docs)
+    snap.documents = _documents(docs)
+    snap._read = (prepared, found, docs, diags)
+    return snap
 
-    def load(found: Sequence[Path]) -> tuple[list[RawDocument], list[Diagnostic]]:
-        docs, diags = base_load(found)
-        captured.extend(docs)
-        return docs, diags
 
-    result = validate(paths, load=load)
-    report = Report(
-        [*(dataclasses.replace(p, file=str(root / p.file)) for p in problems), *result.report.diagnostics]
+def check_snapshot(
+    snap: Snapshot, cache: ParseCache, files: dict[str, TreeFile], best_effort: bool = False
+) -> None:
+    """Validate the snapshot :func:`read_snapshot` read (with the documents it parsed), and
+    when valid, resolve it and build its cluster objects: ``report``, ``analysis``,
+    ``state``, ``objects`` set in place. A snapshot with no fleet is left as it is.
+
+    ``best_effort`` (the base of a review): an invalid snapshot is resolved too, from the
+    documents that passed their schema, so that a review can still compare and flag what
+    it can; when the resolver fails on it, ``resolve_error`` says why and ``state`` stays
+    None. :attr:`Snapshot.valid` stays False either way."""
+    if snap._read is None:
+        return
+    prepared, found, docs, diags = snap._read
+    snap._read = None
+    loader = cache.loader(prepared.root, files)
+
+    def load(paths: Sequence[Path]) -> tuple[list[RawDocument], list[Diagnostic]]:
+        if list(paths) == found:
+            return docs, diags  # the validator looks for the same files: read once
+        more, more_diags = loader(paths)
+        snap.parsed.extend(more)
+        snap.documents = _documents(snap.parsed)
+        return more, more_diags
+
+    result = validate(prepared.paths, load=load)
+    root = prepared.root
+    snap.report = Report(
+        [
+            *(dataclasses.replace(p, file=str(root / p.file)) for p in prepared.problems),
+            *result.report.diagnostics,
+        ]
     )
-    snap = Snapshot(fleet, commit, root, True, report, documents=_documents(captured), parsed=captured)
-    if not report.ok or result.analysis is None:
-        return snap
-    snap.analysis = result.analysis
-    snap.state = desired_state(result.analysis)
+    if result.analysis is None:
+        snap.resolve_error = "no document could be read"
+        return
+    if not snap.report.ok and not best_effort:
+        return
+    if snap.report.ok:
+        _resolve(snap, result.analysis)
+        return
+    # The resolver and the builder expect a validated fleet: on an invalid one any of their
+    # steps may fail, and the review then says that there is no plan diff, and why.
+    try:
+        _resolve(snap, result.analysis)
+    except Exception as exc:  # any failure means: this base cannot be compared
+        snap.analysis, snap.state, snap.objects = None, None, None
+        snap.resolve_error = f"{type(exc).__name__}: {exc}"
+
+
+def _resolve(snap: Snapshot, analysis: Analysis) -> None:
+    snap.analysis = analysis
+    snap.state = desired_state(analysis)
     try:
         snap.objects = {object_key(o): o for o in build(snap.state).all()}
     except ValueError as exc:  # a mesh topology too large for one ConfigMap
         snap.objects, snap.objects_error = {}, str(exc)
+
+
+def load_snapshot(
+    repo: Path,
+    commit: str,
+    fleet: str,
+    files: dict[str, TreeFile],
+    root: Path,
+    cache: ParseCache,
+    prepared: Prepared | None = None,
+) -> Snapshot:
+    """:func:`read_snapshot` and :func:`check_snapshot`: fleet ``fleet`` at ``commit``,
+    validated, and when valid resolved with its cluster objects."""
+    snap = read_snapshot(repo, commit, fleet, files, root, cache, prepared)
+    check_snapshot(snap, cache, files)
     return snap
 
 

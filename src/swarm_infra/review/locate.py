@@ -9,12 +9,14 @@ changed). Findings then ask for the changed lines of the documents behind them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from typing import Any, Literal
+import gc
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future
+from typing import Any, Literal, cast
 
-from ..fleet.diagnostics import Finding, PathPart
+from ..fleet.diagnostics import Diagnostic, Finding, PathPart
 from ..fleet.marks import locate_all
-from .load import DocKey, Snapshot
+from .load import DocKey, ParseCache, Snapshot, chunks
 from .model import Location
 
 MAX_PATHS_PER_DOCUMENT = 20  # changed fields located per document (the first, in document order)
@@ -54,18 +56,42 @@ def _starts(path: tuple[PathPart, ...], prefix: tuple[PathPart, ...]) -> bool:
     return path[: len(prefix)] == prefix or prefix[: len(path)] == path
 
 
-class ChangeIndex:
-    """The changed documents of two snapshots and the lines of their changes."""
+def _locate(files: Sequence[list[Finding]]) -> list[Diagnostic]:
+    """:func:`~swarm_infra.fleet.marks.locate_all` of each file's findings, one file after
+    the other, in a worker of the review's pool (the cyclic GC off: a composed graph all
+    survives until it is answered)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return [d for findings in files for d in locate_all(findings)]
+    finally:
+        if was_enabled:
+            gc.enable()
 
-    def __init__(self, base: Snapshot, head: Snapshot) -> None:
+
+class ChangeIndex:
+    """The changed documents of two snapshots and the lines of their changes.
+
+    Made as soon as both snapshots' documents are read (:func:`~.load.read_snapshot`):
+    with ``submit`` (the review's worker pool, :meth:`~.load.ParseCache.submit`) each
+    changed file is composed for its line marks in a worker while this process validates
+    and resolves the base and compares the two states; :attr:`changed` waits for them the
+    first time it is read. Without a pool (a small fleet) the lines are located here."""
+
+    def __init__(
+        self,
+        base: Snapshot,
+        head: Snapshot,
+        submit: Callable[..., Future[list[Diagnostic]] | None] | None = None,
+    ) -> None:
         self.base, self.head = base, head
-        self.changed: dict[DocKey, list[tuple[tuple[PathPart, ...], Location]]] = {}
+        self._changed: dict[DocKey, list[tuple[tuple[PathPart, ...], Location]]] = {}
         findings: list[tuple[DocKey, Finding, Snapshot, bool]] = []  # (key, finding, side, whole document)
         for key in sorted(base.documents.keys() | head.documents.keys()):
             b, h = base.documents.get(key), head.documents.get(key)
             if b is not None and h is not None and (b.data is h.data or b.data == h.data):
                 continue
-            self.changed[key] = []
+            self._changed[key] = []
             if b is None or h is None:  # added or removed: the line of its name, at head or base
                 doc, side = (h, head) if h is not None else (b, base)
                 assert doc is not None
@@ -79,11 +105,35 @@ class ChangeIndex:
                 findings.append((key, Finding(h.source, path, "review.change", ""), head, False))
         # locate_all answers file by file, in the order files first appear: keep them together.
         findings.sort(key=lambda kf: kf[1].source.file)
-        located = locate_all(f for _, f, _, _ in findings)
-        for (key, finding, side, whole), diag in zip(findings, located, strict=True):
-            ref: Literal["base", "head"] = "head" if side is head else "base"
+        self._findings = findings
+        by_file: dict[str, list[Finding]] = {}
+        for _, f, _, _ in findings:
+            by_file.setdefault(f.source.file, []).append(f)
+        self._pending: list[Future[list[Diagnostic]]] | None = None
+        if submit is not None and len(by_file) > 1:
+            # In as many jobs as leave this process a core of its own: it validates and
+            # resolves the base meanwhile, the longer task.
+            futures = [submit(_locate, part) for part in chunks(list(by_file.values()), ParseCache.workers())]
+            if all(f is not None for f in futures):
+                self._pending = cast(list[Future[list[Diagnostic]]], futures)
+        if self._pending is None:
+            self._fill(locate_all(f for _, f, _, _ in findings))
+
+    def _fill(self, located: Iterable[Diagnostic]) -> None:
+        for (key, finding, side, whole), diag in zip(self._findings, located, strict=True):
+            ref: Literal["base", "head"] = "head" if side is self.head else "base"
             loc = Location(side.rel(diag.file), diag.line, ref, side.commit)
-            self.changed[key].append(((() if whole else finding.path), loc))
+            self._changed[key].append(((() if whole else finding.path), loc))
+        self._findings = []
+
+    @property
+    def changed(self) -> dict[DocKey, list[tuple[tuple[PathPart, ...], Location]]]:
+        """The changed documents, each with its changed paths and their lines (a path ``()``:
+        the whole document, added or removed)."""
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            self._fill(d for f in pending for d in f.result())
+        return self._changed
 
     def where(self, kind: str, name: str | None = None, under: tuple[PathPart, ...] = ()) -> list[Location]:
         """Lines of the changed documents of ``kind`` (named ``name``, or all), only those

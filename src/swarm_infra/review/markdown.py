@@ -4,10 +4,11 @@ The summary line comes first, then the hidden marker ``<!-- swarm-review -->`` t
 finds the comment by, then (:func:`render`) per fleet its risk flags and Rollout
 changes (never cut), then the details (the head's validation problems, node changes by
 layer, the mesh, cluster objects, capacity). Long tables sit in collapsed ``<details>``.
-With a ``limit`` (GitHub's 65,536 characters) lists are capped and whole detail blocks are
-cut from the end, with a last line naming what was left out and where the full report is
-(CI's artifact); values are cut to :data:`VALUE_CHARS` in the comment, whole in the full
-report.
+With a ``limit`` (GitHub's 65,536 characters) lists are capped, and a whole detail block
+that does not fit in what is left is left out (later, smaller ones are still shown), with a
+last line naming what was left out and where the full report is (CI's artifact); values
+are cut to :data:`VALUE_CHARS` in the comment and field paths to :data:`PATH_CHARS` from
+their start (the leaf stays), both whole in the full report.
 
 Everything that comes from the fleet (names, values, messages, file names) is escaped:
 in prose every character that can start Markdown syntax inline is backslash-escaped and ``& < > "`` become
@@ -84,6 +85,18 @@ def value(v: Any) -> str:
     return code(json.dumps(v, sort_keys=True, separators=(",", ":")), limit)
 
 
+PATH_CHARS = 160  # the most of a field's path shown in the comment (its end: the leaf)
+
+
+def field_path(path: str) -> str:
+    """A changed field's path in ``<code>``: whole in the full report; in the comment at most
+    :data:`PATH_CHARS`, cut at the start, so that the leaf it names stays
+    (``…containers[ray-worker].resources.requests.nvidia.com/gpu``)."""
+    if not _FULL[0] and len(path) > PATH_CHARS:
+        path = "…" + path[-(PATH_CHARS - 1) :]
+    return code(path, 10**9)
+
+
 def link(loc: Location, repo_url: str | None) -> str:
     """``file:line`` as a link to that line at its commit (when ``repo_url`` is known)."""
     label = f"{loc.file}:{loc.line}" + (" (base)" if loc.ref == "base" else "")
@@ -120,10 +133,10 @@ def _change_text(c: NodeChange) -> str:
     if not c.field:
         return f"node {c.change}"
     if c.change == "added":
-        return f"{code(c.field)} = {value(c.after)} (added)"
+        return f"{field_path(c.field)} = {value(c.after)} (added)"
     if c.change == "removed":
-        return f"{code(c.field)} removed (was {value(c.before)})"
-    return f"{code(c.field)} {value(c.before)} → {value(c.after)}"
+        return f"{field_path(c.field)} removed (was {value(c.before)})"
+    return f"{field_path(c.field)} {value(c.before)} → {value(c.after)}"
 
 
 def _table(
@@ -146,6 +159,12 @@ def _shown(items: list[Any], limit: int | None) -> list[Any]:
     return items if limit is None else items[:ROWS_SHOWN]
 
 
+def _more(total: int, limit: int | None, what: str) -> str:
+    """The line that counts what a list capped by :func:`_shown` leaves to the full report."""
+    left = 0 if limit is None else total - min(total, ROWS_SHOWN)
+    return f"\n\n_{left} more {what} in the full report._" if left > 0 else ""
+
+
 def _details(summary: str, body: str) -> str:
     return f"<details><summary>{summary}</summary>\n\n{body}\n\n</details>"
 
@@ -166,7 +185,9 @@ def _node_blocks(fr: FleetReview, url: str | None, limit: int | None) -> list[st
             f"#### {LAYER_TITLES[layer]}\n\n"
             + _table(["change", "on", "where"], rows, limit, "changes", len(changes))
         )
-        listing = "\n".join(f"- {_change_text(c)}: {names(c.nodes, limit and NAMES_SHOWN)}" for c in changes)
+        listing = "\n".join(
+            f"- {_change_text(c)}: {names(c.nodes, limit and NAMES_SHOWN)}" for c in _shown(changes, limit)
+        ) + _more(len(changes), limit, "changes")
         blocks.append(_details(f"Nodes of each {LAYER_TITLES[layer]} change", listing))
     return blocks
 
@@ -215,8 +236,9 @@ def _mesh_blocks(fr: FleetReview, url: str | None, limit: int | None) -> list[st
             prow.append([what, code(p.peer), _where_nodes(p.sites, {}, len(p.nodes)), links(p.where, url)])
         blocks.append(_table(["change", "peer", "on", "where"], prow, limit, "peer changes", len(m.peers)))
         listing = "\n".join(
-            f"- {code(p.peer)} ({p.what}): {names(p.nodes, limit and NAMES_SHOWN)}" for p in m.peers
-        )
+            f"- {code(p.peer)} ({p.what}): {names(p.nodes, limit and NAMES_SHOWN)}"
+            for p in _shown(m.peers, limit)
+        ) + _more(len(m.peers), limit, "peer changes")
         blocks.append(_details("Nodes of each peer change", listing))
     return blocks
 
@@ -235,7 +257,7 @@ def _object_blocks(fr: FleetReview, url: str | None, limit: int | None) -> list[
         o = members[0]
         objs = [f"{x.namespace}/{x.name}" if x.namespace else x.name for x in members]
         shown = o.fields if limit is None else o.fields[:8]
-        fields = "<br>".join(f"{code(f.path)}: {value(f.before)} → {value(f.after)}" for f in shown)
+        fields = "<br>".join(f"{field_path(f.path)}: {value(f.before)} → {value(f.after)}" for f in shown)
         if len(shown) < len(o.fields):
             fields += f"<br>… {len(o.fields) - len(shown)} more field(s)"
         where = sorted({loc for x in members for loc in x.where})[:4]
@@ -303,7 +325,7 @@ def _capacity_row(r: CapacityRow) -> list[str]:
 def _rollout_blocks(fr: FleetReview) -> list[str]:
     if not fr.rollout:
         return []
-    rows = [[code(c.path), value(c.before), value(c.after)] for c in fr.rollout]
+    rows = [[field_path(c.path), value(c.before), value(c.after)] for c in fr.rollout]
     return ["### Rollout\n\n" + _table(["field", "before", "after"], rows, None, "")]
 
 
@@ -358,14 +380,23 @@ def fleet_summary_blocks(fr: FleetReview, url: str | None, limit: int | None) ->
             + f"\n\n### ❌ The head is invalid: {errors} error(s)\n\nFix these; nothing else was reviewed."
         ]
     if fr.base_invalid:
-        return [
-            title + f"\n\nThe base is invalid ({fr.base_invalid} error(s)): no plan diff. The head is valid."
-        ]
+        said = (
+            "The plan diff below compares the head with what of the base resolves (the documents "
+            "with errors left out): it may show more or less than this change, and the risk flags "
+            "are judged on it."
+            if fr.base_resolved
+            else "It does not resolve, so there is no plan diff: no other risk flag could be checked."
+        )
+        title += (
+            f"\n\n### ❌ The base is invalid: {fr.base_invalid} error(s)\n\n"
+            f"The base commit does not validate (its errors are listed below); the head is valid. {said} "
+            "Fix the base first."
+        )
     return [title, *_flag_blocks(fr, url, limit), *_rollout_blocks(fr)]
 
 
 def fleet_detail_blocks(fr: FleetReview, url: str | None, limit: int | None) -> list[str]:
-    """The details, in the order they are shown (cut from the end to fit a comment): the
+    """The details, in the order they are shown (those that do not fit a comment left out): the
     head's diagnostics, or node changes by layer, the mesh, cluster objects, capacity.
     Long tables sit in collapsed ``<details>``."""
     if fr.invalid:
@@ -374,17 +405,30 @@ def fleet_detail_blocks(fr: FleetReview, url: str | None, limit: int | None) -> 
             for p in fr.problems
         ]
         return [_table(["where", "rule", "path", "message"], rows, limit, "diagnostics")]
+    base = []
     if fr.base_invalid:
-        return []
+        rows = [
+            [links([p.location], url), code(f"{p.severity}[{p.rule}]"), code(p.path), text(p.message)]
+            for p in fr.base_problems
+        ]
+        base = [
+            "### The base's errors\n\n"
+            + _table(["where", "rule", "path", "message"], rows, limit, "diagnostics")
+        ]
+        if not fr.base_resolved:
+            return base
     name = text(fr.fleet)
     return [
-        _fold(b, f"{name}: details")
-        for b in (
-            *_node_blocks(fr, url, limit),
-            *_mesh_blocks(fr, url, limit),
-            *_object_blocks(fr, url, limit),
-            *_capacity_blocks(fr),
-        )
+        *base,
+        *(
+            _fold(b, f"{name}: details")
+            for b in (
+                *_node_blocks(fr, url, limit),
+                *_mesh_blocks(fr, url, limit),
+                *_object_blocks(fr, url, limit),
+                *_capacity_blocks(fr),
+            )
+        ),
     ]
 
 
@@ -416,8 +460,9 @@ def render(r: Review, limit: int | None = GITHUB_LIMIT) -> str:
     """The comment: at most ``limit`` characters (None: no limit, the full report, with
     values whole). The summary line, then each fleet's risk flags and Rollout changes come
     first and are never cut (with a tiny ``limit``, flags past the first few are counted
-    per rule instead of listed); then each fleet's details, cut from the end in whole
-    blocks, with a last line naming the sections left out and where the full report is."""
+    per rule instead of listed); then each fleet's details, in whole blocks, those that do
+    not fit in what is left left out (later ones that fit still shown), with a last line
+    naming the sections left out and where the full report is."""
     _FULL[0] = limit is None
     try:
         return _render(r, limit)
@@ -451,22 +496,26 @@ def _render(r: Review, limit: int | None) -> str:
     if details:
         out.append("## Details")
         size += 12
-    for i, (_, block) in enumerate(details):
+    left: list[tuple[str, str]] = []  # blocks that did not fit: named at the end
+    for fleet, block in details:
+        # A block too long for what is left is left out, and the later ones that fit still
+        # shown: a long node listing must not take the mesh, objects and capacity with it.
         if limit is not None and size + len(block) + 2 > limit - note_room:
-            left = details[i:]
-            sections = []
-            for f, b in left:
-                m = re.search(r"^#{3,4} ([^\n]+)", b, re.M)
-                label = f"{f}: {m[1]}" if m else None
-                if label and label not in sections:
-                    sections.append(label)
-            named = ", ".join(text(x, 80) for x in sections[:8]) + (" …" if len(sections) > 8 else "")
-            out.append(
-                f"_Cut here to fit a comment: {len(left)} more block(s)"
-                + (f" ({named})" if named else "")
-                + f" are in the full report{_ARTIFACT}._"
-            )
-            break
+            left.append((fleet, block))
+            continue
         out.append(block)
         size += len(block) + 2
+    if left:
+        sections = []
+        for f, b in left:
+            m = re.search(r"^#{3,4} ([^\n]+)", b, re.M) or re.search(r"<summary>([^<]+)</summary>", b)
+            label = f"{f}: {m[1]}" if m else None
+            if label and label not in sections:
+                sections.append(label)
+        named = ", ".join(text(x, 80) for x in sections[:8]) + (" …" if len(sections) > 8 else "")
+        out.append(
+            f"_Left out to fit a comment: {len(left)} block(s)"
+            + (f" ({named})" if named else "")
+            + f", in the full report{_ARTIFACT}._"
+        )
     return "\n\n".join(out) + "\n"

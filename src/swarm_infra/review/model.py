@@ -171,7 +171,11 @@ class FleetReview:
     base_exists: bool
     head_exists: bool
     problems: list[Problem] = field(default_factory=list)  # the head's validator errors (and warnings)
-    base_invalid: int = 0  # errors in the base: no plan diff is possible
+    base_invalid: int = 0  # errors in the base (its diagnostics: base_problems)
+    base_problems: list[Problem] = field(default_factory=list)  # the base's validator errors
+    # With an invalid base: whether it still resolved (from the documents without errors),
+    # so that the plan diff and the other flags compare the head with that; else none.
+    base_resolved: bool = False
     nodes_changed: int = 0  # nodes whose desired state changes, peer lists aside (added and removed too)
     layers: list[str] = field(default_factory=list)  # layers with changes, in LAYERS order
     nodes: list[NodeChange] = field(default_factory=list)
@@ -216,6 +220,9 @@ class Review:
     merge_base: bool = False
     rules_changed: list[str] = field(default_factory=list)  # rule files the change touches
     notes: list[str] = field(default_factory=list)  # what the reader must know (plain text)
+    # Fleet and rule files with uncommitted edits when the head is the checked-out commit:
+    # what this review did not read (``swarm review --worktree`` reads them).
+    uncommitted: list[str] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
         """The review as JSON data (``swarm review --format json``)."""
