@@ -106,7 +106,9 @@ def load(url: str, allowed_host: str, rate: float, total: int, connections: int,
 
             async def one(intended: float) -> None:
                 try:
-                    async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as r:
+                    async with session.post(
+                        url, data=body, headers={"Content-Type": "application/json"}
+                    ) as r:
                         await r.read()
                         if r.status != 200:
                             raise RuntimeError(f"HTTP {r.status}")

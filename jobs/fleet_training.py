@@ -241,12 +241,11 @@ def head_filesystem():
 
 # ------------------------------------------------------------------ the training loop
 def train_loop(config: dict) -> None:
+    import ray.train
     import torch
     import torch.distributed as dist
     from sklearn.datasets import load_digits
     from torch import nn
-
-    import ray.train
 
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
@@ -299,7 +298,11 @@ def train_loop(config: dict) -> None:
                 with tempfile.TemporaryDirectory() as d:
                     saved = None
                     if rank == 0:
-                        state = {"model": model.module.state_dict(), "optimizer": optimizer.state_dict(), "step": s}
+                        state = {
+                            "model": model.module.state_dict(),
+                            "optimizer": optimizer.state_dict(),
+                            "step": s,
+                        }
                         torch.save(state, Path(d) / "state.pt")
                         saved = ray.train.Checkpoint.from_directory(d)
                     ray.train.report({"step": s, "loss": loss}, checkpoint=saved)
@@ -360,7 +363,10 @@ def fit(workers: int, config: dict, storage: dict, max_failures: int):
         # One Ray GPU per worker keeps the workers on the GPU nodes (the head has none);
         # SPREAD puts them on distinct nodes while there are enough, best-effort after a loss.
         scaling_config=ScalingConfig(
-            num_workers=workers, use_gpu=True, resources_per_worker={"CPU": 1, "GPU": 1}, placement_strategy="SPREAD"
+            num_workers=workers,
+            use_gpu=True,
+            resources_per_worker={"CPU": 1, "GPU": 1},
+            placement_strategy="SPREAD",
         ),
         run_config=RunConfig(
             name=f"fleet-training-{workers}w-{int(time.time())}",
@@ -383,10 +389,14 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--sweep-max-mib", type=int, default=64, help="0: no all-reduce sweep")
     p.add_argument("--sweep-iters", type=int, default=5)
-    p.add_argument("--checkpoint-every", type=int, default=0, help="fault-tolerance mode: checkpoint every K steps")
+    p.add_argument(
+        "--checkpoint-every", type=int, default=0, help="fault-tolerance mode: checkpoint every K steps"
+    )
     p.add_argument("--total-steps", type=int, default=400)
     p.add_argument("--max-failures", type=int, default=2)
-    p.add_argument("--storage-path", help="shared storage for checkpoints (default: the head, through an actor)")
+    p.add_argument(
+        "--storage-path", help="shared storage for checkpoints (default: the head, through an actor)"
+    )
     args = p.parse_args()
     env = {
         "GLOO_SOCKET_IFNAME": args.ifname,
