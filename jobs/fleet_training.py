@@ -50,6 +50,7 @@ Bounded: a fixed number of steps and sizes; nothing outside the cluster.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import os
@@ -239,6 +240,28 @@ def head_filesystem():
     return pyarrow.fs.PyFileSystem(HeadStoreHandler())
 
 
+@contextlib.contextmanager
+def checkpoint_storage(storage_path: str | None):
+    """RunConfig's storage arguments: ``storage_path`` when given (shared storage), else a
+    HeadStore on the driver's node (the head, where `ray job submit` runs the driver), its
+    directory removed and the actor ended on exit."""
+    if storage_path:
+        yield {"storage_path": storage_path}
+        return
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    store = HeadStore.options(name=STORE, namespace=TRAINING, scheduling_strategy=here).remote(
+        tempfile.mkdtemp(prefix="swarm-checkpoints-")
+    )
+    ray.get(store.mkdir.remote("/runs"))
+    try:
+        yield {"storage_path": "/runs", "storage_filesystem": head_filesystem()}
+    finally:
+        ray.get(store.rm.remote("/"))
+        ray.kill(store)
+
+
 # ------------------------------------------------------------------ the training loop
 def train_loop(config: dict) -> None:
     import ray.train
@@ -415,20 +438,8 @@ def main() -> None:
         "sweep_max_mib": args.sweep_max_mib, "sweep_iters": args.sweep_iters,
         "checkpoint_every": args.checkpoint_every, "total_steps": args.total_steps,
     }  # fmt: skip
-    store = None
-    if args.storage_path:
-        storage = {"storage_path": args.storage_path}
-    else:
-        here = ray.get_runtime_context().get_node_id()
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        store = HeadStore.options(
-            name=STORE, scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False)
-        ).remote(tempfile.mkdtemp(prefix="swarm-checkpoints-"))
-        ray.get(store.mkdir.remote("/runs"))
-        storage = {"storage_path": "/runs", "storage_filesystem": head_filesystem()}
     result: dict = {"workers": most, "backend": args.backend, "ifname": args.ifname, "mtu": args.mtu}
-    try:
+    with checkpoint_storage(args.storage_path) as storage:
         if args.checkpoint_every:
             outcome = fit(most, config, storage, args.max_failures)
             result["final_step"] = outcome.metrics.get("step") if outcome.metrics else None
@@ -438,10 +449,6 @@ def main() -> None:
                 outcome = fit(workers, config, storage, 0)
                 if outcome.error:
                     raise SystemExit(f"training with {workers} worker(s) failed: {outcome.error!r}")
-    finally:
-        if store is not None:
-            ray.get(store.rm.remote("/runs"))
-            ray.kill(store)
     emit("RESULT", result)
     if result.get("error"):
         raise SystemExit(1)

@@ -162,6 +162,17 @@ def _node_files(measurements: list[Measurement], node: str) -> list[Measurement]
     return [m for m in measurements if node in (m.label("src"), m.label("node"))]
 
 
+def _rates(text: str) -> tuple[float, ...]:
+    """``20,40,80`` -> (20.0, 40.0, 80.0); each a positive number."""
+    try:
+        rates = tuple(float(r) for r in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated numbers (requests/s)") from None
+    if not rates or min(rates) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: every rate must be positive")
+    return rates
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     started = time.monotonic()
 
@@ -176,8 +187,14 @@ def cmd_run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_INVALID
-    numbers = {"--duration": args.duration, "--ping-count": args.ping_count, "--parallel": args.parallel}
+    numbers = {
+        "--duration": args.duration,
+        "--ping-count": args.ping_count,
+        "--parallel": args.parallel,
+        "--inference-requests": args.inference_requests,
+    }
     bad = [k for k, v in numbers.items() if v < 1] + (["--threshold"] if not args.threshold >= 0 else [])
+    bad += [] if 0 <= args.max_error_rate <= 1 else ["--max-error-rate (0..1)"]
     if bad:
         print(f"swarm metrics run: {', '.join(bad)} must be positive", file=sys.stderr)
         return EXIT_INVALID
@@ -211,6 +228,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         fio_runtime_s=args.duration,
         max_parallel=args.parallel,
         matmul_python=args.matmul_python,
+        inference_rates=args.inference_rates,
+        inference_requests=args.inference_requests,
+        max_error_rate=args.max_error_rate,
     )
     at = datetime.now(UTC).isoformat(timespec="seconds")
     ray = ray_target(state)
@@ -320,9 +340,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "its site's representative (rounds share no node or link), WireGuard overhead. storage: fio "
         "on the scratch mount (4 KiB random read QD32, 1 MiB sequential read and write). gpu: NVML "
         "telemetry (nvidia-smi) and a bf16 matmul TFLOP/s probe (PyTorch); simulated GPUs are "
-        "'not measured (simulated)'. training: Ray "
-        "throughput and weak scaling over 1..N GPU workers. inference: Ray Serve latency p50/p99 and "
-        "requests/s at 1, 8 and 32 clients over the mesh. The run is stored "
+        "'not measured (simulated)'. training: Ray Train data-parallel training (gloo or NCCL on the "
+        "mesh interface), weak and strong scaling over 1..N GPU workers with their spread, and an "
+        "all-reduce sweep (algbw, busbw). inference: Ray Serve under open-loop load at fixed rates, "
+        "latency p50/p90/p99 from the intended send times; an error rate above --max-error-rate "
+        "fails the run. The run is stored "
         "in the history and compared with the previous one; each node gets its figures as "
         f"{TEXTFILE_PATH} (node_exporter textfile collector).",
         epilog="Examples: swarm metrics run --fleet lab --plots docs/img | swarm metrics run --only "
@@ -364,6 +386,25 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         type=float,
         default=DEFAULT_THRESHOLD,
         help="regression threshold as a fraction (default: 0.10)",
+    )
+    r.add_argument(
+        "--inference-rates",
+        type=_rates,
+        default=fleetrun.Options.inference_rates,
+        metavar="R,R,...",
+        help="offered inference loads, requests/s, open loop (default: 20,40,80)",
+    )
+    r.add_argument(
+        "--inference-requests",
+        type=int,
+        default=fleetrun.Options.inference_requests,
+        help="requests per rate (default: 1000; p99 is reported from 1000 successes on)",
+    )
+    r.add_argument(
+        "--max-error-rate",
+        type=float,
+        default=fleetrun.Options.max_error_rate,
+        help="most failed inference requests per rate, a fraction, before the run fails (default: 0.01)",
     )
     r.set_defaults(func=cmd_run)
     q = msub.add_parser(
