@@ -2,7 +2,7 @@
 
     ray job submit --address http://<head mesh address>:8265 --working-dir DIR -- \
         python fleet_inference.py --host <head mesh address> --load-from <a worker's mesh address> \
-        [--port 8000] [--rates 20,40,80] [--requests 1000] [--connections 64]
+        [--port 8000] [--rates 10,20,40] [--requests 1000] [--connections 64]
 
 Serves a small model with Ray Serve: a PyTorch multilayer perceptron (64-64-10) trained on
 scikit-learn's digits set when each replica starts (nothing downloaded), one replica on each
@@ -149,7 +149,7 @@ def main() -> None:
     parser.add_argument("--host", required=True, help="the head's mesh address (Serve's proxy binds to it)")
     parser.add_argument("--load-from", required=True, help="the mesh address of the node that sends the load")
     parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--rates", default="20,40,80", help="requests per second, comma-separated")
+    parser.add_argument("--rates", default="10,20,40", help="requests per second, comma-separated")
     parser.add_argument("--requests", type=int, default=1000, help="requests per rate")
     parser.add_argument("--connections", type=int, default=64, help="most connections kept alive at once")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds before a request fails")

@@ -392,7 +392,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         type=_rates,
         default=fleetrun.Options.inference_rates,
         metavar="R,R,...",
-        help="offered inference loads, requests/s, open loop (default: 20,40,80)",
+        help="offered inference loads, requests/s, open loop (default: 10,20,40)",
     )
     r.add_argument(
         "--inference-requests",

@@ -90,7 +90,7 @@ class Options:
     training_steps: int = 30
     training_repeats: int = 3
     allreduce_max_mib: int = 64
-    inference_rates: tuple[float, ...] = (20.0, 40.0, 80.0)
+    inference_rates: tuple[float, ...] = (10.0, 20.0, 40.0)
     inference_requests: int = 1000
     max_error_rate: float = jobs.DEFAULT_MAX_ERROR_RATE
     inference_port: int = 8000
