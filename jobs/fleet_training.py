@@ -1,7 +1,7 @@
 """Data-parallel training over the fleet's Ray cluster (`swarm metrics run --only training`).
 
     ray job submit --address http://<head mesh address>:8265 --working-dir DIR -- \
-        python fleet_training.py --ifname wg0 --mtu 1420 [--backend gloo|nccl] [--steps 30] \
+        python fleet_training.py --ifname wg0 --mtu 1420 [--backend gloo|nccl] [--steps 20] \
         [--repeats 3] [--sweep-max-mib 64] [--checkpoint-every 0 --total-steps N]
 
 Ray Train (``TorchTrainer``, Ray Train V2) trains a small real model, a multilayer
@@ -27,8 +27,8 @@ Modes (each prints ``TAG {json}`` lines; the last line is ``RESULT {json}``):
   min/median/max. Samples/s = global batch x steps / wall seconds of the window (barrier
   before and after, so every worker's steps are inside it).
 * all-reduce sweep (N >= 2 in the same run): ``torch.distributed.all_reduce`` (sum, float32)
-  of 1 KiB .. ``--sweep-max-mib`` MiB, times 4, ``ALLREDUCE`` lines with algbw = bytes /
-  seconds and busbw = algbw x 2(n-1)/n, as nccl-tests defines them
+  of 1 KiB .. ``--sweep-max-mib`` MiB, times 4 (one untimed, ``--sweep-iters`` timed),
+  ``ALLREDUCE`` lines with algbw = bytes / seconds and busbw = algbw x 2(n-1)/n, as nccl-tests defines them
   (NVIDIA/nccl-tests doc/PERFORMANCE.md, "AllReduce").
 * fault tolerance (``--checkpoint-every K``): one run of ``--max-workers`` workers for
   ``--total-steps`` steps, a Ray Train checkpoint (model, optimizer, step) every K steps,
@@ -408,10 +408,10 @@ def main() -> None:
     p.add_argument("--max-workers", type=int, help="default: every node with a Ray GPU")
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--warmup-steps", type=int, default=5)
-    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--steps", type=int, default=20)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--sweep-max-mib", type=int, default=64, help="0: no all-reduce sweep")
-    p.add_argument("--sweep-iters", type=int, default=5)
+    p.add_argument("--sweep-iters", type=int, default=3)
     p.add_argument(
         "--checkpoint-every", type=int, default=0, help="fault-tolerance mode: checkpoint every K steps"
     )

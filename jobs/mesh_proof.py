@@ -1,7 +1,7 @@
 """A small distributed job that proves the fleet's Ray cluster works over the mesh.
 
     ray job submit --address http://<head mesh address>:8265 --working-dir jobs -- \
-        python mesh_proof.py [--trials 12] [--epochs 40] [--mib 64]
+        python mesh_proof.py [--trials 12] [--epochs 150] [--epoch-seconds 0] [--mib 64]
 
 Four stages, each printing one ``STAGE {json}`` line; the last line is ``RESULT {json}``:
 
@@ -78,7 +78,12 @@ def train(config: dict) -> None:
     print(f"TRIAL-RUNNING {host} alpha={config['alpha']:.2e} from={start}", flush=True)
     classes = np.unique(y)
     for epoch in range(start, config["epochs"]):
+        began = time.monotonic()
         model.partial_fit(x_train, y_train, classes=classes)
+        # An epoch of the digits set takes milliseconds; --epoch-seconds stands in for a
+        # real model's longer epoch, so that a trial is still running when a test crashes
+        # its node (the job's log reaches the test seconds late).
+        time.sleep(max(0.0, config["epoch_seconds"] - (time.monotonic() - began)))
         with tempfile.TemporaryDirectory() as d:
             (Path(d) / "model.pkl").write_bytes(pickle.dumps((model, epoch + 1)))
             tune.report(
@@ -88,7 +93,7 @@ def train(config: dict) -> None:
             )  # fmt: skip
 
 
-def tuning(trials: int, epochs: int, workers_only: bool, storage: dict) -> dict:
+def tuning(trials: int, epochs: int, epoch_seconds: float, workers_only: bool, storage: dict) -> dict:
     import optuna
     from ray.tune.search.optuna import OptunaSearch
 
@@ -105,7 +110,7 @@ def tuning(trials: int, epochs: int, workers_only: bool, storage: dict) -> dict:
     )
     tuner = tune.Tuner(
         tune.with_resources(train, resources),
-        param_space={"alpha": tune.loguniform(1e-5, 1e-1), "epochs": epochs},
+        param_space={"alpha": tune.loguniform(1e-5, 1e-1), "epochs": epochs, "epoch_seconds": epoch_seconds},
         tune_config=tune.TuneConfig(search_alg=search, num_samples=trials),
         run_config=tune.RunConfig(
             name="mesh-proof",
@@ -175,6 +180,7 @@ def main() -> None:
     )
     parser.add_argument("--trials", type=int, default=12)
     parser.add_argument("--epochs", type=int, default=150)
+    parser.add_argument("--epoch-seconds", type=float, default=0.0, help="the least wall time of an epoch")
     parser.add_argument("--mib", type=int, default=64)
     parser.add_argument("--only", choices=("placement", "tune", "data"), help="run one stage")
     parser.add_argument("--workers-only", action="store_true", help="run trials on GPU nodes only")
@@ -196,7 +202,7 @@ def main() -> None:
         from fleet_training import checkpoint_storage
 
         with checkpoint_storage(args.storage_path) as storage:
-            result["tune"] = tuning(args.trials, args.epochs, args.workers_only, storage)
+            result["tune"] = tuning(args.trials, args.epochs, args.epoch_seconds, args.workers_only, storage)
     print(f"RESULT {json.dumps(result, sort_keys=True)}", flush=True)
 
 

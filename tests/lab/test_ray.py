@@ -39,6 +39,9 @@ MIB = 64
 # Tune trials of the proof job: one wave, a trial on each of the cluster's CPUs (2 per node),
 # so the node the test crashes runs one and the job must retry it elsewhere.
 TRIALS = 6
+# Each trial lasts at least EPOCHS x EPOCH_S s (a trial of the digits set alone ends before
+# its TRIAL-RUNNING line reaches the test), so the crash finds it running.
+EPOCHS, EPOCH_S = 100, 0.4
 # Which node holds which GPU model (the lab fleet: H100s on lab-gpu-1, A100s on lab-gpu-2).
 BY_MODEL = {
     accel: sorted(n for n, r in RAY.items() if r and f"accelerator_type:{accel}" in r["resources"])
@@ -233,7 +236,8 @@ def test_a_job_places_by_gpu_model_tunes_across_nodes_moves_data_over_the_mesh_a
         f"{CLIENT} {VENV}/bin/ray job submit --address {DASHBOARD} --working-dir {JOB_DIR} "
         # Ray's driver folds log lines that differ only in numbers ("TRIAL-RUNNING lab-gpu-1" and
         # "... lab-gpu-2" alike): the test reads every trial's line, so none is folded.
-        f"-- RAY_DEDUP_LOGS=0 python mesh_proof.py --mib {MIB} --trials {TRIALS}"
+        f"-- RAY_DEDUP_LOGS=0 python mesh_proof.py --mib {MIB} --trials {TRIALS} --epochs {EPOCHS} "
+        f"--epoch-seconds {EPOCH_S}"
     )
     proc = subprocess.Popen(
         ssh_command(conn, [submit]), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
@@ -308,7 +312,7 @@ def restart(lost: str, tmp_path: Path) -> None:
 
 
 # Fault-tolerance run: two workers, a checkpoint every CKPT_EVERY steps, TOTAL_STEPS in all.
-CKPT_EVERY, TOTAL_STEPS = 10, 300
+CKPT_EVERY, TOTAL_STEPS = 10, 200
 
 
 def test_training_resumes_from_its_last_checkpoint_after_a_worker_node_is_killed(lab, tmp_path: Path) -> None:

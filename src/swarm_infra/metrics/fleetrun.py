@@ -87,7 +87,7 @@ class Options:
     fio_size_mib: int = 256
     fio_runtime_s: int = 5
     max_parallel: int = 4
-    training_steps: int = 30
+    training_steps: int = 20
     training_repeats: int = 3
     allreduce_max_mib: int = 64
     inference_rates: tuple[float, ...] = (10.0, 20.0, 40.0)
