@@ -32,8 +32,10 @@ Modes (each prints ``TAG {json}`` lines; the last line is ``RESULT {json}``):
   (NVIDIA/nccl-tests doc/PERFORMANCE.md, "AllReduce").
 * fault tolerance (``--checkpoint-every K``): one run of ``--max-workers`` workers for
   ``--total-steps`` steps, a Ray Train checkpoint (model, optimizer, step) every K steps,
-  ``FailureConfig(max_failures=--max-failures)``. Rank 0 prints ``CHECKPOINT {"step": s}``
-  once a checkpoint is reported, and every (re)started worker group prints
+  ``FailureConfig(max_failures=--max-failures)``. Rank 0 prints ``REPORTED {"step": s}``
+  once it has reported a checkpoint, the controller ``CHECKPOINT {"step": s}`` once it has
+  registered it (every worker reported that step: the checkpoint a restart resumes from is
+  the last registered, which may lag rank 0's), and every (re)started worker group prints
   ``START {"step": first step, "resumed_from": checkpoint step or null}``. A worker lost
   with its node ends the group; Ray Train starts a new one (on the nodes left: placement is
   best-effort spread) from the last checkpoint.
@@ -330,7 +332,7 @@ def train_loop(config: dict) -> None:
                         saved = ray.train.Checkpoint.from_directory(d)
                     ray.train.report({"step": s, "loss": loss}, checkpoint=saved)
                 if rank == 0:
-                    emit("CHECKPOINT", {"step": s, "loss": round(loss, 4)})
+                    emit("REPORTED", {"step": s, "loss": round(loss, 4)})
         return
 
     for _ in range(config["warmup_steps"]):
@@ -375,6 +377,20 @@ def train_loop(config: dict) -> None:
             size *= 4
 
 
+def registered():
+    """A Ray Train callback, run by the controller, printing ``CHECKPOINT {"step": s}`` for each
+    checkpoint it registers (once every worker has reported that step): the checkpoint a new
+    worker group starts from is the last of these, which may lag what rank 0 has reported."""
+    from ray.train import UserCallback
+
+    class Registered(UserCallback):
+        def after_report(self, run_context, metrics, checkpoint) -> None:
+            if checkpoint is not None:
+                emit("CHECKPOINT", {"step": metrics[0]["step"]})
+
+    return Registered()
+
+
 def fit(workers: int, config: dict, storage: dict, max_failures: int):
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
@@ -394,6 +410,7 @@ def fit(workers: int, config: dict, storage: dict, max_failures: int):
         run_config=RunConfig(
             name=f"fleet-training-{workers}w-{int(time.time())}",
             failure_config=FailureConfig(max_failures=max_failures),
+            callbacks=[registered()],
             **storage,
         ),
     )

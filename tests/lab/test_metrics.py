@@ -221,8 +221,10 @@ def test_injected_request_failures_above_the_threshold_fail_the_run_and_serve_is
     port = fleetrun.Options.inference_port
     iface = LAB_STATE["nodes"][HEAD]["mesh"]["interface"]
     rule = (
-        "table inet inject_failures { chain input { type filter hook input priority -20; policy accept; "
-        f'iifname "{iface}" tcp dport {port} numgen random mod 3 == 0 reject with tcp reset; }} }}'
+        "table inet inject_failures {\n  chain input {\n"
+        "    type filter hook input priority -20; policy accept;\n"
+        f'    iifname "{iface}" tcp dport {port} numgen random mod 3 == 0 reject with tcp reset\n'
+        "  }\n}\n"
     )
     on_node(HEAD, f"nft -f - <<'EOF'\n{rule}\nEOF")
     try:

@@ -317,9 +317,9 @@ CKPT_EVERY, TOTAL_STEPS = 10, 200
 
 def test_training_resumes_from_its_last_checkpoint_after_a_worker_node_is_killed(lab, tmp_path: Path) -> None:
     """Ray Train (TorchTrainer, gloo over wg0) with two workers on the two GPU nodes,
-    checkpointing to the head; the node of rank 1 is killed once a checkpoint is reported.
+    checkpointing to the head; the node of rank 1 is killed once a checkpoint is registered.
     Ray Train starts a new worker group on the node left, which resumes at the step after
-    the last checkpoint reported before the crash (not at 0), and the run finishes."""
+    the last checkpoint Ray Train registered before the crash (not at 0), and the run finishes."""
     worker = BY_MODEL["A100"][0]
     mesh = LAB_STATE["nodes"][worker]["mesh"]
     job = (ROOT / "jobs" / "fleet_training.py").read_text()
@@ -347,7 +347,7 @@ def test_training_resumes_from_its_last_checkpoint_after_a_worker_node_is_killed
     run = parse_resume("".join(lines))
     assert run.starts[0] == (0, None)
     assert len(run.starts) >= 2, "".join(lines[-60:])  # a second worker group after the crash
-    last = run.checkpoints[-1]  # the last checkpoint reported before it
+    last = run.checkpoints[-1]  # the last checkpoint the controller registered before it
     assert run.starts[1] == (last + 1, last) and last + 1 > 0, (run, "".join(lines[-40:]))
     assert run.final_step == TOTAL_STEPS - 1
     restart(killed, tmp_path)

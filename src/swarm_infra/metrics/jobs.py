@@ -174,7 +174,9 @@ def error_rate_failures(measurements: list[Measurement], max_error_rate: float) 
 @dataclass(frozen=True)
 class Resume:
     """What fleet_training.py's fault-tolerance mode printed: ``checkpoints``, the steps of
-    the checkpoints reported before the first restart; ``starts``, each worker group's
+    the checkpoints Ray Train's controller registered (``CHECKPOINT`` lines: every worker
+    reported that step; a step only rank 0 reported, ``REPORTED``, is not one) before the
+    first restart; ``starts``, each worker group's
     (first step, checkpoint step it resumed from or None) in order; ``final_step``, the last
     step the run reported (None when it did not finish)."""
 
