@@ -192,6 +192,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         "--ping-count": args.ping_count,
         "--parallel": args.parallel,
         "--inference-requests": args.inference_requests,
+        "--allreduce-max-mib": args.allreduce_max_mib,
     }
     bad = [k for k, v in numbers.items() if v < 1] + (["--threshold"] if not args.threshold >= 0 else [])
     bad += [] if 0 <= args.max_error_rate <= 1 else ["--max-error-rate (0..1)"]
@@ -228,6 +229,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         fio_runtime_s=args.duration,
         max_parallel=args.parallel,
         matmul_python=args.matmul_python,
+        allreduce_max_mib=args.allreduce_max_mib,
         inference_rates=args.inference_rates,
         inference_requests=args.inference_requests,
         max_error_rate=args.max_error_rate,
@@ -386,6 +388,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         type=float,
         default=DEFAULT_THRESHOLD,
         help="regression threshold as a fraction (default: 0.10)",
+    )
+    r.add_argument(
+        "--allreduce-max-mib",
+        type=int,
+        default=fleetrun.Options.allreduce_max_mib,
+        help="the all-reduce sweep's largest message, MiB (from 1 KiB by 4; default: 64)",
     )
     r.add_argument(
         "--inference-rates",
