@@ -17,6 +17,7 @@ Four stages, each printing one ``STAGE {json}`` line; the last line is ``RESULT 
    bytes cross the mesh between them (Ray's object manager);
 4. nodes: which nodes ran what.
 
+The working directory must hold fleet_training.py too (the tune stage's checkpoint store).
 Bounded: every stage has a fixed amount of work; nothing reaches outside the cluster.
 """
 
