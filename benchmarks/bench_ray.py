@@ -107,10 +107,9 @@ def main() -> int:
             print(f"after it, until all {len(want)} nodes are ALIVE:            {joined:7.1f} s")
             print(f"idle Ray RSS: head {ray_rss_mib(head, venv):.0f} MiB, workers "
                   + ", ".join(f"{w} {ray_rss_mib(w, venv):.0f} MiB" for w in workers))  # fmt: skip
-            job = (ROOT / "jobs" / "mesh_proof.py").read_text()
-            on_node(
-                head, f"mkdir -p /root/ray-jobs && cat > /root/ray-jobs/mesh_proof.py <<'EOF'\n{job}\nEOF"
-            )
+            for script in ("mesh_proof.py", "fleet_training.py"):  # the Tune stage's checkpoint store
+                job = (ROOT / "jobs" / script).read_text()
+                on_node(head, f"mkdir -p /root/ray-jobs && cat > /root/ray-jobs/{script} <<'EOF'\n{job}\nEOF")
             rates = {}
             for n in (3, 2, 1):
                 for stopped in workers[n:]:

@@ -202,25 +202,6 @@ def test_an_unreachable_node_is_a_named_failure_not_an_exception():
         fleetrun.measure([n1], down, ["bogus"])
 
 
-def test_training_lines_give_throughput_and_efficiency_per_worker_count():
-    # jobs/fleet_training.py's line format (Ray's job log carries it, among Ray's own lines).
-    log = (
-        "Job submission server address: http://10.210.0.140:8265\n"
-        'TRAINING {"nodes": 1, "samples": 71880, "seconds": 2.0, "samples_per_s": 35940.0, '
-        '"workers": ["a"]}\n'
-        "(train pid=123, ip=10.210.0.152) something Ray prints\n"
-        'TRAINING {"nodes": 2, "samples": 143760, "seconds": 2.5, "samples_per_s": 57504.0, '
-        '"workers": ["a", "b"]}\n'
-        'RESULT {"runs": []}\n'
-    )
-    got = {(m.field, m.label("nodes")): m.value for m in probes.parse_training(log, cluster="c")}
-    assert got[("training.samples_per_s", "2")] == 57504.0
-    assert got[("training.scaling_efficiency", "1")] == 1.0
-    assert got[("training.scaling_efficiency", "2")] == pytest.approx(57504.0 / (2 * 35940.0))
-    with pytest.raises(MeasurementParseError, match="no TRAINING line for 1 node"):
-        probes.parse_training("Job failed\n")
-
-
 def test_a_ray_job_script_is_saved_from_stdin_submitted_and_its_directory_removed(tmp_path):
     # A stand-in `ray` in a venv layout: it runs the saved script the way `ray job submit` does.
     venv = tmp_path / "venv"
@@ -239,21 +220,6 @@ def test_a_ray_job_script_is_saved_from_stdin_submitted_and_its_directory_remove
     assert result.rc == 0, result.stderr
     args, cwd = result.stdout.split(" ", 1)[1].rsplit(" ", 1)
     assert args == "['--epochs', '3']" and not os.path.exists(cwd.strip())
-
-
-def test_inference_lines_give_latency_and_throughput_per_client_count():
-    # jobs/fleet_inference.py's line format (tried against Ray Serve 2.60 on this host).
-    log = (
-        'INFERENCE {"clients": 1, "errors": 0, "p50_ms": 6.9, "p99_ms": 13.5, "requests": 200, '
-        '"requests_per_s": 139.8, "seconds": 1.43}\n'
-        'INFERENCE {"clients": 32, "errors": 2, "p50_ms": null, "p99_ms": null, "requests": 0, '
-        '"requests_per_s": 0.0, "seconds": 10.0}\n'
-    )
-    got = {(m.field, m.label("clients")): (m.value, m.unit) for m in probes.parse_inference(log)}
-    assert got[("latency.p99", "1")] == (13.5, "ms") and got[("requests_per_s", "1")] == (139.8, "requests/s")
-    assert ("latency.p50", "32") not in got and got[("errors", "32")] == (2.0, "count")
-    with pytest.raises(MeasurementParseError, match="no INFERENCE line"):
-        probes.parse_inference("Traceback ...\n")
 
 
 def test_the_matmul_probe_says_why_it_cannot_run_and_its_lines_parse():

@@ -59,12 +59,13 @@ def test_training_and_inference_plots_need_their_measurements(tmp_path):
 
     # Superlinear scaling (efficiency 1.4, seen on shared lab CPUs) must still plot.
     train = [
-        Measurement("ray", "training.samples_per_s", v, "samples/s", make_labels(nodes=n))
+        Measurement("ray", field, v * k, "samples/s", make_labels(workers=n, scaling="weak"))
         for n, v in ((1, 50_000.0), (2, 140_000.0))
+        for field, k in (("training.samples_per_s", 1.0), ("training.samples_per_s.min", 0.9))
     ]
     serve = [
-        Measurement("ray-serve", f, v, u, make_labels(clients=c))
-        for c in (1, 8)
+        Measurement("ray-serve", f, v, u, make_labels(rate=c))
+        for c in (20, 40)
         for f, v, u in (
             ("latency.p50", 100.0 * c, "ms"),
             ("latency.p99", 200.0 * c, "ms"),

@@ -224,6 +224,17 @@ def fleet_commit(paths: list[str]) -> str | None:
     return commit if proc.returncode == 0 and len(commit) in (40, 64) else None
 
 
+def _rates(text: str) -> tuple[float, ...]:
+    """``20,40,80`` -> (20.0, 40.0, 80.0); each a positive number."""
+    try:
+        rates = tuple(float(r) for r in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated numbers (requests/s)") from None
+    if not rates or min(rates) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: every rate must be positive")
+    return rates
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     started = time.monotonic()
 
@@ -244,8 +255,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         "--ping-count": args.ping_count,
         "--parallel": args.parallel,
         "--matmul-seconds": args.matmul_seconds,
+        "--inference-requests": args.inference_requests,
+        "--allreduce-max-mib": args.allreduce_max_mib,
     }
     bad = [k for k, v in numbers.items() if v < 1] + (["--threshold"] if not args.threshold >= 0 else [])
+    bad += [] if 0 <= args.max_error_rate <= 1 else ["--max-error-rate (0..1)"]
     if bad:
         print(f"swarm metrics run: {', '.join(bad)} must be positive", file=sys.stderr)
         return EXIT_INVALID
@@ -282,6 +296,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         matmul_python=args.matmul_python,
         matmul_seconds=args.matmul_seconds,
         dcgm_diag_level=_dcgm_diag_level(loaded.fleet),
+        allreduce_max_mib=args.allreduce_max_mib,
+        inference_rates=args.inference_rates,
+        inference_requests=args.inference_requests,
+        max_error_rate=args.max_error_rate,
     )
     started_at = datetime.now(UTC).replace(microsecond=0)
     at = started_at.isoformat()
@@ -475,9 +493,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "telemetry (nvidia-smi), the GPUs' identity, remapped rows and XID errors, a bf16 matmul "
         "on every GPU for --matmul-seconds sampling PCIe link state and clock event reasons under load, and "
         "dcgmi diag where DCGM is installed; simulated GPUs are "
-        "'not measured (simulated)'. training: Ray "
-        "throughput and weak scaling over 1..N GPU workers. inference: Ray Serve latency p50/p99 and "
-        "requests/s at 1, 8 and 32 clients over the mesh. The run is stored "
+        "'not measured (simulated)'. training: Ray Train data-parallel training (gloo or NCCL on the "
+        "mesh interface), weak and strong scaling over 1..N GPU workers with their spread, and an "
+        "all-reduce sweep (algbw, busbw). inference: Ray Serve under open-loop load at fixed rates, "
+        "latency p50/p90/p99 from the intended send times; an error rate above --max-error-rate "
+        "fails the run. The run is stored "
         "in the history (with its options, tool versions, the fleet's commit and what was not "
         "measured) and compared with the previous one; each node gets its figures as "
         f"{TEXTFILE_DIR}/swarm_metrics_<part>.prom, one file per part measured, with "
@@ -535,6 +555,31 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         type=float,
         default=DEFAULT_THRESHOLD,
         help="regression threshold as a fraction (default: 0.10)",
+    )
+    r.add_argument(
+        "--allreduce-max-mib",
+        type=int,
+        default=fleetrun.Options.allreduce_max_mib,
+        help="the all-reduce sweep's largest message, MiB (from 1 KiB by 4; default: 64)",
+    )
+    r.add_argument(
+        "--inference-rates",
+        type=_rates,
+        default=fleetrun.Options.inference_rates,
+        metavar="R,R,...",
+        help="offered inference loads, requests/s, open loop (default: 10,20,40)",
+    )
+    r.add_argument(
+        "--inference-requests",
+        type=int,
+        default=fleetrun.Options.inference_requests,
+        help="requests per rate (default: 1000; p99 is reported from 1000 successes on)",
+    )
+    r.add_argument(
+        "--max-error-rate",
+        type=float,
+        default=fleetrun.Options.max_error_rate,
+        help="most failed inference requests per rate, a fraction, before the run fails (default: 0.01)",
     )
     r.set_defaults(func=cmd_run)
     q = msub.add_parser(

@@ -18,11 +18,15 @@ decides what runs where and in what order, and never how a node is reached. Part
   ``matmul_seconds`` (PyTorch, FLOP/s) sampling PCIe link state and clock event reasons
   under load, and ``dcgmi diag`` where DCGM is installed (not measured, not failed, where it
   is not); nodes with simulated GPUs are reported as not measured (simulated), never as a number.
-- ``training``: throughput and weak scaling over 1..N GPU workers of the fleet's Ray cluster
-  (``jobs/fleet_training.py``, submitted on the head).
+- ``training``: Ray Train data-parallel training (``jobs/fleet_training.py``, submitted on
+  the head) over 1..N GPU workers of the fleet's Ray cluster, its collectives bound to the
+  mesh interface (gloo where the GPU workers' GPUs are simulated, NCCL on real ones): weak
+  and strong scaling with their spread, and an all-reduce sweep (algbw, busbw) over the mesh
+  (:mod:`swarm_infra.metrics.jobs`).
 - ``inference``: a small model served with Ray Serve on the GPU workers, behind the head's
-  proxy on its mesh address; latency p50/p99 and requests/s at 1, 8 and 32 clients from a
-  load generator on a GPU worker (``jobs/fleet_inference.py``).
+  proxy on its mesh address; open-loop load at fixed request rates from a GPU worker
+  (``jobs/fleet_inference.py``): latency p50/p90/p99 from the intended send times, failures
+  counted; an error rate above ``Options.max_error_rate`` fails the run.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from swarm_infra.metrics import gpu_health, probes
+from swarm_infra.metrics import gpu_health, jobs, probes
 from swarm_infra.metrics.acceptance import NOT_SIMULATED
 from swarm_infra.metrics.fio import parse_fio
 from swarm_infra.metrics.iperf3 import parse_iperf3
@@ -98,10 +102,12 @@ class Options:
     fio_runtime_s: int = 10
     fio_ramp_s: int = probes.FIO_RAMP_S
     max_parallel: int = 4
-    training_epochs: int = 20
-    training_tasks_per_node: int = 2
-    inference_clients: tuple[int, ...] = (1, 8, 32)
-    inference_requests: int = 400
+    training_steps: int = 20
+    training_repeats: int = 3
+    allreduce_max_mib: int = 64
+    inference_rates: tuple[float, ...] = (10.0, 20.0, 40.0)
+    inference_requests: int = 1000
+    max_error_rate: float = jobs.DEFAULT_MAX_ERROR_RATE
     inference_port: int = 8000
     matmul_python: str = "python3"
     matmul_seconds: float = probes.MATMUL_SECONDS
@@ -322,26 +328,50 @@ class _Run:
             self.outcome.measurements += ms
 
     # ---------------------------------------------------------------- training
-    def _ray_job(self, part: str, what: str, script: str, args: list[str], parse: Callable) -> None:
+    def _ray_job(
+        self, part: str, what: str, script: str, args: list[str], parse: Callable
+    ) -> list[Measurement]:
+        """Submit ``script`` on the head and parse its log, also when the job failed (what it
+        measured before failing is kept, and the failure recorded)."""
         ray = self.ray
         if ray is None:
             self._miss("-", part, what, "the fleet declares no RayCluster", False)
-            return
+            return []
         command = probes.ray_job(ray.venv, ray.dashboard, script, args, ray.token)
-        result = self.shell(ray.head, command, 900, (JOBS / script).read_text())
+        result = self.shell(ray.head, command, 1800, (JOBS / script).read_text())
+        got: list[Measurement] = []
         try:
-            if result.rc != 0:
-                raise MeasurementParseError(f"the job failed: {why(result)}")
-            self.outcome.measurements += parse(result.stdout, cluster=ray.cluster)
+            got = parse(result.stdout, cluster=ray.cluster)
         except MeasurementParseError as exc:
-            self._miss(ray.head, part, what, str(exc))
+            if result.rc == 0:
+                self._miss(ray.head, part, what, str(exc))
+        if result.rc != 0:
+            self._miss(ray.head, part, what, f"the job failed: {why(result)}")
+        self.outcome.measurements += got
+        return got
 
     def training(self) -> None:
         o = self.options
+        workers = [t for t in self.targets.values() if t.ray_gpu_worker]
+        # NCCL needs a GPU on every rank; simulated GPUs have none, so their ranks use gloo.
+        backend = "nccl" if workers and all(t.gpu_backend == "nvml" for t in workers) else "gloo"
+        # The mesh's interface and MTU (one per fleet: the Mesh policy), as the node state has them.
+        meshed = [t for t in workers if t.mesh_interface and t.mesh_mtu]
+        if self.ray and not meshed:
+            self._miss(self.ray.head, "training", "Ray training throughput", "no GPU worker on the mesh")
+            return
+        ifname, mtu = (meshed[0].mesh_interface or "", meshed[0].mesh_mtu or 0) if meshed else ("", 0)
         if self.ray:
-            self.progress(f"training: weak scaling over 1..N GPU workers of Ray cluster {self.ray.cluster}")
-        args = ["--epochs", str(o.training_epochs), "--tasks-per-node", str(o.training_tasks_per_node)]
-        self._ray_job("training", "Ray training throughput", "fleet_training.py", args, probes.parse_training)
+            self.progress(
+                f"training: Ray Train over 1..{len(workers)} GPU worker(s) of {self.ray.cluster}, "
+                f"{backend} on {ifname} (MTU {mtu})"
+            )
+        args = [
+            "--ifname", ifname, "--mtu", str(mtu), "--backend", backend,
+            "--steps", str(o.training_steps), "--repeats", str(o.training_repeats),
+            "--sweep-max-mib", str(o.allreduce_max_mib),
+        ]  # fmt: skip
+        self._ray_job("training", "Ray training throughput", "fleet_training.py", args, jobs.parse_training)
 
     # ---------------------------------------------------------------- inference
     def load_sender(self) -> NodeTarget | None:
@@ -355,7 +385,7 @@ class _Run:
 
     def inference(self) -> None:
         o = self.options
-        clients = ",".join(str(c) for c in o.inference_clients)
+        rates = ",".join(f"{r:g}" for r in o.inference_rates)
         sender = self.load_sender()
         if self.ray and sender is None:
             self._miss(
@@ -363,11 +393,18 @@ class _Run:
             )
             return
         if self.ray and sender:
-            self.progress(f"inference: Ray Serve on the GPU workers, {clients} clients from {sender.name}")
+            self.progress(
+                f"inference: Ray Serve on the GPU workers, open-loop {rates} requests/s "
+                f"({o.inference_requests} each) from {sender.name}"
+            )
         args = ["--host", self.ray.head_ip if self.ray else "", "--port", str(o.inference_port)]
         args += ["--load-from", (sender.mesh or "") if sender else ""]
-        args += ["--clients", clients, "--requests", str(o.inference_requests)]
-        self._ray_job("inference", "Ray Serve latency", "fleet_inference.py", args, probes.parse_inference)
+        args += ["--rates", rates, "--requests", str(o.inference_requests)]
+        got = self._ray_job(
+            "inference", "Ray Serve latency", "fleet_inference.py", args, jobs.parse_inference
+        )
+        for failure in jobs.error_rate_failures(got, o.max_error_rate):
+            self._miss(self.ray.head if self.ray else "-", "inference", "Ray Serve error rate", failure)
 
     @staticmethod
     def _parallel(fn: Callable, items: list, workers: int) -> Iterable[list[Measurement]]:

@@ -97,21 +97,28 @@ def bandwidth_bars(measurements: list[Measurement], out: Path) -> Path | None:
 
 
 def training_scaling(measurements: list[Measurement], out: Path) -> Path | None:
-    """The training scaling curve: ``training.samples_per_s`` against the worker count, with
-    the ideal (linear from one node) dashed and the scaling efficiency on the right axis.
+    """The weak-scaling curve: ``training.samples_per_s`` (median, ``scaling=weak``) against
+    the worker count, min-max bars, the ideal (linear from one worker) dashed and the scaling
+    efficiency on the right axis.
 
-    Returns ``out``, or None when no training measurement exists.
+    Returns ``out``, or None when no weak-scaling measurement exists.
     """
-    rate = {int(str(m.label("nodes"))): m.value for m in measurements if m.field == "training.samples_per_s"}
+    weak = [m for m in measurements if m.tool == "ray" and m.label("scaling") == "weak"]
+    by: dict[str, dict[int, float]] = {}
+    for m in weak:
+        by.setdefault(m.field, {})[int(str(m.label("workers")))] = m.value
+    rate = by.get("training.samples_per_s", {})
     if not rate or 1 not in rate:
         return None
     nodes = sorted(rate)
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(5, 4))
-    ax.plot(nodes, [rate[n] for n in nodes], "o-", label="measured")
+    low, high = by.get("training.samples_per_s.min", rate), by.get("training.samples_per_s.max", rate)
+    spread = [[rate[n] - low.get(n, rate[n]) for n in nodes], [high.get(n, rate[n]) - rate[n] for n in nodes]]
+    ax.errorbar(nodes, [rate[n] for n in nodes], yerr=spread, fmt="o-", capsize=3, label="median (min-max)")
     ax.plot(nodes, [n * rate[1] for n in nodes], "--", color="grey", label="linear (ideal)")
     ax.set_xticks(nodes)
-    ax.set_xlabel("GPU worker nodes")
+    ax.set_xlabel("Ray Train workers")
     ax.set_ylabel("samples/s")
     ax.set_title("Ray training throughput (weak scaling)")
     eff = ax.twinx()
@@ -129,12 +136,13 @@ def training_scaling(measurements: list[Measurement], out: Path) -> Path | None:
 
 
 def inference_latency(measurements: list[Measurement], out: Path) -> Path | None:
-    """Ray Serve latency p50 and p99 (ms) against the number of concurrent clients, with
-    requests/s on the right axis. Returns ``out``, or None when no inference was measured."""
-    by: dict[str, dict[int, float]] = {}
+    """Ray Serve latency p50 and p99 (ms, from the intended send times) against the offered
+    request rate (open loop), with the answered requests/s on the right axis. Returns ``out``,
+    or None when no inference was measured."""
+    by: dict[str, dict[float, float]] = {}
     for m in measurements:
-        if m.tool == "ray-serve" and m.label("clients") is not None:
-            by.setdefault(m.field, {})[int(str(m.label("clients")))] = m.value
+        if m.tool == "ray-serve" and m.label("rate") is not None:
+            by.setdefault(m.field, {})[float(str(m.label("rate")))] = m.value
     if not by.get("latency.p50"):
         return None
     clients = sorted(by["latency.p50"])
@@ -149,8 +157,8 @@ def inference_latency(measurements: list[Measurement], out: Path) -> Path | None
             label=field,
         )
     ax.set_xscale("log", base=2)
-    ax.set_xticks(clients, [str(c) for c in clients])
-    ax.set_xlabel("concurrent clients")
+    ax.set_xticks(clients, [f"{c:g}" for c in clients])
+    ax.set_xlabel("offered requests/s (open loop)")
     ax.set_ylabel("latency (ms)")
     ax.set_title("Ray Serve over the mesh")
     rate = by.get("requests_per_s", {})

@@ -11,14 +11,10 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from collections.abc import Callable
-from typing import TypeVar
 
 from swarm_infra.metrics import gpu_health
 from swarm_infra.metrics.measurement import Measurement, MeasurementParseError, make_labels
 from swarm_infra.resolve.ray import client_env_prefix
-
-T = TypeVar("T")
 
 IPERF3_PORT = 5201
 """iperf3's default port; two tests of a round never share a node, so one port serves all."""
@@ -226,62 +222,6 @@ def ray_job(venv: str, dashboard: str, script: str, args: list[str], token: str)
         f'--working-dir "$d" -- python {shlex.quote(script)} {argv}\n'
         'rc=$?; rm -rf "$d"; exit $rc\n'
     )
-
-
-def _tagged_runs(text: str, tag: str, read: Callable[[dict], T]) -> list[T]:
-    """``read`` applied to the JSON after each ``TAG `` in ``text``'s lines, in order. Raises
-    MeasurementParseError naming the line when its JSON or a field ``read`` needs is bad."""
-    out = []
-    for line in text.splitlines():
-        _, sep, payload = line.partition(f"{tag} ")
-        if not sep:
-            continue
-        try:
-            out.append(read(json.loads(payload)))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise MeasurementParseError(
-                f"{tag.lower()}: unreadable {tag} line ({exc}): {line[:200]!r}"
-            ) from None
-    return out
-
-
-def parse_training(text: str, **labels: str | int | None) -> list[Measurement]:
-    """Measurements from jobs/fleet_training.py's ``TRAINING {json}`` lines: per worker count
-    N (label ``nodes``), ``training.samples_per_s`` (samples/s) and
-    ``training.scaling_efficiency`` (ratio: throughput(N) / (N x throughput(1))). Raises
-    MeasurementParseError when no run is found or N = 1 is missing."""
-    runs = dict(_tagged_runs(text, "TRAINING", lambda run: (int(run["nodes"]), float(run["samples_per_s"]))))
-    if 1 not in runs:
-        raise MeasurementParseError("training: the job printed no TRAINING line for 1 node")
-    out = []
-    for nodes, rate in sorted(runs.items()):
-        lab = make_labels(nodes=nodes, **labels)
-        out.append(Measurement("ray", "training.samples_per_s", rate, "samples/s", lab))
-        out.append(Measurement("ray", "training.scaling_efficiency", rate / (nodes * runs[1]), "ratio", lab))
-    return out
-
-
-def parse_inference(text: str, **labels: str | int | None) -> list[Measurement]:
-    """Measurements from jobs/fleet_inference.py's ``INFERENCE {json}`` lines: per client
-    count (label ``clients``), ``latency.p50`` and ``latency.p99`` (ms, nearest-rank over the
-    requests' round trips), ``requests_per_s`` (requests/s) and ``errors`` (count). Raises
-    MeasurementParseError when no line is found."""
-
-    def read(run: dict) -> list[Measurement]:
-        lab = make_labels(clients=int(run["clients"]), **labels)
-        ms = [
-            Measurement("ray-serve", "requests_per_s", float(run["requests_per_s"]), "requests/s", lab),
-            Measurement("ray-serve", "errors", float(run["errors"]), "count", lab),
-        ]
-        for pct in ("p50", "p99"):
-            if run[f"{pct}_ms"] is not None:
-                ms.append(Measurement("ray-serve", f"latency.{pct}", float(run[f"{pct}_ms"]), "ms", lab))
-        return ms
-
-    out = [m for ms in _tagged_runs(text, "INFERENCE", read) for m in ms]
-    if not out:
-        raise MeasurementParseError("inference: the job printed no INFERENCE line")
-    return out
 
 
 MATMUL_SCRIPT = """

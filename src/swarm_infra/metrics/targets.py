@@ -23,6 +23,8 @@ class NodeTarget:
       site, else the site's first relay, else its head (see :func:`fleet_targets`).
     - ``ray_gpu_worker``: a worker of the fleet's Ray cluster with GPUs (training and
       inference run there).
+    - ``mesh_interface``, ``mesh_mtu``: the mesh's interface name and MTU on the node
+      (NodeState.mesh), None without a Mesh: training binds its collectives' sockets to it.
     """
 
     name: str
@@ -35,6 +37,8 @@ class NodeTarget:
     head: bool
     hub: bool = False
     ray_gpu_worker: bool = False
+    mesh_interface: str | None = None
+    mesh_mtu: int | None = None
 
     def underlay_reachable_from(self, other: NodeTarget) -> bool:
         """Whether ``other`` can open a connection to this node's underlay address: always in
@@ -102,6 +106,8 @@ def fleet_targets(fleet: Fleet, state: DesiredState) -> list[NodeTarget]:
                 ray_gpu_worker=bool(
                     node["ray"] and node["ray"]["role"] == "worker" and node["ray"]["num_gpus"]
                 ),
+                mesh_interface=mesh["interface"] if mesh else None,
+                mesh_mtu=mesh["mtu"] if mesh else None,
             )
         )
     return out

@@ -1,0 +1,210 @@
+"""Measurements from the Ray jobs' logs (``jobs/fleet_training.py``, ``jobs/fleet_inference.py``).
+
+Each job prints one ``TAG {json}`` line per result among Ray's own log lines (a worker's line
+arrives prefixed with ``(RayTrainWorker pid=..., ip=...)``); the parsers read those lines
+and nothing else. A line repeated (Ray may forward a worker's line twice) counts once: the
+last line for a key wins.
+
+Definitions, so that each figure says what it is:
+
+- Training samples/s: global batch x steps / wall seconds of one timed window (after the
+  job's untimed warm-up steps); the job times ``repeats`` windows, the median is the figure
+  and min/max its spread.
+- Weak scaling: a fixed batch per worker (the global batch grows with N); strong scaling: a
+  fixed global batch split over N workers. Both give the scaling efficiency
+  throughput(N) / (N x throughput(1)) of their own kind (for strong scaling it is the
+  speed-up t(1)/t(N) over N, the same work in both).
+- All-reduce bandwidths as nccl-tests defines them (NVIDIA/nccl-tests, doc/PERFORMANCE.md):
+  algbw = message bytes / seconds per all-reduce; busbw = algbw x 2(n-1)/n for n ranks, the
+  traffic each link carries in a ring, comparable with the link's bandwidth (iperf3).
+- Inference latency: from a request's intended send time in a fixed-rate (open-loop)
+  schedule to the end of its response, nearest-rank percentiles over the successful requests,
+  reported only with at least 10 / (1 - q) of them; ``requests`` states the count behind it.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from swarm_infra.metrics.measurement import Measurement, MeasurementParseError, make_labels
+
+T = TypeVar("T")
+
+DEFAULT_MAX_ERROR_RATE = 0.01
+"""Most failed inference requests, as a fraction of those sent at one rate, before the run
+fails (``swarm metrics run --max-error-rate``)."""
+
+
+def tagged(text: str, tag: str) -> list[dict]:
+    """The JSON objects after ``TAG `` in ``text``'s lines, in order. Raises
+    MeasurementParseError naming the line when its JSON is not an object."""
+    out = []
+    for line in text.splitlines():
+        _, sep, payload = line.partition(f"{tag} ")
+        if not sep:
+            continue
+        try:
+            value = json.loads(payload)
+        except ValueError as exc:
+            raise MeasurementParseError(
+                f"{tag.lower()}: unreadable {tag} line ({exc}): {line[:200]!r}"
+            ) from None
+        if not isinstance(value, dict):
+            raise MeasurementParseError(f"{tag.lower()}: {tag} line is not an object: {line[:200]!r}")
+        out.append(value)
+    return out
+
+
+def _read(tag: str, runs: list[dict], key: Callable[[dict], Hashable], read: Callable[[dict], T]) -> dict:
+    """``{key(run): read(run)}``, the last run of each key winning; MeasurementParseError on a
+    missing or mistyped field."""
+    out: dict = {}
+    for run in runs:
+        try:
+            out[key(run)] = read(run)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise MeasurementParseError(
+                f"{tag.lower()}: {tag} line lacks {exc}: {json.dumps(run)[:200]}"
+            ) from None
+    return out
+
+
+def parse_training(text: str, **labels: str | int | None) -> list[Measurement]:
+    """Measurements from fleet_training.py's ``TRAINING`` and ``ALLREDUCE`` lines.
+
+    Per worker count N (label ``workers``) and kind (label ``scaling``: ``weak`` or
+    ``strong``): ``training.samples_per_s`` (samples/s, the median of the timed windows),
+    ``training.samples_per_s.min`` and ``.max`` (the spread), and
+    ``training.scaling_efficiency`` (ratio, against N = 1 of the same kind); label
+    ``repeats`` (windows). Per message size (label ``bytes``) of the all-reduce sweep:
+    ``allreduce.algbw`` and ``allreduce.busbw`` (bytes/s). Raises MeasurementParseError when
+    a kind has no N = 1 run or no TRAINING line is found.
+    """
+    runs = _read(
+        "TRAINING",
+        tagged(text, "TRAINING"),
+        lambda r: (str(r["scaling"]), int(r["workers"])),
+        lambda r: [float(v) for v in r["samples_per_s"]],
+    )
+    if not runs:
+        raise MeasurementParseError("training: the job printed no TRAINING line")
+    out = []
+    for (scaling, workers), rates in sorted(runs.items()):
+        if not rates:
+            raise MeasurementParseError(f"training: no timed window for {workers} worker(s), {scaling}")
+        base = runs.get((scaling, 1))
+        if not base:
+            raise MeasurementParseError(f"training: no TRAINING line for 1 worker ({scaling} scaling)")
+        lab = make_labels(workers=workers, scaling=scaling, repeats=len(rates), **labels)
+        median = statistics.median(rates)
+        out += [
+            Measurement("ray", "training.samples_per_s", median, "samples/s", lab),
+            Measurement("ray", "training.samples_per_s.min", min(rates), "samples/s", lab),
+            Measurement("ray", "training.samples_per_s.max", max(rates), "samples/s", lab),
+            Measurement(
+                "ray",
+                "training.scaling_efficiency",
+                median / (workers * statistics.median(base)),
+                "ratio",
+                lab,
+            ),
+        ]
+    sweep = _read(
+        "ALLREDUCE",
+        tagged(text, "ALLREDUCE"),
+        lambda r: (int(r["workers"]), int(r["bytes"])),
+        lambda r: (float(r["algbw_bytes_per_s"]), float(r["seconds"])),
+    )
+    for (workers, size), (algbw, _) in sorted(sweep.items()):
+        lab = make_labels(workers=workers, bytes=size, **labels)
+        out += [
+            Measurement("ray", "allreduce.algbw", algbw, "bytes/s", lab),
+            Measurement("ray", "allreduce.busbw", algbw * 2 * (workers - 1) / workers, "bytes/s", lab),
+        ]
+    return out
+
+
+def parse_inference(text: str, **labels: str | int | None) -> list[Measurement]:
+    """Measurements from fleet_inference.py's ``INFERENCE`` lines, per offered rate (label
+    ``rate``, requests/s): ``latency.p50``, ``latency.p90``, ``latency.p99`` (ms; only those
+    the job had enough successes for), ``requests_per_s`` (requests/s answered),
+    ``requests`` and ``errors`` (count), ``error_rate`` (ratio of the requests sent). Raises
+    MeasurementParseError when no line is found."""
+
+    def read(run: dict) -> list[Measurement]:
+        lab = make_labels(rate=f"{float(run['rate']):g}", **labels)
+        ms = [
+            Measurement("ray-serve", "requests_per_s", float(run["achieved_per_s"]), "requests/s", lab),
+            Measurement("ray-serve", "requests", float(run["requests"]), "count", lab),
+            Measurement("ray-serve", "errors", float(run["errors"]), "count", lab),
+            Measurement(
+                "ray-serve", "error_rate", float(run["errors"]) / float(run["requests"]), "ratio", lab
+            ),
+        ]
+        for pct in ("p50", "p90", "p99"):
+            if run.get(f"{pct}_ms") is not None:
+                ms.append(Measurement("ray-serve", f"latency.{pct}", float(run[f"{pct}_ms"]), "ms", lab))
+        return ms
+
+    runs = _read("INFERENCE", tagged(text, "INFERENCE"), lambda r: f"{float(r['rate']):g}", read)
+    if not runs:
+        raise MeasurementParseError("inference: the job printed no INFERENCE line")
+    return [m for _, ms in sorted(runs.items(), key=lambda kv: float(kv[0])) for m in ms]
+
+
+def error_rate_failures(measurements: list[Measurement], max_error_rate: float) -> list[str]:
+    """One sentence per offered rate whose ``error_rate`` is above ``max_error_rate`` (a
+    fraction, 0..1), naming the rate, the errors, the requests and the threshold."""
+    by_rate: dict[str, dict[str, float]] = {}
+    for m in measurements:
+        if m.tool == "ray-serve" and m.field in ("error_rate", "errors", "requests"):
+            by_rate.setdefault(str(m.label("rate")), {})[m.field] = m.value
+    return [
+        f"at {rate} requests/s {v['errors']:.0f} of {v['requests']:.0f} requests failed "
+        f"(error rate {v['error_rate']:.3f} above {max_error_rate:g})"
+        for rate, v in sorted(by_rate.items(), key=lambda kv: float(kv[0]))
+        if v["error_rate"] > max_error_rate
+    ]
+
+
+@dataclass(frozen=True)
+class Resume:
+    """What fleet_training.py's fault-tolerance mode printed: ``checkpoints``, the steps of
+    the checkpoints Ray Train's controller registered (``CHECKPOINT`` lines: every worker
+    reported that step; a step only rank 0 reported, ``REPORTED``, is not one) before the
+    first restart; ``starts``, each worker group's
+    (first step, checkpoint step it resumed from or None) in order; ``final_step``, the last
+    step the run reported (None when it did not finish)."""
+
+    checkpoints: list[int]
+    starts: list[tuple[int, int | None]]
+    final_step: int | None
+
+
+def parse_resume(text: str) -> Resume:
+    """The :class:`Resume` of a fault-tolerance run's log (``START``, ``CHECKPOINT`` and
+    ``RESULT`` lines, in the log's order). Raises MeasurementParseError when no START line
+    is found."""
+    checkpoints: list[int] = []
+    starts: list[tuple[int, int | None]] = []
+    final = None
+    for line in text.splitlines():
+        for tag in ("START", "CHECKPOINT", "RESULT"):
+            _, sep, payload = line.partition(f"{tag} ")
+            if not sep or not payload.startswith("{"):
+                continue
+            data = json.loads(payload)
+            if tag == "START":
+                resumed = data["resumed_from"]
+                starts.append((int(data["step"]), None if resumed is None else int(resumed)))
+            elif tag == "CHECKPOINT" and len(starts) == 1:
+                checkpoints.append(int(data["step"]))
+            elif tag == "RESULT" and data.get("final_step") is not None:
+                final = int(data["final_step"])
+    if not starts:
+        raise MeasurementParseError("training: the job printed no START line")
+    return Resume(checkpoints, starts, final)

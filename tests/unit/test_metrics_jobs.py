@@ -1,0 +1,186 @@
+"""The Ray jobs' log lines through metrics.jobs, and fleetrun's use of them.
+
+The log lines are the format jobs/fleet_training.py and jobs/fleet_inference.py print, as
+Ray 2.60 forwards them (tried on this host against a local Ray cluster of three nodes with
+torch 2.13.0+cpu: a worker's line arrives prefixed with its actor, sometimes twice). The
+figures are recomputed here from the numbers on the lines with the definitions the module
+names (nccl-tests doc/PERFORMANCE.md for busbw), never copied from the parser's output.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import statistics
+
+import pytest
+
+from swarm_infra.metrics import fleetrun, jobs
+from swarm_infra.metrics.measurement import MeasurementParseError
+from swarm_infra.metrics.targets import NodeTarget, RayTarget
+
+W = "\x1b[36m(RayTrainWorker pid=30587)\x1b[0m "
+C = "\x1b[36m(TrainController pid=27495)\x1b[0m "
+
+
+def training_line(workers: int, scaling: str, rates: list[float], batch: int) -> str:
+    run = {
+        "backend": "gloo", "global_batch": batch, "ifname": "wg0", "max": max(rates),
+        "median": statistics.median(rates), "min": min(rates), "samples_per_s": rates,
+        "scaling": scaling, "steps": 30, "workers": workers,
+    }  # fmt: skip
+    return W + "TRAINING " + json.dumps(run, sort_keys=True)
+
+
+def allreduce_line(workers: int, size: int, seconds: float) -> str:
+    run = {
+        "algbw_bytes_per_s": size / seconds, "backend": "gloo", "busbw_bytes_per_s": 0.0,
+        "bytes": size, "ifname": "wg0", "iterations": 5, "seconds": seconds, "workers": workers,
+    }  # fmt: skip
+    return W + "ALLREDUCE " + json.dumps(run, sort_keys=True)
+
+
+RATES = {
+    ("weak", 1): [30100.0, 29000.0, 31000.0],
+    ("strong", 1): [30500.0, 30000.0, 29900.0],
+    ("weak", 2): [50467.19, 49498.34, 51000.0],
+    ("strong", 2): [26100.84, 38042.62, 30000.0],
+}
+LOG = "\n".join(
+    [
+        "Job submission server address: http://10.210.0.140:8265",
+        *(training_line(n, k, r, 128 * (n if k == "weak" else 1)) for (k, n), r in RATES.items()),
+        # Ray forwarded this one twice: it counts once.
+        training_line(2, "strong", RATES[("strong", 2)], 128),
+        allreduce_line(2, 1024, 0.0040114244002324995),
+        allreduce_line(2, 4 << 20, 0.006074924799759174),
+        allreduce_line(4, 1 << 20, 0.01),
+        'RESULT {"backend": "gloo", "ifname": "wg0", "mtu": 1420, "workers": 2}',
+    ]
+)
+
+
+def test_training_gives_weak_and_strong_scaling_with_their_spread_and_the_busbw_of_the_sweep():
+    got = {
+        (m.field, m.label("scaling"), m.label("workers"), m.label("bytes")): (m.value, m.unit)
+        for m in jobs.parse_training(LOG, cluster="c")
+    }
+    for (kind, n), rates in RATES.items():
+        key = (kind, str(n), None)
+        assert got[("training.samples_per_s", *key)] == (statistics.median(rates), "samples/s")
+        assert got[("training.samples_per_s.min", *key)][0] == min(rates)
+        assert got[("training.samples_per_s.max", *key)][0] == max(rates)
+        efficiency = statistics.median(rates) / (n * statistics.median(RATES[(kind, 1)]))
+        assert got[("training.scaling_efficiency", *key)] == (pytest.approx(efficiency), "ratio")
+    # Weak and strong are two figures for two workers, not one overwriting the other.
+    assert (
+        got[("training.scaling_efficiency", "weak", "2", None)]
+        != got[("training.scaling_efficiency", "strong", "2", None)]
+    )
+    # nccl-tests: busbw = algbw * 2(n-1)/n; equal for two ranks, 1.5 x for four.
+    algbw, unit = got[("allreduce.algbw", None, "2", "1024")]
+    assert unit == "bytes/s" and algbw == pytest.approx(1024 / 0.0040114244002324995)
+    assert got[("allreduce.busbw", None, "2", "1024")][0] == pytest.approx(algbw)
+    assert got[("allreduce.busbw", None, "4", str(1 << 20))][0] == pytest.approx(1.5 * (1 << 20) / 0.01)
+    assert {m.label("repeats") for m in jobs.parse_training(LOG) if m.label("scaling")} == {"3"}
+
+
+def test_training_without_a_one_worker_run_or_any_line_is_an_error():
+    with pytest.raises(MeasurementParseError, match="no TRAINING line for 1 worker"):
+        jobs.parse_training(training_line(2, "weak", [1.0], 256))
+    with pytest.raises(MeasurementParseError, match="no TRAINING line"):
+        jobs.parse_training("Job failed\n")
+    with pytest.raises(MeasurementParseError, match="lacks"):
+        jobs.parse_training('TRAINING {"workers": 1}\n')
+
+
+def inference_line(rate: float, requests: int, errors: int, p99: float | None) -> str:
+    ok = requests - errors
+    run = {
+        "achieved_per_s": ok / (requests / rate), "connections": 64, "error_kinds": {"HTTP 503": errors},
+        "error_rate": errors / requests, "errors": errors, "load_from": "10.210.0.96", "ok": ok,
+        "p50_ms": 9.0, "p90_ms": 18.0, "p99_ms": p99, "rate": rate, "requests": requests, "seconds": 5.9,
+    }  # fmt: skip
+    return "(load pid=1, ip=10.210.0.96) INFERENCE " + json.dumps(run, sort_keys=True)
+
+
+def test_inference_reports_percentiles_with_their_count_and_the_error_rate():
+    log = "\n".join([inference_line(20, 1000, 0, 41.0), inference_line(80, 300, 3, None)])
+    got = {(m.field, m.label("rate")): (m.value, m.unit) for m in jobs.parse_inference(log)}
+    assert got[("latency.p99", "20")] == (41.0, "ms") and got[("requests", "20")] == (1000.0, "count")
+    assert ("latency.p99", "80") not in got  # 300 requests: too few for a p99
+    assert got[("error_rate", "80")] == (pytest.approx(3 / 300), "ratio")
+    ms = jobs.parse_inference(log)
+    assert jobs.error_rate_failures(ms, 0.02) == []
+    (failure,) = jobs.error_rate_failures(ms, 0.005)
+    assert failure.startswith("at 80 requests/s 3 of 300 requests failed") and "above 0.005" in failure
+    with pytest.raises(MeasurementParseError, match="no INFERENCE line"):
+        jobs.parse_inference("Traceback ...\n")
+
+
+def test_a_resumed_run_says_which_checkpoint_it_started_from():
+    log = "\n".join(
+        [
+            W + 'START {"host": "lab-gpu-1", "resumed_from": null, "step": 0, "workers": 2}',
+            C + 'CHECKPOINT {"step": 19}',
+            C + 'CHECKPOINT {"step": 39}',
+            # Rank 0 reported step 59 too; the controller never registered it (rank 1 died).
+            W + 'REPORTED {"loss": 0.05, "step": 59}',
+            "(TrainController pid=2) Error count: 1 (max allowed: 2)",
+            W + 'START {"host": "lab-gpu-1", "resumed_from": 39, "step": 40, "workers": 2}',
+            C + 'CHECKPOINT {"step": 59}',
+            'RESULT {"error": null, "final_step": 59}',
+        ]
+    )
+    got = jobs.parse_resume(log)
+    assert got.checkpoints == [19, 39] and got.starts == [(0, None), (40, 39)] and got.final_step == 59
+    with pytest.raises(MeasurementParseError, match="no START line"):
+        jobs.parse_resume("")
+
+
+def _target(name: str, **kw) -> NodeTarget:
+    base = {"site": "a", "underlay": "10.0.0.1", "mesh": "10.210.0.2", "nat": False, "scratch": None}
+    return NodeTarget(name, **{**base, "gpu_backend": None, "head": False, **kw})
+
+
+RAY = RayTarget("c", "head", "/opt/ray", "http://10.210.0.1:8265", "10.210.0.1", "/etc/ray/token")
+
+
+def _run(
+    stdout: str, rc: int, parts: list[str], gpu: str = "simulated"
+) -> tuple[fleetrun.Outcome, list[str]]:
+    seen: list[str] = []
+
+    def shell(node: str, command: str, timeout_s: float, stdin: str | None = None) -> fleetrun.Result:
+        seen.append(command)
+        return fleetrun.Result(rc, stdout, "")
+
+    targets = [
+        _target("head", head=True, mesh_interface="wg0", mesh_mtu=1420),
+        _target("w1", gpu_backend=gpu, ray_gpu_worker=True, mesh_interface="wg0", mesh_mtu=1420),
+    ]
+    return fleetrun.measure(targets, shell, parts, fleetrun.Options(), ray=RAY), seen
+
+
+def test_an_error_rate_above_the_threshold_fails_the_run_and_keeps_the_figures():
+    log = "\n".join([inference_line(20, 1000, 0, 41.0), inference_line(40, 1000, 200, 99.0)])
+    outcome, _ = _run(log, 0, ["inference"])
+    assert {m.label("rate") for m in outcome.measurements if m.field == "latency.p50"} == {"20", "40"}
+    (failed,) = outcome.failed
+    assert failed.part == "inference" and "200 of 1000 requests failed" in failed.why
+    # Every request failing: no latency at all, still a failure (not a rate of 0 and exit 0).
+    outcome, _ = _run(inference_line(20, 1000, 1000, None), 0, ["inference"])
+    assert [n.what for n in outcome.failed] == ["Ray Serve error rate"]
+    # A job that failed part-way keeps what it printed and is a failure.
+    outcome, _ = _run(inference_line(20, 1000, 0, 41.0), 1, ["inference"])
+    assert outcome.measurements and [n.why.startswith("the job failed") for n in outcome.failed] == [True]
+
+
+def test_training_binds_its_collectives_to_the_mesh_interface_with_the_backend_the_gpus_allow():
+    outcome, seen = _run(LOG, 0, ["training"])
+    assert not outcome.failed and outcome.measurements
+    argv = shlex.split(seen[0].split("python fleet_training.py", 1)[1].splitlines()[0])
+    args = dict(zip(argv[::2], argv[1::2], strict=True))
+    assert (args["--ifname"], args["--mtu"], args["--backend"]) == ("wg0", "1420", "gloo")
+    _, seen = _run(LOG, 0, ["training"], gpu="nvml")
+    assert "--backend nccl" in seen[0]
