@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from swarm_infra.metrics import fleetrun, probes
+from swarm_infra.metrics import fleetrun, jobs, probes
 from swarm_infra.metrics.fio import parse_fio
 from swarm_infra.metrics.iperf3 import parse_iperf3
 from swarm_infra.metrics.measurement import Measurement, make_labels
@@ -67,11 +67,17 @@ def every_kind_of_measurement() -> list[Measurement]:
             '"first_window_flops": 7.9e14, "last_window_flops": 6.1e14}\n',
             node="n1",
         ),
-        *probes.parse_training(
-            'TRAINING {"nodes": 1, "samples_per_s": 10.0}\nTRAINING {"nodes": 2, "samples_per_s": 19.0}\n'
+        *jobs.parse_training(
+            "\n".join(
+                'TRAINING {"scaling": "%s", "workers": %d, "samples_per_s": [%s]}' % (kind, n, rate)
+                for kind in ("weak", "strong")
+                for n, rate in ((1, "10.0, 9.5, 10.5"), (2, "19.0, 18.0, 19.5"))
+            )
+            + '\nALLREDUCE {"workers": 2, "bytes": 1048576, "algbw_bytes_per_s": 5.0e6, "seconds": 0.2}\n'
         ),
-        *probes.parse_inference(
-            'INFERENCE {"clients": 1, "errors": 0, "p50_ms": 6.9, "p99_ms": 13.5, "requests_per_s": 139.8}\n'
+        *jobs.parse_inference(
+            'INFERENCE {"rate": 20, "achieved_per_s": 19.9, "requests": 1000, "errors": 0, '
+            '"p50_ms": 6.9, "p90_ms": 9.0, "p99_ms": 13.5}\n'
         ),
         *run_status("network", 1_795_705_342, True),
     ]
@@ -141,7 +147,7 @@ def test_each_part_has_its_own_file_so_an_only_run_keeps_the_other_parts_series(
         "network": fleetrun.Outcome(rtt, [failed]),
         "storage": fleetrun.Outcome(fio, []),
         "training": fleetrun.Outcome(
-            probes.parse_training('TRAINING {"nodes": 1, "samples_per_s": 9.0}\n'), []
+            jobs.parse_training('TRAINING {"scaling": "weak", "workers": 1, "samples_per_s": [9.0]}\n'), []
         ),
     }
 
@@ -179,7 +185,11 @@ def test_each_part_has_its_own_file_so_an_only_run_keeps_the_other_parts_series(
         ),
     ) in first
     assert first[("swarm_metrics_last_run_success", (("part", "storage"),))] == 1.0
-    assert first[("swarm_ray_training_samples_per_second", (("nodes", "1"),))] == 9.0  # the head's file
+    training = (
+        "swarm_ray_training_samples_per_second",
+        (("repeats", "1"), ("scaling", "weak"), ("workers", "1")),
+    )
+    assert first[training] == 9.0  # the head's file
     assert series("n2")[("swarm_metrics_last_run_success", (("part", "network"),))] == 0.0  # its ping failed
     # `--only network` later: the network files change, the storage and training series stay.
     write(node_textfiles({"network": fleetrun.Outcome(rtt, [])}, ["n1", "n2"], "n1", 2000.0))

@@ -67,6 +67,13 @@ DIRECTIONS: dict[tuple[str, str], Direction] = {
     ("dcgmi", "diag.passed_level"): HIGHER,
     ("ray", "training.samples_per_s"): HIGHER,
     ("ray", "training.scaling_efficiency"): HIGHER,
+    ("ray", "training.samples_per_s.min"): HIGHER,
+    ("ray", "training.samples_per_s.max"): HIGHER,
+    ("ray", "allreduce.algbw"): HIGHER,
+    ("ray", "allreduce.busbw"): HIGHER,
+    ("ray-serve", "latency.p90"): LOWER,
+    ("ray-serve", "error_rate"): LOWER,
+    ("ray-serve", "requests"): NONE,  # the count behind the percentiles: a setting, not a score
     ("ray-serve", "requests_per_s"): HIGHER,
     ("ray-serve", "errors"): LOWER,
     ("ray-serve", "latency.p50"): LOWER,
