@@ -9,6 +9,7 @@ not check: asserted here.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -69,9 +70,9 @@ def every_kind_of_measurement() -> list[Measurement]:
         ),
         *jobs.parse_training(
             "\n".join(
-                'TRAINING {"scaling": "%s", "workers": %d, "samples_per_s": [%s]}' % (kind, n, rate)
+                "TRAINING " + json.dumps({"scaling": kind, "workers": n, "samples_per_s": rates})
                 for kind in ("weak", "strong")
-                for n, rate in ((1, "10.0, 9.5, 10.5"), (2, "19.0, 18.0, 19.5"))
+                for n, rates in ((1, [10.0, 9.5, 10.5]), (2, [19.0, 18.0, 19.5]))
             )
             + '\nALLREDUCE {"workers": 2, "bytes": 1048576, "algbw_bytes_per_s": 5.0e6, "seconds": 0.2}\n'
         ),
