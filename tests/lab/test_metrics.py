@@ -38,6 +38,10 @@ SLOW_SITE = max(FLEET.sites.values(), key=lambda s: s.wan["latency_ms"])
 SLOW = sorted(n for n, t in TARGETS.items() if t.site == SLOW_SITE.name)
 # Open-loop inference rates (requests/s): below what the lab's shared two cores serve.
 RATES = ("30", "40", "50")
+# Requests per rate: enough for p90 (10 / (1 - 0.9) = 100 answers), too few for p99 (1,000),
+# which the run must then leave out rather than report from a handful of samples. CI time: the
+# 1,000 of the default take about 80 s at these rates; the figures in docs/benchmarks.md do.
+REQUESTS = 200
 # The all-reduce sweep up to 4 MiB only (the default, 64 MiB, takes half a minute over the
 # emulated WAN): 1 KiB .. 4 MiB by 4.
 SWEEP_MAX_MIB = 4
@@ -51,7 +55,7 @@ def run(lab, tmp_path_factory) -> dict:
         "metrics", "run", "--fleet", "lab", "--db", str(out / "m.db"), "--plots", str(out / "plots"),
         "--write-latency-matrix", str(out / "latency.yaml"), "--format", "json",
         "--duration", "2", "--repeats", "2", "--ping-count", "10", "--inference-rates", ",".join(RATES),
-        "--allreduce-max-mib", str(SWEEP_MAX_MIB), check=False,
+        "--inference-requests", str(REQUESTS), "--allreduce-max-mib", str(SWEEP_MAX_MIB), check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return {"json": json.loads(proc.stdout), "dir": out, "stderr": proc.stderr}
@@ -219,10 +223,11 @@ def test_inference_open_loop_latency_at_each_rate(run) -> None:
     report = run["json"]
     for rate in RATES:
         (p50,) = values(report, "ray-serve", "latency.p50", rate=rate)
-        (p99,) = values(report, "ray-serve", "latency.p99", rate=rate)
+        (p90,) = values(report, "ray-serve", "latency.p90", rate=rate)
         (count,) = values(report, "ray-serve", "requests", rate=rate)
         (errors,) = values(report, "ray-serve", "errors", rate=rate)
-        assert 0 < p50 <= p99 and count == 1000 and errors == 0, (rate, p50, p99, count, errors)
+        assert 0 < p50 <= p90 and count == REQUESTS and errors == 0, (rate, p50, p90, count, errors)
+        assert values(report, "ray-serve", "latency.p99", rate=rate) == []  # 200 answers: no p99
         assert values(report, "ray-serve", "requests_per_s", rate=rate)[0] > 0
     # The load comes from the far site's GPU worker, so every request crosses the WAN twice.
     (one,) = values(report, "ray-serve", "latency.p50", rate=RATES[0])

@@ -136,7 +136,7 @@ def training_scaling(measurements: list[Measurement], out: Path) -> Path | None:
 
 
 def inference_latency(measurements: list[Measurement], out: Path) -> Path | None:
-    """Ray Serve latency p50 and p99 (ms, from the intended send times) against the offered
+    """Ray Serve latency p50, p90 and p99 (those reported: a run with too few answers has no p99) (ms, from the intended send times) against the offered
     request rate (open loop), with the answered requests/s on the right axis. Returns ``out``,
     or None when no inference was measured."""
     by: dict[str, dict[float, float]] = {}
@@ -148,7 +148,7 @@ def inference_latency(measurements: list[Measurement], out: Path) -> Path | None
     clients = sorted(by["latency.p50"])
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(5, 4))
-    for field, style in (("latency.p50", "o-"), ("latency.p99", "s--")):
+    for field, style in (("latency.p50", "o-"), ("latency.p90", "^-."), ("latency.p99", "s--")):
         points = by.get(field, {})
         ax.plot(
             [c for c in clients if c in points],
