@@ -136,7 +136,8 @@ def training_scaling(measurements: list[Measurement], out: Path) -> Path | None:
 
 
 def inference_latency(measurements: list[Measurement], out: Path) -> Path | None:
-    """Ray Serve latency p50, p90 and p99 (those reported: a run with too few answers has no p99) (ms, from the intended send times) against the offered
+    """Ray Serve latency p50, p90 and p99 (those reported: a run with too few answers has no
+    p99) (ms, from the intended send times) against the offered
     request rate (open loop), with the answered requests/s on the right axis. Returns ``out``,
     or None when no inference was measured."""
     by: dict[str, dict[float, float]] = {}
