@@ -77,9 +77,11 @@ def test_fio_runs_the_three_jobs_and_leaves_no_file(tmp_path):
     assert list(tmp_path.iterdir()) == []  # --unlink=1
 
 
-def test_fio_files_take_at_most_half_the_free_space_of_the_mount(tmp_path):
+def test_fio_files_take_at_most_a_quarter_of_the_free_space_of_the_mount(tmp_path):
     # A stand-in df reporting 40 MiB free (POSIX `df -P -m` layout): the 1 GiB asked for
-    # would not fit (the lab's scratch is 1 GiB), so each job's file is 20 MiB.
+    # would not fit (the lab's scratch is 1 GiB), so each job's file is 10 MiB: fio lays out
+    # all three jobs' files before the first runs (create_serialize), and at half the free
+    # space each the lab's 1 GiB scratch ran out (fio error 28, ENOSPC).
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "df").write_text(
@@ -91,7 +93,7 @@ def test_fio_files_take_at_most_half_the_free_space_of_the_mount(tmp_path):
     scratch.mkdir()
     command = f"PATH={bin_dir}:$PATH; {probes.fio_command(str(scratch), 1024, 1, ramp_s=0)}"
     result = sh(command, timeout=120)
-    assert json.loads(result.stdout)["global options"]["size"] == "20M", result.stderr
+    assert json.loads(result.stdout)["global options"]["size"] == "10M", result.stderr
     assert sh(probes.fio_command(str(tmp_path / "missing"), 8, 1)).rc == 1  # df fails: fio never runs
 
 

@@ -123,9 +123,11 @@ def fio_command(directory: str, size_mib: int, runtime_s: int, ramp_s: int = FIO
     """fio on ``directory`` with JSON output: 4 KiB random read at queue depth 32, then 1 MiB
     sequential read, then 1 MiB sequential write, one after the other (``--stonewall``).
 
-    Each job has its own file of ``size_mib`` MiB, or half the space free on the mount when
-    that is less (read on the node with ``df``; fio's ``global options`` in the JSON say the
-    size used); runs ``ramp_s`` seconds unmeasured (``--ramp_time``) then ``runtime_s``
+    Each job has its own file of ``size_mib`` MiB, or a quarter of the space free on the mount
+    when that is less (read on the node with ``df``; fio's ``global options`` in the JSON say
+    the size used): fio lays out every job's file before the first job starts (its default
+    ``create_serialize``), so the three files exist at once, and a half each ran a 1 GiB scratch
+    out of space (fio error 28, ENOSPC, in the lab); runs ``ramp_s`` seconds unmeasured (``--ramp_time``) then ``runtime_s``
     seconds measured (``--time_based``), with direct I/O (``--direct=1``, libaio) for reads and
     writes alike: neither the page cache nor its write-back is measured, whatever the file's
     size. Preconditioning: before a read job starts, fio lays its file out (writes it in full),
@@ -141,7 +143,7 @@ def fio_command(directory: str, size_mib: int, runtime_s: int, ramp_s: int = FIO
     )
     return (
         f"size=$(df -Pm -- {quoted} | awk -v want={int(size_mib)} "
-        "'NR == 2 { half = int($4 / 2); print (half < want ? (half > 0 ? half : 1) : want) }')\n"
+        "'NR == 2 { part = int($4 / 4); print (part < want ? (part > 0 ? part : 1) : want) }')\n"
         '[ -n "$size" ] || exit 1\n'
         f"exec fio {common} "
         f"--name={FIO_JOBS[0]} --rw=randread --bs=4k --iodepth=32 "
