@@ -54,7 +54,7 @@ def run(lab, tmp_path_factory) -> dict:
     proc = swarm(
         "metrics", "run", "--fleet", "lab", "--db", str(out / "m.db"), "--plots", str(out / "plots"),
         "--write-latency-matrix", str(out / "latency.yaml"), "--format", "json",
-        "--duration", "2", "--repeats", "2", "--ping-count", "10", "--inference-rates", ",".join(RATES),
+        "--duration", "2", "--repeats", "1", "--ping-count", "10", "--inference-rates", ",".join(RATES),
         "--inference-requests", str(REQUESTS), "--allreduce-max-mib", str(SWEEP_MAX_MIB), check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
