@@ -126,15 +126,16 @@ def fio_command(directory: str, size_mib: int, runtime_s: int, ramp_s: int = FIO
     Each job has its own file of ``size_mib`` MiB, or a quarter of the space free on the mount
     when that is less (read on the node with ``df``; fio's ``global options`` in the JSON say
     the size used): fio lays out every job's file before the first job starts (its default
-    ``create_serialize``), so the three files exist at once, and a half each ran a 1 GiB
-    scratch out of space (fio error 28, ENOSPC, in the lab). Each job runs ``ramp_s`` seconds
-    unmeasured (``--ramp_time``) then ``runtime_s`` seconds measured (``--time_based``), with
-    direct I/O (``--direct=1``, libaio) for reads and writes alike: neither the page cache nor its write-back is measured, whatever the file's
-    size. Preconditioning: before a read job starts, fio lays its file out (writes it in full),
-    so reads hit allocated blocks, never a sparse file's holes; there is no device-wide
-    preconditioning to steady state (SNIA PTS), so an SSD's figures are those of a file on the
-    device as it is. The files are removed after each job (``--unlink=1``). The run takes about
-    ``3 * (ramp_s + runtime_s)`` seconds plus the layout of two files."""
+    ``create_serialize``), so the three files exist at once, and a half each ran a 1 GiB scratch
+    out of space (fio error 28, ENOSPC, in the lab). Each job runs ``ramp_s`` seconds unmeasured
+    (``--ramp_time``) then ``runtime_s`` seconds measured (``--time_based``), with direct I/O
+    (``--direct=1``, libaio) for reads and writes alike: neither the page cache nor its
+    write-back is measured, whatever the file's size. Preconditioning: before a read job starts,
+    fio lays its file out (writes it in full), so reads hit allocated blocks, never a sparse
+    file's holes; there is no device-wide preconditioning to steady state (SNIA PTS), so an
+    SSD's figures are those of a file on the device as it is. The files are removed after each
+    job (``--unlink=1``). The run takes about ``3 * (ramp_s + runtime_s)`` seconds plus the
+    layout of the files."""
     quoted = shlex.quote(directory)
     common = (
         f'--output-format=json --directory={quoted} --size="$size"M '
