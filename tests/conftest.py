@@ -19,7 +19,10 @@ is put back in the fleet's declared shape (an idempotent ``swarm lab up --fleet 
 stopped nodes start again, nodes a module added are removed). So no module depends on what
 an earlier one left, and any one of them runs alone. Modules run in ``LAB_ORDER`` (lower
 first, 50 by default) so that the session needs few fresh labs and converges: the two
-fresh-lab modules (one fresh converge per engine) first, the teardown check last. A
+fresh-lab modules (one fresh converge per engine) first, then the modules that need the lab
+converged (each leaves it converged or close to it), then those that leave it changed in
+ways only a converge repairs (node layer, hostile converge, drivers: they need it only
+running), the teardown check last. A
 finalizer that always runs takes the lab down.
 """
 

@@ -28,7 +28,7 @@ from tests.labkit import FILES, ansible, on_node, playbook, recap
 from . import standin_repo
 
 pytestmark = [pytest.mark.root, pytest.mark.lab]
-LAB_ORDER = 30
+LAB_ORDER = 50
 LAB_NEEDS = "running"
 NODE = "lab-gpu-1"
 REPO = "/srv/swarm-standin"

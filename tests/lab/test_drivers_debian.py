@@ -25,7 +25,7 @@ from swarm_infra.resolve.drivers import driver_state
 from tests.labkit import FILES, on_node, playbook, recap
 
 pytestmark = [pytest.mark.root, pytest.mark.lab]
-LAB_ORDER = 31
+LAB_ORDER = 51
 LAB_NEEDS = "running"
 NODE = "lab-gpu-2"
 

@@ -27,7 +27,10 @@ from tests.labkit import FILES, LAB_STATE, ROOT, converge_summary, on_node, swar
 
 pytestmark = [pytest.mark.root, pytest.mark.lab]
 LAB_ORDER = 35
-LAB_NEEDS = LAB_LEAVES = "converged"  # the lost worker is started again and converged
+# The Tune proof's lost worker is started again and converged (restart(): the operator's path,
+# asserted once); the Train proof's killed node is left down: the next module's `swarm lab up`
+# starts it and the session's converge (tests/conftest.py) converges it.
+LAB_NEEDS, LAB_LEAVES = "converged", "dirty"
 RAY = {name: node["ray"] for name, node in LAB_STATE["nodes"].items()}
 HEAD = next(n for n, r in RAY.items() if r["role"] == "head")
 DASHBOARD = f"http://{RAY[HEAD]['dashboard']['host']}:{RAY[HEAD]['dashboard']['port']}"
@@ -40,8 +43,9 @@ MIB = 64
 # so the node the test crashes runs one and the job must retry it elsewhere.
 TRIALS = 6
 # Each trial lasts at least EPOCHS x EPOCH_S s (a trial of the digits set alone ends before
-# its TRIAL-RUNNING line reaches the test), so the crash finds it running.
-EPOCHS, EPOCH_S = 100, 0.4
+# its TRIAL-RUNNING line reaches the test), so the crash finds it running after some epochs
+# (its line reaches the test within a few seconds: Ray's log monitor, then one ssh).
+EPOCHS, EPOCH_S = 50, 0.4
 # Which node holds which GPU model (the lab fleet: H100s on lab-gpu-1, A100s on lab-gpu-2).
 BY_MODEL = {
     accel: sorted(n for n, r in RAY.items() if r and f"accelerator_type:{accel}" in r["resources"])
@@ -312,7 +316,7 @@ def restart(lost: str, tmp_path: Path) -> None:
 
 
 # Fault-tolerance run: two workers, a checkpoint every CKPT_EVERY steps, TOTAL_STEPS in all.
-CKPT_EVERY, TOTAL_STEPS = 10, 200
+CKPT_EVERY, TOTAL_STEPS = 10, 100
 
 
 def test_training_resumes_from_its_last_checkpoint_after_a_worker_node_is_killed(lab, tmp_path: Path) -> None:
@@ -350,4 +354,4 @@ def test_training_resumes_from_its_last_checkpoint_after_a_worker_node_is_killed
     last = run.checkpoints[-1]  # the last checkpoint the controller registered before it
     assert run.starts[1] == (last + 1, last) and last + 1 > 0, (run, "".join(lines[-40:]))
     assert run.final_step == TOTAL_STEPS - 1
-    restart(killed, tmp_path)
+    # The killed node stays down (LAB_LEAVES): restart() proved the way back once, above.

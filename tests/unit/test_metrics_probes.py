@@ -188,6 +188,27 @@ def test_a_run_measures_both_paths_respects_nat_and_reports_what_it_cannot_measu
     }
 
 
+def test_zero_repeats_pings_only_and_names_each_skipped_bandwidth_test():
+    """--repeats 0 (what a latency matrix needs): pings every pair, starts no iperf3, and each
+    bandwidth test it leaves out is named as not measured (skipped, not failed)."""
+    hub = _node("a-hub", "a", "127.0.1.1", "127.0.2.1", hub=True, head=True)
+    other = _node("b-hub", "b", "127.0.1.2", "127.0.2.2", hub=True)
+    commands: list[str] = []
+
+    def shell(node: str, command: str, timeout_s: float, stdin: str | None = None) -> fleetrun.Result:
+        commands.append(command)
+        return local_shell(node, command, timeout_s, stdin)
+
+    options = fleetrun.Options(ping_count=2, iperf3_repeats=0)
+    out = fleetrun.measure([hub, other], shell, ["network"], options)
+    assert out.failed == [] and not any("iperf3" in c for c in commands)
+    assert {m.field for m in out.measurements} >= {"rtt.p50"}
+    assert not any(m.tool == "iperf3" for m in out.measurements)
+    assert [(n.what, n.why) for n in out.not_measured if n.what.startswith("iperf3")] == [
+        ("iperf3 a-hub->b-hub", "skipped (--repeats 0)")
+    ]
+
+
 def test_an_unreachable_node_is_a_named_failure_not_an_exception():
     def down(node: str, command: str, timeout_s: float, stdin: str | None = None) -> fleetrun.Result:
         return fleetrun.Result(255, "", "ssh: connect to host 203.0.113.9 port 22: Connection refused")

@@ -251,7 +251,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     numbers = {
         "--duration": args.duration,
-        "--repeats": args.repeats,
         "--ping-count": args.ping_count,
         "--parallel": args.parallel,
         "--matmul-seconds": args.matmul_seconds,
@@ -259,6 +258,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         "--allreduce-max-mib": args.allreduce_max_mib,
     }
     bad = [k for k, v in numbers.items() if v < 1] + (["--threshold"] if not args.threshold >= 0 else [])
+    bad += ["--repeats (0: no iperf3, pings only)"] if args.repeats < 0 else []
     bad += [] if 0 <= args.max_error_rate <= 1 else ["--max-error-rate (0..1)"]
     if bad:
         print(f"swarm metrics run: {', '.join(bad)} must be positive", file=sys.stderr)
@@ -533,7 +533,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="measured seconds per iperf3 test and per fio job, after 3 s left out (default: 10)",
     )
     r.add_argument(
-        "--repeats", type=int, default=3, help="runs of each iperf3 test, paths alternating (default: 3)"
+        "--repeats",
+        type=int,
+        default=3,
+        help="runs of each iperf3 test, paths alternating (default: 3; 0: no iperf3, the network "
+        "part pings only, enough for --write-latency-matrix)",
     )
     r.add_argument("--ping-count", type=int, default=20, help="pings per node pair and path (default: 20)")
     r.add_argument("--parallel", type=int, default=4, help="most tests at once (default: 4)")

@@ -240,6 +240,11 @@ class _Run:
         hubs = {t.site: t.name for t in nodes if t.hub}
         tests = representative_pairs(sites, hubs)
         tests += admission_pairs(sites, tests, hubs)
+        if self.options.iperf3_repeats == 0:  # ping only (a latency matrix needs no bandwidth)
+            self.progress(f"network: iperf3 skipped on {len(tests)} pair(s) (--repeats 0)")
+            for t in tests:
+                self._miss(t.src, "network", f"iperf3 {t.src}->{t.dst}", "skipped (--repeats 0)", False)
+            return
         rounds = schedule_rounds(tests, self.options.max_parallel)
         self.progress(
             f"network: iperf3 on {len(tests)} pair(s) in {len(rounds)} round(s), no link shared in a round"
