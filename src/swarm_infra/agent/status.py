@@ -12,7 +12,10 @@ A node is trusted with itself only (DESIGN.md, trust model): its page is read up
 :data:`swarm_infra.agent.report.MAX_REPORT_BYTES`, never by following a redirect or a
 proxy, parsed by Prometheus' own text parser (``prometheus_client.parser``, text format
 0.0.4) and every metric the agent writes (:func:`swarm_infra.agent.report.textfile`) is
-checked for exactly one sample, its type, its labels and its value's range. A page that
+checked for exactly one sample, its type, its labels and its value's range (the type is
+the textfile's: node_exporter's textfile collector re-exposes a gauge as a gauge, with the
+file's HELP, and its labels as written; prometheus/node_exporter ``collector/textfile.go``
+``convertMetricFamily``, read at commit 020ffc1; the project pins no node_exporter). A page that
 fails any check is a :class:`ReportInvalid` whose message says which and why, never a
 partial report.
 """
