@@ -1,6 +1,11 @@
 from __future__ import annotations
 
+import contextlib
+import http.server
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,3 +29,18 @@ def _known_hosts_dir(tmp_path_factory: pytest.TempPathFactory):
     patch.setenv("SWARM_KNOWN_HOSTS_DIR", str(tmp_path_factory.mktemp("known_hosts")))
     yield
     patch.undo()
+
+
+@contextlib.contextmanager
+def serve_http(handler: Callable[..., Any]) -> Iterator[str]:
+    """A real HTTP server on 127.0.0.1 (a free port) answering with ``handler`` (a
+    ``BaseHTTPRequestHandler`` class or factory) on a thread, for as long as the block
+    runs; yields its base URL (``http://127.0.0.1:PORT``)."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

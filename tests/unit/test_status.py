@@ -12,7 +12,6 @@ import dataclasses
 import http.server
 import json
 import subprocess
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -35,6 +34,7 @@ from swarm_infra.cli.status import cmd_status
 from swarm_infra.resolve import desired_state, load_fleet
 from swarm_infra.resolve.files import AGENT_RUN_TIMEOUT_S
 
+from .conftest import serve_http
 from .test_agent import pull_fleet
 
 A, B = "a" * 40, "b" * 40
@@ -157,14 +157,8 @@ def served(tmp_path: Path) -> Iterator[str]:
         def log_message(self, *a: object) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve_http(Handler) as url:
+        yield url
 
 
 def test_a_report_is_read_over_http(served: str) -> None:
