@@ -2,6 +2,9 @@ from __future__ import annotations
 
 import contextlib
 import http.server
+import os
+import shutil
+import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -10,6 +13,16 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+# The example fleet's directories: what the review tests commit as their base.
+FLEET_DIRS = ("inventory/example", "policies/example", "policies/shared")
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "test",
+    "GIT_AUTHOR_EMAIL": "test@example.invalid",
+    "GIT_COMMITTER_NAME": "test",
+    "GIT_COMMITTER_EMAIL": "test@example.invalid",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
 
 
 @pytest.fixture
@@ -44,3 +57,31 @@ def serve_http(handler: Callable[..., Any]) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def git(repo: Path, *args: str) -> str:
+    """``git -C repo ARGS``' output, with a fixed identity and no user or system configuration."""
+    env = {**os.environ, **GIT_ENV}
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], capture_output=True, text=True, check=True, env=env
+    ).stdout
+
+
+@pytest.fixture(scope="module")
+def base_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The example fleet committed in a Git repository (one per test module)."""
+    repo = tmp_path_factory.mktemp("review") / "repo"
+    for d in FLEET_DIRS:
+        shutil.copytree(ROOT / d, repo / d)
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "the example fleet")
+    return repo
+
+
+@pytest.fixture
+def repo(base_repo: Path, tmp_path: Path) -> Path:
+    """A copy of ``base_repo`` for one test to commit a change on."""
+    dest = tmp_path / "repo"
+    shutil.copytree(base_repo, dest, symlinks=True)
+    return dest
