@@ -6,7 +6,7 @@ import os
 import shutil
 import subprocess
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -67,16 +67,23 @@ def git(repo: Path, *args: str) -> str:
     ).stdout
 
 
-@pytest.fixture(scope="module")
-def base_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The example fleet committed in a Git repository (one per test module)."""
-    repo = tmp_path_factory.mktemp("review") / "repo"
-    for d in FLEET_DIRS:
+def committed(repo: Path, dirs: Iterable[str] = FLEET_DIRS, files: Mapping[str, str] | None = None) -> Path:
+    """A new Git repository at ``repo`` whose one commit on ``main`` holds the project's
+    ``dirs`` (copied) and ``files`` (path -> text); returns ``repo``."""
+    for d in dirs:
         shutil.copytree(ROOT / d, repo / d)
+    for path, text in (files or {}).items():
+        (repo / path).write_text(text)
     git(repo, "init", "-q", "-b", "main")
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "the example fleet")
     return repo
+
+
+@pytest.fixture(scope="module")
+def base_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The example fleet committed in a Git repository (one per test module)."""
+    return committed(tmp_path_factory.mktemp("review") / "repo")
 
 
 @pytest.fixture
