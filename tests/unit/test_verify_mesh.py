@@ -226,6 +226,33 @@ def test_a_node_whose_interface_presents_another_key_than_its_record_drifts() ->
     assert wg_dump_public_key("") is None
 
 
+def test_the_reader_judges_the_nodes_own_key_from_the_same_read() -> None:
+    """readers.wg_peers with the real dump as the node's answer (one command, no other
+    read): its interface's key against the check's recorded one."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from swarm_infra.verify.readers import wg_peers
+
+    text = (WG / "node-a.txt").read_text()
+    own = text.splitlines()[1].split("\t")[1]
+    ran: list[str] = []
+
+    def run(command: str) -> SimpleNamespace:
+        ran.append(command)
+        return SimpleNamespace(rc=0, stdout=text)
+
+    host = SimpleNamespace(run=run)
+    peers = {p: {**v, "max_age_s": None} for p, v in _recorded(b=B, c=C, d=D).items() if p != "d"}
+    check = Check("a", "mesh", "peers on wg0", "wg_peers", "...", {"interface": "wg0", "peers": peers})
+    assert wg_peers(host, replace(check, args={**check.args, "public_key": own}), {}, KEYS.get) == {
+        f"undeclared {D}": "a peer of the interface that the fleet does not declare"
+    }
+    drifted = wg_peers(host, replace(check, args={**check.args, "public_key": X}), {}, KEYS.get)
+    assert drifted["own key"] == f"the interface presents public key {own}, the fleet records {X}"
+    assert ran == [wg_dump_command("wg0")] * 2
+
+
 def test_the_peers_check_carries_the_keys_the_fleet_records(tmp_path: Path) -> None:
     from .test_mesh_recorded_keys import ALL, keyed_fleet
 
