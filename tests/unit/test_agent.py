@@ -7,7 +7,6 @@ import http.server
 import json
 import shutil
 import subprocess
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +18,8 @@ from swarm_infra.agent.decide import PeerReport
 from swarm_infra.agent.engine import parse_stats
 from swarm_infra.agent.report import Status, parse_report, read_report, textfile
 from swarm_infra.resolve.pull import allowed_signers_problems, ref_name, remote_scheme
+
+from .conftest import serve_http
 
 A, B = "a" * 40, "b" * 40
 ROLL = {"serial": [1, "50%"], "max_fail_percentage": 0}  # canary 1, then halves
@@ -169,14 +170,8 @@ def served(tmp_path: Path) -> Iterator[str]:
         def log_message(self, *a: object) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve_http(Handler) as url:
+        yield url
 
 
 def test_read_report_over_http(served: str) -> None:

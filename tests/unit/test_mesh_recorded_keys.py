@@ -26,9 +26,9 @@ from swarm_infra.resolve.mesh import mesh_apply
 from tests.unit.role_reader import run_layer
 from tests.unit.test_node_files import NODES as UNKEYED
 from tests.unit.test_node_files import key
-from tests.unit.test_review import base_repo, change, flags, line_of, render, replace, repo
+from tests.unit.test_review import change, flags, line_of, render, replace
 
-__all__ = ["base_repo", "repo"]  # test_review's fixtures, used here
+# base_repo and repo: tests/unit/conftest.py's (the example fleet committed, a copy per test).
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "plugins" / "filter"))

@@ -9,7 +9,6 @@ review itself: which nodes have an H100, which peers a new node gets, what a bat
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -27,43 +26,11 @@ from swarm_infra.resolve.types import DesiredState
 from swarm_infra.review import Review, review
 from swarm_infra.review.markdown import GITHUB_LIMIT, MARKER, render
 
-from .conftest import ROOT
+from .conftest import FLEET_DIRS, GIT_ENV, ROOT, git
 
-FLEET_DIRS = ("inventory/example", "policies/example", "policies/shared")
+__all__ = ["FLEET_DIRS", "GIT_ENV", "ROOT", "git"]  # what the other review tests import from here
+
 ALLOC = "policies/example/scheduling.yaml"  # the Allocation
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "test",
-    "GIT_AUTHOR_EMAIL": "test@example.invalid",
-    "GIT_COMMITTER_NAME": "test",
-    "GIT_COMMITTER_EMAIL": "test@example.invalid",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-    "GIT_CONFIG_NOSYSTEM": "1",
-}
-
-
-def git(repo: Path, *args: str) -> str:
-    env = {**os.environ, **GIT_ENV}
-    return subprocess.run(
-        ["git", "-C", str(repo), *args], capture_output=True, text=True, check=True, env=env
-    ).stdout
-
-
-@pytest.fixture(scope="module")
-def base_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    repo = tmp_path_factory.mktemp("review") / "repo"
-    for d in FLEET_DIRS:
-        shutil.copytree(ROOT / d, repo / d)
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "the example fleet")
-    return repo
-
-
-@pytest.fixture
-def repo(base_repo: Path, tmp_path: Path) -> Path:
-    dest = tmp_path / "repo"
-    shutil.copytree(base_repo, dest, symlinks=True)
-    return dest
 
 
 def state(repo: Path) -> DesiredState:

@@ -8,26 +8,15 @@ provisioner's RBAC from ``Storage.scratch``.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
-import pytest
-
-from . import test_review
 from .test_review import ALLOC, change, line_of, replace
 
-base_repo = test_review.base_repo  # the example fleet's repository (module-scoped fixture)
+# base_repo and repo: tests/unit/conftest.py's (the example fleet committed, a copy per test).
 
 NODES = "inventory/example/nodes/ams2.yaml"
 NODE_CPUS = "    cpus: 128\n    memory_gib: 1024\n    gpus: [{model: A100-SXM4-80GB, count: 8}]"
 SCRATCH = "tenant_quota_gib: 1024"
-
-
-@pytest.fixture
-def repo(base_repo: Path, tmp_path: Path) -> Path:
-    dest = tmp_path / "repo"
-    shutil.copytree(base_repo, dest, symlinks=True)
-    return dest
 
 
 def test_scratch_quotas_and_queue_cpu_quotas_name_their_own_documents(repo: Path) -> None:

@@ -11,10 +11,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
-import shutil
 from pathlib import Path
-
-import pytest
 
 from swarm_infra.resolve.mesh import derived_address
 from swarm_infra.resolve.rollout import rollout_batches as batches
@@ -25,16 +22,7 @@ from swarm_infra.review.model import ABSENT
 from . import test_review
 from .test_review import ALLOC, change, commit, document, flags, line_of, models_of, replace, state, step
 
-base_repo = test_review.base_repo  # the example fleet's repository (module-scoped fixture)
-
-
-@pytest.fixture
-def repo(base_repo: Path, tmp_path: Path) -> Path:
-    """A copy of ``base_repo`` to commit one change on."""
-    dest = tmp_path / "repo"
-    shutil.copytree(base_repo, dest, symlinks=True)
-    return dest
-
+# base_repo and repo: tests/unit/conftest.py's (the example fleet committed, a copy per test).
 
 PROFILES = "policies/shared/gpu-profiles.yaml"
 ASSIGNMENTS = "policies/example/assignments.yaml"

@@ -10,7 +10,6 @@ after (``state``), never from the review's own output.
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -18,18 +17,9 @@ import pytest
 from swarm_infra.review import review
 from swarm_infra.review.markdown import MARKER, render
 
-from . import test_review
 from .test_review import change, commit, flags, line_of, replace, state
 
-base_repo = test_review.base_repo  # the example fleet's repository (module-scoped fixture)
-
-
-@pytest.fixture
-def repo(base_repo: Path, tmp_path: Path) -> Path:
-    dest = tmp_path / "repo"
-    shutil.copytree(base_repo, dest, symlinks=True)
-    return dest
-
+# base_repo and repo: tests/unit/conftest.py's (the example fleet committed, a copy per test).
 
 SITES = "inventory/example/sites.yaml"
 MESH = "policies/example/mesh.yaml"

@@ -4,32 +4,11 @@ nodes that allow it in their batch and leaves the others pending a reboot."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
-import pytest
+from tests.unit.test_review import RAY_LOCK, change, flags, replace, with_ray
 
-from tests.unit.test_review import FLEET_DIRS, RAY_LOCK, ROOT, change, flags, git, replace, with_ray
-
-
-@pytest.fixture(scope="module")
-def base_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The example fleet committed in a repository, as test_review's fixture makes it."""
-    repo = tmp_path_factory.mktemp("review-upgrades") / "repo"
-    for d in FLEET_DIRS:
-        shutil.copytree(ROOT / d, repo / d)
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "the example fleet")
-    return repo
-
-
-@pytest.fixture
-def repo(base_repo: Path, tmp_path: Path) -> Path:
-    dest = tmp_path / "repo"
-    shutil.copytree(base_repo, dest, symlinks=True)
-    return dest
-
+# base_repo and repo: tests/unit/conftest.py's (the example fleet committed, a copy per test).
 
 PROFILES = "policies/shared/gpu-profiles.yaml"
 

@@ -22,7 +22,7 @@ from swarm_infra import cli
 from swarm_infra.review import review
 from swarm_infra.review.markdown import MARKER, render
 
-from .conftest import ROOT
+from .conftest import ROOT, committed
 from .test_review import FLEET_DIRS, git, replace
 
 PROFILE = 'driver: {branch: "570"}\n  persistence_mode: true\n  power_limit_w: 300'
@@ -33,14 +33,9 @@ WORKFLOWS = ROOT / ".github" / "workflows"
 @pytest.fixture(scope="module")
 def origin(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """main: the example fleet and the schemas, one commit."""
-    repo = tmp_path_factory.mktemp("workflow") / "repo"
-    for d in (*FLEET_DIRS, "schemas"):
-        shutil.copytree(ROOT / d, repo / d)
-    (repo / "README.md").write_text("# fleet\n")
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "the example fleet")
-    return repo
+    return committed(
+        tmp_path_factory.mktemp("workflow") / "repo", (*FLEET_DIRS, "schemas"), {"README.md": "# fleet\n"}
+    )
 
 
 @pytest.fixture

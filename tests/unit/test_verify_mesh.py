@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from swarm_infra.lab.fleet import write_lab_fleet
+from swarm_infra.nodeside.facts import wg_dump_public_key
 from swarm_infra.resolve import desired_state, load_fleet
 from swarm_infra.resolve.mesh import ping_sample, site_representatives
 from swarm_infra.verify.checks import (
@@ -39,6 +40,7 @@ C = "laHh2U1/lNdDS7YXSWCtiFAkEyR7NV6Cslk7iP7a4RM="  # idle, never heard from
 D = "yRT1UmikNi+GDgslRJ0tL9+MlAifr0zkF1SplFDNhQU="  # sent to, never answered; keepalive 25
 KEYS = {"b": B, "c": C, "d": D}
 IPS = {"b": ["10.99.0.2/32"], "c": ["10.99.0.3/32", "10.99.1.0/24"], "d": ["10.99.0.4/32"]}
+ANSWERLESS = "sent 148 B, received nothing: the peer never answered"  # d in node-a.txt
 
 
 def _read(name: str) -> tuple[int, dict]:
@@ -162,6 +164,109 @@ def test_wrong_allowed_ips_missing_peer_and_unreadable_key() -> None:
     assert judge_peers(
         _declared(), dump, now, lambda name: None if name == "b" else KEYS[name], skip={"b"}
     ) == {"d": problems["d"]}
+
+
+X = "XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX="  # a key the fleet never recorded
+
+
+def _recorded(**keys: str) -> dict:
+    declared = _declared()
+    for peer, key in keys.items():
+        declared[peer]["public_key"] = key
+    return declared
+
+
+def test_a_peer_is_judged_by_its_recorded_key_not_by_the_key_it_presents() -> None:
+    """Node b presents another key X than the fleet records (B), and the interface took X
+    (a push converge learnt it from b): every byte flows, yet b is not who the reviewed
+    fleet says. Judged by the record, that is drift; learnt from b, it was not."""
+    now, dump = _read("node-a.txt")
+    learnt = {X if k == B else k: v for k, v in dump.items()}
+    presented = {**KEYS, "b": X}
+    assert judge_peers(_declared(), learnt, now, presented.get) == {"d": ANSWERLESS}  # learning sees nothing
+    problems = judge_peers(_recorded(b=B, c=C, d=D), learnt, now, presented.get)
+    assert problems == {
+        "b": "not a peer of the interface",
+        f"undeclared {X}": "a peer of the interface that the fleet does not declare",
+        "d": ANSWERLESS,
+    }
+
+
+def test_a_recorded_key_needs_no_read_of_the_peer() -> None:
+    """A peer the verifier cannot reach (behind NAT, no inbound path) is still judged, by
+    the key the fleet records: it is never asked for its key."""
+    now, dump = _read("node-a.txt")
+    asked: list[str] = []
+
+    def key_of(name: str) -> str | None:
+        asked.append(name)
+        return None  # unreachable
+
+    assert judge_peers(_recorded(b=B, c=C, d=D), dump, now, key_of) == {"d": ANSWERLESS}
+    assert asked == []
+    # Where the fleet records no key, the peer's own is still read (and its absence said).
+    assert judge_peers(_recorded(b=B, d=D), dump, now, key_of) == {
+        "c": "its public key could not be read on the node",
+        "d": ANSWERLESS,
+    }
+    assert asked == ["c"]
+
+
+def test_a_node_whose_interface_presents_another_key_than_its_record_drifts() -> None:
+    """The node's own key, from the same dump's interface line (no other read)."""
+    now, dump = _read("node-a.txt")
+    text = (WG / "node-a.txt").read_text().split("\n", 1)[1]  # the dump after the clock
+    own = wg_dump_public_key(text)
+    assert own == text.split("\n")[0].split("\t")[1] and own not in (B, C, D)
+    declared = _recorded(b=B, c=C, d=D)
+    assert "own key" not in judge_peers(declared, dump, now, KEYS.get, own=(own, own))
+    assert "own key" not in judge_peers(declared, dump, now, KEYS.get, own=(None, own))  # none recorded
+    problems = judge_peers(declared, dump, now, KEYS.get, own=(X, own))
+    assert problems["own key"] == f"the interface presents public key {own}, the fleet records {X}"
+    assert wg_dump_public_key("") is None
+
+
+def test_the_reader_judges_the_nodes_own_key_from_the_same_read() -> None:
+    """readers.wg_peers with the real dump as the node's answer (one command, no other
+    read): its interface's key against the check's recorded one."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from swarm_infra.verify.readers import wg_peers
+
+    text = (WG / "node-a.txt").read_text()
+    own = text.splitlines()[1].split("\t")[1]
+    ran: list[str] = []
+
+    def run(command: str) -> SimpleNamespace:
+        ran.append(command)
+        return SimpleNamespace(rc=0, stdout=text)
+
+    host = SimpleNamespace(run=run)
+    peers = {p: {**v, "max_age_s": None} for p, v in _recorded(b=B, c=C, d=D).items() if p != "d"}
+    check = Check("a", "mesh", "peers on wg0", "wg_peers", "...", {"interface": "wg0", "peers": peers})
+    assert wg_peers(host, replace(check, args={**check.args, "public_key": own}), {}, KEYS.get) == {
+        f"undeclared {D}": "a peer of the interface that the fleet does not declare"
+    }
+    drifted = wg_peers(host, replace(check, args={**check.args, "public_key": X}), {}, KEYS.get)
+    assert drifted["own key"] == f"the interface presents public key {own}, the fleet records {X}"
+    assert ran == [wg_dump_command("wg0")] * 2
+
+
+def test_the_peers_check_carries_the_keys_the_fleet_records(tmp_path: Path) -> None:
+    from .test_mesh_recorded_keys import ALL, keyed_fleet
+
+    root = keyed_fleet(tmp_path, ALL)
+    state = desired_state(
+        load_fleet([root / d for d in ("inventory/lab", "policies/lab", "policies/shared")])
+    )
+    peers = [c for c in checks_for(state) if c.kind == "wg_peers"]
+    assert peers and {c.node for c in peers} == set(ALL)
+    for check in peers:
+        assert check.args["public_key"] == ALL[check.node]
+        assert {p: v["public_key"] for p, v in check.args["peers"].items()} == {
+            p: ALL[p] for p in check.args["peers"]
+        }
 
 
 def test_ping_sample_each_node_to_its_representative_and_representatives_across_sites() -> None:

@@ -17,6 +17,7 @@ so a refused commit's files never reach the disk as files.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 from dataclasses import dataclass
@@ -129,6 +130,33 @@ def fetch(
     ensure_clone(clone)
     run_git(fetch_argv(clone, remote, ref, deploy_key, known_hosts))
     return run_git(["-C", str(clone), "rev-parse", "--verify", f"{FETCHED}^{{commit}}"]).stdout.strip()
+
+
+def remote_head(remote: str, ref: str, timeout_s: float = 30) -> str:
+    """The commit ``ref`` (a branch name) of ``remote`` is at now (``git ls-remote``, with
+    :func:`fetch_argv`'s transport rule; an ssh remote with the caller's own SSH keys and
+    known hosts, no prompts). Raises :class:`GitError` (unreachable, no such branch, an
+    answer that is not one commit id) or ValueError (a remote or ref that is not one)."""
+    scheme = remote_scheme(remote)
+    config = ["-c", "protocol.allow=never", "-c", f"protocol.{scheme}.allow=always"]
+    if scheme == "ssh":
+        config += ["-c", f"core.sshCommand={ssh_command(None, None)}"]
+    full = ref_name(ref)
+    try:
+        done = subprocess.run(
+            ["git", *config, "ls-remote", "--", remote, full],
+            capture_output=True, text=True, env=_env(), timeout=timeout_s, check=False,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise GitError(f"git ls-remote: no answer in {timeout_s:.0f} s") from None
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["(no message)"])[-1]
+        raise GitError(f"git ls-remote exited {done.returncode}: {last[:300]}")
+    heads = [line.split("\t") for line in done.stdout.splitlines()]
+    found = [c for c, *name in heads if name == [full]]
+    if len(found) != 1 or not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", found[0]):
+        raise GitError(f"{remote} has no branch {ref}")
+    return found[0]
 
 
 def _verify_config(allowed_signers: Path) -> list[str]:

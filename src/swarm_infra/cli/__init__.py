@@ -1,7 +1,8 @@
 """``swarm``: the project's own CLI, for what Ansible, pyinfra, Pulumi and pytest do not do.
 
 One module per command group: ``fleet`` (validate, plan), ``mesh`` (allocate), ``render``,
-``review``, ``converge``, ``verify``, ``lab``, ``metrics``, ``pull`` (agent run, node bootstrap).
+``review``, ``converge``, ``verify``, ``lab``, ``metrics``, ``pull`` (agent run, node bootstrap),
+``status`` (the pull agents' reports, read over the mesh).
 Exit codes: 0 success (warnings allowed), 2 invalid input (nothing was applied),
 1 unexpected failure.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import converge, fleet, lab, mesh, metrics, pull, render, review, verify
+from . import converge, fleet, lab, mesh, metrics, pull, render, review, status, verify
 from .common import EXIT_FAILURE, silence
 
 
@@ -34,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     lab.add_parsers(sub)
     metrics.add_parsers(sub)
     pull.add_parsers(sub)
+    status.add_parsers(sub)
     return parser
 
 

@@ -91,10 +91,14 @@ def cmd_node_bootstrap(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _group(sub: argparse._SubParsersAction, name: str, help: str) -> argparse._SubParsersAction:
+    """``swarm NAME COMMAND``: the group's parser, whose COMMAND is required."""
+    group = sub.add_parser(name, help=help)
+    return group.add_subparsers(dest=f"{name}_command", required=True, metavar="COMMAND")
+
+
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    agent = sub.add_parser("agent", help="the pull agent (run on a node by its timer)")
-    agent_sub = agent.add_subparsers(dest="agent_command", required=True, metavar="COMMAND")
-    run = agent_sub.add_parser(
+    run = _group(sub, "agent", "the pull agent (run on a node by its timer)").add_parser(
         "run",
         help="one pull run: fetch, verify the signature, apply this node's state, report",
         description="Fetch the fleet's ref, verify the commit's SSH signature against the "
@@ -110,9 +114,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--root", default="/", help=argparse.SUPPRESS)
     run.set_defaults(func=cmd_agent_run)
 
-    node = sub.add_parser("node", help="prepare a node (run on the node)")
-    node_sub = node.add_subparsers(dest="node_command", required=True, metavar="COMMAND")
-    boot = node_sub.add_parser(
+    boot = _group(sub, "node", "prepare a node (run on the node)").add_parser(
         "bootstrap",
         help="install the pull agent, make the WireGuard key, print the change to propose",
         description="Run once, as root, on a new machine: writes the pull agent's settings, "

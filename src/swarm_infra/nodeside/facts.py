@@ -92,6 +92,13 @@ def wg_dump(text: str) -> dict[str, dict[str, Any]]:
     return peers
 
 
+def wg_dump_public_key(text: str) -> str | None:
+    """The interface's own public key in ``wg show IFACE dump`` (:func:`wg_dump`'s format:
+    the first line's second field), or None when the text holds no interface line."""
+    first = text.split("\n", 1)[0].split("\t")
+    return first[1] if len(first) >= 4 and first[1] else None
+
+
 def ip_link(text: str) -> dict[str, Any]:
     """``ip -j addr show dev IFACE`` as ``{mtu, inet: ["a.b.c.d/len", ...]}``; an empty
     dict when the output holds no interface."""

@@ -46,7 +46,6 @@ from .load import (
     Snapshot,
     check_snapshot,
     head_schema_diagnostics,
-    load_snapshot,
     prepare,
     read_snapshot,
 )
@@ -229,7 +228,8 @@ def review_fleet(
     cache.prefetch(
         [(p.root, f, p.paths) for p, f in zip(prepared, (files[1], files[0]), strict=True) if p is not None]
     )
-    head_snap = load_snapshot(repo, head, fleet, files[1], tmp / "head", cache, prepared[0])
+    head_snap = read_snapshot(repo, head, fleet, files[1], tmp / "head", cache, prepared[0])
+    check_snapshot(head_snap, cache, files[1])
     base_exists = any(p.startswith(fleet_dirs(fleet)[0] + "/") for p in files[0])
     fr = FleetReview(fleet, base, head, base_exists, head_snap.exists)
     extra = head_schema_diagnostics(repo, head, head_snap.parsed) if head_schemas and head_snap.exists else []

@@ -360,22 +360,6 @@ def _resolve(snap: Snapshot, analysis: Analysis) -> None:
         snap.objects, snap.objects_error = {}, str(exc)
 
 
-def load_snapshot(
-    repo: Path,
-    commit: str,
-    fleet: str,
-    files: dict[str, TreeFile],
-    root: Path,
-    cache: ParseCache,
-    prepared: Prepared | None = None,
-) -> Snapshot:
-    """:func:`read_snapshot` and :func:`check_snapshot`: fleet ``fleet`` at ``commit``,
-    validated, and when valid resolved with its cluster objects."""
-    snap = read_snapshot(repo, commit, fleet, files, root, cache, prepared)
-    check_snapshot(snap, cache, files)
-    return snap
-
-
 HEAD_SCHEMA_RULE = "review.head-schemas"  # a document the head's own schemas/ reject
 
 

@@ -273,17 +273,29 @@ def judge_peers(
     now: int,
     key_of: Callable[[str], str | None],
     skip: Collection[str] = (),
+    own: tuple[str | None, str | None] = (None, None),
 ) -> dict[str, str]:
     """What is wrong with each peer of one interface, from one read of its ``wg show dump``.
 
     ``declared``: peer name -> ``{"allowed_ips": [CIDR], "max_age_s": int | None, ...}``
-    (the ``wg_peers`` check's ``args["peers"]``); ``dump``: :func:`nodeside.facts.wg_dump` of the
-    node's interface; ``now``: the node's clock (s since the epoch) read with the dump;
-    ``key_of``: a peer's public key (None: unreadable); ``skip``: peers not to judge (their
-    own tunnel's check drifted: that is their one drift line). Returns ``{peer name: problem}``,
-    only for peers with a problem (and ``"undeclared <key>"`` for a peer the interface has
-    that the fleet does not declare, when every declared peer's key is known); ``{}`` when
+    (the ``wg_peers`` check's ``args["peers"]``; ``"public_key"``: the peer's key as the
+    fleet records it, its Node ``spec.mesh.public_key``, or None); ``dump``:
+    :func:`nodeside.facts.wg_dump` of the node's interface; ``now``: the node's clock (s since
+    the epoch) read with the dump; ``key_of``: the key a peer holds, read from the peer
+    itself (None: unreadable), asked only for peers whose key the fleet does not record;
+    ``skip``: peers not to judge (their own tunnel's check drifted: that is their one drift
+    line); ``own``: (the node's own key as the fleet records it, the key its interface
+    presents in the dump), either None when unknown. Returns ``{peer name: problem}``, only
+    for peers with a problem (and ``"undeclared <key>"`` for a peer the interface has that
+    the fleet does not declare, when every declared peer's key is known; ``"own key"`` when
+    the interface presents another key than the fleet records for the node); ``{}`` when
     all is well.
+
+    Where the fleet records a key it is the authority (DESIGN.md, trust model: a node is
+    trusted with itself only): a peer is judged by its recorded key, never by what the
+    peer node says it holds, so a node that presents another key is drift (on that node,
+    ``own``; on its peers, the recorded key is not the one that answers) and not silently
+    learnt.
 
     Problems: not a peer of the interface; AllowedIPs other than declared; where a recent
     handshake is expected (``max_age_s``: PersistentKeepalive keeps the link talking) none
@@ -294,8 +306,13 @@ def judge_peers(
     problems: dict[str, str] = {}
     known: set[str] = set()
     unknown = False  # a declared peer's key is unknown: no dump entry can be called undeclared
+    recorded, presented = own
+    if recorded is not None and presented != recorded:
+        problems["own key"] = (
+            f"the interface presents public key {presented or '(unreadable)'}, the fleet records {recorded}"
+        )
     for name, want in sorted(declared.items()):
-        key = key_of(name)
+        key = want.get("public_key") or key_of(name)
         if key is None:
             unknown = True
             if name not in skip:
@@ -362,6 +379,7 @@ def _mesh_checks(
         p["name"]: {
             "allowed_ips": p["allowed_ips"],
             "max_age_s": fresh.get(p["name"]),
+            "public_key": p["public_key"],
             "service": _service_id(state, p["name"]) if p["name"] in state["nodes"] else None,
         }
         for p in m["peers"]
@@ -369,7 +387,8 @@ def _mesh_checks(
     peers = Check(name, "mesh", f"peers on {iface}", "wg_peers",
                   f"{len(declared)} peer(s) with the declared AllowedIPs; a recent handshake where the "
                   "link is kept alive; no peer that sends and never hears back",
-                  {"interface": iface, "peers": declared}, (service.id,))  # fmt: skip
+                  {"interface": iface, "peers": declared, "public_key": m["public_key"]},
+                  (service.id,))  # fmt: skip
     return local, peers
 
 

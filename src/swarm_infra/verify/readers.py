@@ -258,15 +258,17 @@ def wg_peers(
     host: Host, check: Check, cache: Cache, key_of, skip: frozenset[str] = frozenset()
 ) -> dict[str, str] | str:
     """Every declared peer but ``skip`` judged from ONE read of the node's dump
-    (:func:`judge_peers`): ``{peer: problem}`` ({} when all is well), or a string saying
-    why it is unreadable. ``key_of(name)``: a peer's public key, None when it cannot be
-    read."""
+    (:func:`judge_peers`, against the fleet's recorded keys where it records them, the
+    node's own included): ``{peer: problem}`` ({} when all is well), or a string saying
+    why it is unreadable. ``key_of(name)``: the key a peer node holds, None when it cannot
+    be read (asked only where the fleet records none)."""
     out = host.run(wg_dump_command(check.args["interface"]))
     read = parse_wg_read(out.stdout) if out.rc == 0 else f"unreadable: rc {out.rc}"
     if isinstance(read, str):
         return read
     now, dump = read
-    return judge_peers(check.args["peers"], dump, now, key_of, skip)
+    own = (check.args.get("public_key"), facts.wg_dump_public_key(out.stdout.split("\n", 1)[-1]))
+    return judge_peers(check.args["peers"], dump, now, key_of, skip, own)
 
 
 def ping(host: Host, check: Check, cache: Cache) -> str:
