@@ -111,8 +111,8 @@ def main() -> int:
         ctx = {
             "head": head,
             "worker_ip": nodes[WORKER]["ray"]["node_ip"],
-            "venv": nodes[head]["layout"]["files"]["ray_venv"],
-            "prefix": client_env_prefix(nodes[head]["layout"]["files"]["ray_auth_token"]),
+            "venv": nodes[head]["layout"]["files"]["ray_venv"]["path"],
+            "prefix": client_env_prefix(nodes[head]["layout"]["files"]["ray_auth_token"]["path"]),
             "dashboard": f"http://{ray['dashboard']['host']}:{ray['dashboard']['port']}",
             "head_unit": nodes[head]["layout"]["units"]["ray_head"],
             "worker_unit": nodes[WORKER]["layout"]["units"]["ray_worker"],
