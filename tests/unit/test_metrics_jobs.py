@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import shlex
 import statistics
+from pathlib import Path
 
 import pytest
 
@@ -184,3 +185,82 @@ def test_training_binds_its_collectives_to_the_mesh_interface_with_the_backend_t
     assert (args["--ifname"], args["--mtu"], args["--backend"]) == ("wg0", "1420", "gloo")
     _, seen = _run(LOG, 0, ["training"], gpu="nvml")
     assert "--backend nccl" in seen[0]
+
+
+# Real output of jobs/fleet_training.py, captured on this host (tests/data/metrics/ray-train-*.log,
+# their header says how): a single-node Ray 2.60.0 with two logical GPUs, torch 2.13.0+cpu, gloo on lo,
+#   ray-train-stream.log:   --data stream --max-workers 2 --steps 10 --repeats 3 --warmup-steps 3
+#                           --sweep-max-mib 0 --data-rows 16384 --nodes 192.0.2.2,192.0.2.2
+#   ray-train-pipeline.log: --pipeline --steps 10 --repeats 3 --warmup-steps 3 (--batch 128,
+#                           --micro-batches 4, --tolerance 1e-4 by default)
+METRICS = Path(__file__).resolve().parents[1] / "data" / "metrics"
+STEPS, REPEATS, BATCH, MICRO = 10, 3, 128, 4
+# One streamed row: 64 float32 features and an int64 label (jobs/fleet_training.py digit_rows).
+ROW_BYTES = 64 * 4 + 8
+
+
+def test_streamed_training_reports_the_rows_and_bytes_each_worker_received_from_a_real_run():
+    log = (METRICS / "ray-train-stream.log").read_text()
+    got = jobs.parse_training(log, cluster="c")
+    data = {
+        (m.field, m.label("scaling"), m.label("workers"), m.label("rank")): (
+            m.value,
+            m.unit,
+            m.label("address"),
+        )
+        for m in got
+        if m.tool == "ray-data"
+    }
+    for workers in (1, 2):
+        for scaling in ("weak", "strong"):
+            per_worker = BATCH if scaling == "weak" else BATCH // workers
+            for rank in range(workers):
+                key = (scaling, str(workers), str(rank))
+                # Every timed step took one batch of the worker's size from its shard.
+                rows = per_worker * STEPS * REPEATS
+                assert data[("rows", *key)] == (rows, "count", "192.0.2.2")
+                assert data[("bytes", *key)] == (rows * ROW_BYTES, "bytes", "192.0.2.2")
+                assert data[("wait", *key)][1] == "s" and data[("wait", *key)][0] >= 0
+    assert ("rows", "weak", "2", "2") not in data  # as many ranks as workers
+    # The throughput of a streamed run is its own series (label data=stream), recomputed
+    # from the line's windows.
+    lines = {(r["scaling"], r["workers"]): r["samples_per_s"] for r in jobs.tagged(log, "TRAINING")}
+    figures = {
+        (m.label("scaling"), int(m.label("workers") or 0)): m
+        for m in got
+        if m.field == "training.samples_per_s"
+    }
+    assert figures.keys() == lines.keys()
+    for key, rates in lines.items():
+        assert figures[key].value == statistics.median(rates) and figures[key].label("data") == "stream"
+    # An in-memory run keeps the series it always had: no data label.
+    assert {m.label("data") for m in jobs.parse_training(LOG)} == {None}
+
+
+def test_a_data_line_whose_lists_disagree_is_an_error():
+    line = (
+        'DATA {"scaling": "weak", "workers": 2, "addresses": ["a"], '
+        '"rows": [1, 2], "bytes": [1, 2], "wait_s": [0, 0]}'
+    )
+    with pytest.raises(MeasurementParseError, match="DATA line lacks"):
+        jobs.parse_training(training_line(1, "weak", [1.0], 128) + "\n" + line)
+
+
+def test_the_model_cut_over_two_workers_trains_as_the_whole_model_does_in_a_real_run():
+    log = (METRICS / "ray-train-pipeline.log").read_text()
+    [line] = jobs.tagged(log, "PIPELINE")
+    got = {m.field: (m.value, m.unit) for m in jobs.parse_pipeline(log, cluster="c")}
+    # The oracle the job ran: same seed, weights and batches, the whole model on one worker;
+    # its loss at every step within the tolerance, and the run trained (the loss fell).
+    assert got["pipeline.max_loss_diff"][0] <= 1e-4 and line["match"] is True
+    assert line["loss_last"] < line["loss_first"]
+    assert line["total_steps"] == 3 + STEPS * REPEATS
+    # Stage 0 sends one 256-wide float32 activation per sample of the batch.
+    assert got["pipeline.activation_bytes"] == (BATCH * 256 * 4, "bytes")
+    assert got["pipeline.samples_per_s"] == (statistics.median(line["samples_per_s"]), "samples/s")
+    assert got["pipeline.reference_samples_per_s"][0] == statistics.median(line["reference_samples_per_s"])
+    assert {m.labels for m in jobs.parse_pipeline(log)} == {
+        (("micro_batches", str(MICRO)), ("repeats", str(REPEATS)), ("stages", "2"))
+    }
+    with pytest.raises(MeasurementParseError, match="no PIPELINE line"):
+        jobs.parse_pipeline((METRICS / "ray-train-stream.log").read_text())
