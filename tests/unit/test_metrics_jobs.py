@@ -264,3 +264,47 @@ def test_the_model_cut_over_two_workers_trains_as_the_whole_model_does_in_a_real
     }
     with pytest.raises(MeasurementParseError, match="no PIPELINE line"):
         jobs.parse_pipeline((METRICS / "ray-train-stream.log").read_text())
+
+
+def test_training_workers_are_the_group_with_the_lowest_measured_mesh_rtt_pinned_in_rank_order():
+    """``Options.training_workers``: the K GPU workers resolve.placement chooses from the
+    mesh RTT (to each other and the head), passed to the job as --nodes (mesh addresses,
+    rank order) and --max-workers K; without a measured group, nothing is submitted and the
+    run says why (never an unplaced run reported as a placed one)."""
+    seen: list[str] = []
+
+    def shell(node: str, command: str, timeout_s: float, stdin: str | None = None) -> fleetrun.Result:
+        seen.append(command)
+        return fleetrun.Result(0, LOG, "")
+
+    gpu = {"gpu_backend": "simulated", "ray_gpu_worker": True, "mesh_interface": "wg0", "mesh_mtu": 1420}
+    targets = [
+        _target("head", head=True, mesh="10.210.0.1"),
+        _target("near", mesh="10.210.0.2", **gpu),
+        _target("far", mesh="10.210.0.3", **gpu),
+        _target("mid", mesh="10.210.0.4", **gpu),
+    ]
+    # head-near 1, head-mid 2, head-far 40: with the head as anchor, {near, mid} has the
+    # lowest highest RTT (near-mid 3); near (1 + 3) is rank 0 before mid (2 + 3).
+    rtt = {
+        ("head", "near"): 1.0, ("head", "mid"): 2.0, ("head", "far"): 40.0,
+        ("near", "mid"): 3.0, ("near", "far"): 41.0, ("far", "mid"): 39.0,
+    }  # fmt: skip
+    options = fleetrun.Options(training_workers=2)
+    outcome = fleetrun.measure(targets, shell, ["training"], options, ray=RAY, rtt_ms=rtt)
+    assert not outcome.failed
+    argv = shlex.split(seen[0].split("python fleet_training.py", 1)[1].splitlines()[0])
+    args = dict(zip(argv[::2], argv[1::2], strict=True))
+    assert (args["--nodes"], args["--max-workers"]) == ("10.210.0.2,10.210.0.4", "2")
+    # near-mid unmeasured: that group cannot be chosen; {far, mid} (highest 40: head-far)
+    # beats {near, far} (41: near-far), and mid (2 + 39) is rank 0 before far (40 + 39).
+    seen.clear()
+    unmeasured = {k: v for k, v in rtt.items() if k != ("near", "mid")}
+    fleetrun.measure(targets, shell, ["training"], options, ray=RAY, rtt_ms=unmeasured)
+    assert "--nodes 10.210.0.4,10.210.0.3\n" in seen[0]
+    # Nothing measured: nothing submitted, and the run says why.
+    seen.clear()
+    outcome = fleetrun.measure(targets, shell, ["training"], options, ray=RAY, rtt_ms={})
+    (failed,) = outcome.failed
+    assert not seen and failed.part == "training"
+    assert failed.why.startswith("placement by RTT: no group of 2 has every RTT measured (none between ")
