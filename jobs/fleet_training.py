@@ -2,7 +2,9 @@
 
     ray job submit --address http://<head mesh address>:8265 --working-dir DIR -- \
         python fleet_training.py --ifname wg0 --mtu 1420 [--backend gloo|nccl] [--steps 20] \
-        [--repeats 3] [--sweep-max-mib 64] [--checkpoint-every 0 --total-steps N]
+        [--repeats 3] [--sweep-max-mib 64] [--checkpoint-every 0 --total-steps N] \
+        [--data memory|stream [--data-rows 65536]] [--pipeline [--micro-batches 4]] \
+        [--nodes MESH_ADDRESS,...]
 
 Ray Train (``TorchTrainer``, Ray Train V2) trains a small real model, a multilayer
 perceptron (64-256-256-10) on scikit-learn's digits set (shipped in the scikit-learn wheel,
@@ -39,6 +41,26 @@ Modes (each prints ``TAG {json}`` lines; the last line is ``RESULT {json}``):
   ``START {"step": first step, "resumed_from": checkpoint step or null}``. A worker lost
   with its node ends the group; Ray Train starts a new one (on the nodes left: placement is
   best-effort spread) from the last checkpoint.
+
+* pipeline (``--pipeline``): the model cut over two workers (stages), activations and their
+  gradients sent between them per micro-batch (:func:`pipeline_loop`); one ``PIPELINE``
+  line with the samples/s of each window, the unpartitioned model's on one worker, and the
+  largest loss difference between the two at any step (the job fails above
+  ``--tolerance``).
+
+Data (``--data``, scaling and fault-tolerance modes): ``memory`` (default) samples the digits
+set each worker holds; ``stream`` feeds the workers from a Ray Dataset (``--data-rows`` rows
+made from the digits set by Ray Data tasks) through TorchTrainer's ``datasets=`` and
+``ray.train.get_dataset_shard("train").iter_torch_batches``: Ray Data's streaming executor
+makes the blocks while the workers consume them, through the object store. A streamed run
+prints a ``DATA`` line per (N, scaling): the rows, bytes and seconds waiting of each rank in
+the timed windows; its samples/s include the input pipeline.
+
+Placement (``--nodes``): the mesh addresses of the nodes to use, worker i on the i-th (Ray
+label selectors on ``ray.io/node-id``, per worker); ``swarm metrics run --training-workers
+K`` passes the K GPU workers ``swarm_infra.resolve.placement.closest_group`` chooses from
+the measured mesh RTT. Every TRAINING, DATA and PIPELINE line lists ``addresses``, each
+rank's node.
 
 Checkpoints need storage every worker and the driver reach (Ray Train's persistent storage:
 a local path is refused for multi-node runs). ``--storage-path`` names a shared mount (the
