@@ -252,7 +252,8 @@ def test_the_model_cut_over_two_workers_trains_as_the_whole_model_does_in_a_real
     got = {m.field: (m.value, m.unit) for m in jobs.parse_pipeline(log, cluster="c")}
     # The oracle the job ran: same seed, weights and batches, the whole model on one worker;
     # its loss at every step within the tolerance, and the run trained (the loss fell).
-    assert got["pipeline.max_loss_diff"][0] <= 1e-4 and line["match"] is True
+    assert got["pipeline.max_loss_diff"] == (line["max_loss_diff"], "nats") and line["match"] is True
+    assert line["max_loss_diff"] <= 1e-4
     assert line["loss_last"] < line["loss_first"]
     assert line["total_steps"] == 3 + STEPS * REPEATS
     # Stage 0 sends one 256-wide float32 activation per sample of the batch.
@@ -308,3 +309,28 @@ def test_training_workers_are_the_group_with_the_lowest_measured_mesh_rtt_pinned
     (failed,) = outcome.failed
     assert not seen and failed.part == "training"
     assert failed.why.startswith("placement by RTT: no group of 2 has every RTT measured (none between ")
+
+
+def test_streamed_data_and_the_pipeline_are_options_of_the_training_part():
+    """``Options.training_data`` reaches the job as ``--data``; ``training_pipeline`` submits
+    the job a second time with ``--pipeline`` and parses its PIPELINE line (here the real
+    one); with one GPU worker the pipeline cannot run and the part says so."""
+    pipeline_log = (METRICS / "ray-train-pipeline.log").read_text()
+    seen: list[str] = []
+
+    def shell(node: str, command: str, timeout_s: float, stdin: str | None = None) -> fleetrun.Result:
+        seen.append(command)
+        return fleetrun.Result(0, pipeline_log if "--pipeline" in command else LOG, "")
+
+    gpu = {"gpu_backend": "simulated", "ray_gpu_worker": True, "mesh_interface": "wg0", "mesh_mtu": 1420}
+    two = [_target("head", head=True), _target("w1", **gpu), _target("w2", **gpu)]
+    options = fleetrun.Options(training_data="stream", training_pipeline=True)
+    outcome = fleetrun.measure(two, shell, ["training"], options, ray=RAY)
+    assert not outcome.failed and len(seen) == 2
+    assert "--data stream" in seen[0] and "--pipeline" not in seen[0] and "--pipeline" in seen[1]
+    assert {m.field for m in outcome.measurements} >= {"training.samples_per_s", "pipeline.max_loss_diff"}
+    seen.clear()
+    outcome = fleetrun.measure(two[:2], shell, ["training"], options, ray=RAY)
+    assert len(seen) == 1 and [(n.what, n.why) for n in outcome.failed] == [
+        ("Ray pipeline training", "the pipeline needs two GPU workers")
+    ]

@@ -322,6 +322,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         inference_requests=args.inference_requests,
         max_error_rate=args.max_error_rate,
         training_workers=args.training_workers,
+        training_data=args.training_data,
+        training_pipeline=args.training_pipeline,
     )
     started_at = datetime.now(UTC).replace(microsecond=0)
     at = started_at.isoformat()
@@ -588,6 +590,19 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         metavar="K",
         help="train on the K GPU workers with the lowest highest mesh RTT between them and to the head "
         "(this run's pings, else the latest recorded run's), pinned; default 0: every GPU worker",
+    )
+    r.add_argument(
+        "--training-data",
+        choices=("memory", "stream"),
+        default=fleetrun.Options.training_data,
+        help="memory: each worker samples the digits set it holds (default); stream: a Ray Dataset "
+        "streamed to the workers through the object store (rows, bytes and waits per worker)",
+    )
+    r.add_argument(
+        "--training-pipeline",
+        action="store_true",
+        help="also train the model split over two GPU workers (pipeline stages), checked against "
+        "the whole model's loss",
     )
     r.add_argument(
         "--allreduce-max-mib",

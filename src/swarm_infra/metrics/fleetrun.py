@@ -94,7 +94,10 @@ class Options:
     duration (s) and ``dcgmi diag`` run level (1-4; ``swarm metrics run`` takes the highest
     ``min_dcgm_diag_level`` of the fleet's NodeAcceptance, default 1); ``training_workers``:
     0 trains on every GPU worker where Ray places them, K on the K GPU workers with the
-    lowest highest measured mesh RTT (to each other and the head), pinned."""
+    lowest highest measured mesh RTT (to each other and the head), pinned;
+    ``training_data``: ``memory`` or ``stream`` (the job's ``--data``: a Ray Dataset streamed
+    to the workers); ``training_pipeline``: also run the job's ``--pipeline`` (the model
+    split over two workers, checked against the whole model)."""
 
     ping_count: int = 20
     ping_interval_s: float = 0.2
@@ -108,6 +111,8 @@ class Options:
     max_parallel: int = 4
     training_steps: int = 20
     training_workers: int = 0
+    training_data: str = "memory"
+    training_pipeline: bool = False
     training_repeats: int = 3
     allreduce_max_mib: int = 64
     inference_rates: tuple[float, ...] = (10.0, 20.0, 40.0)
@@ -373,18 +378,41 @@ class _Run:
             "--steps", str(o.training_steps), "--repeats", str(o.training_repeats),
             "--sweep-max-mib", str(o.allreduce_max_mib),
         ]  # fmt: skip
+        nodes: list[str] = []
         if self.ray and o.training_workers:
             placed = self._placed(meshed, o.training_workers)
             if placed is None:
                 return
             workers = placed
-            args += ["--max-workers", str(len(placed)), "--nodes", ",".join(t.mesh or "" for t in placed)]
+            nodes = ["--nodes", ",".join(t.mesh or "" for t in placed)]
         if self.ray:
             self.progress(
                 f"training: Ray Train over 1..{len(workers)} GPU worker(s) of {self.ray.cluster}, "
-                f"{backend} on {ifname} (MTU {mtu})"
+                f"{backend} on {ifname} (MTU {mtu}), data {o.training_data}"
             )
-        self._ray_job("training", "Ray training throughput", "fleet_training.py", args, jobs.parse_training)
+        scaling = (
+            args
+            + ["--data", o.training_data]
+            + (["--max-workers", str(len(workers)), *nodes] if nodes else [])
+        )
+        self._ray_job(
+            "training", "Ray training throughput", "fleet_training.py", scaling, jobs.parse_training
+        )
+        if not o.training_pipeline or self.ray is None:
+            return
+        if len(workers) < 2:
+            self._miss(
+                self.ray.head, "training", "Ray pipeline training", "the pipeline needs two GPU workers"
+            )
+            return
+        self.progress("training: the model split over two workers (--pipeline)")
+        # Placed: the first two of the chosen group (ranks 0 and 1, the stages).
+        pipeline = [
+            *args,
+            "--pipeline",
+            *(["--nodes", ",".join(t.mesh or "" for t in workers[:2])] if nodes else []),
+        ]
+        self._ray_job("training", "Ray pipeline training", "fleet_training.py", pipeline, jobs.parse_pipeline)
 
     def _placed(self, meshed: list[NodeTarget], k: int) -> list[NodeTarget] | None:
         """The ``k`` GPU workers with the lowest highest mesh RTT between them and to the head

@@ -181,9 +181,9 @@ def parse_pipeline(text: str, **labels: str | int | None) -> list[Measurement]:
     timed windows) with ``.min`` and ``.max``; ``pipeline.reference_samples_per_s`` (the
     unpartitioned model on one worker, same batches); ``pipeline.max_loss_diff`` (the largest
     difference, at any step, between the partitioned and the whole model's loss: the
-    oracle; ``loss`` units); ``pipeline.activation_bytes`` (bytes sent from stage 0 to stage 1
-    per step; the gradients back are as many). Raises MeasurementParseError when no line is
-    found or a field is missing."""
+    oracle; nats, the cross-entropy's unit); ``pipeline.activation_bytes`` (bytes sent from
+    stage 0 to stage 1 per step; the gradients back are as many). Raises
+    MeasurementParseError when no line is found or a field is missing."""
     runs = _read(
         "PIPELINE",
         tagged(text, "PIPELINE"),
@@ -209,7 +209,7 @@ def parse_pipeline(text: str, **labels: str | int | None) -> list[Measurement]:
             Measurement(
                 "ray", "pipeline.reference_samples_per_s", statistics.median(reference), "samples/s", lab
             ),
-            Measurement("ray", "pipeline.max_loss_diff", diff, "loss", lab),
+            Measurement("ray", "pipeline.max_loss_diff", diff, "nats", lab),
             Measurement("ray", "pipeline.activation_bytes", sent, "bytes", lab),
         ]
     return out
