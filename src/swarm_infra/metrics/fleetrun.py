@@ -22,7 +22,9 @@ decides what runs where and in what order, and never how a node is reached. Part
   the head) over 1..N GPU workers of the fleet's Ray cluster, its collectives bound to the
   mesh interface (gloo where the GPU workers' GPUs are simulated, NCCL on real ones): weak
   and strong scaling with their spread, and an all-reduce sweep (algbw, busbw) over the mesh
-  (:mod:`swarm_infra.metrics.jobs`).
+  (:mod:`swarm_infra.metrics.jobs`); optionally the batches streamed from a Ray Dataset,
+  the model split over two workers (``--pipeline``), and the workers chosen by measured
+  mesh RTT (:mod:`swarm_infra.resolve.placement`).
 - ``inference``: a small model served with Ray Serve on the GPU workers, behind the head's
   proxy on its mesh address; open-loop load at fixed request rates from a GPU worker
   (``jobs/fleet_inference.py``): latency p50/p90/p99 from the intended send times, failures
