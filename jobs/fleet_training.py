@@ -2,7 +2,9 @@
 
     ray job submit --address http://<head mesh address>:8265 --working-dir DIR -- \
         python fleet_training.py --ifname wg0 --mtu 1420 [--backend gloo|nccl] [--steps 20] \
-        [--repeats 3] [--sweep-max-mib 64] [--checkpoint-every 0 --total-steps N]
+        [--repeats 3] [--sweep-max-mib 64] [--checkpoint-every 0 --total-steps N] \
+        [--data memory|stream [--data-rows 65536]] [--pipeline [--micro-batches 4]] \
+        [--nodes MESH_ADDRESS,...]
 
 Ray Train (``TorchTrainer``, Ray Train V2) trains a small real model, a multilayer
 perceptron (64-256-256-10) on scikit-learn's digits set (shipped in the scikit-learn wheel,
@@ -39,6 +41,26 @@ Modes (each prints ``TAG {json}`` lines; the last line is ``RESULT {json}``):
   ``START {"step": first step, "resumed_from": checkpoint step or null}``. A worker lost
   with its node ends the group; Ray Train starts a new one (on the nodes left: placement is
   best-effort spread) from the last checkpoint.
+
+* pipeline (``--pipeline``): the model cut over two workers (stages), activations and their
+  gradients sent between them per micro-batch (:func:`pipeline_loop`); one ``PIPELINE``
+  line with the samples/s of each window, the unpartitioned model's on one worker, and the
+  largest loss difference between the two at any step (the job fails above
+  ``--tolerance``).
+
+Data (``--data``, scaling and fault-tolerance modes): ``memory`` (default) samples the digits
+set each worker holds; ``stream`` feeds the workers from a Ray Dataset (``--data-rows`` rows
+made from the digits set by Ray Data tasks) through TorchTrainer's ``datasets=`` and
+``ray.train.get_dataset_shard("train").iter_torch_batches``: Ray Data's streaming executor
+makes the blocks while the workers consume them, through the object store. A streamed run
+prints a ``DATA`` line per (N, scaling): the rows, bytes and seconds waiting of each rank in
+the timed windows; its samples/s include the input pipeline.
+
+Placement (``--nodes``): the mesh addresses of the nodes to use, worker i on the i-th (Ray
+label selectors on ``ray.io/node-id``, per worker); ``swarm metrics run --training-workers
+K`` passes the K GPU workers ``swarm_infra.resolve.placement.closest_group`` chooses from
+the measured mesh RTT. Every TRAINING, DATA and PIPELINE line lists ``addresses``, each
+rank's node.
 
 Checkpoints need storage every worker and the driver reach (Ray Train's persistent storage:
 a local path is refused for multi-node runs). ``--storage-path`` names a shared mount (the
@@ -265,34 +287,118 @@ def checkpoint_storage(storage_path: str | None):
 
 
 # ------------------------------------------------------------------ the training loop
+def check_mtu(config: dict) -> None:
+    ifname = config["ifname"]
+    mtu = int(Path(f"/sys/class/net/{ifname}/mtu").read_text())
+    if mtu != config["mtu"]:
+        raise RuntimeError(f"{ifname} has MTU {mtu}, the mesh declares {config['mtu']}")
+
+
+def mlp():
+    """The model: a multilayer perceptron 64-256-256-10 (digits' 8x8 pixels to 10 classes)."""
+    from torch import nn
+
+    return nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
+
+
+def digit_rows(batch: dict) -> dict:
+    """Ray Data ``map_batches`` function: row ids to the digits set's row ``id % 1797``
+    (features scaled to 0..1, float32; label int64). Runs in Ray Data's tasks, anywhere in
+    the cluster; the rows reach the workers through the object store."""
+    import numpy as np
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    at = np.asarray(batch["id"]) % len(digits.target)
+    return {"x": (digits.data[at] / 16.0).astype(np.float32), "y": digits.target[at].astype(np.int64)}
+
+
+def worker_addresses() -> list[str]:
+    """Every rank's node address (the node's Ray address, its mesh address on the fleet), in
+    rank order; a collective: every rank calls it."""
+    import torch.distributed as dist
+
+    out: list = [None] * dist.get_world_size()
+    dist.all_gather_object(out, ray.util.get_node_ip_address())
+    return out
+
+
+class Batches:
+    """The worker's training batches. ``memory``: random rows of the digits set held by the
+    worker (a seeded generator per rank). ``stream``: the worker's shard of the ``train``
+    Ray Dataset, streamed through the object store by ``iter_torch_batches`` (a new epoch
+    when one ends), counting the rows and bytes received and the seconds spent waiting."""
+
+    def __init__(self, config: dict, rank: int, device) -> None:
+        import torch
+        from sklearn.datasets import load_digits
+
+        self.device, self.stream = device, config.get("data") == "stream"
+        self.rows = self.bytes = self.batches = 0
+        self.wait_s = 0.0
+        self._size, self._it = 0, None
+        if not self.stream:
+            digits = load_digits()
+            self.x = torch.tensor(digits.data / 16.0, dtype=torch.float32, device=device)
+            self.y = torch.tensor(digits.target, dtype=torch.long, device=device)
+            self.generator = torch.Generator().manual_seed(rank)
+
+    def _epochs(self, size: int):
+        import ray.train
+
+        shard = ray.train.get_dataset_shard("train")
+        while True:
+            got = 0
+            for batch in shard.iter_torch_batches(batch_size=size, drop_last=True, device=self.device):
+                got += 1
+                yield batch["x"], batch["y"]
+            if not got:
+                raise RuntimeError(f"the dataset shard holds fewer than {size} rows")
+
+    def next(self, size: int):
+        import torch
+
+        if not self.stream:
+            idx = torch.randint(0, len(self.x), (size,), generator=self.generator).to(self.device)
+            return self.x[idx], self.y[idx]
+        if size != self._size:  # every rank changes size at the same step (lockstep epochs)
+            self._size, self._it = size, self._epochs(size)
+        started = time.perf_counter()
+        x, y = next(self._it)
+        self.wait_s += time.perf_counter() - started
+        self.rows += len(y)
+        self.bytes += x.nbytes + y.nbytes
+        self.batches += 1
+        return x, y
+
+    def counts(self) -> dict:
+        return {
+            "rows": self.rows, "bytes": self.bytes, "batches": self.batches,
+            "wait_s": round(self.wait_s, 4),
+        }  # fmt: skip
+
+
 def train_loop(config: dict) -> None:
     import ray.train
     import torch
     import torch.distributed as dist
-    from sklearn.datasets import load_digits
     from torch import nn
 
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     ifname = config["ifname"]
-    mtu = int(Path(f"/sys/class/net/{ifname}/mtu").read_text())
-    if mtu != config["mtu"]:
-        raise RuntimeError(f"{ifname} has MTU {mtu}, the mesh declares {config['mtu']}")
+    check_mtu(config)
     device = torch.device("cuda" if config["backend"] == "nccl" else "cpu")
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
-    model = nn.parallel.DistributedDataParallel(model.to(device))
+    model = nn.parallel.DistributedDataParallel(mlp().to(device))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
-    digits = load_digits()
-    x_all = torch.tensor(digits.data / 16.0, dtype=torch.float32, device=device)
-    y_all = torch.tensor(digits.target, dtype=torch.long, device=device)
-    generator = torch.Generator().manual_seed(rank)
+    data = Batches(config, rank, device)
 
     def step(batch: int) -> float:
-        idx = torch.randint(0, len(x_all), (batch,), generator=generator).to(device)
+        x, y = data.next(batch)
         optimizer.zero_grad()
-        loss = loss_fn(model(x_all[idx]), y_all[idx])
+        loss = loss_fn(model(x), y)
         loss.backward()  # DDP all-reduces the gradients here
         optimizer.step()
         return loss.item()
@@ -335,12 +441,14 @@ def train_loop(config: dict) -> None:
                     emit("REPORTED", {"step": s, "loss": round(loss, 4)})
         return
 
+    addresses = worker_addresses()
     for _ in range(config["warmup_steps"]):
         step(config["batch"])
     barrier()
     for scaling in ("weak", "strong"):
         per_worker = config["batch"] if scaling == "weak" else max(1, config["batch"] // world)
         rates = []
+        before = data.counts()
         for _ in range(config["repeats"]):
             barrier()
             started = time.perf_counter()
@@ -354,7 +462,19 @@ def train_loop(config: dict) -> None:
                 "steps": config["steps"], "samples_per_s": [round(r, 2) for r in rates],
                 "min": round(min(rates), 2), "median": round(statistics.median(rates), 2),
                 "max": round(max(rates), 2), "backend": config["backend"], "ifname": ifname,
+                "data": config["data"], "addresses": addresses,
             })  # fmt: skip
+        if data.stream:  # what each rank received from its shard during the timed windows
+            after = data.counts()
+            mine = {k: round(after[k] - before[k], 4) for k in after}
+            per_rank: list = [None] * world
+            dist.all_gather_object(per_rank, mine)
+            if rank == 0:
+                emit("DATA", {
+                    "workers": world, "scaling": scaling, "steps": config["steps"] * config["repeats"],
+                    "batch_per_worker": per_worker, "addresses": addresses,
+                    **{k: [r[k] for r in per_rank] for k in mine},
+                })  # fmt: skip
     if world >= 2 and config["sweep_max_mib"]:
         size = 1024
         while size <= config["sweep_max_mib"] << 20:
@@ -377,6 +497,136 @@ def train_loop(config: dict) -> None:
             size *= 4
 
 
+# ------------------------------------------------------------------ the model split over two workers
+SPLIT = 4
+"""The pipeline's cut: stage 0 holds the MLP's modules [0, SPLIT) (64-256-256 and their
+ReLUs), stage 1 the rest (256-10) and the loss."""
+
+
+def pipeline_loop(config: dict) -> None:
+    """Pipeline parallelism over exactly two workers (GPipe's schedule): each step's batch
+    is cut into ``micro_batches``; stage 0 (rank 0) runs the first layers on every micro-batch
+    and sends each activation to stage 1 (``torch.distributed.send``, over the process
+    group's backend: gloo on CPU, NCCL on GPU); stage 1 finishes each forward and its loss
+    (the micro-batch's mean over ``micro_batches``, so that the step's gradient is the whole
+    batch's), then runs the backwards and sends each activation's gradient back; both stages
+    then take an optimizer step. Neither worker holds the whole model.
+
+    The oracle: rank 0 then trains the unpartitioned model (same initial weights, the same
+    batches, whole batches) for as many steps and compares the two runs' loss at every step;
+    the job fails when they differ by more than ``tolerance``."""
+    import ray.train
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    if world != 2:
+        raise RuntimeError(f"the pipeline has two stages, one per worker; {world} workers were started")
+    check_mtu(config)
+    device = torch.device("cuda" if config["backend"] == "nccl" else "cpu")
+    batch, micro = config["batch"], config["micro_batches"]
+    if batch % micro:
+        raise RuntimeError(f"--batch {batch} is not a multiple of --micro-batches {micro}")
+    loss_fn = nn.CrossEntropyLoss()
+    data = Batches({"data": "memory"}, 0, device)  # rank 0's rows on both stages: the same batches
+    total = config["warmup_steps"] + config["repeats"] * config["steps"]
+    torch.manual_seed(0)
+    full = mlp().to(device)  # built whole on both ranks (the same seed: the same weights), then cut
+    stage = full[:SPLIT] if rank == 0 else full[SPLIT:]
+    optimizer = torch.optim.SGD(stage.parameters(), lr=0.05, momentum=0.9)
+    width = full[SPLIT - 2].out_features
+    sent = 0
+
+    def step() -> float:
+        nonlocal sent
+        x, y = data.next(batch)
+        optimizer.zero_grad()
+        step_loss = torch.zeros(1, device=device)
+        if rank == 0:
+            activations = []
+            for xm in x.chunk(micro):
+                a = stage(xm)
+                dist.send(a.detach().contiguous(), dst=1)
+                sent += a.nbytes
+                activations.append(a)
+            for a in activations:
+                grad = torch.empty_like(a)
+                dist.recv(grad, src=1)
+                a.backward(grad)
+            dist.recv(step_loss, src=1)
+        else:
+            inputs, losses = [], []
+            for ym in y.chunk(micro):
+                a = torch.empty(len(ym), width, device=device)
+                dist.recv(a, src=0)
+                a.requires_grad_()
+                inputs.append(a)
+                losses.append(loss_fn(stage(a), ym) / micro)
+            for a, loss in zip(inputs, losses, strict=True):
+                loss.backward()
+                dist.send(a.grad.contiguous(), dst=0)
+                sent += a.grad.nbytes
+            step_loss = torch.stack(losses).sum().detach().reshape(1)
+            dist.send(step_loss, dst=0)
+        optimizer.step()
+        return float(step_loss)
+
+    def sync(both: bool) -> None:
+        if both:
+            dist.barrier()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def timed(run_step, both: bool) -> tuple[list[float], list[float]]:
+        """Every step's loss (warm-up included) and the samples/s of each timed window."""
+        losses, rates = [run_step() for _ in range(config["warmup_steps"])], []
+        for _ in range(config["repeats"]):
+            sync(both)
+            started = time.perf_counter()
+            losses += [run_step() for _ in range(config["steps"])]
+            sync(both)
+            rates.append(batch * config["steps"] / (time.perf_counter() - started))
+        return losses, rates
+
+    addresses = worker_addresses()
+    losses, rates = timed(step, True)
+    per_step = sent / total  # rank 0: activations sent; rank 1: their gradients, as many bytes
+    dist.barrier()
+    if rank != 0:
+        return
+    # The unpartitioned model on rank 0: the same seed, weights, batches and optimizer.
+    torch.manual_seed(0)
+    whole = mlp().to(device)
+    reference_optimizer = torch.optim.SGD(whole.parameters(), lr=0.05, momentum=0.9)
+    reference_data = Batches({"data": "memory"}, 0, device)
+
+    def reference_step() -> float:
+        x, y = reference_data.next(batch)
+        reference_optimizer.zero_grad()
+        loss = loss_fn(whole(x), y)
+        loss.backward()
+        reference_optimizer.step()
+        return loss.item()
+
+    reference, reference_rates = timed(reference_step, False)
+    diff = max(abs(a - b) for a, b in zip(losses, reference, strict=True))
+    emit("PIPELINE", {
+        "stages": 2, "micro_batches": micro, "global_batch": batch, "steps": config["steps"],
+        "total_steps": total, "samples_per_s": [round(r, 2) for r in rates],
+        "median": round(statistics.median(rates), 2),
+        "reference_samples_per_s": [round(r, 2) for r in reference_rates],
+        "reference_median": round(statistics.median(reference_rates), 2),
+        "loss_first": losses[0], "loss_last": losses[-1], "reference_loss_last": reference[-1],
+        "max_loss_diff": diff, "tolerance": config["tolerance"], "match": diff <= config["tolerance"],
+        "activation_bytes_per_step": per_step, "backend": config["backend"], "ifname": config["ifname"],
+        "addresses": addresses,
+    })  # fmt: skip
+    if diff > config["tolerance"]:
+        raise RuntimeError(f"the partitioned model's loss differs from the whole model's by {diff:.3g}")
+
+
 def registered():
     """A Ray Train callback, run by the controller, printing ``CHECKPOINT {"step": s}`` for each
     checkpoint it registers (once every worker has reported that step): the checkpoint a new
@@ -391,12 +641,20 @@ def registered():
     return Registered()
 
 
-def fit(workers: int, config: dict, storage: dict, max_failures: int):
+def fit(
+    workers: int, config: dict, storage: dict, max_failures: int, loop=None, datasets=None, node_ids=None
+):
+    """One TorchTrainer run of ``loop`` (default :func:`train_loop`) over ``workers`` workers.
+    ``datasets``: TorchTrainer's ``datasets`` (each worker reads its shard with
+    ``ray.train.get_dataset_shard``). ``node_ids``: the Ray node of each worker, in rank order
+    (at least ``workers`` of them): a label selector per worker on Ray's ``ray.io/node-id``
+    label, which Ray Train turns into the placement group's ``bundle_label_selector``."""
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
+    selectors = [{"ray.io/node-id": n} for n in node_ids[:workers]] if node_ids else None
     trainer = TorchTrainer(
-        train_loop,
+        loop or train_loop,
         train_loop_config=config,
         torch_config=TorchConfig(backend=config["backend"]),
         # One Ray GPU per worker keeps the workers on the GPU nodes (the head has none);
@@ -406,6 +664,7 @@ def fit(workers: int, config: dict, storage: dict, max_failures: int):
             use_gpu=True,
             resources_per_worker={"CPU": 1, "GPU": 1},
             placement_strategy="SPREAD",
+            label_selector=selectors,
         ),
         run_config=RunConfig(
             name=f"fleet-training-{workers}w-{int(time.time())}",
@@ -413,8 +672,28 @@ def fit(workers: int, config: dict, storage: dict, max_failures: int):
             callbacks=[registered()],
             **storage,
         ),
+        datasets=datasets,
     )
     return trainer.fit()
+
+
+def train_dataset(rows: int):
+    """The ``train`` Ray Dataset of ``stream`` mode: ``rows`` rows made from their ids by
+    :func:`digit_rows` (nothing downloaded), read lazily: Ray Data's streaming executor
+    makes the blocks while the workers consume them."""
+    import ray.data
+
+    return ray.data.range(rows).map_batches(digit_rows, batch_format="numpy")
+
+
+def node_ids_of(addresses: list[str]) -> list[str]:
+    """The Ray node ID of each address (a node's Ray address: its mesh address on the
+    fleet), in order; SystemExit naming an address no alive node has."""
+    alive = {n["NodeManagerAddress"]: n["NodeID"] for n in ray.nodes() if n["Alive"]}
+    missing = [a for a in addresses if a not in alive]
+    if missing:
+        raise SystemExit(f"no alive Ray node at {', '.join(missing)} (alive: {', '.join(sorted(alive))})")
+    return [alive[a] for a in addresses]
 
 
 def main() -> None:
@@ -422,13 +701,27 @@ def main() -> None:
     p.add_argument("--ifname", required=True, help="the mesh interface (node state mesh.interface)")
     p.add_argument("--mtu", type=int, required=True, help="its MTU (node state mesh.mtu)")
     p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
-    p.add_argument("--max-workers", type=int, help="default: every node with a Ray GPU")
+    p.add_argument("--max-workers", type=int, help="default: every node with a Ray GPU, or every --nodes")
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--warmup-steps", type=int, default=5)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--sweep-max-mib", type=int, default=64, help="0: no all-reduce sweep")
     p.add_argument("--sweep-iters", type=int, default=3)
+    p.add_argument(
+        "--data", choices=("memory", "stream"), default="memory",
+        help="memory: each worker samples the digits set it holds; stream: a Ray Dataset, streamed",
+    )  # fmt: skip
+    p.add_argument("--data-rows", type=int, default=65536, help="rows of the stream mode's dataset")
+    p.add_argument("--pipeline", action="store_true", help="the model split over two workers (stages)")
+    p.add_argument("--micro-batches", type=int, default=4, help="pipeline: micro-batches per step")
+    p.add_argument(
+        "--tolerance", type=float, default=1e-4, help="pipeline: largest loss difference from the whole model"
+    )
+    p.add_argument(
+        "--nodes",
+        help="mesh addresses, comma-separated: worker i runs on the i-th (swarm_infra.resolve.placement)",
+    )
     p.add_argument(
         "--checkpoint-every", type=int, default=0, help="fault-tolerance mode: checkpoint every K steps"
     )
@@ -448,22 +741,35 @@ def main() -> None:
     gpu_nodes = [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("GPU", 0) > 0]
     if not gpu_nodes:
         raise SystemExit("no alive node with GPUs in the cluster")
-    most = args.max_workers or len(gpu_nodes)
+    addresses = [a for a in (args.nodes or "").split(",") if a]
+    node_ids = node_ids_of(addresses) if addresses else None
+    if addresses:
+        emit("PLACEMENT", {"addresses": addresses, "node_ids": node_ids})
+    most = args.max_workers or len(addresses) or len(gpu_nodes)
+    if addresses and most > len(addresses):
+        raise SystemExit(f"--max-workers {most} is more than the {len(addresses)} --nodes")
     config = {
         "ifname": args.ifname, "mtu": args.mtu, "backend": args.backend, "batch": args.batch,
         "warmup_steps": args.warmup_steps, "steps": args.steps, "repeats": args.repeats,
         "sweep_max_mib": args.sweep_max_mib, "sweep_iters": args.sweep_iters,
         "checkpoint_every": args.checkpoint_every, "total_steps": args.total_steps,
+        "data": args.data, "micro_batches": args.micro_batches, "tolerance": args.tolerance,
     }  # fmt: skip
+    datasets = {"train": train_dataset(args.data_rows)} if args.data == "stream" else None
     result: dict = {"workers": most, "backend": args.backend, "ifname": args.ifname, "mtu": args.mtu}
     with checkpoint_storage(args.storage_path) as storage:
-        if args.checkpoint_every:
-            outcome = fit(most, config, storage, args.max_failures)
+        if args.pipeline:
+            result["workers"] = 2
+            outcome = fit(2, config, storage, 0, pipeline_loop, node_ids=node_ids)
+            if outcome.error:
+                raise SystemExit(f"the pipeline run failed: {outcome.error!r}")
+        elif args.checkpoint_every:
+            outcome = fit(most, config, storage, args.max_failures, datasets=datasets, node_ids=node_ids)
             result["final_step"] = outcome.metrics.get("step") if outcome.metrics else None
             result["error"] = repr(outcome.error) if outcome.error else None
         else:
             for workers in range(1, most + 1):
-                outcome = fit(workers, config, storage, 0)
+                outcome = fit(workers, config, storage, 0, datasets=datasets, node_ids=node_ids)
                 if outcome.error:
                     raise SystemExit(f"training with {workers} worker(s) failed: {outcome.error!r}")
     emit("RESULT", result)

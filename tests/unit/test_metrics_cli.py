@@ -205,3 +205,32 @@ def test_import_writes_a_latency_matrix_the_loader_reads(tmp_path, monkeypatch, 
     matrix = load_fleet([*fleet_dirs("lab"), out]).fleet.latency
     assert matrix is not None
     assert matrix.rtt_ms[(sites["lab-gpu-1"], sites["lab-gpu-2"])] == round(p50, 3)
+
+
+def test_training_workers_place_by_this_runs_mesh_pings_else_the_latest_recorded_runs(tmp_path):
+    """``swarm metrics run --training-workers K`` (cli.metrics._mesh_rtt): the RTT the
+    placement reads comes from this run's network part when it ran, else from the latest
+    recorded run of the fleet that holds mesh pings (a later run without any is skipped)."""
+    from types import SimpleNamespace
+
+    from swarm_infra.cli.metrics import _mesh_rtt
+    from swarm_infra.metrics import fleetrun
+    from swarm_infra.metrics.measurement import Measurement, make_labels
+
+    def ping(ms: float, src: str, dst: str) -> Measurement:
+        return Measurement("ping", "rtt.p50", ms, "ms", make_labels(src=src, dst=dst, path="mesh"))
+
+    db = tmp_path / "h.db"
+    h = History(db)
+    h.record("lab", "2026-11-26T10:00:00+00:00", [ping(7.0, "a", "b")])
+    h.record("lab", "2026-11-26T11:00:00+00:00", [ping(9.0, "a", "b")])
+    h.record("other", "2026-11-26T11:30:00+00:00", [ping(1.0, "a", "b")])  # another fleet's
+    h.record("lab", "2026-11-26T12:00:00+00:00", parse_fio((DATA / "fio-probe.json").read_text(), node="a"))
+    h.close()
+    args = SimpleNamespace(db=db, fleet="lab")
+    said: list[str] = []
+    assert _mesh_rtt(args, None, said.append) == {("a", "b"): 9.0}
+    assert said and "run 2 " in said[0]
+    this_run = fleetrun.Outcome([ping(3.0, "b", "a")])
+    assert _mesh_rtt(args, this_run, said.append) == {("a", "b"): 3.0}
+    assert _mesh_rtt(SimpleNamespace(db=db, fleet="none"), None, said.append) == {}

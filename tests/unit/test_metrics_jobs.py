@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import shlex
 import statistics
+from pathlib import Path
 
 import pytest
 
@@ -184,3 +185,152 @@ def test_training_binds_its_collectives_to_the_mesh_interface_with_the_backend_t
     assert (args["--ifname"], args["--mtu"], args["--backend"]) == ("wg0", "1420", "gloo")
     _, seen = _run(LOG, 0, ["training"], gpu="nvml")
     assert "--backend nccl" in seen[0]
+
+
+# Real output of jobs/fleet_training.py, captured on this host (tests/data/metrics/ray-train-*.log,
+# their header says how): a single-node Ray 2.60.0 with two logical GPUs, torch 2.13.0+cpu, gloo on lo,
+#   ray-train-stream.log:   --data stream --max-workers 2 --steps 10 --repeats 3 --warmup-steps 3
+#                           --sweep-max-mib 0 --data-rows 16384 --nodes 192.0.2.2,192.0.2.2
+#   ray-train-pipeline.log: --pipeline --steps 10 --repeats 3 --warmup-steps 3 (--batch 128,
+#                           --micro-batches 4, --tolerance 1e-4 by default)
+METRICS = Path(__file__).resolve().parents[1] / "data" / "metrics"
+STEPS, REPEATS, BATCH, MICRO = 10, 3, 128, 4
+# One streamed row: 64 float32 features and an int64 label (jobs/fleet_training.py digit_rows).
+ROW_BYTES = 64 * 4 + 8
+
+
+def test_streamed_training_reports_the_rows_and_bytes_each_worker_received_from_a_real_run():
+    log = (METRICS / "ray-train-stream.log").read_text()
+    got = jobs.parse_training(log, cluster="c")
+    data = {
+        (m.field, m.label("scaling"), m.label("workers"), m.label("rank")): (
+            m.value,
+            m.unit,
+            m.label("address"),
+        )
+        for m in got
+        if m.tool == "ray-data"
+    }
+    for workers in (1, 2):
+        for scaling in ("weak", "strong"):
+            per_worker = BATCH if scaling == "weak" else BATCH // workers
+            for rank in range(workers):
+                key = (scaling, str(workers), str(rank))
+                # Every timed step took one batch of the worker's size from its shard.
+                rows = per_worker * STEPS * REPEATS
+                assert data[("rows", *key)] == (rows, "count", "192.0.2.2")
+                assert data[("bytes", *key)] == (rows * ROW_BYTES, "bytes", "192.0.2.2")
+                assert data[("wait", *key)][1] == "s" and data[("wait", *key)][0] >= 0
+    assert ("rows", "weak", "2", "2") not in data  # as many ranks as workers
+    # The throughput of a streamed run is its own series (label data=stream), recomputed
+    # from the line's windows.
+    lines = {(r["scaling"], r["workers"]): r["samples_per_s"] for r in jobs.tagged(log, "TRAINING")}
+    figures = {
+        (m.label("scaling"), int(m.label("workers") or 0)): m
+        for m in got
+        if m.field == "training.samples_per_s"
+    }
+    assert figures.keys() == lines.keys()
+    for key, rates in lines.items():
+        assert figures[key].value == statistics.median(rates) and figures[key].label("data") == "stream"
+    # An in-memory run keeps the series it always had: no data label.
+    assert {m.label("data") for m in jobs.parse_training(LOG)} == {None}
+
+
+def test_a_data_line_whose_lists_disagree_is_an_error():
+    line = (
+        'DATA {"scaling": "weak", "workers": 2, "addresses": ["a"], '
+        '"rows": [1, 2], "bytes": [1, 2], "wait_s": [0, 0]}'
+    )
+    with pytest.raises(MeasurementParseError, match="DATA line lacks"):
+        jobs.parse_training(training_line(1, "weak", [1.0], 128) + "\n" + line)
+
+
+def test_the_model_cut_over_two_workers_trains_as_the_whole_model_does_in_a_real_run():
+    log = (METRICS / "ray-train-pipeline.log").read_text()
+    [line] = jobs.tagged(log, "PIPELINE")
+    got = {m.field: (m.value, m.unit) for m in jobs.parse_pipeline(log, cluster="c")}
+    # The oracle the job ran: same seed, weights and batches, the whole model on one worker;
+    # its loss at every step within the tolerance, and the run trained (the loss fell).
+    assert got["pipeline.max_loss_diff"] == (line["max_loss_diff"], "nats") and line["match"] is True
+    assert line["max_loss_diff"] <= 1e-4
+    assert line["loss_last"] < line["loss_first"]
+    assert line["total_steps"] == 3 + STEPS * REPEATS
+    # Stage 0 sends one 256-wide float32 activation per sample of the batch.
+    assert got["pipeline.activation_bytes"] == (BATCH * 256 * 4, "bytes")
+    assert got["pipeline.samples_per_s"] == (statistics.median(line["samples_per_s"]), "samples/s")
+    assert got["pipeline.reference_samples_per_s"][0] == statistics.median(line["reference_samples_per_s"])
+    assert {m.labels for m in jobs.parse_pipeline(log)} == {
+        (("micro_batches", str(MICRO)), ("repeats", str(REPEATS)), ("stages", "2"))
+    }
+    with pytest.raises(MeasurementParseError, match="no PIPELINE line"):
+        jobs.parse_pipeline((METRICS / "ray-train-stream.log").read_text())
+
+
+def test_training_workers_are_the_group_with_the_lowest_measured_mesh_rtt_pinned_in_rank_order():
+    """``Options.training_workers``: the K GPU workers resolve.placement chooses from the
+    mesh RTT (to each other and the head), passed to the job as --nodes (mesh addresses,
+    rank order) and --max-workers K; without a measured group, nothing is submitted and the
+    run says why (never an unplaced run reported as a placed one)."""
+    seen: list[str] = []
+
+    def shell(node: str, command: str, timeout_s: float, stdin: str | None = None) -> fleetrun.Result:
+        seen.append(command)
+        return fleetrun.Result(0, LOG, "")
+
+    gpu = {"gpu_backend": "simulated", "ray_gpu_worker": True, "mesh_interface": "wg0", "mesh_mtu": 1420}
+    targets = [
+        _target("head", head=True, mesh="10.210.0.1"),
+        _target("near", mesh="10.210.0.2", **gpu),
+        _target("far", mesh="10.210.0.3", **gpu),
+        _target("mid", mesh="10.210.0.4", **gpu),
+    ]
+    # head-near 1, head-mid 2, head-far 40: with the head as anchor, {near, mid} has the
+    # lowest highest RTT (near-mid 3); near (1 + 3) is rank 0 before mid (2 + 3).
+    rtt = {
+        ("head", "near"): 1.0, ("head", "mid"): 2.0, ("head", "far"): 40.0,
+        ("near", "mid"): 3.0, ("near", "far"): 41.0, ("far", "mid"): 39.0,
+    }  # fmt: skip
+    options = fleetrun.Options(training_workers=2)
+    outcome = fleetrun.measure(targets, shell, ["training"], options, ray=RAY, rtt_ms=rtt)
+    assert not outcome.failed
+    argv = shlex.split(seen[0].split("python fleet_training.py", 1)[1].splitlines()[0])
+    args = dict(zip(argv[::2], argv[1::2], strict=True))
+    assert (args["--nodes"], args["--max-workers"]) == ("10.210.0.2,10.210.0.4", "2")
+    # near-mid unmeasured: that group cannot be chosen; {far, mid} (highest 40: head-far)
+    # beats {near, far} (41: near-far), and mid (2 + 39) is rank 0 before far (40 + 39).
+    seen.clear()
+    unmeasured = {k: v for k, v in rtt.items() if k != ("near", "mid")}
+    fleetrun.measure(targets, shell, ["training"], options, ray=RAY, rtt_ms=unmeasured)
+    assert "--nodes 10.210.0.4,10.210.0.3\n" in seen[0]
+    # Nothing measured: nothing submitted, and the run says why.
+    seen.clear()
+    outcome = fleetrun.measure(targets, shell, ["training"], options, ray=RAY, rtt_ms={})
+    (failed,) = outcome.failed
+    assert not seen and failed.part == "training"
+    assert failed.why.startswith("placement by RTT: no group of 2 has every RTT measured (none between ")
+
+
+def test_streamed_data_and_the_pipeline_are_options_of_the_training_part():
+    """``Options.training_data`` reaches the job as ``--data``; ``training_pipeline`` submits
+    the job a second time with ``--pipeline`` and parses its PIPELINE line (here the real
+    one); with one GPU worker the pipeline cannot run and the part says so."""
+    pipeline_log = (METRICS / "ray-train-pipeline.log").read_text()
+    seen: list[str] = []
+
+    def shell(node: str, command: str, timeout_s: float, stdin: str | None = None) -> fleetrun.Result:
+        seen.append(command)
+        return fleetrun.Result(0, pipeline_log if "--pipeline" in command else LOG, "")
+
+    gpu = {"gpu_backend": "simulated", "ray_gpu_worker": True, "mesh_interface": "wg0", "mesh_mtu": 1420}
+    two = [_target("head", head=True), _target("w1", **gpu), _target("w2", **gpu)]
+    options = fleetrun.Options(training_data="stream", training_pipeline=True)
+    outcome = fleetrun.measure(two, shell, ["training"], options, ray=RAY)
+    assert not outcome.failed and len(seen) == 2
+    assert "--data stream" in seen[0] and "--pipeline" not in seen[0] and "--pipeline" in seen[1]
+    assert {m.field for m in outcome.measurements} >= {"training.samples_per_s", "pipeline.max_loss_diff"}
+    seen.clear()
+    outcome = fleetrun.measure(two[:2], shell, ["training"], options, ray=RAY)
+    assert len(seen) == 1 and [(n.what, n.why) for n in outcome.failed] == [
+        ("Ray pipeline training", "the pipeline needs two GPU workers")
+    ]

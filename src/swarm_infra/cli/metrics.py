@@ -14,6 +14,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from datetime import UTC, datetime
@@ -29,7 +30,7 @@ from ..metrics.compare import DEFAULT_THRESHOLD, Change, compare
 from ..metrics.fio import parse_fio
 from ..metrics.history import DEFAULT_DB, History, RunInfo
 from ..metrics.iperf3 import parse_iperf3
-from ..metrics.latency import current_relays, latency_matrix_yaml, site_rtt_ms
+from ..metrics.latency import current_relays, latency_matrix_yaml, node_rtt_ms, site_rtt_ms
 from ..metrics.measurement import Measurement, MeasurementParseError
 from ..metrics.ping import parse_ping
 from ..metrics.prometheus import LEGACY_TEXTFILE, TEXTFILE_DIR, node_textfiles, render_textfile, textfile_path
@@ -235,6 +236,25 @@ def _rates(text: str) -> tuple[float, ...]:
     return rates
 
 
+def _mesh_rtt(
+    args: argparse.Namespace, network: fleetrun.Outcome | None, progress: Callable[[str], None]
+) -> dict[tuple[str, str], float]:
+    """Node-pair mesh RTT (ms) for ``--training-workers``: this run's network part's pings,
+    else those of the fleet's latest recorded run that has any (empty: none recorded)."""
+    if network is not None:
+        return node_rtt_ms(network.measurements)
+    history = History(args.db)
+    try:
+        for run_id, at in reversed(history.runs(args.fleet)):
+            rtt = node_rtt_ms(history.measurements(run_id))
+            if rtt:
+                progress(f"training: placing by the mesh RTT of run {run_id} ({at})")
+                return rtt
+    finally:
+        history.close()
+    return {}
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     started = time.monotonic()
 
@@ -260,6 +280,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     bad = [k for k, v in numbers.items() if v < 1] + (["--threshold"] if not args.threshold >= 0 else [])
     bad += ["--repeats (0: no iperf3, pings only)"] if args.repeats < 0 else []
     bad += [] if 0 <= args.max_error_rate <= 1 else ["--max-error-rate (0..1)"]
+    bad += [] if args.training_workers >= 0 else ["--training-workers (0: every GPU worker)"]
     if bad:
         print(f"swarm metrics run: {', '.join(bad)} must be positive", file=sys.stderr)
         return EXIT_INVALID
@@ -300,6 +321,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         inference_rates=args.inference_rates,
         inference_requests=args.inference_requests,
         max_error_rate=args.max_error_rate,
+        training_workers=args.training_workers,
+        training_data=args.training_data,
+        training_pipeline=args.training_pipeline,
     )
     started_at = datetime.now(UTC).replace(microsecond=0)
     at = started_at.isoformat()
@@ -307,9 +331,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     shell = _ssh_shell(connections)
     versions = _tool_versions(targets, shell)
     # One part at a time, so each part's figures and failures are known apart (its textfiles).
-    by_part = {
-        p: fleetrun.measure(targets, shell, [p], options, progress, ray) for p in fleetrun.PARTS if p in parts
-    }
+    by_part: dict[str, fleetrun.Outcome] = {}
+    for p in (p for p in fleetrun.PARTS if p in parts):
+        rtt = None
+        if p == "training" and options.training_workers:
+            rtt = _mesh_rtt(args, by_part.get("network"), progress)
+        by_part[p] = fleetrun.measure(targets, shell, [p], options, progress, ray, rtt)
     outcome = fleetrun.Outcome(
         [m for o in by_part.values() for m in o.measurements],
         [n for o in by_part.values() for n in o.not_measured],
@@ -559,6 +586,27 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         type=float,
         default=DEFAULT_THRESHOLD,
         help="regression threshold as a fraction (default: 0.10)",
+    )
+    r.add_argument(
+        "--training-workers",
+        type=int,
+        default=0,
+        metavar="K",
+        help="train on the K GPU workers with the lowest highest mesh RTT between them and to the head "
+        "(this run's pings, else the latest recorded run's), pinned; default 0: every GPU worker",
+    )
+    r.add_argument(
+        "--training-data",
+        choices=("memory", "stream"),
+        default=fleetrun.Options.training_data,
+        help="memory: each worker samples the digits set it holds (default); stream: a Ray Dataset "
+        "streamed to the workers through the object store (rows, bytes and waits per worker)",
+    )
+    r.add_argument(
+        "--training-pipeline",
+        action="store_true",
+        help="also train the model split over two GPU workers (pipeline stages), checked against "
+        "the whole model's loss",
     )
     r.add_argument(
         "--allreduce-max-mib",

@@ -71,6 +71,15 @@ DIRECTIONS: dict[tuple[str, str], Direction] = {
     ("ray", "training.samples_per_s.max"): HIGHER,
     ("ray", "allreduce.algbw"): HIGHER,
     ("ray", "allreduce.busbw"): HIGHER,
+    ("ray-data", "rows"): NONE,  # what the run was asked to stream: a setting
+    ("ray-data", "bytes"): NONE,
+    ("ray-data", "wait"): LOWER,
+    ("ray", "pipeline.samples_per_s"): HIGHER,
+    ("ray", "pipeline.samples_per_s.min"): HIGHER,
+    ("ray", "pipeline.samples_per_s.max"): HIGHER,
+    ("ray", "pipeline.reference_samples_per_s"): HIGHER,
+    ("ray", "pipeline.max_loss_diff"): LOWER,
+    ("ray", "pipeline.activation_bytes"): NONE,  # fixed by the model's cut and the batch
     ("ray-serve", "latency.p90"): LOWER,
     ("ray-serve", "error_rate"): LOWER,
     ("ray-serve", "requests"): NONE,  # the count behind the percentiles: a setting, not a score

@@ -22,7 +22,9 @@ decides what runs where and in what order, and never how a node is reached. Part
   the head) over 1..N GPU workers of the fleet's Ray cluster, its collectives bound to the
   mesh interface (gloo where the GPU workers' GPUs are simulated, NCCL on real ones): weak
   and strong scaling with their spread, and an all-reduce sweep (algbw, busbw) over the mesh
-  (:mod:`swarm_infra.metrics.jobs`).
+  (:mod:`swarm_infra.metrics.jobs`); optionally the batches streamed from a Ray Dataset,
+  the model split over two workers (``--pipeline``), and the workers chosen by measured
+  mesh RTT (:mod:`swarm_infra.resolve.placement`).
 - ``inference``: a small model served with Ray Serve on the GPU workers, behind the head's
   proxy on its mesh address; open-loop load at fixed request rates from a GPU worker
   (``jobs/fleet_inference.py``): latency p50/p90/p99 from the intended send times, failures
@@ -33,7 +35,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,10 +45,12 @@ from swarm_infra.metrics import gpu_health, jobs, probes
 from swarm_infra.metrics.acceptance import NOT_SIMULATED
 from swarm_infra.metrics.fio import parse_fio
 from swarm_infra.metrics.iperf3 import parse_iperf3
+from swarm_infra.metrics.latency import node_rtt_ms
 from swarm_infra.metrics.measurement import Measurement, MeasurementParseError, make_labels
 from swarm_infra.metrics.ping import parse_ping
 from swarm_infra.metrics.schedule import PairTest, admission_pairs, representative_pairs, schedule_rounds
 from swarm_infra.metrics.targets import NodeTarget, RayTarget
+from swarm_infra.resolve.placement import PlacementError, closest_group
 
 GPU_PROBES = "NVML telemetry, GPU identity and health, matmul FLOP/s under load, DCGM diagnostics"
 """What the ``gpu`` part measures, as a not-measured record names it."""
@@ -90,7 +94,12 @@ class Options:
     times, underlay and mesh alternating); fio file size (MiB per job), measured seconds per
     job and unmeasured ramp before them; tests at once per round; the matmul probe's
     duration (s) and ``dcgmi diag`` run level (1-4; ``swarm metrics run`` takes the highest
-    ``min_dcgm_diag_level`` of the fleet's NodeAcceptance, default 1)."""
+    ``min_dcgm_diag_level`` of the fleet's NodeAcceptance, default 1); ``training_workers``:
+    0 trains on every GPU worker where Ray places them, K on the K GPU workers with the
+    lowest highest measured mesh RTT (to each other and the head), pinned;
+    ``training_data``: ``memory`` or ``stream`` (the job's ``--data``: a Ray Dataset streamed
+    to the workers); ``training_pipeline``: also run the job's ``--pipeline`` (the model
+    split over two workers, checked against the whole model)."""
 
     ping_count: int = 20
     ping_interval_s: float = 0.2
@@ -103,6 +112,9 @@ class Options:
     fio_ramp_s: int = probes.FIO_RAMP_S
     max_parallel: int = 4
     training_steps: int = 20
+    training_workers: int = 0
+    training_data: str = "memory"
+    training_pipeline: bool = False
     training_repeats: int = 3
     allreduce_max_mib: int = 64
     inference_rates: tuple[float, ...] = (10.0, 20.0, 40.0)
@@ -137,8 +149,10 @@ class _Run:
         options: Options,
         progress: Callable[[str], None],
         ray: RayTarget | None = None,
+        rtt_ms: Mapping[tuple[str, str], float] | None = None,
     ):
         self.ray = ray
+        self.rtt_ms = rtt_ms
         self.targets = {t.name: t for t in targets}
         self.shell = shell
         self.options = options
@@ -366,17 +380,63 @@ class _Run:
             self._miss(self.ray.head, "training", "Ray training throughput", "no GPU worker on the mesh")
             return
         ifname, mtu = (meshed[0].mesh_interface or "", meshed[0].mesh_mtu or 0) if meshed else ("", 0)
-        if self.ray:
-            self.progress(
-                f"training: Ray Train over 1..{len(workers)} GPU worker(s) of {self.ray.cluster}, "
-                f"{backend} on {ifname} (MTU {mtu})"
-            )
         args = [
             "--ifname", ifname, "--mtu", str(mtu), "--backend", backend,
             "--steps", str(o.training_steps), "--repeats", str(o.training_repeats),
             "--sweep-max-mib", str(o.allreduce_max_mib),
         ]  # fmt: skip
-        self._ray_job("training", "Ray training throughput", "fleet_training.py", args, jobs.parse_training)
+        nodes: list[str] = []
+        if self.ray and o.training_workers:
+            placed = self._placed(meshed, o.training_workers)
+            if placed is None:
+                return
+            workers = placed
+            nodes = ["--nodes", ",".join(t.mesh or "" for t in placed)]
+        if self.ray:
+            self.progress(
+                f"training: Ray Train over 1..{len(workers)} GPU worker(s) of {self.ray.cluster}, "
+                f"{backend} on {ifname} (MTU {mtu}), data {o.training_data}"
+            )
+        scaling = (
+            args
+            + ["--data", o.training_data]
+            + (["--max-workers", str(len(workers)), *nodes] if nodes else [])
+        )
+        self._ray_job(
+            "training", "Ray training throughput", "fleet_training.py", scaling, jobs.parse_training
+        )
+        if not o.training_pipeline or self.ray is None:
+            return
+        if len(workers) < 2:
+            self._miss(
+                self.ray.head, "training", "Ray pipeline training", "the pipeline needs two GPU workers"
+            )
+            return
+        self.progress("training: the model split over two workers (--pipeline)")
+        # Placed: the first two of the chosen group (ranks 0 and 1, the stages).
+        pipeline = [
+            *args,
+            "--pipeline",
+            *(["--nodes", ",".join(t.mesh or "" for t in workers[:2])] if nodes else []),
+        ]
+        self._ray_job("training", "Ray pipeline training", "fleet_training.py", pipeline, jobs.parse_pipeline)
+
+    def _placed(self, meshed: list[NodeTarget], k: int) -> list[NodeTarget] | None:
+        """The ``k`` GPU workers with the lowest highest mesh RTT between them and to the head
+        (:func:`resolve.placement.closest_group`), in rank order, from ``rtt_ms`` or this
+        run's mesh pings; None, recorded as a failure, when no group can be chosen."""
+        assert self.ray is not None
+        rtt = self.rtt_ms if self.rtt_ms is not None else node_rtt_ms(self.outcome.measurements)
+        try:
+            group = closest_group(rtt, [t.name for t in meshed if t.mesh], k, anchor=self.ray.head)
+        except PlacementError as exc:
+            self._miss(self.ray.head, "training", "Ray training throughput", f"placement by RTT: {exc}")
+            return None
+        self.progress(
+            f"training: placed by measured mesh RTT on {', '.join(group.members)} "
+            f"(highest RTT {group.worst_rtt_ms:g} ms, the head {self.ray.head} included)"
+        )
+        return [self.targets[n] for n in group.members]
 
     # ---------------------------------------------------------------- inference
     def load_sender(self) -> NodeTarget | None:
@@ -447,14 +507,17 @@ def measure(
     options: Options | None = None,
     progress: Callable[[str], None] = lambda line: None,
     ray: RayTarget | None = None,
+    rtt_ms: Mapping[tuple[str, str], float] | None = None,
 ) -> Outcome:
     """Measure ``parts`` (a subset of :data:`PARTS`) on ``targets`` (and the Ray cluster
     ``ray`` for ``training``); never raises for a node or tool failure (each is a NotMeasured
-    with ``failed``). Raises ValueError for an unknown part."""
+    with ``failed``). Raises ValueError for an unknown part. ``rtt_ms``: node-pair mesh RTT
+    (ms, :func:`metrics.latency.node_rtt_ms`) that ``Options.training_workers`` places the
+    training by; None: this run's own mesh pings (``network`` among ``parts``)."""
     unknown = set(parts) - set(PARTS)
     if unknown:
         raise ValueError(f"unknown part(s) {', '.join(sorted(unknown))}; choose from {', '.join(PARTS)}")
-    run = _Run(targets, shell, options or Options(), progress, ray)
+    run = _Run(targets, shell, options or Options(), progress, ray, rtt_ms)
     for part in PARTS:
         if part in parts:
             started = time.monotonic()

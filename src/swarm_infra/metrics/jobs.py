@@ -14,6 +14,12 @@ Definitions, so that each figure says what it is:
   fixed global batch split over N workers. Both give the scaling efficiency
   throughput(N) / (N x throughput(1)) of their own kind (for strong scaling it is the
   speed-up t(1)/t(N) over N, the same work in both).
+- Streamed data (``--data stream``): the rows, bytes (the tensors' sizes) and seconds each
+  worker spent waiting for its shard of the Ray Dataset during the timed windows of one
+  worker count and kind (``DATA`` lines).
+- Pipeline parallelism (``--pipeline``): samples/s of the model cut over two workers, each
+  step's batch in micro-batches, beside the whole model's on one worker, and the largest
+  loss difference between the two runs at any step (same seed, weights and batches).
 - All-reduce bandwidths as nccl-tests defines them (NVIDIA/nccl-tests, doc/PERFORMANCE.md):
   algbw = message bytes / seconds per all-reduce; busbw = algbw x 2(n-1)/n for n ranks, the
   traffic each link carries in a ring, comparable with the link's bandwidth (iperf3).
@@ -80,9 +86,13 @@ def parse_training(text: str, **labels: str | int | None) -> list[Measurement]:
     ``strong``): ``training.samples_per_s`` (samples/s, the median of the timed windows),
     ``training.samples_per_s.min`` and ``.max`` (the spread), and
     ``training.scaling_efficiency`` (ratio, against N = 1 of the same kind); label
-    ``repeats`` (windows). Per message size (label ``bytes``) of the all-reduce sweep:
-    ``allreduce.algbw`` and ``allreduce.busbw`` (bytes/s). Raises MeasurementParseError when
-    a kind has no N = 1 run or no TRAINING line is found.
+    ``repeats`` (windows), and ``data=stream`` when the batches were streamed from a Ray
+    Dataset. Per message size (label ``bytes``) of the all-reduce sweep:
+    ``allreduce.algbw`` and ``allreduce.busbw`` (bytes/s). From a streamed run's ``DATA``
+    lines, per worker count, kind and worker (labels ``rank`` and ``address``, the node's):
+    tool ``ray-data``, ``rows`` (count), ``bytes`` (the batches' tensors) and ``wait`` (s
+    spent waiting for the next batch), over the timed windows. Raises
+    MeasurementParseError when a kind has no N = 1 run or no TRAINING line is found.
     """
     runs = _read(
         "TRAINING",
@@ -92,6 +102,14 @@ def parse_training(text: str, **labels: str | int | None) -> list[Measurement]:
     )
     if not runs:
         raise MeasurementParseError("training: the job printed no TRAINING line")
+    # ``data`` (a label only when the batches were streamed: the in-memory figures keep the
+    # series they always had).
+    data = _read(
+        "TRAINING",
+        tagged(text, "TRAINING"),
+        lambda r: (str(r["scaling"]), int(r["workers"])),
+        lambda r: None if r.get("data", "memory") == "memory" else str(r["data"]),
+    )
     out = []
     for (scaling, workers), rates in sorted(runs.items()):
         if not rates:
@@ -99,7 +117,9 @@ def parse_training(text: str, **labels: str | int | None) -> list[Measurement]:
         base = runs.get((scaling, 1))
         if not base:
             raise MeasurementParseError(f"training: no TRAINING line for 1 worker ({scaling} scaling)")
-        lab = make_labels(workers=workers, scaling=scaling, repeats=len(rates), **labels)
+        lab = make_labels(
+            workers=workers, scaling=scaling, repeats=len(rates), data=data.get((scaling, workers)), **labels
+        )
         median = statistics.median(rates)
         out += [
             Measurement("ray", "training.samples_per_s", median, "samples/s", lab),
@@ -124,6 +144,73 @@ def parse_training(text: str, **labels: str | int | None) -> list[Measurement]:
         out += [
             Measurement("ray", "allreduce.algbw", algbw, "bytes/s", lab),
             Measurement("ray", "allreduce.busbw", algbw * 2 * (workers - 1) / workers, "bytes/s", lab),
+        ]
+    return out + _streamed(text, labels)
+
+
+def _streamed(text: str, labels: dict) -> list[Measurement]:
+    """The ``DATA`` lines of a ``--data stream`` run: per worker count, kind and rank."""
+    shards = _read(
+        "DATA",
+        tagged(text, "DATA"),
+        lambda r: (str(r["scaling"]), int(r["workers"])),
+        lambda r: [
+            (str(address), int(rows), int(size), float(wait))
+            for address, rows, size, wait in zip(
+                r["addresses"], r["rows"], r["bytes"], r["wait_s"], strict=True
+            )
+        ],
+    )
+    out = []
+    for (scaling, workers), ranks in sorted(shards.items()):
+        for rank, (address, rows, size, wait) in enumerate(ranks):
+            lab = make_labels(
+                workers=workers, scaling=scaling, rank=rank, address=address, data="stream", **labels
+            )
+            out += [
+                Measurement("ray-data", "rows", float(rows), "count", lab),
+                Measurement("ray-data", "bytes", float(size), "bytes", lab),
+                Measurement("ray-data", "wait", wait, "s", lab),
+            ]
+    return out
+
+
+def parse_pipeline(text: str, **labels: str | int | None) -> list[Measurement]:
+    """Measurements from fleet_training.py's ``--pipeline`` run (its ``PIPELINE`` line), label
+    ``stages`` and ``micro_batches``: ``pipeline.samples_per_s`` (samples/s, the median of the
+    timed windows) with ``.min`` and ``.max``; ``pipeline.reference_samples_per_s`` (the
+    unpartitioned model on one worker, same batches); ``pipeline.max_loss_diff`` (the largest
+    difference, at any step, between the partitioned and the whole model's loss: the
+    oracle; nats, the cross-entropy's unit); ``pipeline.activation_bytes`` (bytes sent from
+    stage 0 to stage 1 per step; the gradients back are as many). Raises
+    MeasurementParseError when no line is found or a field is missing."""
+    runs = _read(
+        "PIPELINE",
+        tagged(text, "PIPELINE"),
+        lambda r: (int(r["stages"]), int(r["micro_batches"])),
+        lambda r: (
+            [float(v) for v in r["samples_per_s"]],
+            [float(v) for v in r["reference_samples_per_s"]],
+            float(r["max_loss_diff"]),
+            float(r["activation_bytes_per_step"]),
+        ),
+    )
+    if not runs:
+        raise MeasurementParseError("pipeline: the job printed no PIPELINE line")
+    out = []
+    for (stages, micro), (rates, reference, diff, sent) in sorted(runs.items()):
+        if not rates or not reference:
+            raise MeasurementParseError(f"pipeline: no timed window ({stages} stages, {micro} micro-batches)")
+        lab = make_labels(stages=stages, micro_batches=micro, repeats=len(rates), **labels)
+        out += [
+            Measurement("ray", "pipeline.samples_per_s", statistics.median(rates), "samples/s", lab),
+            Measurement("ray", "pipeline.samples_per_s.min", min(rates), "samples/s", lab),
+            Measurement("ray", "pipeline.samples_per_s.max", max(rates), "samples/s", lab),
+            Measurement(
+                "ray", "pipeline.reference_samples_per_s", statistics.median(reference), "samples/s", lab
+            ),
+            Measurement("ray", "pipeline.max_loss_diff", diff, "nats", lab),
+            Measurement("ray", "pipeline.activation_bytes", sent, "bytes", lab),
         ]
     return out
 

@@ -39,6 +39,27 @@ def site_rtt_ms(measurements: list[Measurement], site_of: Mapping[str, str]) -> 
     return out
 
 
+def node_rtt_ms(measurements: list[Measurement], path: str = "mesh") -> dict[tuple[str, str], float]:
+    """Round-trip time (ms) per unordered node pair, keyed (a, b) with a < b, over ``path``
+    (the ping ``path`` label: ``mesh``, the data path of the fleet's Ray jobs, or
+    ``underlay``; an unlabelled figure counts as underlay): per direction the lowest ping
+    ``rtt.p50``, then the higher of the two directions when both are measured, for the
+    reasons :func:`site_rtt_ms` gives. For ``resolve.placement.closest_group``."""
+    directed: dict[tuple[str, str], float] = {}
+    for m in measurements:
+        src, dst = m.label("src"), m.label("dst")
+        if m.tool != "ping" or m.field != "rtt.p50" or (m.label("path") or "underlay") != path:
+            continue
+        if src is None or dst is None or src == dst:
+            continue
+        directed[(src, dst)] = min(directed.get((src, dst), m.value), m.value)
+    out: dict[tuple[str, str], float] = {}
+    for (x, y), ms in directed.items():
+        pair = (min(x, y), max(x, y))
+        out[pair] = max(out.get(pair, ms), ms)
+    return out
+
+
 def latency_matrix_yaml(
     rtt: Mapping[tuple[str, str], float],
     name: str = "measured",
