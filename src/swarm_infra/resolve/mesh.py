@@ -281,7 +281,9 @@ def allocate(
     """
     previous = dict(record or {})
     held_by = members(mesh, nodes)
-    taken: set[ipaddress.IPv4Address] = {n.mesh_address for n in held_by.values() if n.mesh_address is not None}
+    taken: set[ipaddress.IPv4Address] = {
+        n.mesh_address for n in held_by.values() if n.mesh_address is not None
+    }
     kept: dict[str, ipaddress.IPv4Address] = {}
     changes: list[str] = []
     for name, addr in previous.items():
