@@ -18,10 +18,12 @@ from pathlib import Path
 
 import yaml
 
-from ..engines import controller
+from ..engines import controller, keyrecord
 from ..fleet.diagnostics import FleetInvalid, Report
+from ..fleet.sources import fleet_paths as inventory_fleet_paths
 from ..resolve import load_fleet, validate
-from ..resolve.controller import controller_state
+from ..resolve.analysis import Analysis
+from ..resolve.controller import controller_peer_keys, controller_state
 from ..resolve.files import UnsafeValue
 from ..resolve.mesh import allocate, record_yaml
 from .common import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, FLEET_HELP, emit, fleet_paths
@@ -104,13 +106,31 @@ def cmd_controller_key(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_controller_up(args: argparse.Namespace) -> int:
+def _controller_fleet(args: argparse.Namespace, command: str) -> tuple[Path, Analysis] | int:
+    """(inventory source, checked fleet) of ``-i``/``--fleet``, or an exit code after saying why."""
+    inventory = Path(args.inventory or Path("inventory") / args.fleet)
     try:
-        state = controller_state(load_fleet(fleet_paths(args)))
+        paths = inventory_fleet_paths(inventory) if inventory.exists() else []
+        if not paths:
+            why = "is not a fleet inventory (inventory/NAME, or a *.swarm.yml)"
+            emit(f"swarm mesh {command}: {inventory} {why}", sys.stderr)
+            return EXIT_INVALID
+        return inventory, load_fleet(paths)
+    except (OSError, ValueError) as exc:
+        emit(f"swarm mesh {command}: {exc}", sys.stderr)
+        return EXIT_INVALID
     except FleetInvalid as exc:
         emit(exc.report.text(), sys.stderr)
-        emit("swarm mesh controller-up: the fleet is invalid; nothing was changed", sys.stderr)
+        emit(f"swarm mesh {command}: the fleet is invalid; nothing was changed", sys.stderr)
         return EXIT_INVALID
+
+
+def cmd_controller_up(args: argparse.Namespace) -> int:
+    found = _controller_fleet(args, "controller-up")
+    if isinstance(found, int):
+        return found
+    inventory, analysis = found
+    state = controller_state(analysis)
     if state is None:
         emit(
             "swarm mesh controller-up: the fleet's Mesh declares no controller (spec.controller)", sys.stderr
@@ -118,8 +138,10 @@ def cmd_controller_up(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     path = Path(args.key) if args.key else controller.default_key_path()
     try:
-        out = controller.up(state, path, check=args.check)
-    except (controller.ControllerError, UnsafeValue, OSError) as exc:
+        # Keys the fleet does not record: what the nodes reported at `swarm converge`.
+        keys = controller_peer_keys(state, keyrecord.load(keyrecord.record_path(inventory)))
+        out = controller.up(state, path, keys, check=args.check)
+    except (controller.ControllerError, UnsafeValue, OSError, keyrecord.KeyRecordInvalid) as exc:
         emit(f"swarm mesh controller-up: {exc}", sys.stderr)
         return EXIT_FAILURE
     if args.diff and out.diff:
@@ -127,8 +149,11 @@ def cmd_controller_up(args: argparse.Namespace) -> int:
     verb = "would" if args.check else "did"
     for step in out.steps:
         emit(f"  {verb}: {step}")
+    unknown = sorted({p["name"] for p in state["peers"]} - set(keys))
+    if unknown:
+        emit(f"  note: no public key known for {', '.join(unknown)} (record it, or converge it first)")
     emit(
-        f"{state['interface']} {state['address']}: {len(state['peers'])} peer(s), "
+        f"{state['interface']} {state['address']}: {len(keys)} of {len(state['peers'])} peer(s), "
         + ("changed" if out.changed else "unchanged")
         + (" (check mode: nothing was changed)" if args.check else "")
     )
@@ -136,11 +161,10 @@ def cmd_controller_up(args: argparse.Namespace) -> int:
 
 
 def cmd_controller_down(args: argparse.Namespace) -> int:
-    try:
-        fleet = load_fleet(fleet_paths(args)).fleet
-    except FleetInvalid as exc:
-        emit(exc.report.text(), sys.stderr)
-        return EXIT_INVALID
+    found = _controller_fleet(args, "controller-down")
+    if isinstance(found, int):
+        return found
+    fleet = found[1].fleet
     ctl = fleet.mesh.controller if fleet.mesh is not None else None
     if ctl is None:
         emit(
@@ -158,8 +182,8 @@ def cmd_controller_down(args: argparse.Namespace) -> int:
 
 
 def _controller_args(p: argparse.ArgumentParser, key: bool = True) -> None:
-    p.add_argument("paths", nargs="*", metavar="PATHS", help="fleet YAML files or directories")
-    p.add_argument("--fleet", default="lab", help="fleet name used when no PATHS are given (default: lab)")
+    p.add_argument("--fleet", default="lab", help="fleet name: inventory/NAME (default: lab)")
+    p.add_argument("-i", "--inventory", metavar="PATH", help="inventory source (default inventory/FLEET)")
     if key:
         p.add_argument(
             "--key",
@@ -204,8 +228,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "declares it: the link (kernel WireGuard, else wireguard-go), wg setconf with every node "
         "as a peer (the private key spliced in from its file through a pipe; the configuration "
         "without it kept 0600 beside the key), the mesh address and the route to the mesh CIDR. "
-        "Refuses a key whose public key the fleet does not record. Nodes must have been "
-        "converged with the controller declared before it reaches them. " + FLEET_HELP,
+        "Refuses a key whose public key the fleet does not record. A node's public key is the "
+        "one the fleet records, else the one it reported at swarm converge (the controller's "
+        "key record). Nodes must have been converged with the controller declared before it "
+        "reaches them.",
         epilog="Example: sudo swarm mesh controller-up --fleet lab --check --diff",
     )
     _controller_args(p)
@@ -216,7 +242,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "controller-down",
         help="remove this controller's mesh interface (root)",
         description="Delete the interface the fleet's Mesh spec.controller names (a wireguard-go "
-        "process exits with it). The key and the configuration file stay. " + FLEET_HELP,
+        "process exits with it). The key and the configuration file stay.",
     )
     _controller_args(p, key=False)
     p.set_defaults(func=cmd_controller_down)

@@ -23,7 +23,7 @@ import os
 import stat
 import subprocess
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -128,10 +128,13 @@ def _must(runner: Runner, argv: Sequence[str], stdin: str | None = None) -> None
 def up(
     state: ControllerState,
     key_path: Path,
+    peer_keys: Mapping[str, str] | None = None,
     check: bool = False,
     runner: Runner = run_command,
 ) -> Outcome:
     """Bring the controller's interface to ``state``; ``check``: only say what would change.
+    ``peer_keys``: the nodes' public keys (``resolve.controller.controller_peer_keys``;
+    default the fleet's records alone).
 
     Refuses (:class:`ControllerError`) a key whose public key is not the one the fleet
     records (the nodes would not answer it). Steps: the link (``ip link add ... type
@@ -148,7 +151,7 @@ def up(
             f"the controller {state['name']!r} (Mesh spec.controller.public_key): record this "
             "controller's key in the fleet, or use the key the fleet records (--key)"
         )
-    conf = controller_wg_conf(state)
+    conf = controller_wg_conf(state, peer_keys)
     path = conf_path(state)
     before = path.read_text() if path.exists() else ""
     out = Outcome()

@@ -12,6 +12,7 @@ ends agree by construction.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TypedDict
 
 from .analysis import Analysis
@@ -51,12 +52,30 @@ def controller_state(a: Analysis) -> ControllerState | None:
     }
 
 
-def controller_wg_conf(state: ControllerState) -> str:
+def controller_peer_keys(state: ControllerState, recorded: Mapping[str, str]) -> dict[str, str]:
+    """The public key of each peer of the controller: the one the fleet records (Node
+    ``spec.mesh.public_key``), else the one ``recorded`` holds (the controller's record of
+    what each node reported at ``swarm converge``: engines/keyrecord.py, trust on first
+    use). A recorded key that is not a key, or that is another peer's or the controller's
+    own, is left out (that peer stays a comment). ``{name: key}`` in name order."""
+    keys: dict[str, str] = {}
+    for peer in state["peers"]:
+        key = peer["public_key"] or recorded.get(peer["name"])
+        if key and not wireguard_key_problem(key):
+            keys[peer["name"]] = key
+    taken = [state["public_key"], *keys.values()]
+    return {n: k for n, k in sorted(keys.items()) if taken.count(k) == 1}
+
+
+def controller_wg_conf(state: ControllerState, keys: Mapping[str, str] | None = None) -> str:
     """The wg(8) configuration (``wg setconf``) of the controller's interface, without the
     private key (it is spliced in from the key file only on the way to ``wg setconf``, never
-    written here). A node whose public key is not recorded in the fleet is a comment: the
-    controller has no other way to learn it. Raises :class:`UnsafeValue` for a value that
-    would change the file's structure (the schema refuses them first)."""
+    written here). ``keys``: the peers' public keys (:func:`controller_peer_keys`; default
+    the fleet's records alone). A peer without one is a comment. Raises
+    :class:`UnsafeValue` for a value that would change the file's structure (the schema
+    refuses them first)."""
+    if keys is None:
+        keys = controller_peer_keys(state, {})
     v = line_value
     lines = [
         "# Managed by swarm (swarm mesh controller-up). Changes here are overwritten.",
@@ -67,10 +86,12 @@ def controller_wg_conf(state: ControllerState) -> str:
     ]
     for peer in state["peers"]:
         name = v(peer["name"], "peer name")
-        key = peer["public_key"]
+        key = keys.get(peer["name"])
         lines.append("")
         if not key:
-            lines.append(f"# {name}: public key not recorded in the fleet (Node spec.mesh.public_key)")
+            lines.append(
+                f"# {name}: public key not known (record it in the fleet, or converge the node first)"
+            )
             continue
         problem = wireguard_key_problem(key)
         if problem:

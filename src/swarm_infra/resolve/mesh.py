@@ -81,7 +81,7 @@ def _pin_path(m: Member) -> tuple[str, ...]:
 
 
 def _name_path(m: Member) -> tuple[str, ...]:
-    return ("spec", "controller", "name") if isinstance(m, MeshController) else ("metadata", "name")
+    return ("spec", "controller") if isinstance(m, MeshController) else ("metadata", "name")
 
 
 def _who(m: Member) -> str:
