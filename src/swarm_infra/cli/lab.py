@@ -119,12 +119,12 @@ def cmd_ssh(args: argparse.Namespace) -> int:
         try:
             _, state = fleet_state(inventory)
         except InventorySourceError as exc:
-            print(str(exc), file=sys.stderr)
-            return EXIT_INVALID
-        hosts = {h.name: h for h in inventory_hosts(state, conns)}
-        host = hosts.get(args.node)
-        if host is not None and host.state["ssh"].get("via_mesh"):
-            argv = [*ssh_argv(host.connection, "")[:-1], *args.command]
+            # A shell on a node must not wait for a fleet being edited: the underlay it is.
+            print(f"{exc}\nswarm lab ssh: the lab's connection file alone decides", file=sys.stderr)
+        else:
+            host = {h.name: h for h in inventory_hosts(state, conns)}.get(args.node)
+            if host is not None and host.state["ssh"].get("via_mesh"):
+                argv = [*ssh_argv(host.connection, "")[:-1], *args.command]
     sys.stdout.flush()
     os.execvp(argv[0], argv)
 
