@@ -205,6 +205,38 @@ def test_ssh_over_mesh_picks_the_nodes_and_every_engine_connects_there(
                 assert host.connection.private_key_file == "/k"
 
 
+class Exec(Exception):
+    """Raised in place of ``os.execvp``: carries the argv ``swarm lab ssh`` would run."""
+
+
+def test_lab_ssh_goes_where_the_fleet_says(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from swarm_infra.cli import lab as lab_cli
+
+    paths = _fleet(tmp_path, _ctl())
+    a = load_fleet(paths)
+    conns = {
+        n: {"host": str(node.address), "port": 22, "user": "root", "private_key_file": "/k",
+            "host_keys": [], "known_hosts_file": "/kh"}
+        for n, node in a.fleet.nodes.items()
+    }  # fmt: skip
+    monkeypatch.setattr(lab_cli, "read_connections", lambda: conns)
+    monkeypatch.setattr(lab_cli, "require_root", lambda: None)
+
+    def execvp(file: str, argv: list[str]) -> None:
+        raise Exec(argv)
+
+    monkeypatch.setattr(lab_cli.os, "execvp", execvp)
+    for node, target in (
+        ("lab-gpu-2", a.addresses["lab-gpu-2"]),
+        ("lab-gpu-1", a.fleet.nodes["lab-gpu-1"].address),
+    ):
+        with pytest.raises(Exec) as run:
+            cli.main(["lab", "ssh", "-i", paths[0], node, "--", "echo", "$SSH_CONNECTION"])
+        argv = run.value.args[0]
+        assert argv[-3:] == [f"root@{target}", "echo", "$SSH_CONNECTION"], argv
+        assert argv[argv.index("-i") + 1] == "/k"
+
+
 # ------------------------------------------------------------------------ validation
 
 
