@@ -104,6 +104,22 @@ def _keyed_fleet(tmp: Path) -> Path:
     return tmp / "inventory" / "lab-keyed"
 
 
+def _controlled_fleet(tmp: Path) -> Path:
+    """The lab fleet with the operator's controller in the mesh (Mesh spec.controller): every
+    node's peers hold it, from the resolver, whichever engine writes them."""
+    shutil.copytree(ROOT / "inventory" / "lab", tmp / "inventory" / "lab-controlled")
+    shutil.copytree(ROOT / "policies" / "lab", tmp / "policies" / "lab-controlled")
+    shutil.copytree(ROOT / "policies" / "shared", tmp / "policies" / "shared")
+    path = tmp / "policies" / "lab-controlled" / "mesh.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["spec"]["controller"] = {"public_key": CONTROLLER_KEY, "endpoint": "192.0.2.1"}
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return tmp / "inventory" / "lab-controlled"
+
+
+CONTROLLER_KEY = "GK9rBwkn3vUFr6s2PZXxJbVvjGy5h8wAS6FaA3Bq8nA="
+
+
 # ------------------------------------------------------------------------- the facts
 
 FACTS = {"userspace_wireguard": True, "nvidia_device": True}
@@ -404,8 +420,8 @@ def _spec(spec: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in spec.items() if v not in (None, [], {}) or k == "sysctls"}
 
 
-FLEETS = ["lab", "example", "bare", "keyed"]
-MAKE = {"bare": _bare_fleet, "keyed": _keyed_fleet}
+FLEETS = ["lab", "example", "bare", "keyed", "controlled"]
+MAKE = {"bare": _bare_fleet, "keyed": _keyed_fleet, "controlled": _controlled_fleet}
 
 
 @pytest.fixture(scope="module")
@@ -460,6 +476,10 @@ def test_both_engines_manage_the_same(
         for peer in node["mesh"]["peers"]:
             known = f"PublicKey = {_key(peer['name'])}\n" in conf
             assert known == (peer["name"] in KEYED), f"{host}: {peer['name']}"
+    if fleet == "controlled" and layer == "mesh":
+        # The controller's peer is in what both engines wrote, with its recorded key.
+        conf = ansible["files"][node["layout"]["files"]["wireguard_conf"]["path"]]["content"]
+        assert f"[Peer]\n# controller\nPublicKey = {CONTROLLER_KEY}\n" in conf, host
 
 
 def _norm(value: Any) -> Any:

@@ -38,7 +38,9 @@ def render_node(state: NodeState) -> str:
     keys = ", ".join(ssh_host_key_fingerprint(k) for k in ssh["host_keys"])
     lines = [
         f"node {state['name']}  site={state['site']} roles={','.join(state['roles'])}",
-        f"  ssh      {ssh['user']}@{ssh['host']}:{ssh['port']}  "
+        f"  ssh      {ssh['user']}@{ssh['host']}:{ssh['port']}"
+        + (" (over the mesh)" if ssh.get("via_mesh") else "")
+        + "  "
         + (f"host keys {keys}" if keys else "host key: the operator's known_hosts"),
     ]
     g = state["gpu"]

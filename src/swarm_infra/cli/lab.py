@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..engines import keyrecord
+from ..engines.inventory import InventorySourceError, fleet_state, inventory_hosts, ssh_argv
 from ..fleet.diagnostics import FleetInvalid
 from ..lab import manager
 from ..lab.state import connection_file, read_connections, ssh_command
@@ -111,6 +112,19 @@ def cmd_ssh(args: argparse.Namespace) -> int:
         )
         return EXIT_INVALID
     argv = ssh_command(conns[args.node], args.command)
+    inventory = Path(args.inventory)
+    if inventory.exists():
+        # The fleet decides the SSH target (resolve.mesh.ssh_over_mesh): a node reached over
+        # the controller's mesh interface is reached there, as converge and verify reach it.
+        try:
+            _, state = fleet_state(inventory)
+        except InventorySourceError as exc:
+            # A shell on a node must not wait for a fleet being edited: the underlay it is.
+            print(f"{exc}\nswarm lab ssh: the lab's connection file alone decides", file=sys.stderr)
+        else:
+            host = {h.name: h for h in inventory_hosts(state, conns)}.get(args.node)
+            if host is not None and host.state["ssh"].get("via_mesh"):
+                argv = [*ssh_argv(host.connection, "")[:-1], *args.command]
     sys.stdout.flush()
     os.execvp(argv[0], argv)
 
@@ -176,6 +190,15 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         epilog="Example: swarm lab ssh lab-gpu-2 -- ip -br addr",
     )
     p.add_argument("node", metavar="NODE")
+    p.add_argument(
+        "-i",
+        "--inventory",
+        default="inventory/lab",
+        metavar="PATH",
+        help="the fleet that decides the SSH target (default: %(default)s; a node it reaches over "
+        "the controller's mesh interface, Mesh spec.controller.ssh_over_mesh, is reached at its mesh "
+        "address; without the path, the lab's connection file alone)",
+    )
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND")
     p.set_defaults(func=_guarded(cmd_ssh))
     p = labsub.add_parser(

@@ -1,8 +1,12 @@
-"""``swarm mesh allocate``: record every unpinned node's mesh address (MeshAddresses).
+"""``swarm mesh``: the mesh's address record, and the controller's own mesh interface.
 
-The record is the fleet's lock file for mesh addresses (resolve/mesh.py, Addressing): run
-the command after adding or removing nodes, review the change, commit it. Entries already
-recorded never change, so no running node's address moves.
+``allocate`` records every unpinned node's mesh address (MeshAddresses). The record is the
+fleet's lock file for mesh addresses (resolve/mesh.py, Addressing): run the command after
+adding or removing nodes, review the change, commit it. Entries already recorded never
+change, so no running node's address moves.
+
+``controller-key``, ``controller-up``, ``controller-down``: the operator's controller as a
+mesh member (Mesh ``spec.controller``; engines/controller.py).
 """
 
 from __future__ import annotations
@@ -14,8 +18,13 @@ from pathlib import Path
 
 import yaml
 
+from ..engines import controller, keyrecord
 from ..fleet.diagnostics import FleetInvalid, Report
-from ..resolve import validate
+from ..fleet.sources import fleet_paths as inventory_fleet_paths
+from ..resolve import load_fleet, validate
+from ..resolve.analysis import Analysis
+from ..resolve.controller import controller_peer_keys, controller_state
+from ..resolve.files import UnsafeValue
 from ..resolve.mesh import allocate, record_yaml
 from .common import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, FLEET_HELP, emit, fleet_paths
 
@@ -85,10 +94,109 @@ def cmd_allocate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
-    mesh = sub.add_parser("mesh", help="the mesh's address record").add_subparsers(
-        dest="mesh_command", required=True, metavar="SUBCOMMAND"
+def cmd_controller_key(args: argparse.Namespace) -> int:
+    path = Path(args.key) if args.key else controller.default_key_path()
+    try:
+        key, made = controller.ensure_key(path)
+    except (controller.ControllerError, OSError) as exc:
+        emit(f"swarm mesh controller-key: {exc}", sys.stderr)
+        return EXIT_FAILURE
+    emit(f"{path}: {'made now (0600)' if made else 'kept'}; its public key, for the fleet's Mesh:")
+    emit(f"  controller:\n    public_key: {key}")
+    return EXIT_OK
+
+
+def _controller_fleet(args: argparse.Namespace, command: str) -> tuple[Path, Analysis] | int:
+    """(inventory source, checked fleet) of ``-i``/``--fleet``, or an exit code after saying why."""
+    inventory = Path(args.inventory or Path("inventory") / args.fleet)
+    try:
+        paths = inventory_fleet_paths(inventory) if inventory.exists() else []
+        if not paths:
+            why = "is not a fleet inventory (inventory/NAME, or a *.swarm.yml)"
+            emit(f"swarm mesh {command}: {inventory} {why}", sys.stderr)
+            return EXIT_INVALID
+        return inventory, load_fleet(paths)
+    except (OSError, ValueError) as exc:
+        emit(f"swarm mesh {command}: {exc}", sys.stderr)
+        return EXIT_INVALID
+    except FleetInvalid as exc:
+        emit(exc.report.text(), sys.stderr)
+        emit(f"swarm mesh {command}: the fleet is invalid; nothing was changed", sys.stderr)
+        return EXIT_INVALID
+
+
+def cmd_controller_up(args: argparse.Namespace) -> int:
+    found = _controller_fleet(args, "controller-up")
+    if isinstance(found, int):
+        return found
+    inventory, analysis = found
+    state = controller_state(analysis)
+    if state is None:
+        emit(
+            "swarm mesh controller-up: the fleet's Mesh declares no controller (spec.controller)", sys.stderr
+        )
+        return EXIT_INVALID
+    path = Path(args.key) if args.key else controller.default_key_path()
+    try:
+        # Keys the fleet does not record: what the nodes reported at `swarm converge`.
+        keys = controller_peer_keys(state, keyrecord.load(keyrecord.record_path(inventory)))
+        out = controller.up(state, path, keys, check=args.check)
+    except (controller.ControllerError, UnsafeValue, OSError, keyrecord.KeyRecordInvalid) as exc:
+        emit(f"swarm mesh controller-up: {exc}", sys.stderr)
+        return EXIT_FAILURE
+    if args.diff and out.diff:
+        emit(out.diff.rstrip("\n"))
+    verb = "would" if args.check else "did"
+    for step in out.steps:
+        emit(f"  {verb}: {step}")
+    unknown = sorted({p["name"] for p in state["peers"]} - set(keys))
+    if unknown:
+        emit(f"  note: no public key known for {', '.join(unknown)} (record it, or converge it first)")
+    emit(
+        f"{state['interface']} {state['address']}: {len(keys)} of {len(state['peers'])} peer(s), "
+        + ("changed" if out.changed else "unchanged")
+        + (" (check mode: nothing was changed)" if args.check else "")
     )
+    return EXIT_OK
+
+
+def cmd_controller_down(args: argparse.Namespace) -> int:
+    found = _controller_fleet(args, "controller-down")
+    if isinstance(found, int):
+        return found
+    fleet = found[1].fleet
+    ctl = fleet.mesh.controller if fleet.mesh is not None else None
+    if ctl is None:
+        emit(
+            "swarm mesh controller-down: the fleet's Mesh declares no controller (spec.controller)",
+            sys.stderr,
+        )
+        return EXIT_INVALID
+    try:
+        removed = controller.down(ctl.interface)
+    except controller.ControllerError as exc:
+        emit(f"swarm mesh controller-down: {exc}", sys.stderr)
+        return EXIT_FAILURE
+    emit(f"{ctl.interface}: {'removed' if removed else 'not there'}")
+    return EXIT_OK
+
+
+def _controller_args(p: argparse.ArgumentParser, key: bool = True) -> None:
+    p.add_argument("--fleet", default="lab", help="fleet name: inventory/NAME (default: lab)")
+    p.add_argument("-i", "--inventory", metavar="PATH", help="inventory source (default inventory/FLEET)")
+    if key:
+        p.add_argument(
+            "--key",
+            metavar="FILE",
+            help="the controller's private key file (default: $SWARM_STATE_DIR/controller/wireguard.key, "
+            "state directory $XDG_STATE_HOME/swarm or ~/.local/state/swarm)",
+        )
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    mesh = sub.add_parser(
+        "mesh", help="the mesh's address record; the controller's mesh interface"
+    ).add_subparsers(dest="mesh_command", required=True, metavar="SUBCOMMAND")
     p = mesh.add_parser(
         "allocate",
         help="record each unpinned node's mesh address (MeshAddresses), keeping every recorded one",
@@ -104,3 +212,37 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fleet", default="lab", help="fleet name used when no PATHS are given (default: lab)")
     p.add_argument("--output", metavar="FILE", help="where to write the record (default: see above)")
     p.set_defaults(func=cmd_allocate)
+    p = mesh.add_parser(
+        "controller-key",
+        help="make (once) the controller's WireGuard key; print its public key for the fleet",
+        description="Make the controller's private key with wg genkey where there is none "
+        "(mode 0600, its directory 0700; never printed, never in Git) and print the public key "
+        "to record in the fleet's Mesh as spec.controller.public_key.",
+    )
+    p.add_argument("--key", metavar="FILE", help="the private key file (default: see controller-up)")
+    p.set_defaults(func=cmd_controller_key)
+    p = mesh.add_parser(
+        "controller-up",
+        help="bring this controller's mesh interface to the fleet's declaration (root)",
+        description="Set this host's WireGuard interface as the fleet's Mesh spec.controller "
+        "declares it: the link (kernel WireGuard, else wireguard-go), wg setconf with every node "
+        "as a peer (the private key spliced in from its file through a pipe; the configuration "
+        "without it kept 0600 beside the key), the mesh address and the route to the mesh CIDR. "
+        "Refuses a key whose public key the fleet does not record. A node's public key is the "
+        "one the fleet records, else the one it reported at swarm converge (the controller's "
+        "key record). Nodes must have been converged with the controller declared before it "
+        "reaches them.",
+        epilog="Example: sudo swarm mesh controller-up --fleet lab --check --diff",
+    )
+    _controller_args(p)
+    p.add_argument("--check", action="store_true", help="report what would change, change nothing")
+    p.add_argument("--diff", action="store_true", help="show the configuration's differences")
+    p.set_defaults(func=cmd_controller_up)
+    p = mesh.add_parser(
+        "controller-down",
+        help="remove this controller's mesh interface (root)",
+        description="Delete the interface the fleet's Mesh spec.controller names (a wireguard-go "
+        "process exits with it). The key and the configuration file stay.",
+    )
+    _controller_args(p, key=False)
+    p.set_defaults(func=cmd_controller_down)

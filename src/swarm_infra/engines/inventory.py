@@ -80,7 +80,9 @@ def inventory_hosts(
 
     ``overrides``: connection details by node name that replace the declared SSH address,
     port, user and host keys (the lab's connection file: ``{host, port, user,
-    private_key_file, host_keys}``; the machine there is another, so are its keys).
+    private_key_file, host_keys}``; the machine there is another, so are its keys). A
+    node reached over the mesh (``ssh.via_mesh``: :func:`swarm_infra.resolve.mesh.ssh_over_mesh`)
+    keeps its mesh address as the host: an override replaces the underlay address only.
 
     The host keys of every host become one known_hosts file (:func:`write_known_hosts`,
     the text made by :func:`swarm_infra.resolve.keys.known_hosts_text`), which each host
@@ -92,7 +94,7 @@ def inventory_hosts(
         o = (overrides or {}).get(name)
         if o:
             conns[name] = Connection(
-                o["host"],
+                node["ssh"]["host"] if node["ssh"].get("via_mesh") else o["host"],
                 int(o["port"]),
                 o["user"],
                 o.get("private_key_file"),

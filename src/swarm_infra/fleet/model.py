@@ -169,6 +169,22 @@ class MeshSite:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class MeshController:
+    """The operator's controller as a mesh member (Mesh ``spec.controller``): a peer of every
+    node, reaching the nodes ``ssh_over_mesh`` names at their mesh addresses. Not a Node: the
+    fleet does not converge it. ``source`` is the Mesh document's."""
+
+    name: str = "controller"
+    source: Source
+    public_key: str
+    mesh_address: ipaddress.IPv4Address | None = None  # None: derived from name (or recorded)
+    endpoint: str | None = None  # host or host:port the nodes reach it at; None: none
+    listen_port: int | None = None  # None: the Mesh's default
+    interface: str = "swarm0"
+    ssh_over_mesh: Literal["none", "nat", "all"] = "nat"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Mesh:
     name: str
     source: Source
@@ -183,6 +199,7 @@ class Mesh:
     relay_max_site_pairs: int = 64  # site pairs one relay carries at most
     relay_hysteresis_ms: float = 5  # a pair leaves its relay only for a path faster by more
     relay_hysteresis_percent: float = 10  # ... than this many ms and this share of its RTT
+    controller: MeshController | None = None  # spec.controller
 
     def site(self, name: str) -> MeshSite:
         return self.sites.get(name) or MeshSite(topology=self.topology)
@@ -669,6 +686,22 @@ def _mesh(doc: _Doc) -> Mesh | None:
             relay_hysteresis_percent="hysteresis_percent",
         ),
     )
+    ctl = spec.get("controller")
+    if ctl is not None:
+        controller = MeshController(
+            source=doc.source,
+            public_key=ctl["public_key"],
+            mesh_address=ipaddress.IPv4Address(ctl["address"]) if "address" in ctl else None,
+            **_given(
+                ctl,
+                name="name",
+                endpoint="endpoint",
+                listen_port="listen_port",
+                interface="interface",
+                ssh_over_mesh="ssh_over_mesh",
+            ),
+        )
+        mesh = replace(mesh, controller=controller)
     sites = {
         site: MeshSite(topology=o.get("topology", mesh.topology), hub=o.get("hub"))
         for site, o in spec.get("sites", {}).items()

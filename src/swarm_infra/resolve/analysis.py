@@ -12,12 +12,15 @@ from .mesh import Topology
 
 @dataclass(frozen=True)
 class Analysis:
-    """The fleet plus profile choices, mesh addresses and topology (None without a Mesh)."""
+    """The fleet plus profile choices, the nodes' mesh addresses and topology (None without a
+    Mesh), and the controller's mesh address (None without Mesh ``spec.controller``, or
+    when its address is in error)."""
 
     fleet: Fleet
     choices: dict[str, dict[str, Choice]]
     addresses: dict[str, ipaddress.IPv4Address]
     topology: Topology | None
+    controller_address: ipaddress.IPv4Address | None = None
 
     def known(self, kind: str, name: str) -> bool:
         """``name`` is declared as ``kind``, validly or not (so no second error is due)."""

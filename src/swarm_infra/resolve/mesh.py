@@ -60,8 +60,32 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from ..fleet.diagnostics import Finding
-from ..fleet.model import Fleet, Mesh, MeshAddresses, Node
+from ..fleet.model import Fleet, Mesh, MeshAddresses, MeshController, Node
 from .types import PeerState
+
+Member = Node | MeshController
+"""A holder of a mesh address: a node, or the controller (Mesh ``spec.controller``)."""
+
+
+def members(mesh: Mesh, nodes: Mapping[str, Node]) -> dict[str, Member]:
+    """The nodes and, when declared, the controller, by name: what holds mesh addresses.
+    The controller is left out when a node has its name (``mesh.controller-name-taken``)."""
+    ctl = mesh.controller
+    if ctl is None or ctl.name in nodes:
+        return dict(nodes)
+    return {**nodes, ctl.name: ctl}
+
+
+def _pin_path(m: Member) -> tuple[str, ...]:
+    return ("spec", "controller", "address") if isinstance(m, MeshController) else ("spec", "mesh", "address")
+
+
+def _name_path(m: Member) -> tuple[str, ...]:
+    return ("spec", "controller") if isinstance(m, MeshController) else ("metadata", "name")
+
+
+def _who(m: Member) -> str:
+    return f"the controller {m.name!r}" if isinstance(m, MeshController) else f"node {m.name!r}"
 
 
 def _usable(cidr: ipaddress.IPv4Network) -> int:
@@ -100,15 +124,15 @@ def _usable_host(cidr: ipaddress.IPv4Network, addr: ipaddress.IPv4Address) -> bo
 
 
 def _pinned(
-    mesh: Mesh, nodes: Mapping[str, Node], findings: list[Finding]
-) -> dict[ipaddress.IPv4Address, Node]:
-    """Pinned addresses and their nodes; pins outside the CIDR or held twice are findings."""
-    owner: dict[ipaddress.IPv4Address, Node] = {}
-    path = ("spec", "mesh", "address")
+    mesh: Mesh, nodes: Mapping[str, Member], findings: list[Finding]
+) -> dict[ipaddress.IPv4Address, Member]:
+    """Pinned addresses and their holders; pins outside the CIDR or held twice are findings."""
+    owner: dict[ipaddress.IPv4Address, Member] = {}
     for node in nodes.values():
         addr = node.mesh_address
         if addr is None:
             continue
+        path = _pin_path(node)
         if not _usable_host(mesh.cidr, addr):
             findings.append(
                 Finding(
@@ -125,7 +149,7 @@ def _pinned(
                     node.source,
                     path,
                     "mesh.address-duplicate",
-                    f"{addr} is already pinned by node {owner[addr].name!r}",
+                    f"{addr} is already pinned by {_who(owner[addr])}",
                 )
             )
             continue
@@ -139,8 +163,10 @@ def assign_addresses(
     record: MeshAddresses | None = None,
     may_declare: Callable[[str], bool] = lambda name: False,
 ) -> tuple[dict[str, ipaddress.IPv4Address], list[Finding]]:
-    """Mesh address of every node (``{name: address}``), and findings (module doc,
-    Addressing). A node whose address is in error is left out of the mapping.
+    """Mesh address of every node and of the controller when the Mesh declares one
+    (``{name: address}``: :func:`members`), and findings (module doc, Addressing): the
+    controller's address is pinned, derived or recorded like a node's and checked against
+    the nodes' in the same pass. A holder whose address is in error is left out of the mapping.
 
     Findings: ``mesh.address-outside-cidr`` (a pin or entry not a usable host address of
     the CIDR), ``mesh.address-duplicate`` (a pin or entry equal to an earlier pin or entry),
@@ -152,12 +178,13 @@ def assign_addresses(
     accepts: a Node document that failed its schema may declare it). Cost O(nodes).
     """
     findings: list[Finding] = []
-    owner = _pinned(mesh, nodes, findings)  # pins first: they own their address
+    held_by = members(mesh, nodes)
+    owner = _pinned(mesh, held_by, findings)  # pins first: they own their address
     out = {node.name: addr for addr, node in owner.items()}
     if record is not None:
-        return _recorded(mesh, nodes, record, may_declare, owner, out, findings)
-    room = len(nodes) <= mesh.cidr.num_addresses - 2
-    for node in nodes.values():
+        return _recorded(mesh, held_by, record, may_declare, owner, out, findings)
+    room = len(held_by) <= mesh.cidr.num_addresses - 2
+    for node in held_by.values():
         if node.mesh_address is not None:
             continue
         addr = derived_address(mesh.cidr, node.name)
@@ -166,9 +193,9 @@ def assign_addresses(
                 findings.append(
                     Finding(
                         node.source,
-                        ("metadata", "name"),
+                        _name_path(node),
                         "mesh.address-collision",
-                        f"derived mesh address {addr} collides with node {owner[addr].name!r}; record "
+                        f"derived mesh address {addr} collides with {_who(owner[addr])}; record "
                         "the fleet's addresses with `swarm mesh allocate` (run it on the fleet before "
                         "this node was added, so that the running node keeps its address) or pin one "
                         "of them (normally the newer) with spec.mesh.address",
@@ -182,16 +209,16 @@ def assign_addresses(
 
 def _recorded(
     mesh: Mesh,
-    nodes: Mapping[str, Node],
+    nodes: Mapping[str, Member],
     record: MeshAddresses,
     may_declare: Callable[[str], bool],
-    owner: dict[ipaddress.IPv4Address, Node],
+    owner: dict[ipaddress.IPv4Address, Member],
     out: dict[str, ipaddress.IPv4Address],
     findings: list[Finding],
 ) -> tuple[dict[str, ipaddress.IPv4Address], list[Finding]]:
     """:func:`assign_addresses` with a record: every unpinned node's address is its entry."""
     assert record.source is not None  # a record is a document
-    held: dict[ipaddress.IPv4Address, str] = {a: f"pinned by node {n.name!r}" for a, n in owner.items()}
+    held: dict[ipaddress.IPv4Address, str] = {a: f"pinned by {_who(n)}" for a, n in owner.items()}
     for name, addr in record.addresses.items():
         path = ("spec", "addresses", name)
         node = nodes.get(name)
@@ -223,16 +250,16 @@ def _recorded(
                 Finding(record.source, path, "mesh.address-duplicate", f"{addr} is already {held[addr]}")
             )
             continue
-        held[addr] = f"recorded for node {name!r}"
+        held[addr] = f"recorded for {_who(node)}"
         out[name] = addr
     for node in nodes.values():
         if node.mesh_address is None and node.name not in record.addresses:
             findings.append(
                 Finding(
                     node.source,
-                    ("metadata", "name"),
+                    _name_path(node),
                     "mesh.address-unrecorded",
-                    f"node {node.name!r} has no entry in MeshAddresses {record.name!r} "
+                    f"{_who(node)} has no entry in MeshAddresses {record.name!r} "
                     f"({record.source.file}); run `swarm mesh allocate` and commit the record",
                 )
             )
@@ -242,8 +269,9 @@ def _recorded(
 def allocate(
     mesh: Mesh, nodes: Mapping[str, Node], record: Mapping[str, ipaddress.IPv4Address] | None = None
 ) -> tuple[dict[str, ipaddress.IPv4Address], list[str]]:
-    """The record for ``nodes`` (``{name: address}`` in name order, unpinned nodes only) from
-    the previous ``record`` (None: there was none), and what changed, as sentences.
+    """The record for ``nodes`` and the Mesh's controller (:func:`members`; ``{name:
+    address}`` in name order, unpinned ones only) from the previous ``record`` (None: there
+    was none), and what changed, as sentences.
 
     Every previous entry of a declared unpinned node is kept as it is, unless it is unusable
     (outside the CIDR, or held by a pin or an earlier entry); then, in name order, each
@@ -252,11 +280,14 @@ def allocate(
     Raises ValueError when the CIDR has no free address left for a node.
     """
     previous = dict(record or {})
-    taken: set[ipaddress.IPv4Address] = {n.mesh_address for n in nodes.values() if n.mesh_address is not None}
+    held_by = members(mesh, nodes)
+    taken: set[ipaddress.IPv4Address] = {
+        n.mesh_address for n in held_by.values() if n.mesh_address is not None
+    }
     kept: dict[str, ipaddress.IPv4Address] = {}
     changes: list[str] = []
     for name, addr in previous.items():
-        node = nodes.get(name)
+        node = held_by.get(name)
         if node is None or node.mesh_address is not None:
             why = "no longer declared" if node is None else "now pinned"
             changes.append(f"dropped {name} ({addr}): {why}")
@@ -265,7 +296,7 @@ def allocate(
         else:
             kept[name] = addr
             taken.add(addr)
-    for name, node in sorted(nodes.items()):
+    for name, node in sorted(held_by.items()):
         if node.mesh_address is not None or name in kept:
             continue
         found = probe_address(mesh.cidr, name, taken)
@@ -588,8 +619,81 @@ def plan_relays(
     return out, unplaced
 
 
-def peers(
+def ssh_over_mesh(mesh: Mesh | None, node: Node) -> bool:
+    """Whether the controller reaches ``node`` over the mesh (its mesh address as the SSH
+    target) rather than at ``spec.ssh.host``: the Mesh declares a controller and its
+    ``ssh_over_mesh`` is ``all``, or ``nat`` and the node is behind NAT (a provider's NAT has
+    no inbound path; DESIGN.md, Trust model). The one place this is decided: the SSH target
+    in NodeState (``ssh.host``, ``ssh.via_mesh``) follows it, and every consumer (both
+    engines, verify, metrics, ``swarm lab ssh``) connects there."""
+    ctl = mesh.controller if mesh is not None else None
+    if ctl is None or ctl.name == node.name:
+        return False
+    return ctl.ssh_over_mesh == "all" or (ctl.ssh_over_mesh == "nat" and node.nat)
+
+
+def controller_endpoint(mesh: Mesh) -> str | None:
+    """``host:port`` where the nodes reach the Mesh's controller (its ``endpoint``, the port
+    defaulting to its ``listen_port``, else the Mesh's), or None: none declared."""
+    ctl = mesh.controller
+    if ctl is None or ctl.endpoint is None:
+        return None
+    return ctl.endpoint if ":" in ctl.endpoint else f"{ctl.endpoint}:{ctl.listen_port or mesh.listen_port}"
+
+
+def controller_peer(mesh: Mesh, node: Node, address: ipaddress.IPv4Address) -> PeerState:
+    """The controller as a peer of ``node`` (not a spoke: a spoke reaches it through its hub,
+    whose AllowedIPs are the whole CIDR). AllowedIPs: the controller's ``address``/32 only,
+    so the controller can never route for the mesh; PersistentKeepalive on a node behind NAT
+    when the controller has an endpoint: the node opens the tunnel and keeps its NAT mapping
+    so that the controller can reach it."""
+    ctl = mesh.controller
+    assert ctl is not None
+    endpoint = controller_endpoint(mesh)
+    return {
+        "name": ctl.name,
+        "allowed_ips": [f"{address}/32"],
+        "endpoint": endpoint,
+        "persistent_keepalive_s": mesh.persistent_keepalive_s if node.nat and endpoint else 0,
+        "public_key": ctl.public_key,
+    }
+
+
+def controller_peers(
     fleet: Fleet, topo: Topology, addresses: Mapping[str, ipaddress.IPv4Address]
+) -> list[PeerState]:
+    """The controller's own peer list (``swarm mesh controller-up``), in name order: every
+    node that is not a spoke, AllowedIPs its mesh address and its spokes' (the hub routes
+    for them), endpoint its public endpoint (None behind NAT: the node connects to the
+    controller), PersistentKeepalive when the controller has no endpoint of its own (it is
+    behind NAT then, and keeps the path to nodes with endpoints open). ``public_key``: the
+    node's recorded key, None where none is recorded (the command refuses such a peer)."""
+    mesh = fleet.mesh
+    assert mesh is not None and mesh.controller is not None
+    keepalive = mesh.persistent_keepalive_s if mesh.controller.endpoint is None else 0
+    out: list[PeerState] = []
+    for n in fleet.nodes.values():
+        if topo.is_spoke(n) or n.name not in addresses:
+            continue
+        own = [addresses[n.name], *(addresses[s] for s in topo.spokes.get(n.name, ()) if s in addresses)]
+        endpoint = _endpoint(n, False, n.listen_port or mesh.listen_port)
+        out.append(
+            {
+                "name": n.name,
+                "allowed_ips": _host_routes(own),
+                "endpoint": endpoint,
+                "persistent_keepalive_s": keepalive if endpoint else 0,
+                "public_key": n.wireguard_public_key,
+            }
+        )
+    return sorted(out, key=lambda p: p["name"])
+
+
+def peers(
+    fleet: Fleet,
+    topo: Topology,
+    addresses: Mapping[str, ipaddress.IPv4Address],
+    controller_address: ipaddress.IPv4Address | None = None,
 ) -> tuple[dict[str, list[PeerState]], set[str]]:
     """Peer list of every node, and the nodes that route for others (they need IP forwarding).
 
@@ -606,6 +710,10 @@ def peers(
     between peers and must not be mutated.
 
     NAT-to-NAT pairs go through their site pair's relay in ``topo.routes`` (``plan_relays``).
+
+    With a controller (Mesh ``spec.controller``, at ``controller_address``), every node that
+    is not a spoke also peers with it (:func:`controller_peer`); the engines take it from
+    here like any peer.
     """
     mesh = fleet.mesh
     assert mesh is not None
@@ -664,6 +772,9 @@ def peers(
                     "public_key": p.wireguard_public_key,
                 }
             )
+        if mesh.controller is not None and controller_address is not None:
+            entries.append(controller_peer(mesh, n, controller_address))
+            entries.sort(key=lambda e: e["name"])
         result[n.name] = entries
     return result, forwarders
 

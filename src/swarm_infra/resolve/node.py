@@ -11,6 +11,7 @@ from .catalog import gpu_catalog
 from .drivers import driver_state
 from .labels import FLAVOR_LABEL, NODE_CLASS_LABEL, SITE_LABEL
 from .layout import node_layout
+from .mesh import ssh_over_mesh
 from .pull import pull_state
 from .ray import bare_node_ray, fleet_ray_version, wan_rtt_ms
 from .ray import members as ray_members
@@ -97,6 +98,7 @@ class NodeResolver:
         # with itself only, and these labels decide which tenants' work lands on it.
         labels = dict(node.labels)
         labels[SITE_LABEL] = node.site
+        via_mesh = ssh_over_mesh(fleet.mesh, node) and node.name in a.addresses
         labels[NODE_CLASS_LABEL] = "gpu" if node.gpus else "cpu"
         if node.gpus:
             labels[FLAVOR_LABEL] = gpu_catalog()[node.gpus[0].model]["flavor"]
@@ -110,7 +112,8 @@ class NodeResolver:
             "labels": dict(sorted(labels.items())),
             "address": str(node.address),
             "ssh": {
-                "host": node.ssh_host,
+                "host": str(a.addresses[node.name]) if via_mesh else node.ssh_host,
+                "via_mesh": via_mesh,
                 "port": node.ssh_port,
                 "user": node.ssh_user,
                 "host_keys": list(node.ssh_host_keys),

@@ -26,7 +26,7 @@ def desired_state(a: Analysis) -> DesiredState:
     peers: dict[str, list[PeerState]] = {}
     forwarders: set[str] = set()
     if a.fleet.mesh is not None and a.topology is not None:
-        peers, forwarders = mesh.peers(a.fleet, a.topology, a.addresses)
+        peers, forwarders = mesh.peers(a.fleet, a.topology, a.addresses, a.controller_address)
     resolver = NodeResolver(a, peers, forwarders)
     nodes = {name: resolver.node_state(node) for name, node in a.fleet.nodes.items()}
     return {"nodes": nodes, "cluster": cluster_state(a, peers), "rollout": rollout_state(a)}

@@ -16,7 +16,10 @@ from typing import Literal, TypedDict
 
 
 class SshState(TypedDict):
-    host: str  # address or name the controller connects to
+    # Address or name the controller connects to: the node's mesh address when via_mesh,
+    # else its declared spec.ssh.host (resolve.mesh.ssh_over_mesh decides)
+    host: str
+    via_mesh: bool  # reached over the controller's mesh interface (Mesh spec.controller)
     port: int
     user: str
     # "<type> <base64>" as declared: the only keys the engines accept from the node (empty:

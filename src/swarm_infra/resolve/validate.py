@@ -82,15 +82,20 @@ def validate(paths: Iterable[str | os.PathLike[str]], load: DocumentLoader = loa
     choices, assigned = assign_profiles(fleet)
     findings.extend(assigned)
     addresses: dict[str, ipaddress.IPv4Address] = {}
+    controller_address: ipaddress.IPv4Address | None = None
     topology: Topology | None = None
     if fleet.mesh is not None:
         addresses, addr_findings = assign_addresses(
             fleet.mesh, fleet.nodes, fleet.mesh_addresses, lambda name: fleet.may_declare("Node", name)
         )
+        # The controller's address was assigned with the nodes'; it is not a node's.
+        ctl = fleet.mesh.controller
+        if ctl is not None and ctl.name not in fleet.nodes:
+            controller_address = addresses.pop(ctl.name, None)
         topology, topo_findings = plan_topology(fleet)
         findings.extend(addr_findings)
         findings.extend(topo_findings)
-    analysis = Analysis(fleet, choices, addresses, topology)
+    analysis = Analysis(fleet, choices, addresses, topology, controller_address)
     for check in checks.ALL:
         findings.extend(check(analysis))
     return Validation(Report([*syntax, *file_problems, *locate_all(findings)]), analysis)

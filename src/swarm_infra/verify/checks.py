@@ -297,6 +297,9 @@ def judge_peers(
     ``own``; on its peers, the recorded key is not the one that answers) and not silently
     learnt.
 
+    A peer declared with ``"controller": True`` (Mesh ``spec.controller``) is judged on its
+    presence and AllowedIPs only: the operator's controller comes and goes.
+
     Problems: not a peer of the interface; AllowedIPs other than declared; where a recent
     handshake is expected (``max_age_s``: PersistentKeepalive keeps the link talking) none
     yet, or one older than ``max_age_s``; on any other link (it may be idle: WireGuard
@@ -329,6 +332,8 @@ def judge_peers(
         if allowed != wanted:
             problems[name] = f"AllowedIPs {','.join(allowed) or '(none)'}, declared {','.join(wanted)}"
             continue
+        if want.get("controller"):
+            continue  # the fleet does not converge the controller: it may be down, not drift
         shake, rx, tx = entry["latest_handshake"], entry["rx_bytes"] or 0, entry["tx_bytes"] or 0
         max_age = want["max_age_s"]
         if max_age is not None:
@@ -381,6 +386,8 @@ def _mesh_checks(
             "max_age_s": fresh.get(p["name"]),
             "public_key": p["public_key"],
             "service": _service_id(state, p["name"]) if p["name"] in state["nodes"] else None,
+            # The one peer that is not a node: the controller (resolve.mesh.controller_peer).
+            "controller": p["name"] not in state["nodes"],
         }
         for p in m["peers"]
     }

@@ -159,12 +159,14 @@ def mesh_network(a: Analysis) -> Iterator[Finding]:
             mesh.source, ("spec", "cidr"), "mesh.cidr-unusable", f"mesh CIDR {mesh.cidr} overlaps {why}"
         )
     usable = max(mesh.cidr.num_addresses - 2, 0)
-    if len(nodes) > usable:
+    holders = len(nodes) + (mesh.controller is not None)
+    if holders > usable:
+        ctl = " and the controller" if mesh.controller is not None else ""
         yield Finding(
             mesh.source,
             ("spec", "cidr"),
             "mesh.cidr-too-small",
-            f"{mesh.cidr} has {usable} host addresses for {len(nodes)} nodes",
+            f"{mesh.cidr} has {usable} host addresses for {len(nodes)} nodes{ctl}",
         )
     for site in a.fleet.sites.values():
         if mesh.cidr.overlaps(site.underlay):
@@ -274,4 +276,46 @@ def mesh_size(a: Analysis) -> Iterator[Finding]:
         )
 
 
-CHECKS = (underlay, mesh_network, endpoints, mesh_interface, mesh_size)
+def controller(a: Analysis) -> Iterator[Finding]:
+    """The Mesh's controller (``spec.controller``): ``mesh.controller-name-taken`` (a Node has
+    its name: peer lists and MeshAddresses are keyed by name), ``mesh.controller-endpoint-invalid``
+    (see :func:`endpoint_problem`), ``mesh.controller-endpoint-missing`` (``ssh_over_mesh``
+    names nodes behind NAT but the controller has no endpoint: such a node cannot be
+    reached first, it must open the tunnel to the controller, and it can only if it knows
+    where the controller is)."""
+    mesh = a.fleet.mesh
+    ctl = mesh.controller if mesh is not None else None
+    if ctl is None:
+        return
+    if ctl.name in a.fleet.nodes:
+        yield Finding(
+            ctl.source,
+            ("spec", "controller", "name"),
+            "mesh.controller-name-taken",
+            f"node {ctl.name!r} has the controller's name; give the controller another "
+            "(spec.controller.name): peers and mesh addresses are keyed by name",
+        )
+    if ctl.endpoint is not None:
+        problem = endpoint_problem(ctl.endpoint)
+        if problem:
+            yield Finding(
+                ctl.source,
+                ("spec", "controller", "endpoint"),
+                "mesh.controller-endpoint-invalid",
+                f"endpoint {excerpt(ctl.endpoint)}: {problem}",
+            )
+    elif ctl.ssh_over_mesh != "none":
+        natted = sorted(n.name for n in a.fleet.nodes.values() if n.nat)
+        if natted:
+            shown = ", ".join(natted[:5]) + (" ..." if len(natted) > 5 else "")
+            yield Finding(
+                ctl.source,
+                ("spec", "controller", "ssh_over_mesh"),
+                "mesh.controller-endpoint-missing",
+                f"ssh_over_mesh {ctl.ssh_over_mesh!r} reaches {shown} (behind NAT) over the mesh, "
+                "but the controller has no endpoint (spec.controller.endpoint): a node behind NAT "
+                "cannot be reached first, it must open the tunnel to the controller's endpoint",
+            )
+
+
+CHECKS = (underlay, mesh_network, endpoints, mesh_interface, mesh_size, controller)

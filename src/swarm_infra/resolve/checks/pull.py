@@ -94,6 +94,20 @@ def public_keys_unique(a: Analysis) -> Iterator[Finding]:
             yield Finding(node.source, ("spec", "mesh", "public_key"), "mesh.public-key-invalid", problem)
             continue
         owners.setdefault(key, []).append(node.name)
+    ctl = a.fleet.mesh.controller if a.fleet.mesh is not None else None
+    if ctl is not None:
+        path = ("spec", "controller", "public_key")
+        problem = wireguard_key_problem(ctl.public_key)
+        if problem:
+            yield Finding(ctl.source, path, "mesh.public-key-invalid", problem)
+        elif ctl.public_key in owners:
+            yield Finding(
+                ctl.source,
+                path,
+                "mesh.public-key-duplicate",
+                f"the same WireGuard public key as node {owners[ctl.public_key][0]}: keys must be "
+                "unique in the mesh (the controller's private key never leaves the controller)",
+            )
     for names in owners.values():
         for name in names[1:]:
             yield Finding(

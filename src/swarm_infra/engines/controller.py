@@ -1,0 +1,195 @@
+"""The controller's own mesh interface, applied on the host that runs ``swarm``.
+
+The fleet declares the controller (Mesh ``spec.controller``) and decides its interface
+(:mod:`swarm_infra.resolve.controller`); this module applies it here: a kernel WireGuard
+link where the kernel has the module, else a userspace one (``wireguard-go``, as the lab's
+nodes run it), then ``wg setconf`` and the address, MTU and route with ``ip``.
+
+The private key lives in one file on the controller, mode 0600 in a 0700 directory, made
+by :func:`ensure_key` (``wg genkey``). It is never in an argument, the environment or Git:
+``wg`` reads it on its standard input, and ``wg setconf`` reads the configuration with the
+key spliced in from a pipe. The configuration without the key is kept beside it (0600), so
+that a later run can show what changes (``--check``/``--diff``).
+
+Default key: ``$SWARM_STATE_DIR/controller/wireguard.key`` (default state directory
+``$XDG_STATE_HOME/swarm``, else ``~/.local/state/swarm``), one per controller whatever the
+fleet: its public key is what the fleet records.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import stat
+import subprocess
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..resolve.controller import ControllerState, controller_wg_conf, with_private_key
+from ..resolve.keys import wireguard_key_problem
+
+Runner = Callable[[Sequence[str], str | None], subprocess.CompletedProcess[str]]
+
+
+def run_command(argv: Sequence[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``argv`` (no shell), ``stdin`` on its standard input; output captured, not checked."""
+    return subprocess.run(list(argv), input=stdin, capture_output=True, text=True, check=False)
+
+
+def state_dir() -> Path:
+    """Where the controller keeps its key and configuration (module doc)."""
+    base = os.environ.get("SWARM_STATE_DIR") or os.path.join(
+        os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state"), "swarm"
+    )
+    return Path(base) / "controller"
+
+
+def default_key_path() -> Path:
+    return state_dir() / "wireguard.key"
+
+
+class ControllerError(RuntimeError):
+    """A step failed or is refused; the message says which and why."""
+
+
+def _private_dir(path: Path) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    os.chmod(path, 0o700)
+
+
+def read_private_key(path: Path) -> str:
+    """The private key in ``path``; refused (:class:`ControllerError`) when the file is
+    missing, not a regular file, readable by group or others, or not one key."""
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        raise ControllerError(f"{path}: no key; make one with `swarm mesh controller-key`") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ControllerError(f"{path}: not a regular file")
+    if st.st_mode & 0o077:
+        raise ControllerError(f"{path}: mode {stat.S_IMODE(st.st_mode):04o}; a private key must be 0600")
+    key = path.read_text().strip()
+    if wireguard_key_problem(key):
+        raise ControllerError(f"{path}: not a WireGuard key (wg genkey's output)")
+    return key
+
+
+def public_key(path: Path, runner: Runner = run_command) -> str:
+    """The public key of the private key in ``path`` (``wg pubkey``, the key on its stdin)."""
+    proc = runner(["wg", "pubkey"], read_private_key(path) + "\n")
+    key = proc.stdout.strip()
+    if proc.returncode != 0 or wireguard_key_problem(key):
+        raise ControllerError(f"wg pubkey failed: {proc.stderr.strip() or key!r}")
+    return key
+
+
+def ensure_key(path: Path, runner: Runner = run_command) -> tuple[str, bool]:
+    """(public key, made now) for the key in ``path``, made with ``wg genkey`` when there is
+    none: the file is created 0600 (``O_EXCL``: never over another file), its directory 0700."""
+    if path.exists() or path.is_symlink():
+        return public_key(path, runner), False
+    _private_dir(path.parent)
+    proc = runner(["wg", "genkey"], None)
+    key = proc.stdout.strip()
+    if proc.returncode != 0 or wireguard_key_problem(key):
+        raise ControllerError(f"wg genkey failed: {proc.stderr.strip()}")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(key + "\n")
+    return public_key(path, runner), True
+
+
+@dataclass
+class Outcome:
+    """What :func:`up` did (or, in check mode, would do): ``steps`` as sentences, ``diff``
+    of the configuration file (unified, empty when unchanged), ``changed``."""
+
+    steps: list[str] = field(default_factory=list)
+    diff: str = ""
+    changed: bool = False
+
+
+def conf_path(state: ControllerState) -> Path:
+    return state_dir() / f"{state['interface']}.conf"
+
+
+def _link_exists(interface: str, runner: Runner) -> bool:
+    return runner(["ip", "link", "show", "dev", interface], None).returncode == 0
+
+
+def _must(runner: Runner, argv: Sequence[str], stdin: str | None = None) -> None:
+    proc = runner(argv, stdin)
+    if proc.returncode != 0:
+        raise ControllerError(f"{' '.join(argv)}: {proc.stderr.strip() or f'exit {proc.returncode}'}")
+
+
+def up(
+    state: ControllerState,
+    key_path: Path,
+    peer_keys: Mapping[str, str] | None = None,
+    check: bool = False,
+    runner: Runner = run_command,
+) -> Outcome:
+    """Bring the controller's interface to ``state``; ``check``: only say what would change.
+    ``peer_keys``: the nodes' public keys (``resolve.controller.controller_peer_keys``;
+    default the fleet's records alone).
+
+    Refuses (:class:`ControllerError`) a key whose public key is not the one the fleet
+    records (the nodes would not answer it). Steps: the link (``ip link add ... type
+    wireguard``, else ``wireguard-go``), ``wg setconf`` (the key spliced in through a pipe),
+    ``ip address replace`` (the mesh prefix makes the route to the mesh CIDR), ``ip link
+    set ... mtu ... up``. Idempotent: ``wg setconf`` and ``ip address replace`` converge a
+    running interface without dropping its tunnels' sessions for unchanged peers.
+    """
+    iface = state["interface"]
+    have = public_key(key_path, runner)
+    if have != state["public_key"]:
+        raise ControllerError(
+            f"{key_path} holds the key of {have}, but the fleet records {state['public_key']} for "
+            f"the controller {state['name']!r} (Mesh spec.controller.public_key): record this "
+            "controller's key in the fleet, or use the key the fleet records (--key)"
+        )
+    conf = controller_wg_conf(state, peer_keys)
+    path = conf_path(state)
+    before = path.read_text() if path.exists() else ""
+    out = Outcome()
+    out.diff = "".join(
+        difflib.unified_diff(before.splitlines(True), conf.splitlines(True), str(path), f"{path} (fleet)")
+    )
+    exists = _link_exists(iface, runner)
+    if not exists:
+        out.steps.append(f"create {iface} (kernel WireGuard, else wireguard-go)")
+    if out.diff or not exists:
+        out.steps.append(f"wg setconf {iface} ({len(state['peers'])} peer(s))")
+    out.steps.append(f"address {state['address']} (route to {state['cidr']}), mtu {state['mtu']}, up")
+    out.changed = bool(out.diff) or not exists
+    if check:
+        return out
+    if not exists and runner(["ip", "link", "add", "dev", iface, "type", "wireguard"], None).returncode != 0:
+        # No kernel module (the lab's kernel): the userspace implementation makes a TUN link.
+        _must(runner, ["wireguard-go", iface])
+    _private_dir(path.parent)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{iface}.conf.")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            os.fchmod(fh.fileno(), 0o600)
+            fh.write(conf)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _must(runner, ["wg", "setconf", iface, "/dev/stdin"], with_private_key(conf, read_private_key(key_path)))
+    _must(runner, ["ip", "address", "replace", state["address"], "dev", iface])
+    _must(runner, ["ip", "link", "set", "dev", iface, "mtu", str(int(state["mtu"])), "up"])
+    return out
+
+
+def down(interface: str, runner: Runner = run_command) -> bool:
+    """Delete the controller's interface (a wireguard-go process exits with its link); False
+    when there was none."""
+    if not _link_exists(interface, runner):
+        return False
+    _must(runner, ["ip", "link", "del", "dev", interface])
+    return True
