@@ -281,7 +281,8 @@ def test_verify_judges_the_controller_peer_on_presence_and_allowed_ips(lab: list
     declared = check.args["peers"]
     assert declared["controller"]["controller"] is True
     assert not any(v["controller"] for k, v in declared.items() if k != "controller")
-    keys = {name: f"key-{name}" for name in declared}
+    # A recorded key (the controller's, in the fleet) is the one judged; the others are read.
+    keys = {name: d.get("public_key") or f"key-{name}" for name, d in declared.items()}
     now = 1_000_000
     dump = {
         keys[n]: {"allowed_ips": d["allowed_ips"], "latest_handshake": now - 5, "rx_bytes": 1, "tx_bytes": 1}
