@@ -1,6 +1,8 @@
 """`swarm metrics run` and `swarm metrics accept` on the real lab (root; CI runs them): real
 ping, iperf3 and fio on the nodes over SSH, their real JSON through the parsers, Ray Train
-data-parallel training over the mesh (gloo on wg0) with its all-reduce sweep, open-loop
+data-parallel training over the mesh (gloo on wg0) with its all-reduce sweep, its data
+streamed through Ray Data, its workers placed by the run's measured latency, and the model
+split over two workers (stages on two nodes), open-loop
 inference through Ray Serve (and a run whose injected request failures fail it), the
 history, plots, textfile-collector files on each node, and a node that fails admission
 because its site is slow on purpose (lab-b's declared WAN latency).
@@ -45,6 +47,12 @@ REQUESTS = 200
 # The all-reduce sweep up to 4 MiB only (the default, 64 MiB, takes half a minute over the
 # emulated WAN): 1 KiB .. 4 MiB by 4.
 SWEEP_MAX_MIB = 4
+# The Ray GPU workers; the training runs placed over all of them by this run's mesh pings
+# (--training-workers), rank 0 the one nearest the head.
+GPU_WORKERS = sorted(n for n, s in LAB_STATE["nodes"].items() if s["ray"] and s["ray"]["num_gpus"] > 0)
+# fleet_training.py's defaults (--batch, the hidden width of its 64-256-256-10 MLP) and the
+# run's (fleetrun.Options: --steps, --repeats of the timed windows).
+BATCH, HIDDEN, STEPS, REPEATS = 128, 256, fleetrun.Options.training_steps, fleetrun.Options.training_repeats
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +63,9 @@ def run(lab, tmp_path_factory) -> dict:
         "metrics", "run", "--fleet", "lab", "--db", str(out / "m.db"), "--plots", str(out / "plots"),
         "--write-latency-matrix", str(out / "latency.yaml"), "--format", "json",
         "--duration", "2", "--repeats", "1", "--ping-count", "10", "--inference-rates", ",".join(RATES),
-        "--inference-requests", str(REQUESTS), "--allreduce-max-mib", str(SWEEP_MAX_MIB), check=False,
+        "--inference-requests", str(REQUESTS), "--allreduce-max-mib", str(SWEEP_MAX_MIB),
+        "--training-workers", str(len(GPU_WORKERS)), "--training-data", "stream", "--training-pipeline",
+        check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return {"json": json.loads(proc.stdout), "dir": out, "stderr": proc.stderr}
@@ -191,8 +201,40 @@ def test_accept_fails_the_nodes_of_the_slow_site_naming_metric_value_and_thresho
     assert ok.returncode == 0, ok.stdout + ok.stderr
 
 
+def test_training_streams_through_ray_data_placed_by_measured_latency_and_splits_the_model(run) -> None:
+    """Ray Data streams every worker exactly its batches (rows, 64 float32 features and an
+    int64 label each); the workers are the GPU workers chosen by this run's mesh pings, the
+    one-worker run on the worker nearest the head (the fleet's declared WAN: the head's own
+    site); the model split over two workers on two nodes matches the whole model's loss."""
+    report = run["json"]
+    mesh = {n: TARGETS[n].mesh for n in GPU_WORKERS}
+    head_site = TARGETS[HEAD].site
+    nearest = min(GPU_WORKERS, key=lambda n: (FLEET.sites[TARGETS[n].site].wan["latency_ms"], n))
+    assert TARGETS[nearest].site == head_site
+    rows = [m for m in report["measurements"] if m["tool"] == "ray-data" and m["field"] == "rows"]
+    assert rows, "no ray-data figures"
+    for m in rows:
+        workers, scaling = int(m["labels"]["workers"]), m["labels"]["scaling"]
+        per_worker = BATCH if scaling == "weak" else BATCH // workers
+        assert m["value"] == per_worker * STEPS * REPEATS, m
+        (size,) = values(
+            report, "ray-data", "bytes", **{k: m["labels"][k] for k in ("workers", "scaling", "rank")}
+        )
+        assert size == m["value"] * (64 * 4 + 8), m
+    by_run = {}
+    for m in rows:
+        by_run.setdefault(int(m["labels"]["workers"]), {})[int(m["labels"]["rank"])] = m["labels"]["address"]
+    assert by_run[1] == {0: mesh[nearest]}, by_run
+    assert set(by_run[len(GPU_WORKERS)].values()) == set(mesh.values()), by_run  # one rank per node
+    (diff,) = values(report, "ray", "pipeline.max_loss_diff")
+    (sent,) = values(report, "ray", "pipeline.activation_bytes")
+    (rate,) = values(report, "ray", "pipeline.samples_per_s")
+    assert 0 <= diff <= 1e-4 and rate > 0, (diff, rate)  # the job's --tolerance
+    assert sent == BATCH * HIDDEN * 4  # stage 0's float32 activations, one batch a step
+
+
 def test_training_weak_and_strong_scaling_and_the_all_reduce_sweep_over_the_mesh(run) -> None:
-    workers = [n for n, s in LAB_STATE["nodes"].items() if s["ray"] and s["ray"]["num_gpus"] > 0]
+    workers = GPU_WORKERS
     report = run["json"]
     for scaling in ("weak", "strong"):
         rates = {
