@@ -28,7 +28,9 @@ def git(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None, 
         "GIT_COMMITTER_NAME": "t",
         "GIT_COMMITTER_EMAIL": "t@example.org",
     }
-    done = subprocess.run(["git", *args], cwd=cwd, env={**base, **(env or {})}, capture_output=True, text=True)
+    done = subprocess.run(
+        ["git", *args], cwd=cwd, env={**base, **(env or {})}, capture_output=True, text=True
+    )
     if check:
         assert done.returncode == 0, done.stderr
     return done
@@ -102,7 +104,7 @@ def test_cgi_environ_passes_headers_but_never_credentials() -> None:
             "Authorization": "Basic eDp5",
             "Proxy-Authorization": "Basic eDp5",
             "Content-Length": "99",
-        },
+        }.items(),
         Path("/srv/git"),
         "10.77.2.1",
         12,

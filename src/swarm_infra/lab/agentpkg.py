@@ -3,8 +3,9 @@
 A provider installs the agent's package into ``/usr/local/lib/swarm/agent-venv`` (layout
 ``agent_venv``) before ``swarm node bootstrap``: a virtualenv of the node's own Python with
 ``swarm-infra`` and what the agent runs (git verification needs nothing from Python;
-resolving the fleet needs PyYAML, jsonschema and jsonschema-rs, and paramiko for the host keys it lists; applying needs ansible-core
-and the ``ansible.posix`` and ``community.general`` collections the roles name). The lab's
+resolving the fleet needs PyYAML, jsonschema and jsonschema-rs, and paramiko for the host
+keys the inventory lists; applying needs ansible-core and the ``ansible.posix`` and
+``community.general`` collections the roles name). The lab's
 nodes have no package index for those (only Ray's wheelhouse) and must not reach PyPI on
 each run, so the lab lays the same files out from the controller's own environment
 (:func:`stage`): the installed distributions' files as their RECORD lists them, the
@@ -138,4 +139,3 @@ def unpack_locally(archive: bytes, venv: Path) -> None:
         tar.extractall(venv, filter="data")
     for script in SCRIPTS:
         (venv / "bin" / script).chmod(0o755)
-

@@ -28,9 +28,10 @@ import os
 import ssl
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import BinaryIO
 from urllib.parse import unquote, urlsplit
 
 from .tlsindex import TlsFiles
@@ -47,13 +48,14 @@ def backend_path() -> str:
 
 
 def cgi_environ(
-    method: str, target: str, headers: Mapping[str, str], root: Path, remote_addr: str, body_len: int
+    method: str, target: str, headers: Iterable[tuple[str, str]], root: Path, remote_addr: str, body_len: int
 ) -> dict[str, str]:
     """The CGI environment (RFC 3875 section 4.1) of one request to git-http-backend:
     ``target`` is the request line's path and query; every header becomes ``HTTP_<NAME>``
     except ``Content-Type``/``Content-Length`` (their own variables) and ``Authorization``
-    and ``Proxy-*`` (never passed on, RFC 3875 4.1.18). ``REMOTE_USER`` is never set: the
-    server authenticates nobody, so http-backend refuses pushes."""
+    and ``Proxy-*`` (never passed on, RFC 3875 4.1.18); ``headers``: (name, value) pairs.
+    ``REMOTE_USER`` is never set: the server authenticates nobody, so http-backend refuses
+    pushes."""
     parts = urlsplit(target)
     env = {
         "GATEWAY_INTERFACE": "CGI/1.1",
@@ -67,7 +69,7 @@ def cgi_environ(
         "GIT_HTTP_EXPORT_ALL": "1",
         "PATH": "/usr/bin:/bin",
     }
-    for name, value in headers.items():
+    for name, value in headers:
         key = name.upper().replace("-", "_")
         if key == "CONTENT_TYPE":
             env["CONTENT_TYPE"] = value
@@ -100,7 +102,7 @@ def split_cgi_response(output: bytes) -> tuple[int, list[tuple[str, str]], bytes
     return status, headers, body
 
 
-def read_chunked(stream, limit: int = MAX_BODY_BYTES) -> bytes:  # type: ignore[no-untyped-def]
+def read_chunked(stream: BinaryIO, limit: int = MAX_BODY_BYTES) -> bytes:
     """The body of a ``Transfer-Encoding: chunked`` request (RFC 9112 section 7.1) read
     from ``stream``; raises ValueError past ``limit`` bytes or on a malformed chunk."""
     out = bytearray()
@@ -137,7 +139,9 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError as exc:
             self.send_error(400, str(exc))
             return
-        env = cgi_environ(self.command, self.path, self.headers, self.root, self.client_address[0], len(body))
+        env = cgi_environ(
+            self.command, self.path, self.headers.items(), self.root, self.client_address[0], len(body)
+        )
         try:
             done = subprocess.run(
                 [self.backend], input=body, env=env, capture_output=True, timeout=CGI_TIMEOUT_S, check=False
