@@ -24,6 +24,7 @@ into the HTTP response.
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import ssl
 import subprocess
@@ -31,7 +32,6 @@ import sys
 from collections.abc import Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import BinaryIO
 from urllib.parse import unquote, urlsplit
 
 from .tlsindex import TlsFiles
@@ -102,7 +102,7 @@ def split_cgi_response(output: bytes) -> tuple[int, list[tuple[str, str]], bytes
     return status, headers, body
 
 
-def read_chunked(stream: BinaryIO, limit: int = MAX_BODY_BYTES) -> bytes:
+def read_chunked(stream: io.BufferedIOBase, limit: int = MAX_BODY_BYTES) -> bytes:
     """The body of a ``Transfer-Encoding: chunked`` request (RFC 9112 section 7.1) read
     from ``stream``; raises ValueError past ``limit`` bytes or on a malformed chunk."""
     out = bytearray()
