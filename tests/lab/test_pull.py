@@ -19,9 +19,14 @@ What each step stands for:
 - lab-gpu-2 keeps its WireGuard key (a node bootstrapped again keeps its identity; the lab
   converged it by push before): its mesh is taken down first (wg-quick stopped, its
   configuration removed), so only the pull apply can bring it back, and the key bootstrap
-  prints is the one recorded in the fleet. lab-gpu-2 leaves the Ray cluster in the fleet
-  copy: a pull worker cannot read the head's token yet (docs/node-layer.md, "The Ray token
-  for pull workers (not built)").
+  prints is the one recorded in the fleet. The fleet copy has no Ray cluster: a pull worker
+  cannot read the head's token yet (docs/node-layer.md, "The Ray token for pull workers
+  (not built)");
+- the rollout test makes lab-gpu-1 (lab-a) a pull node too, the canary: the pull nodes in
+  name order are [lab-gpu-1], [lab-gpu-2] with the lab's Rollout (canary 1, then 100 %). The
+  lab nodes run no node_exporter (the provider's to install), so a stand-in serves the
+  canary's textfile at ``http://<mesh address>:9100/metrics`` (Python's http.server in a
+  transient unit on the node), where lab-gpu-2's agent reads it over the mesh.
 
 Needs the lab converged; leaves it running (lab-gpu-2 converged from the fleet copy, its
 agent's timer stopped, the NAT hole open again): the next module's converge makes it a
@@ -143,8 +148,7 @@ def node_pubkey(name: str) -> str:
 def make_fleet(tmp: Path, remote: str) -> Fleet:
     """The fleet repository's first commit (not yet signed nor published): this checkout's
     files, the lab fleet with spec.pull naming the lab's Git server, the operator's key as
-    the allowed signer, the keys of the lab-a nodes recorded, lab-gpu-2 out of the Ray
-    cluster."""
+    the allowed signer, the keys of the lab-a nodes recorded, no Ray cluster."""
     work, bare = tmp / "fleet", manager.git_root() / "fleet.git"
     shutil.rmtree(bare, ignore_errors=True)
     sh("git", "init", "-q", "--bare", "-b", "main", str(bare))
@@ -166,14 +170,9 @@ def make_fleet(tmp: Path, remote: str) -> Fleet:
             f"  pull: {{remote: {json.dumps(remote)}, ref: main, fleet: lab, "
             "allowed_signers_file: allowed_signers, interval_s: 86400, randomized_delay_s: 0}\n"
         )
-    ray = policies / "ray.yaml"
-    text = ray.read_text()
-    assert "workers: {selector: {roles: [gpu-worker]}}" in text
-    ray.write_text(
-        text.replace(
-            "workers: {selector: {roles: [gpu-worker]}}", "workers: {selector: {nodes: [lab-gpu-1]}}"
-        )
-    )
+    # No Ray cluster in the copy: a pull worker cannot read the head's token yet.
+    (policies / "ray.yaml").unlink()
+    (policies / "ray-requirements.lock").unlink()
     nodes = fleet.inventory / "nodes.yaml"
     docs = list(yaml.safe_load_all(nodes.read_text()))
     for doc in docs:
@@ -187,6 +186,29 @@ def operator_pub(fleet: Fleet) -> str:
     return " ".join(Path(f"{fleet.operator}.pub").read_text().split()[:2])
 
 
+def provide(pid: int, fleet: Fleet, name: str, site: str, address: str, nat: bool) -> str:
+    """The provider's steps at node ``pid``'s console: git, the lab CA trusted system-wide,
+    the agent's package in a virtualenv of the node's Python, the allowed signers handed
+    over, ``swarm node bootstrap``; returns what bootstrap printed."""
+    console(pid, "apt-get install -y -q --no-install-recommends git >/dev/null", timeout=300)
+    ca = (cache_dir() / "index-tls" / "ca.pem").read_bytes()
+    console(
+        pid,
+        "cat > /usr/local/share/ca-certificates/swarm-lab-ca.crt && update-ca-certificates >/dev/null",
+        ca,
+    )
+    for argv in agentpkg.install_commands(VENV):
+        node.console(pid, argv).check_returncode()
+    console(pid, f"tar -x -C {VENV} -f -", agentpkg.stage(ROOT, VENV))
+    console(pid, "cat > /root/allowed_signers", f'{SIGNER} namespaces="git" {operator_pub(fleet)}\n'.encode())
+    return console(
+        pid,
+        f"{VENV}/bin/swarm node bootstrap --node {name} --site {site} --address {address}"
+        f"{' --nat' if nat else ''} --fleet lab --remote {fleet.remote} --ref main "
+        "--allowed-signers /root/allowed_signers",
+    )
+
+
 @pytest.fixture(scope="module")
 def pulled(lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     state = LabState.load()
@@ -194,31 +216,18 @@ def pulled(lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     lab_node, pid = LabNode.from_dict(d), d["pid"]
     host = str(lab_node.address.ip)
     reachable_before = ssh_port_open(host, lab_node.ssh_port)
+    started = time.monotonic()
     url = manager.serve_git()
     manager.set_controller_inbound(SITE, False)
     try:
         fleet = make_fleet(tmp_path_factory.mktemp("pull"), url + "fleet.git")
         fleet.commit("the lab fleet, pulled by lab-gpu-2 once it is declared", fleet.operator)
         # The provider, at the console: the mesh down (only the pull apply may bring it
-        # back), git, the lab CA trusted system-wide, the agent's package, bootstrap.
+        # back), then the agent and bootstrap.
         console(pid, f"systemctl stop {UNITS['wireguard']} && rm -f {FILES['wireguard_conf']}")
-        console(pid, "apt-get install -y -q --no-install-recommends git >/dev/null", timeout=300)
-        ca = (cache_dir() / "index-tls" / "ca.pem").read_bytes()
-        console(
-            pid,
-            "cat > /usr/local/share/ca-certificates/swarm-lab-ca.crt && update-ca-certificates >/dev/null",
-            ca,
-        )
-        for argv in agentpkg.install_commands(VENV):
-            node.console(pid, argv).check_returncode()
-        console(pid, f"tar -x -C {VENV} -f -", agentpkg.stage(ROOT, VENV))
-        signers = f'{SIGNER} namespaces="git" {operator_pub(fleet)}\n'.encode()
-        console(pid, "cat > /root/allowed_signers", signers)
-        out = console(
-            pid,
-            f"{VENV}/bin/swarm node bootstrap --node {NODE} --site {SITE} --address {host} --nat "
-            f"--fleet lab --remote {fleet.remote} --ref main --allowed-signers /root/allowed_signers",
-        )
+        out = provide(pid, fleet, NODE, SITE, host, nat=True)
+        print(f"\ntest_pull: Git server, fleet repository and {NODE} bootstrapped in "
+              f"{time.monotonic() - started:.1f} s")  # fmt: skip
         yield Lab(pid, lab_node, fleet, out, reachable_before)
     finally:
         node.console(pid, ["systemctl", "disable", "--now", UNITS["agent_timer"]])
@@ -226,12 +235,14 @@ def pulled(lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         manager.stop_git()
 
 
-def run_agent(lab: Lab) -> tuple[int, dict, str]:
-    """One agent run through its unit (``systemctl start`` of the oneshot service waits for
-    it); (systemctl's exit code, the status file, the textfile)."""
-    done = node.console(lab.pid, ["systemctl", "start", UNITS["agent_service"]], timeout=900)
-    status = json.loads(console(lab.pid, f"cat {STATUS}"))
-    return done.returncode, status, console(lab.pid, f"cat {TEXTFILE}")
+def run_agent(lab: Lab, pid: int | None = None) -> tuple[int, dict, str]:
+    """One agent run on lab-gpu-2 (or the node of ``pid``) through its unit (``systemctl
+    start`` of the oneshot service waits for it); (systemctl's exit code, the status file,
+    the textfile)."""
+    pid = lab.pid if pid is None else pid
+    done = node.console(pid, ["systemctl", "start", UNITS["agent_service"]], timeout=900)
+    status = json.loads(console(pid, f"cat {STATUS}"))
+    return done.returncode, status, console(pid, f"cat {TEXTFILE}")
 
 
 def report_info(textfile: str) -> dict[str, str]:
@@ -344,3 +355,86 @@ def test_unsigned_and_unknown_signer_commits_are_refused_and_the_last_good_is_ke
         assert report_info(textfile) == {"commit": bad, "result": "refused", "applied_commit": good}
         # The refused commit's files never reached the node's disk as a work tree.
         assert node.console(lab.pid, ["test", "-e", f"{TREES}/{bad}"]).returncode != 0
+
+
+CANARY, CANARY_SITE = "lab-gpu-1", "lab-a"
+METRICS_UNIT = "swarm-lab-report.service"  # the stand-in for node_exporter on the canary
+SCRATCH_DEVICE = "/dev/nvme0n1"
+
+
+@pytest.fixture(scope="module")
+def canary(pulled: Lab) -> Iterator[int]:
+    """lab-gpu-1 bootstrapped for pull (not yet declared so), its agent's report served on
+    its mesh address :9100/metrics; returns its systemd-nspawn pid."""
+    d = LabState.load().nodes[CANARY]
+    pid, address = d["pid"], d["address"].split("/")[0]
+    mesh = mesh_address(pulled.fleet.inventory, CANARY)
+    try:
+        started = time.monotonic()
+        provide(pid, pulled.fleet, CANARY, CANARY_SITE, address, nat=False)
+        console(pid, f"mkdir -p /run/swarm-lab-report && ln -sf {TEXTFILE} /run/swarm-lab-report/metrics")
+        console(
+            pid,
+            f"systemd-run --unit={METRICS_UNIT} --collect python3 -m http.server 9100 --bind {mesh} "
+            "--directory /run/swarm-lab-report",
+        )
+        # Wait for the run bootstrap's timer started (or make one): none may be under way
+        # when the test publishes the commit that declares the canary.
+        node.console(pid, ["systemctl", "start", UNITS["agent_service"]], timeout=900)
+        print(f"\ntest_pull: {CANARY} bootstrapped in {time.monotonic() - started:.1f} s")
+        yield pid
+    finally:
+        node.console(pid, ["systemctl", "disable", "--now", UNITS["agent_timer"]])
+        node.console(pid, ["systemctl", "stop", METRICS_UNIT])
+        # The next converge makes the scratch filesystem again on the emptied device.
+        node.console(pid, ["sh", "-c", f"umount /scratch; wipefs -qa {SCRATCH_DEVICE}"])
+
+
+def peer_report(lab: Lab, url: str) -> str:
+    """What lab-gpu-2 reads at ``url`` over the mesh, with the node's own Python."""
+    code = "import sys, urllib.request as u; print(u.urlopen(sys.argv[1], timeout=5).read().decode())"
+    done = node.console(lab.pid, ["python3", "-c", code, url])
+    assert done.returncode == 0, done.stderr.decode()[-1000:]
+    return done.stdout.decode()
+
+
+def test_a_later_batch_waits_for_the_canary_and_a_failed_canary_halts_it(pulled: Lab, canary: int) -> None:
+    lab = pulled
+    good = json.loads(console(lab.pid, f"cat {STATUS}"))["applied_commit"]
+    url = f"http://{mesh_address(lab.fleet.inventory, CANARY)}:9100/metrics"
+    nodes = lab.fleet.inventory / "nodes.yaml"
+    docs = list(yaml.safe_load_all(nodes.read_text()))
+    next(d for d in docs if d["metadata"]["name"] == CANARY)["spec"]["convergence"] = "pull"
+    nodes.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    both = lab.fleet.commit(f"{CANARY} converges by pull too: the canary", lab.fleet.operator)
+
+    # lab-gpu-2 (batch 2) reads the canary's report over the mesh: not this commit, so it waits.
+    assert f'result="applied",applied_commit="{both}"' not in peer_report(lab, url)
+    rc, status, _ = run_agent(lab)
+    assert (rc, status["result"], status["commit"], status["applied_commit"]) == (0, "waiting", both, good)
+    assert CANARY in status["reason"], status["reason"]
+
+    # The canary applies it; then lab-gpu-2 does.
+    _, first, _ = run_agent(lab, canary)
+    assert (first["result"], first["applied_commit"], first["failed"]) == ("applied", both, 0), first[
+        "reason"
+    ]
+    assert f'result="applied",applied_commit="{both}"' in peer_report(lab, url)
+    _, status, _ = run_agent(lab)
+    assert (status["result"], status["applied_commit"]) == ("applied", both), status["reason"]
+
+    # A commit the canary fails to apply (its scratch device now holds a filesystem swarm
+    # did not make: the storage layer refuses it) stops the rollout before lab-gpu-2.
+    console(
+        canary, f"umount /scratch && wipefs -qa {SCRATCH_DEVICE} && mkfs.ext4 -q -L data {SCRATCH_DEVICE}"
+    )
+    with open(lab.fleet.work / "policies/lab/review.yaml", "a") as fh:
+        fh.write("# a change the canary fails\n")
+    failing = lab.fleet.commit("a change the canary fails to apply", lab.fleet.operator)
+    rc, first, _ = run_agent(lab, canary)
+    assert (rc, first["result"], first["commit"], first["applied_commit"]) == (1, "failed", failing, both)
+    assert first["failed"] > 0
+    rc, status, textfile = run_agent(lab)
+    assert (rc, status["result"], status["commit"], status["applied_commit"]) == (1, "halted", failing, both)
+    assert f"batch 1 failed commit {failing[:12]} ({CANARY})" in status["reason"], status["reason"]
+    assert report_info(textfile) == {"commit": failing, "result": "halted", "applied_commit": both}
