@@ -1,7 +1,8 @@
 """Pull convergence on the real lab (root; issue #27), with lab-b's NAT closed to the
 controller: lab-gpu-2, behind it, is bootstrapped at its console, its Node document goes
 into the fleet as a signed commit on the lab's Git server, and its own agent fetches,
-verifies, applies and joins the mesh; unsigned and unknown-signer commits are refused.
+verifies, applies and joins the mesh; unsigned and unknown-signer commits are refused; a
+later rollout batch waits for the canary's report and halts when the canary fails.
 
 What each step stands for:
 
@@ -28,9 +29,10 @@ What each step stands for:
   canary's textfile at ``http://<mesh address>:9100/metrics`` (Python's http.server in a
   transient unit on the node), where lab-gpu-2's agent reads it over the mesh.
 
-Needs the lab converged; leaves it running (lab-gpu-2 converged from the fleet copy, its
-agent's timer stopped, the NAT hole open again): the next module's converge makes it a
-push node again.
+Needs the lab converged; leaves it running (lab-gpu-1 and lab-gpu-2 converged from the
+fleet copy, their agents' timers stopped, lab-gpu-1's scratch device emptied, the NAT hole
+open again): the next module's converge makes them push nodes again. About 75 s of its own
+(the lab machine, 2 cores), most of it the three applies.
 """
 
 from __future__ import annotations
