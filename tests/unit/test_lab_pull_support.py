@@ -12,6 +12,7 @@ import pytest
 from swarm_infra.lab import agentpkg, network
 from swarm_infra.lab.plan import lab_spec
 from swarm_infra.resolve import load_fleet
+from swarm_infra.resolve.layout import AGENT_LOCAL
 
 from .conftest import ROOT, fleet_dirs
 
@@ -56,7 +57,7 @@ def test_the_agents_package_holds_what_the_agent_runs() -> None:
     wanted = {"pyyaml", "jsonschema", "jsonschema-rs", "paramiko", "ansible-core", "jinja2", "referencing"}
     assert wanted <= names
     assert not names & {"pulumi", "pyinfra", "ray", "matplotlib", "pytest"}
-    venv = "/usr/local/lib/swarm/agent-venv"
+    venv = AGENT_LOCAL["agent_venv"]["path"]
     with tarfile.open(fileobj=io.BytesIO(agentpkg.stage(ROOT, venv))) as tar:
         members = {m.name: m for m in tar.getmembers()}
         site = "lib/python3.11/site-packages"

@@ -1,8 +1,8 @@
 """The pull agent's package for a lab node, laid out from this controller's environment.
 
-A provider installs the agent's package into ``/usr/local/lib/swarm/agent-venv`` (layout
-``agent_venv``) before ``swarm node bootstrap``: a virtualenv of the node's own Python with
-``swarm-infra`` and what the agent runs (git verification needs nothing from Python;
+A provider installs the agent's package into the virtualenv at layout ``agent_venv``
+(``swarm_infra.resolve.layout.AGENT_LOCAL``) before ``swarm node bootstrap``: a virtualenv
+of the node's own Python with ``swarm-infra`` and what the agent runs (git verification needs nothing from Python;
 resolving the fleet needs PyYAML, jsonschema and jsonschema-rs, and paramiko for the host
 keys the inventory lists; applying needs ansible-core and the ``ansible.posix`` and
 ``community.general`` collections the roles name). The lab's
