@@ -2,10 +2,10 @@
 
 A provider installs the agent's package into the virtualenv at layout ``agent_venv``
 (``swarm_infra.resolve.layout.AGENT_LOCAL``) before ``swarm node bootstrap``: a virtualenv
-of the node's own Python with ``swarm-infra`` and what the agent runs (git verification needs nothing from Python;
-resolving the fleet needs PyYAML, jsonschema and jsonschema-rs, and paramiko for the host
-keys the inventory lists; applying needs ansible-core and the ``ansible.posix`` and
-``community.general`` collections the roles name). The lab's
+of the node's own Python with ``swarm-infra`` and what the agent runs (git verification
+needs nothing from Python; resolving the fleet needs PyYAML, jsonschema and jsonschema-rs,
+and paramiko for the host keys the inventory lists; applying needs ansible-core and the
+``ansible.posix`` and ``community.general`` collections the roles name). The lab's
 nodes have no package index for those (only Ray's wheelhouse) and must not reach PyPI on
 each run, so the lab lays the same files out from the controller's own environment
 (:func:`stage`): the installed distributions' files as their RECORD lists them, the
