@@ -380,6 +380,7 @@ def canary(pulled: Lab) -> Iterator[int]:
             f"systemd-run --unit={METRICS_UNIT} --collect python3 -m http.server 9100 --bind {mesh} "
             "--directory /run/swarm-lab-report",
         )
+        wait_listening(pid, mesh, 9100)
         # Wait for the run bootstrap's timer started (or make one): none may be under way
         # when the test publishes the commit that declares the canary.
         node.console(pid, ["systemctl", "start", UNITS["agent_service"]], timeout=900)
@@ -390,6 +391,27 @@ def canary(pulled: Lab) -> Iterator[int]:
         node.console(pid, ["systemctl", "stop", METRICS_UNIT])
         # The next converge makes the scratch filesystem again on the emptied device.
         node.console(pid, ["sh", "-c", f"umount /scratch; wipefs -qa {SCRATCH_DEVICE}"])
+
+
+# Connects until the server has bound its socket (a unit started by systemd-run is running
+# when its process is, not when it listens; nothing else to wait on), 20 s at most.
+_LISTENING = """
+import socket, sys, time
+deadline = time.monotonic() + 20
+while True:
+    try:
+        socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=1).close()
+        break
+    except OSError:
+        if time.monotonic() > deadline:
+            sys.exit(f"nothing listens on {sys.argv[1]}:{sys.argv[2]}")
+        time.sleep(0.1)
+"""
+
+
+def wait_listening(pid: int, address: str, port: int) -> None:
+    done = node.console(pid, ["python3", "-c", _LISTENING, address, str(port)], timeout=60)
+    assert done.returncode == 0, done.stderr.decode()[-500:]
 
 
 def peer_report(lab: Lab, url: str) -> str:
