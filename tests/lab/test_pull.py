@@ -411,7 +411,8 @@ while True:
 
 def wait_listening(pid: int, address: str, port: int) -> None:
     done = node.console(pid, ["python3", "-c", _LISTENING, address, str(port)], timeout=60)
-    assert done.returncode == 0, done.stderr.decode()[-500:]
+    unit = node.console(pid, ["systemctl", "status", "--no-pager", "-n", "20", METRICS_UNIT])
+    assert done.returncode == 0, done.stderr.decode()[-500:] + unit.stdout.decode()[-2000:]
 
 
 def peer_report(lab: Lab, url: str) -> str:
