@@ -238,11 +238,18 @@ def pulled(lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
 
 
 def run_agent(lab: Lab, pid: int | None = None) -> tuple[int, dict, str]:
-    """One agent run on lab-gpu-2 (or the node of ``pid``) through its unit (``systemctl
-    start`` of the oneshot service waits for it); (systemctl's exit code, the status file,
-    the textfile)."""
+    """One agent run on lab-gpu-2 (or the node of ``pid``) through its unit, made after
+    everything the test published: the timer is stopped first (bootstrap's fires within
+    its RandomizedDelaySec, each apply starts the fleet's again), a run it started is
+    waited for (``systemctl start`` of an active oneshot joins it), then ``systemctl
+    start`` runs one and waits for it. (systemctl's exit code, the status file, the
+    textfile)."""
     pid = lab.pid if pid is None else pid
-    done = node.console(pid, ["systemctl", "start", UNITS["agent_service"]], timeout=900)
+    service = UNITS["agent_service"]
+    node.console(pid, ["systemctl", "stop", UNITS["agent_timer"]])
+    if node.console(pid, ["systemctl", "is-active", service]).stdout.decode().strip() == "activating":
+        node.console(pid, ["systemctl", "start", service], timeout=900)
+    done = node.console(pid, ["systemctl", "start", service], timeout=900)
     status = json.loads(console(pid, f"cat {STATUS}"))
     return done.returncode, status, console(pid, f"cat {TEXTFILE}")
 
