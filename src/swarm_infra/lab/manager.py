@@ -8,6 +8,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -19,7 +20,7 @@ from urllib.parse import urlparse
 from ..fleet.lockfile import lock_text
 from ..resolve import desired_state
 from ..resolve.analysis import Analysis
-from . import mirror, network, node, pkgcache, rayvenv, tlsindex
+from . import mirror, network, node, pkgcache, rayvenv, services, tlsindex
 from .image import ensure_image, host_mirror
 from .plan import PREFIX, LabNode, LabSite, LabSpec, lab_spec
 from .state import (
@@ -324,6 +325,8 @@ def down(log: Log = print) -> list[str]:
         mirror.stop_index(index.get("pid"), index.get("port", 0))
         cache = state.host.get("package_cache") or {}
         pkgcache.stop(cache.get("pid"), cache.get("port", 0))
+        git = state.host.get("git") or {}
+        services.stop(git.get("pid"), GIT_MARKER, git.get("port", 0))
         _kill_strays()
         for n in lab_nodes:
             network.remove_namespace(n.netns)
@@ -398,6 +401,77 @@ def leftovers(names: set[str]) -> list[str]:
     propagate = node.NSPAWN_RUN_DIR / "propagate"
     left += [f"directory {propagate / n}" for n in sorted(names) if (propagate / n).exists()]
     return left
+
+
+GIT_MARKER = b"swarm_infra.lab.gitserver"
+GIT_PORT = 8443
+
+
+def git_root() -> Path:
+    """Where the lab's Git server finds its bare repositories (in the lab's state: ``down``
+    removes them with the rest)."""
+    return state_dir() / "git"
+
+
+def serve_git(port: int = GIT_PORT, log: Log = print) -> str:
+    """Serve the bare repositories under :func:`git_root` read-only over https on the
+    service address (lab/gitserver.py, the lab CA's certificate), in the lab's services
+    cgroup, until :func:`stop_git` or ``down``; returns the server's base URL
+    (``https://192.0.2.1:PORT/``; a repository ``NAME.git`` is at ``URL + "NAME.git"``).
+    A server already running on ``port`` is kept. Raises LabError when no lab is up or it
+    does not start."""
+    require_root()
+    with _locked():
+        state = LabState.load()
+        if not state.nodes:
+            raise LabError("no lab is up: run `swarm lab up` first")
+        url = f"https://{mirror.SERVICE_ADDRESS}:{port}/"
+        old = state.host.get("git") or {}
+        if old.get("port") == port and services.is_running(old.get("pid"), GIT_MARKER, port):
+            return url
+        services.stop(old.get("pid"), GIT_MARKER, old.get("port", 0))
+        git_root().mkdir(parents=True, exist_ok=True)
+        mirror.ensure_service_address()
+        tls = _index_tls()
+        pid = services.start(
+            [sys.executable, "-m", "swarm_infra.lab.gitserver", "--address", str(mirror.SERVICE_ADDRESS),
+             "--port", str(port), "--root", str(git_root()), "--tls", str(tls.ca.parent)],
+            str(mirror.SERVICE_ADDRESS), port, node.cgroup2_root() / "swarm-lab" / "services",
+            state_dir() / "git.log", "the lab's Git server",
+        )  # fmt: skip
+        state.host["git"] = {"pid": pid, "port": port}
+        state.save()
+    log(f"git    {url} serves {git_root()} read-only (https, the lab CA {tls.ca}; pid {pid})")
+    return url
+
+
+def stop_git() -> None:
+    """Stop the lab's Git server, if it runs (its repositories stay until ``down``)."""
+    require_root()
+    with _locked():
+        state = LabState.load()
+        old = state.host.pop("git", None) or {}
+        services.stop(old.get("pid"), GIT_MARKER, old.get("port", 0))
+        state.save()
+
+
+def set_controller_inbound(site_name: str, allowed: bool) -> None:
+    """Open (the lab's default) or close the controller's inbound hole in site
+    ``site_name``'s emulated NAT (:func:`.network.ensure_site_nat`); the next ``up``
+    writes the default again. Raises LabError when the lab has no such site."""
+    require_root()
+    with _locked():
+        state = LabState.load()
+        if site_name not in state.sites:
+            raise LabError(
+                f"no lab site named {site_name} (sites: {', '.join(sorted(state.sites)) or 'none'})"
+            )
+        nat_nodes = [
+            LabNode.from_dict(d) for d in state.nodes.values() if d["site"] == site_name and d["nat"]
+        ]
+        network.ensure_site_nat(
+            LabSite.from_dict(state.sites[site_name]), nat_nodes, controller_inbound=allowed
+        )
 
 
 def stop_node(name: str, kill: bool = False) -> str:

@@ -267,6 +267,35 @@ def _nsenter(pid: int) -> list[str]:
     return ["nsenter", "-t", str(pid), "-m", "-u", "-i", "-n", "-p", "-C"]
 
 
+CONSOLE_ENV = {
+    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "HOME": "/root",
+    "LANG": "C.UTF-8",
+}
+
+
+def console(
+    pid: int, argv: list[str], input: bytes | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess[bytes]:
+    """Run ``argv`` as root in the running node whose systemd-nspawn is ``pid``, as at its
+    console: entered from the host through the node's namespaces (nsenter into its init's
+    mount, UTS, IPC, network, PID and cgroup namespaces), not over the network, so it
+    works whatever the node's network lets in. A clean environment (:data:`CONSOLE_ENV`);
+    ``input`` on stdin; output captured (bytes); ``timeout`` in seconds. Raises LabError
+    when the node is not running."""
+    init = leader(pid)
+    if init is None:
+        raise LabError(f"no node runs as systemd-nspawn pid {pid}")
+    return subprocess.run(
+        [*_nsenter(init), *argv],
+        input=input,
+        capture_output=True,
+        env=CONSOLE_ENV,
+        timeout=timeout,
+        check=False,
+    )
+
+
 def system_state(pid: int) -> str:
     """The node's ``systemctl is-system-running`` answer, without waiting (``pid``: its
     systemd-nspawn)."""
