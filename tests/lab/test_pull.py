@@ -1,7 +1,9 @@
 """Pull convergence on the real lab (root; issue #27), with lab-b's NAT closed to the
 controller: lab-gpu-2, behind it, is bootstrapped at its console, its Node document goes
 into the fleet as a signed commit on the lab's Git server, and its own agent fetches,
-verifies, applies and joins the mesh; unsigned and unknown-signer commits are refused; a
+verifies, applies and joins the mesh, and the controller (a mesh member the fleet declares)
+then reaches it over SSH at its mesh address, the NAT still closed; unsigned and
+unknown-signer commits are refused; a
 later rollout batch waits for the canary's report and halts when the canary fails.
 
 What each step stands for:
@@ -38,6 +40,7 @@ open again): the next module's converge makes them push nodes again. About 75 s 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import socket
@@ -52,6 +55,7 @@ import yaml
 
 from swarm_infra.fleet.sources import fleet_paths
 from swarm_infra.lab import agentpkg, manager, node
+from swarm_infra.lab.mirror import SERVICE_ADDRESS
 from swarm_infra.lab.plan import LabNode
 from swarm_infra.lab.state import LabState, cache_dir
 from swarm_infra.resolve import desired_state, load_fleet
@@ -133,6 +137,7 @@ class Lab:
     fleet: Fleet
     bootstrap_output: str
     reachable_before: bool
+    controller_key: Path  # the controller's private key (0600, never in the fleet)
 
 
 def ssh_port_open(host: str, port: int) -> bool:
@@ -147,10 +152,12 @@ def node_pubkey(name: str) -> str:
     return on_node(name, f"wg pubkey < {FILES['wireguard_key']}").stdout.strip()
 
 
-def make_fleet(tmp: Path, remote: str) -> Fleet:
+def make_fleet(tmp: Path, remote: str, controller_key: str) -> Fleet:
     """The fleet repository's first commit (not yet signed nor published): this checkout's
     files, the lab fleet with spec.pull naming the lab's Git server, the operator's key as
-    the allowed signer, the keys of the lab-a nodes recorded, no Ray cluster."""
+    the allowed signer, the keys of the lab-a nodes recorded, the controller a mesh member
+    (``controller_key``, its endpoint the lab's service address, which every site reaches;
+    SSH over the mesh to the NAT'd nodes), no Ray cluster."""
     work, bare = tmp / "fleet", manager.git_root() / "fleet.git"
     shutil.rmtree(bare, ignore_errors=True)
     sh("git", "init", "-q", "--bare", "-b", "main", str(bare))
@@ -172,6 +179,14 @@ def make_fleet(tmp: Path, remote: str) -> Fleet:
             f"  pull: {{remote: {json.dumps(remote)}, ref: main, fleet: lab, "
             "allowed_signers_file: allowed_signers, interval_s: 86400, randomized_delay_s: 0}\n"
         )
+    mesh = policies / "mesh.yaml"
+    doc = yaml.safe_load(mesh.read_text())
+    doc["spec"]["controller"] = {
+        "public_key": controller_key,
+        "endpoint": str(SERVICE_ADDRESS),
+        "ssh_over_mesh": "nat",
+    }
+    mesh.write_text(yaml.safe_dump(doc, sort_keys=False))
     # No Ray cluster in the copy: a pull worker cannot read the head's token yet.
     (policies / "ray.yaml").unlink()
     (policies / "ray-requirements.lock").unlink()
@@ -219,10 +234,17 @@ def pulled(lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     host = str(lab_node.address.ip)
     reachable_before = ssh_port_open(host, lab_node.ssh_port)
     started = time.monotonic()
+    tmp = tmp_path_factory.mktemp("pull")
+    # The controller's key and interface state in the module's own state directory.
+    state_before = os.environ.get("SWARM_STATE_DIR")
+    os.environ["SWARM_STATE_DIR"] = str(tmp / "state")
+    key = tmp / "controller.key"
+    made = swarm("mesh", "controller-key", "--key", str(key)).stdout
     url = manager.serve_git()
     manager.set_controller_inbound(SITE, False)
+    fleet = None
     try:
-        fleet = make_fleet(tmp_path_factory.mktemp("pull"), url + "fleet.git")
+        fleet = make_fleet(tmp, url + "fleet.git", made.split("public_key: ")[1].split()[0])
         fleet.commit("the lab fleet, pulled by lab-gpu-2 once it is declared", fleet.operator)
         # The provider, at the console: the mesh down (only the pull apply may bring it
         # back), then the agent and bootstrap.
@@ -230,8 +252,14 @@ def pulled(lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         out = provide(pid, fleet, NODE, SITE, host, nat=True)
         print(f"\ntest_pull: Git server, fleet repository and {NODE} bootstrapped in "
               f"{time.monotonic() - started:.1f} s")  # fmt: skip
-        yield Lab(pid, lab_node, fleet, out, reachable_before)
+        yield Lab(pid, lab_node, fleet, out, reachable_before, key)
     finally:
+        if fleet is not None:
+            swarm("mesh", "controller-down", "-i", str(fleet.inventory), check=False)
+        if state_before is None:
+            os.environ.pop("SWARM_STATE_DIR", None)
+        else:
+            os.environ["SWARM_STATE_DIR"] = state_before
         node.console(pid, ["systemctl", "disable", "--now", UNITS["agent_timer"]])
         manager.set_controller_inbound(SITE, True)
         manager.stop_git()
@@ -335,12 +363,23 @@ def test_a_nat_node_is_bootstrapped_merged_signed_and_joins_the_mesh_by_pull(pul
 
 
 def test_the_controller_reaches_the_nat_node_over_the_mesh(pulled: Lab) -> None:
-    pytest.skip(
-        "TODO(issue #27, management over the mesh: another helper's task): the controller as "
-        "a mesh member (declared in the fleet), then `swarm lab ssh lab-gpu-2` and "
-        "`ssh root@<lab-gpu-2's mesh address> true` from the controller succeed while lab-b's "
-        "NAT stays closed"
-    )
+    """The controller, a mesh member the fleet declares (Mesh spec.controller), brings its
+    own interface up; lab-gpu-2 (which applied a commit naming it as a peer) opens the
+    tunnel from behind its NAT; the controller then reaches it over SSH at its mesh address,
+    with the NAT still closed to it (sshd's own SSH_CONNECTION names both mesh addresses)."""
+    lab, host = pulled, str(pulled.lab_node.address.ip)
+    inventory = str(lab.fleet.inventory)
+    analysis = load_fleet(fleet_paths(lab.fleet.inventory))
+    ctl, own = str(analysis.controller_address), str(analysis.addresses[NODE])
+    assert not ssh_port_open(host, lab.lab_node.ssh_port)  # still no way in through the NAT
+    up = swarm("mesh", "controller-up", "-i", inventory, "--key", str(lab.controller_key))
+    assert f"{len(analysis.fleet.nodes)} of {len(analysis.fleet.nodes)} peer(s)" in up.stdout, up.stdout
+    # The node's keepalive opens the NAT's mapping; its first packet to the controller, a
+    # handshake, is what lets the controller's answer in.
+    console(lab.pid, f"ping -n -c 3 -i 0.3 -W 2 {ctl} >/dev/null")
+    shown = swarm("lab", "ssh", "-i", inventory, NODE, "--", "echo $SSH_CONNECTION").stdout.split()
+    # sshd's record: client address, client port, server address, server port.
+    assert (shown[0], shown[2], shown[3]) == (ctl, own, "22"), shown
 
 
 def test_unsigned_and_unknown_signer_commits_are_refused_and_the_last_good_is_kept(pulled: Lab) -> None:
