@@ -77,3 +77,25 @@ def test_training_and_inference_plots_need_their_measurements(tmp_path):
     assert training_scaling(serve, tmp_path / "none.png") is None
     assert inference_latency(train, tmp_path / "none.png") is None
     assert not (tmp_path / "none.png").exists()
+
+
+def test_the_training_plots_legend_names_each_series_once(tmp_path, monkeypatch):
+    """The legend reads the error bar's container, not its cap lines (whose label is
+    matplotlib's "_nolegend_")."""
+    pytest.importorskip("matplotlib")
+    from swarm_infra.metrics import plots
+
+    plt = plots._pyplot()
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    train = [
+        Measurement("ray", field, v * k, "samples/s", make_labels(workers=n, scaling="weak"))
+        for n, v in ((1, 50_000.0), (2, 80_000.0))
+        for field, k in (("training.samples_per_s", 1.0), ("training.samples_per_s.min", 0.9))
+    ]
+    assert plots.training_scaling(train, tmp_path / "t.png") is not None
+    (fig,) = figures
+    (legend,) = [a.get_legend() for a in fig.axes if a.get_legend() is not None]
+    texts = sorted(t.get_text() for t in legend.get_texts())
+    assert texts == ["efficiency", "linear (ideal)", "median (min-max)"]
+    fig.clf()

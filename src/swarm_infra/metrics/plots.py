@@ -127,8 +127,10 @@ def training_scaling(measurements: list[Measurement], out: Path) -> Path | None:
     # Shared or oversubscribed CPUs can make efficiency exceed 1; keep every point in view.
     eff.set_ylim(0, max(1.1, max(ratios) * 1.1))
     eff.set_ylabel("scaling efficiency", color="tab:red")
-    lines = ax.get_lines() + eff.get_lines()
-    ax.legend(lines, [line.get_label() for line in lines], loc="upper left")
+    # The artists with labels (the error bar's container, not its cap lines, "_nolegend_").
+    handles, labels = ax.get_legend_handles_labels()
+    more, more_labels = eff.get_legend_handles_labels()
+    ax.legend(handles + more, labels + more_labels, loc="upper left")
     fig.tight_layout()
     fig.savefig(out, format="png")
     plt.close(fig)
