@@ -23,6 +23,7 @@ from swarm_infra.resolve import desired_state, load_fleet
 from tests.labkit import (
     FILES,
     LAB_STATE,
+    UNSEEDED,
     changed_paths,
     converge_summary,
     fleet_copy,
@@ -37,9 +38,7 @@ from tests.labkit import (
 pytestmark = [pytest.mark.root, pytest.mark.lab]
 LAB_ORDER = 20
 LAB_NEEDS = "fresh"  # leaves the nodes with a fourth node's peer: dirty
-# The node whose Ray comes from pip at the converge, not from the lab's prebuilt virtualenv.
-UNSEEDED = "lab-gpu-1"
-LAB_UNSEEDED = (UNSEEDED,)
+LAB_UNSEEDED = (UNSEEDED,)  # its Ray comes from pip at the converge (tests/labkit.py)
 PIP_TASK = "TASK [ray : Install Ray's lock in its virtualenv from the declared package index]"
 RAY_VERSION = next(s["ray"]["version"] for s in LAB_STATE["nodes"].values() if s["ray"])
 # Mesh addresses as the library resolves them (the test checks them, it does not decide them).
