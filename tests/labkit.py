@@ -25,8 +25,8 @@ IS_ROOT = os.geteuid() == 0
 # The lab fleet's desired state: tests take node paths, units and addresses from it.
 LAB_STATE = desired_state(load_fleet(fleet_paths(ROOT / "inventory/lab")))
 # The node whose Ray comes from pip at test_converge's fresh converge, not from the lab's
-# prebuilt virtualenv (LAB_UNSEEDED of test_converge, and of test_lab so that the two share
-# one fresh lab: tests/conftest.py makes a new lab when the unseeded nodes differ).
+# prebuilt virtualenv (its LAB_UNSEEDED). test_lab cannot share that lab: its `swarm lab up`
+# calls (no --unseeded) would seed the node again.
 UNSEEDED = "lab-gpu-1"
 LAYOUT = LAB_STATE["nodes"]["lab-gpu-1"]["layout"]
 FILES = {name: f["path"] for name, f in LAYOUT["files"].items()}

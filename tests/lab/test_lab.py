@@ -14,13 +14,11 @@ from pathlib import Path
 import pytest
 
 from swarm_infra.lab.state import LabState, state_dir
-from tests.labkit import FILES, LAB_STATE, UNSEEDED, on_node, swarm
+from tests.labkit import FILES, LAB_STATE, on_node, swarm
 
 pytestmark = [pytest.mark.root, pytest.mark.lab]
 LAB_ORDER = 10
 LAB_NEEDS = LAB_LEAVES = "fresh"  # never converged: markers in /root and a restart only
-# test_converge's (the next module's) unseeded node, so that it takes this fresh lab as it is.
-LAB_UNSEEDED = (UNSEEDED,)
 # Linux capability numbers (linux/capability.h).
 CAP_SYS_MODULE, CAP_SYS_RAWIO, CAP_SYS_TIME, CAP_NET_ADMIN, CAP_SYS_ADMIN = 16, 17, 25, 12, 21
 # x86-64 system call numbers (arch/x86/entry/syscalls/syscall_64.tbl).
@@ -187,9 +185,8 @@ def test_the_seeded_ray_venv_is_shared_read_only_and_a_node_writes_only_its_own_
     """Ray nodes get the lab's prebuilt Ray virtualenv as a read-only overlay layer: a node
     that writes into it changes its own copy (its upper directory), never the shared one."""
     lowers = {name: node["lower"].split(":") for name, node in LabState.load().nodes.items()}
-    ray_nodes = sorted(n for n, s in LAB_STATE["nodes"].items() if s["ray"] and n != UNSEEDED)
+    ray_nodes = sorted(n for n, s in LAB_STATE["nodes"].items() if s["ray"])
     assert all(len(lowers[n]) == 2 for n in ray_nodes), lowers  # the venv's layer over the image
-    assert len(lowers[UNSEEDED]) == 1, lowers  # the unseeded node: the image alone
     (layer,) = {lowers[n][0] for n in ray_nodes}  # one copy for all
     writer, reader = ray_nodes[0], ray_nodes[1]
     cfg = f"{FILES['ray_venv']}/pyvenv.cfg"
