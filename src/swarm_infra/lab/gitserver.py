@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import io
 import os
-import ssl
 import subprocess
 import sys
 from collections.abc import Iterable
@@ -34,7 +33,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from .tlsindex import TlsFiles
+from .tlsindex import TlsFiles, with_tls
 
 HTTP_BACKEND = "git-http-backend"
 CGI_TIMEOUT_S = 300
@@ -168,12 +167,7 @@ def server(root: Path, address: str, port: int, files: TlsFiles) -> ThreadingHTT
     """An https Git server of the repositories under ``root`` on ``address:port`` with the
     certificate in ``files`` (TLS 1.2 at least); not yet serving."""
     handler = type("Handler", (_Handler,), {"root": root.resolve(), "backend": backend_path()})
-    httpd = ThreadingHTTPServer((address, port), handler)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.load_cert_chain(str(files.cert), str(files.key))
-    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
-    return httpd
+    return with_tls(ThreadingHTTPServer((address, port), handler), files)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -159,15 +159,20 @@ class _Handler(SimpleHTTPRequestHandler):
         return None
 
 
-def server(root: Path, address: str, port: int, files: TlsFiles) -> ThreadingHTTPServer:
-    """An https server of ``root`` on ``address:port`` with the certificate in ``files``
-    (TLS 1.2 at least); not yet serving."""
-    httpd = ThreadingHTTPServer((address, port), partial(_Handler, directory=str(root)))
+def with_tls(httpd: ThreadingHTTPServer, files: TlsFiles) -> ThreadingHTTPServer:
+    """``httpd`` serving https with the certificate in ``files`` (TLS 1.2 at least): the
+    lab's package index and its Git server alike."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.load_cert_chain(str(files.cert), str(files.key))
     httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
     return httpd
+
+
+def server(root: Path, address: str, port: int, files: TlsFiles) -> ThreadingHTTPServer:
+    """An https server of ``root`` on ``address:port`` with the certificate in ``files``
+    (TLS 1.2 at least); not yet serving."""
+    return with_tls(ThreadingHTTPServer((address, port), partial(_Handler, directory=str(root))), files)
 
 
 def main(argv: list[str] | None = None) -> int:
