@@ -84,7 +84,9 @@ def test_push_reaches_the_natted_node_over_the_mesh_only(
         up = swarm("mesh", "controller-up", "-i", str(inventory), "--key", str(key))
         assert "3 of 3 peer(s)" in up.stdout, up.stdout
         # The NAT'd node opens the tunnel (its traffic to the controller: a handshake first).
-        on_node(NODE, f"ping -n -c 3 -W 2 {ctl_ip}")
+        # Until the first answer, at most 20 s: a handshake tried before controller-up is
+        # retried after WireGuard's REKEY_TIMEOUT (5 s).
+        on_node(NODE, f"ping -n -c 1 -w 20 {ctl_ip}")
         _declare(inventory, public_key, "nat")
         subprocess.run(_site_router(["-I", *block]), check=True)
         # The control: the underlay path to the node's SSH is closed.
