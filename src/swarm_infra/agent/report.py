@@ -25,9 +25,7 @@ successfully (the node's state, kept when a run fails or refuses).
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -125,21 +123,6 @@ def textfile(status: Status) -> str:
         ),
     ]
     return "".join(f"# HELP {name} {text}\n# TYPE {name} gauge\n{sample}\n" for name, text, sample in rows)
-
-
-def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
-    """``text`` into ``path`` whole (a file renamed over it: node_exporter and readers never
-    see half a file), with ``mode``; the directory is made when missing."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as out:
-            os.fchmod(out.fileno(), mode)
-            out.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 _INFO = re.compile(

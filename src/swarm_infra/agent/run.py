@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..nodeside.files import write_atomic
 from . import decide, git
 from .config import AgentConfig, Paths
 from .engine import ApplyResult, apply_local, library_env
-from .report import Status, load_status, read_report, textfile, write_atomic
+from .report import Status, load_status, read_report, textfile
 
 APPLY_TIMEOUT_S = 3300  # under the service's TimeoutStartSec (resolve.files.AGENT_RUN_TIMEOUT_S)
 PLAN_TIMEOUT_S = 120  # resolving one fleet (10,000 nodes resolve in seconds)

@@ -22,11 +22,11 @@ import difflib
 import os
 import stat
 import subprocess
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..nodeside.files import write_atomic
 from ..resolve.controller import ControllerState, controller_wg_conf, with_private_key
 from ..resolve.keys import wireguard_key_problem
 
@@ -171,15 +171,7 @@ def up(
         # No kernel module (the lab's kernel): the userspace implementation makes a TUN link.
         _must(runner, ["wireguard-go", iface])
     _private_dir(path.parent)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{iface}.conf.")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            os.fchmod(fh.fileno(), 0o600)
-            fh.write(conf)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, conf, 0o600)
     _must(runner, ["wg", "setconf", iface, "/dev/stdin"], with_private_key(conf, read_private_key(key_path)))
     _must(runner, ["ip", "address", "replace", state["address"], "dev", iface])
     _must(runner, ["ip", "link", "set", "dev", iface, "mtu", str(int(state["mtu"])), "up"])

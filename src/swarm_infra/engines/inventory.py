@@ -12,7 +12,6 @@ import os
 import re
 import shlex
 import stat
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 
 from ..fleet.diagnostics import FleetInvalid, excerpt
 from ..fleet.sources import fleet_paths
+from ..nodeside.files import write_atomic
 from ..resolve import desired_state, load_fleet
 from ..resolve.keys import known_hosts_text, strict_ssh_options
 from ..resolve.types import DesiredState, NodeState
@@ -142,15 +142,7 @@ def write_known_hosts(text: str) -> str:
             return str(path)
     except OSError:
         pass
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".known_hosts.")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            os.fchmod(fh.fileno(), 0o644)
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, text, 0o644)
     return str(path)
 
 

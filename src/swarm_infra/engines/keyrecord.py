@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..nodeside.files import write_atomic
 from ..resolve.keys import wireguard_key_problem
 
 FILE_NAME = "wireguard-keys.json"
@@ -100,17 +100,7 @@ def updated(
 
 def save(path: Path, record: Mapping[str, str]) -> None:
     """Write ``record`` to ``path`` atomically (a new file renamed over the old), 0644."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".wireguard-keys-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as out:
-            json.dump(dict(sorted(record.items())), out, indent=2)
-            out.write("\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    write_atomic(path, json.dumps(dict(sorted(record.items())), indent=2) + "\n", 0o644)
 
 
 def forget(path: Path, nodes: Iterable[str]) -> list[str]:

@@ -20,6 +20,8 @@ import os
 import pwd
 import shutil
 import stat
+import tempfile
+from pathlib import Path
 from typing import Any
 
 
@@ -120,3 +122,19 @@ def converge(items: list[dict[str, Any]], check_mode: bool = False, root: str = 
             os.replace(tmp, path)
     real = [c for c in changes if c["action"] != "missing"]
     return {"changed": bool(real), "changes": changes, "changed_paths": [c["path"] for c in real]}
+
+
+def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
+    """``text`` into ``path`` whole, with ``mode`` (a temporary file in the same directory,
+    renamed over it: readers never see half a file, and a secret is never readable with a
+    wider mode first); the directory is made when missing. Raises OSError."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as out:
+            os.fchmod(out.fileno(), mode)
+            out.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
