@@ -94,10 +94,22 @@ def test_converge_succeeds_on_every_host(lab) -> None:
     assert on_node(UNSEEDED, f"{FILES['ray_venv']}/bin/pip check").returncode == 0
 
 
-def test_second_converge_changes_nothing(lab) -> None:
+def ray_pid(node: str) -> str:
+    """The MainPID of the node's Ray unit (its raylet's parent: a restart changes it)."""
+    ray = LAB_STATE["nodes"][node]["ray"]
+    unit = LAB_STATE["nodes"][node]["layout"]["units"]["ray_" + ray["role"]]
+    return on_node(node, f"systemctl show -p MainPID --value {unit}").stdout.strip()
+
+
+def test_second_converge_changes_nothing_and_restarts_no_raylet(lab) -> None:
+    ray_nodes = sorted(n for n, s in LAB_STATE["nodes"].items() if s["ray"])
+    pids = {n: ray_pid(n) for n in ray_nodes}
+    assert all(p not in ("", "0") for p in pids.values()), pids  # Ray runs on each
     proc = swarm("converge")
     summary = converge_summary(proc.stdout)
     assert {h: (v["status"], v["changed"]) for h, v in summary.items()} == dict.fromkeys(MESH, ("ok", 0))
+    assert "SIMULATED GPUs: Ray is told of" in proc.stdout  # the simulated nodes say so each run
+    assert {n: ray_pid(n) for n in ray_nodes} == pids
 
 
 def test_after_ansible_pyinfra_finds_nothing_to_change(lab) -> None:
