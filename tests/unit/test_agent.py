@@ -3,11 +3,13 @@ fleet's pull declarations (schema, checks, rendered units)."""
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import shutil
 import subprocess
-from collections.abc import Iterator
+import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,8 @@ from swarm_infra.agent import decide
 from swarm_infra.agent.config import ConfigInvalid, parse_config
 from swarm_infra.agent.decide import PeerReport
 from swarm_infra.agent.engine import parse_stats
-from swarm_infra.agent.report import Status, parse_report, read_report, textfile
+from swarm_infra.agent.report import Status, textfile
+from swarm_infra.agent.run import run_once
 from swarm_infra.resolve.pull import allowed_signers_problems, ref_name, remote_scheme
 
 from .conftest import serve_http
@@ -141,31 +144,43 @@ def test_the_textfile_passes_promtool(tmp_path: Path) -> None:
     assert "job=" not in text and "_total" not in text
 
 
-def test_a_peers_report_is_read_back_from_its_textfile() -> None:
-    page = "# HELP node_load1 x\nnode_load1 0.5\n" + textfile(status(result="failed", applied_commit=A))
-    assert parse_report(page) == PeerReport(B, "failed")
+# What node_exporter serves beside the textfile collector's metrics.
+NODE_EXPORTER = "# HELP node_load1 1m load average.\n# TYPE node_load1 gauge\nnode_load1 0.5\n"
+HEALTHY = NODE_EXPORTER + textfile(status())  # commit B applied
+INFO_LINE = next(line for line in HEALTHY.splitlines() if line.startswith("swarm_agent_report_info{"))
+CLOSED = "http://127.0.0.1:1/metrics"  # nobody listens on port 1 (tcpmux)
+Answer = Callable[[str], tuple[int, str, dict[str, str]]]
 
 
-@pytest.mark.parametrize(
-    "line",
-    [
-        ('swarm_agent_report_info{commit="' + B + '",result="applied",applied_commit=""} 1\n') * 2,  # two
-        'swarm_agent_report_info{commit="nothex",result="applied",applied_commit=""} 1\n',
-        'swarm_agent_report_info{commit="' + B + '",result="great",applied_commit=""} 1\n',
-        "node_load1 0.5\n",
-    ],
-)
-def test_a_report_of_another_shape_is_no_report(line: str) -> None:
-    assert parse_report(line) is None
+def gate_read(url: str) -> PeerReport | None:
+    """A peer's report as the gate reads it: ``run_once``'s own reader (what ``swarm agent
+    run`` reads the earlier batches with), whatever its name."""
+    read = run_once.__kwdefaults__["read"]
+    return read(url)
 
 
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[str]:
-    (tmp_path / "metrics").write_text(textfile(status()))
+def waits(seen: PeerReport | None) -> bool:
+    """Whether n2 (batch 2) waits for n1 (the canary) that reported ``seen`` for B."""
+    action = decide.gate("n2", B, A, NODES, ROLL, {"n1": seen})
+    return (action.apply, action.result) == (False, "waiting")
 
-    class Handler(http.server.SimpleHTTPRequestHandler):
-        def __init__(self, *a: object, **kw: object) -> None:
-            super().__init__(*a, directory=str(tmp_path), **kw)  # type: ignore[arg-type]
+
+@contextlib.contextmanager
+def serve(answer: Answer, asked: list[str]) -> Iterator[str]:
+    """A real HTTP server on 127.0.0.1 whose every GET is ``answer(path)`` (status, body,
+    headers); each request's path (a proxy's: the absolute URL) is appended to ``asked``."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            asked.append(self.path)
+            code, text, headers = answer(self.path)
+            body = text.encode()
+            self.send_response(code)
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
 
         def log_message(self, *a: object) -> None:
             pass
@@ -174,10 +189,85 @@ def served(tmp_path: Path) -> Iterator[str]:
         yield url
 
 
-def test_read_report_over_http(served: str) -> None:
-    assert read_report(f"{served}/metrics") == PeerReport(B, "applied")
-    assert read_report(f"{served}/nothing") is None  # 404
-    assert read_report("http://127.0.0.1:1/metrics", timeout_s=1) is None  # nobody listens
+def metrics(page: str) -> Answer:
+    """node_exporter serving ``page`` at /metrics, nothing elsewhere."""
+    return lambda path: (200, page, {}) if path == "/metrics" else (404, "not found", {})
+
+
+def test_the_gate_reads_a_peers_report_over_http(capsys: pytest.CaptureFixture[str]) -> None:
+    page = NODE_EXPORTER + textfile(status(result="failed", applied_commit=A))
+    with serve(metrics(page), []) as url:
+        assert gate_read(f"{url}/metrics") == PeerReport(B, "failed")
+        assert gate_read(f"{url}/nothing") is None  # 404
+    assert gate_read(CLOSED) is None
+    err = capsys.readouterr().err
+    assert f"{url}/nothing: HTTP 404" in err and f"{CLOSED}: cannot be read" in err
+
+
+@pytest.mark.parametrize("code", [301, 302, 303, 307, 308])
+def test_the_gate_follows_no_redirect_to_a_healthy_peers_page(
+    code: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An earlier-batch node that answers "see that healthy peer's page" lends the later
+    batch no success: the redirect is refused, the healthy page never asked for."""
+    healthy_asked: list[str] = []
+    with serve(metrics(HEALTHY), healthy_asked) as healthy:
+        assert gate_read(f"{healthy}/metrics") == PeerReport(B, "applied")  # a success, read directly
+        healthy_asked.clear()
+        away = {"Location": f"{healthy}/metrics"}
+        with serve(lambda path: (code, "", away), []) as hostile:
+            seen = gate_read(f"{hostile}/metrics")
+    assert seen is None and healthy_asked == []
+    assert waits(seen)
+    assert f"{hostile}/metrics: HTTP {code} redirect to {healthy}/metrics refused" in capsys.readouterr().err
+
+
+def test_the_gate_uses_no_proxy_the_environment_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With http_proxy naming a server that answers every request with a healthy report, a
+    peer nobody answers for is still not done: its page comes from its address or not at
+    all."""
+    proxy_asked: list[str] = []
+    with serve(lambda path: (200, HEALTHY, {}), proxy_asked) as proxy:
+        for name in ("http_proxy", "HTTP_PROXY"):
+            monkeypatch.setenv(name, proxy)
+        for name in ("no_proxy", "NO_PROXY"):
+            monkeypatch.delenv(name, raising=False)
+        # urlopen builds its opener, reading the proxy environment, once per process; the
+        # agent's process (one per run) is born with the environment set above.
+        monkeypatch.setattr(urllib.request, "_opener", None)
+        seen = gate_read(CLOSED)
+    assert seen is None and proxy_asked == []
+    assert waits(seen)
+
+
+def _swap(old: str, new: str) -> str:
+    assert old in HEALTHY, old  # the alteration applies to what the agent writes
+    return HEALTHY.replace(old, new)
+
+
+@pytest.mark.parametrize(
+    "page, words",
+    [
+        (_swap(INFO_LINE, INFO_LINE + "\n" + INFO_LINE.replace(f'applied_commit="{B}"', 'applied_commit=""')),
+         "swarm_agent_report_info: 2 samples"),
+        (_swap('result="applied"', 'result="great"'), "result 'great' is not one of"),
+        (_swap(f'commit="{B}",result', 'commit="nothex",result'), "commit 'nothex' is not a commit id"),
+        (_swap(f'commit="{B}",result', f'commit="{B.upper()}",result'), "is not a commit id"),
+        (NODE_EXPORTER, "swarm_agent_report_info: 0 samples"),
+        ("\x1b]0;owned\x07" + HEALTHY, "not Prometheus text format"),
+    ],
+    ids=["two-report-infos", "unknown-result", "non-hex-commit", "upper-case-commit", "no-report", "garbage"],
+)  # fmt: skip
+def test_a_page_that_is_not_exactly_a_report_is_not_success(
+    page: str, words: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with serve(metrics(page), []) as url:
+        seen = gate_read(f"{url}/metrics")
+    assert seen is None and waits(seen)
+    err = capsys.readouterr().err
+    # Why, in the journal: one line, none of the node's control characters.
+    assert f"{url}/metrics: " in err and words in err
+    assert err.count("\n") == 1 and all(c.isprintable() for c in err.rstrip("\n"))
 
 
 # ----------------------------------------------------------------- settings, inputs

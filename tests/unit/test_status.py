@@ -19,16 +19,16 @@ import pytest
 
 from swarm_infra.agent.decide import RESULTS
 from swarm_infra.agent.git import GitError, remote_head
-from swarm_infra.agent.report import MAX_REPORT_BYTES, Status, textfile
-from swarm_infra.agent.status import (
-    CONVERGED,
+from swarm_infra.agent.report import (
+    MAX_REPORT_BYTES,
     NodeReport,
     ReportInvalid,
-    judge,
+    Status,
     parse_node_report,
     read_node_report,
-    stale_after_s,
+    textfile,
 )
+from swarm_infra.agent.status import CONVERGED, judge, stale_after_s
 from swarm_infra.cli import build_parser
 from swarm_infra.cli.status import cmd_status
 from swarm_infra.resolve import desired_state, load_fleet

@@ -1,12 +1,27 @@
 """What the agent reports after each run: a JSON status file (for people and ``swarm``)
 and a node_exporter textfile (Prometheus text exposition format, base units, no ``job``
-label: Prometheus adds it when it scrapes), and how one agent reads another's report.
+label: Prometheus adds it when it scrapes), and the one reader of a node's report page.
 
 Where reports are read from: each node's node_exporter serves the textfile at
 ``http://<mesh address>:<status_port>/metrics`` (Rollout ``spec.pull.status_port``), so
 an agent of a later rollout batch reads the earlier batches' reports over the mesh, with
-nothing in the middle: no controller, no write access to the Git server. A report that
-cannot be read counts as "not done": the later batch waits (it never guesses success).
+nothing in the middle: no controller, no write access to the Git server (a report that
+cannot be read counts as "not done": the later batch waits, it never guesses success), and
+``swarm status`` reads the same pages (:mod:`.status`) with the same reader.
+
+How a page is read (:func:`read_node_report`): a node is trusted with itself only
+(DESIGN.md, trust model), so its page is read up to :data:`MAX_REPORT_BYTES`, never by
+following a redirect (a node that answers "302, see that healthy peer's page" would lend a
+later batch someone else's success) nor through a proxy the environment names
+(``http_proxy``: the page must come from the node's own mesh address, not from whatever
+answers for a proxy), parsed by Prometheus' own text parser (``prometheus_client.parser``,
+text format 0.0.4) and every metric the agent writes (:func:`textfile`) is checked for
+exactly one sample, its type, its labels and its value's range (the type is the textfile's:
+node_exporter's textfile collector re-exposes a gauge as a gauge, with the file's HELP, and
+its labels as written; prometheus/node_exporter ``collector/textfile.go``
+``convertMetricFamily``, read at commit 020ffc1; the project pins no node_exporter). A page
+that fails any check is a :class:`ReportInvalid` whose message says which and why, never a
+partial report.
 
 Textfile metrics (all gauges)::
 
@@ -25,16 +40,20 @@ successfully (the node's state, kept when a run fails or refuses).
 from __future__ import annotations
 
 import json
+import math
 import re
+import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
-from .decide import RESULTS, PeerReport
+from .decide import RESULTS
 
 _HEX = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 READ_TIMEOUT_S = 5.0
-MAX_REPORT_BYTES = 1 << 20  # node_exporter's whole /metrics page, read for one line
+MAX_REPORT_BYTES = 1 << 20  # node_exporter's whole /metrics page, read for seven metrics
 
 
 @dataclass(frozen=True)
@@ -125,37 +144,171 @@ def textfile(status: Status) -> str:
     return "".join(f"# HELP {name} {text}\n# TYPE {name} gauge\n{sample}\n" for name, text, sample in rows)
 
 
-_INFO = re.compile(
-    r'swarm_agent_report_info\{commit="(?P<commit>[0-9a-f]*)",result="(?P<result>[a-z-]+)",'
-    r'applied_commit="(?P<applied>[0-9a-f]*)"\} 1(?:\.0)?'
-)
+# The agent's report metrics (report.textfile) and the labels each sample carries.
+INFO = "swarm_agent_report_info"
+_LABELS = {
+    INFO: {"commit", "result", "applied_commit"},
+    "swarm_agent_last_run_timestamp_seconds": set(),
+    "swarm_agent_last_run_duration_seconds": set(),
+    "swarm_agent_changed_tasks": set(),
+    "swarm_agent_failed_tasks": set(),
+    "swarm_agent_reboot_required": set(),
+    "swarm_agent_paused": set(),
+}
+MAX_TASKS = 10**6  # more tasks than any playbook of the project runs: not a count
 
 
-def parse_report(metrics: str) -> PeerReport | None:
-    """The agent's report in a ``/metrics`` page (node_exporter adds its own metrics and
-    may order labels as written), or None when the page holds none, or more than one, or
-    one of another shape. What a peer serves is its own say only: a report of something
-    other than a commit id and a known result is no report."""
-    found = [m for line in metrics.splitlines() if (m := _INFO.fullmatch(line.strip()))]
-    if len(found) != 1:
-        return None
-    m = found[0]
-    if m["result"] not in RESULTS or (m["commit"] and not _HEX.fullmatch(m["commit"])):
-        return None
-    return PeerReport(commit=m["commit"], result=m["result"])
+class ReportInvalid(ValueError):
+    """A node's page is no agent report; the message says what is wrong, in one line of
+    printable characters: it quotes the node's words (an HTTP reason, a label, the parser's
+    complaint about the page) and goes to a terminal (``swarm status``) or the journal (the
+    agent), so a control character or line break of the node's is shown as ``?``."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("".join(c if c.isprintable() else "?" for c in message))
 
 
-def read_report(url: str, timeout_s: float = READ_TIMEOUT_S) -> PeerReport | None:
-    """The report a peer serves at ``url`` (``http://ADDRESS:PORT/metrics``), or None when
-    it cannot be read (unreachable, an HTTP error, too large, not text)."""
+@dataclass(frozen=True)
+class NodeReport:
+    """One node's last agent run, checked. ``commit``: the commit the run worked on ("":
+    none fetched); ``result``: one of :data:`swarm_infra.agent.decide.RESULTS`;
+    ``applied_commit``: the last commit applied successfully (None: none yet);
+    ``finished_at``: Unix time (s) the run ended, by the node's clock; ``duration_s``;
+    ``changed``/``failed``: tasks of the apply (None: nothing applied);
+    ``reboot_required``, ``paused``."""
+
+    commit: str
+    result: str
+    applied_commit: str | None
+    finished_at: float
+    duration_s: float
+    changed: int | None
+    failed: int | None
+    reboot_required: bool
+    paused: bool
+
+
+def _samples(page: str) -> dict[str, list[Any]]:
+    """Every sample of the agent's metrics in ``page``, by metric name."""
+    # Imported here: every `swarm` command loads this module, and only `swarm status` and
+    # a pull agent of a later rollout batch parse pages.
+    from prometheus_client.parser import text_string_to_metric_families
+
+    found: dict[str, list[Any]] = {name: [] for name in _LABELS}
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+        for family in text_string_to_metric_families(page):
+            # A counter's samples are named NAME_total: match the family's name too.
+            if family.name in found and family.type != "gauge":
+                raise ReportInvalid(f"{family.name}: of type {family.type}, not gauge")
+            for sample in family.samples:
+                if sample.name in found:
+                    if family.type != "gauge":
+                        raise ReportInvalid(f"{sample.name}: of type {family.type}, not gauge")
+                    found[sample.name].append(sample)
+    except ReportInvalid:
+        raise
+    except Exception as exc:  # a third-party parser fed untrusted text: any error is the page's
+        raise ReportInvalid(f"not Prometheus text format: {str(exc)[:200]}") from None
+    return found
+
+
+def _value(samples: Mapping[str, list[Any]], name: str) -> float:
+    got = samples[name]
+    if len(got) != 1:
+        raise ReportInvalid(f"{name}: {len(got)} samples, expected exactly one")
+    sample = got[0]
+    if set(sample.labels) != _LABELS[name]:
+        raise ReportInvalid(f"{name}: labels {sorted(sample.labels)}, expected {sorted(_LABELS[name])}")
+    value = float(sample.value)
+    if not math.isfinite(value):
+        raise ReportInvalid(f"{name}: {value} is not a finite number")
+    return value
+
+
+def _count(samples: Mapping[str, list[Any]], name: str) -> int | None:
+    value = _value(samples, name)
+    if not value.is_integer() or not -1 <= value <= MAX_TASKS:
+        raise ReportInvalid(f"{name}: {value} is not a task count (-1 to {MAX_TASKS})")
+    return None if value == -1 else int(value)
+
+
+def _flag(samples: Mapping[str, list[Any]], name: str) -> bool:
+    value = _value(samples, name)
+    if value not in (0, 1):
+        raise ReportInvalid(f"{name}: {value}, expected 0 or 1")
+    return value == 1
+
+
+def _commit(labels: Mapping[str, str], name: str) -> str:
+    value = labels[name]
+    if value and not _HEX.fullmatch(value):
+        raise ReportInvalid(f"{INFO}: {name} {value[:80]!r} is not a commit id (40 or 64 hex digits)")
+    return value
+
+
+def parse_node_report(page: str) -> NodeReport:
+    """The agent's report in a node_exporter ``/metrics`` page (node_exporter's own
+    metrics around it are ignored). Raises :class:`ReportInvalid` when the page is not
+    Prometheus text, or any metric of :func:`textfile` is missing,
+    repeated, of another type, labelled otherwise or out of its range."""
+    samples = _samples(page)
+    info = _value(samples, INFO)
+    if info != 1:
+        raise ReportInvalid(f"{INFO}: value {info}, expected 1")
+    labels = samples[INFO][0].labels
+    if labels["result"] not in RESULTS:
+        raise ReportInvalid(f"{INFO}: result {labels['result'][:40]!r} is not one of {', '.join(RESULTS)}")
+    finished = _value(samples, "swarm_agent_last_run_timestamp_seconds")
+    duration = _value(samples, "swarm_agent_last_run_duration_seconds")
+    if finished <= 0 or duration < 0:
+        raise ReportInvalid("the run's end time must be positive and its duration not negative")
+    return NodeReport(
+        commit=_commit(labels, "commit"),
+        result=labels["result"],
+        applied_commit=_commit(labels, "applied_commit") or None,
+        finished_at=finished,
+        duration_s=duration,
+        changed=_count(samples, "swarm_agent_changed_tasks"),
+        failed=_count(samples, "swarm_agent_failed_tasks"),
+        reboot_required=_flag(samples, "swarm_agent_reboot_required"),
+        paused=_flag(samples, "swarm_agent_paused"),
+    )
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    # A node's answer must not send the reader anywhere else (a healthy peer's page, a
+    # service on the reader's network): a redirect is an error.
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        raise urllib.error.HTTPError(req.full_url, code, f"redirect to {newurl[:100]} refused", headers, fp)
+
+
+# No proxy, whatever http_proxy/https_proxy say (urllib's default ProxyHandler reads them):
+# the page is the node's own only if it comes from the node's mesh address.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect)
+
+
+def read_node_report(url: str, timeout_s: float = READ_TIMEOUT_S) -> NodeReport:
+    """The report served at ``url`` (``http://ADDRESS:PORT/metrics``), read from that
+    address only (no redirect followed, no proxy used) within ``timeout_s`` seconds. Raises
+    :class:`ReportInvalid`, its message starting with ``url``, saying why when the page
+    cannot be read (unreachable, an HTTP error or redirect, over :data:`MAX_REPORT_BYTES`,
+    not UTF-8) or is no report (:func:`parse_node_report`)."""
+    # Text format 0.0.4 (node_exporter's default; no OpenMetrics, no protobuf, no gzip).
+    request = urllib.request.Request(url, headers={"Accept": "text/plain; version=0.0.4"})
+    try:
+        with _OPENER.open(request, timeout=timeout_s) as response:
             data = response.read(MAX_REPORT_BYTES + 1)
-    except (OSError, ValueError):
-        return None
+    except urllib.error.HTTPError as exc:
+        raise ReportInvalid(f"{url}: HTTP {exc.code} {exc.reason}") from None
+    except (OSError, ValueError) as exc:
+        raise ReportInvalid(f"{url}: cannot be read ({getattr(exc, 'reason', exc)})") from None
     if len(data) > MAX_REPORT_BYTES:
-        return None
+        raise ReportInvalid(f"{url}: more than {MAX_REPORT_BYTES} bytes")
     try:
-        return parse_report(data.decode("utf-8"))
+        page = data.decode("utf-8")
     except UnicodeDecodeError:
-        return None
+        raise ReportInvalid(f"{url}: not UTF-8 text") from None
+    try:
+        return parse_node_report(page)
+    except ReportInvalid as exc:
+        raise ReportInvalid(f"{url}: {exc}") from None

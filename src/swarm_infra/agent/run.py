@@ -23,7 +23,7 @@ from ..nodeside.files import write_atomic
 from . import decide, git
 from .config import AgentConfig, Paths
 from .engine import ApplyResult, apply_local, library_env
-from .report import Status, load_status, read_report, textfile
+from .report import ReportInvalid, Status, load_status, read_node_report, textfile
 
 APPLY_TIMEOUT_S = 3300  # under the service's TimeoutStartSec (resolve.files.AGENT_RUN_TIMEOUT_S)
 PLAN_TIMEOUT_S = 120  # resolving one fleet (10,000 nodes resolve in seconds)
@@ -76,12 +76,26 @@ def node_plan(tree: Path, fleet: str, node: str, port: int) -> dict[str, Any]:
     return plan
 
 
+def read_peer(url: str) -> decide.PeerReport | None:
+    """What the peer serving ``url`` last reported, as the gate needs it (the commit and
+    the result), read by the one reader of report pages (:func:`.report.read_node_report`:
+    from that address only, no redirect followed, no proxy used, bounded, parsed and checked
+    whole); None when it cannot be read or is no report, which :func:`.decide.gate` counts
+    as not done. Why it was not used goes to stderr (the service's journal)."""
+    try:
+        report = read_node_report(url)
+    except ReportInvalid as exc:
+        print(f"swarm agent: a peer's report is counted as not done: {exc}", file=sys.stderr)
+        return None
+    return decide.PeerReport(commit=report.commit, result=report.result)
+
+
 def run_once(
     config: AgentConfig,
     paths: Paths,
     *,
     apply: Apply = apply_local,
-    read: ReadReport = read_report,
+    read: ReadReport = read_peer,
     clock: Callable[[], float] = time.time,
 ) -> Status:
     """One run for ``config`` on the node whose files are ``paths``; returns its report

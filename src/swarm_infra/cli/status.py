@@ -1,6 +1,7 @@
 """``swarm status``: what every pull-mode node's agent last reported, read over the mesh
 (:mod:`swarm_infra.agent.status`: node_exporter's ``/metrics`` on each node's mesh address,
-why that and not SSH, and how a node's page is checked), against the tracked ref's commit."""
+why that and not SSH; :mod:`swarm_infra.agent.report`: how a node's page is read and
+checked), against the tracked ref's commit."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from typing import Any
 
 from ..agent import git
 from ..agent.plan import status_url
-from ..agent.status import CONVERGED, NodeReport, ReportInvalid, judge, read_node_report, stale_after_s
+from ..agent.report import NodeReport, ReportInvalid, read_node_report
+from ..agent.status import CONVERGED, judge, stale_after_s
 from ..fleet.diagnostics import FleetInvalid
 from ..resolve import desired_state, load_fleet
 from ..resolve.files import AGENT_RUN_TIMEOUT_S

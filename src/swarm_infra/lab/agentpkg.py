@@ -4,7 +4,8 @@ A provider installs the agent's package into the virtualenv at layout ``agent_ve
 (``swarm_infra.resolve.layout.AGENT_LOCAL``) before ``swarm node bootstrap``: a virtualenv
 of the node's own Python with ``swarm-infra`` and what the agent runs (git verification
 needs nothing from Python; resolving the fleet needs PyYAML, jsonschema and jsonschema-rs,
-and paramiko for the host keys the inventory lists; applying needs ansible-core and the
+and paramiko for the host keys the inventory lists; gating on the earlier batches' reports
+needs prometheus-client's text parser; applying needs ansible-core and the
 ``ansible.posix`` and ``community.general`` collections the roles name). The lab's
 nodes have no package index for those (only Ray's wheelhouse) and must not reach PyPI on
 each run, so the lab lays the same files out from the controller's own environment
@@ -29,7 +30,15 @@ from pathlib import Path, PurePosixPath
 # What the agent imports or runs, by distribution; their requirements follow
 # (:func:`closure`). ``ansible`` is the collections' distribution: only the collections
 # below are taken from it (it holds a hundred).
-ROOTS = ("PyYAML", "jsonschema", "jsonschema-rs", "cryptography", "paramiko", "ansible-core")
+ROOTS = (
+    "PyYAML",
+    "jsonschema",
+    "jsonschema-rs",
+    "cryptography",
+    "paramiko",
+    "ansible-core",
+    "prometheus-client",
+)
 COLLECTIONS = ("ansible_collections/ansible/posix", "ansible_collections/community/general")
 # Console scripts the agent runs: ``swarm`` (the service's ExecStart) and the Ansible CLI.
 SCRIPTS = {
