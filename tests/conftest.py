@@ -6,7 +6,9 @@ leaves, ``LAB_LEAVES`` (when it declares none, or one of its tests failed, the l
 
 - ``"fresh"``: the lab fleet's nodes as ``swarm lab up`` creates them, never converged;
 - ``"converged"``: the lab fleet converged, every layer (Ray included), by either engine;
-- ``"running"``: the lab fleet's nodes up, whatever was done to them.
+- ``"running"``: the lab fleet's nodes up, whatever was done to them;
+- ``"spent"`` (a state a module leaves only): running, with changes no converge undoes (a
+  module that needs the lab fresh or converged gets a new one).
 
 Ray nodes get the lab's prebuilt Ray virtualenv (``swarm lab up``'s default, lab/rayvenv.py)
 except those a module names in ``LAB_UNSEEDED``, which install Ray with pip at their
@@ -104,6 +106,7 @@ def lab(lab_session: dict[str, Any], request: pytest.FixtureRequest) -> Iterator
     if (
         lab_session["state"] == "down"
         or (needs == "fresh" and lab_session["state"] != "fresh")
+        or (needs != "running" and lab_session["state"] == "spent")
         or lab_session.get("unseeded", ()) != unseeded
     ):
         _create(lab_session, unseeded)

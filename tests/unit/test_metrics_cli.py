@@ -8,6 +8,8 @@ import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from swarm_infra.cli import main
 from swarm_infra.metrics.fio import parse_fio
 from swarm_infra.metrics.history import History, RunInfo
@@ -234,3 +236,11 @@ def test_training_workers_place_by_this_runs_mesh_pings_else_the_latest_recorded
     this_run = fleetrun.Outcome([ping(3.0, "b", "a")])
     assert _mesh_rtt(args, this_run, said.append) == {("a", "b"): 3.0}
     assert _mesh_rtt(SimpleNamespace(db=db, fleet="none"), None, said.append) == {}
+
+
+@pytest.mark.parametrize("flag", ["--training-steps", "--training-repeats"])
+def test_run_refuses_a_training_window_that_measures_nothing(flag, tmp_path, capsys):
+    """Zero steps or windows would report a rate of nothing: exit 2 before any node is touched."""
+    code = main(["metrics", "run", "--fleet", "lab", "--db", str(tmp_path / "m.db"), flag, "0"])
+    assert code == 2
+    assert f"{flag} must be positive" in capsys.readouterr().err

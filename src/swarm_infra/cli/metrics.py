@@ -276,6 +276,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         "--matmul-seconds": args.matmul_seconds,
         "--inference-requests": args.inference_requests,
         "--allreduce-max-mib": args.allreduce_max_mib,
+        "--training-steps": args.training_steps,
+        "--training-repeats": args.training_repeats,
     }
     bad = [k for k, v in numbers.items() if v < 1] + (["--threshold"] if not args.threshold >= 0 else [])
     bad += ["--repeats (0: no iperf3, pings only)"] if args.repeats < 0 else []
@@ -324,6 +326,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         training_workers=args.training_workers,
         training_data=args.training_data,
         training_pipeline=args.training_pipeline,
+        training_steps=args.training_steps,
+        training_repeats=args.training_repeats,
     )
     started_at = datetime.now(UTC).replace(microsecond=0)
     at = started_at.isoformat()
@@ -607,6 +611,19 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="also train the model split over two GPU workers (pipeline stages), checked against "
         "the whole model's loss",
+    )
+    r.add_argument(
+        "--training-steps",
+        type=int,
+        default=fleetrun.Options.training_steps,
+        help=f"training steps per timed window (default: {fleetrun.Options.training_steps})",
+    )
+    r.add_argument(
+        "--training-repeats",
+        type=int,
+        default=fleetrun.Options.training_repeats,
+        help="timed training windows per run, reported as min/median/max "
+        f"(default: {fleetrun.Options.training_repeats})",
     )
     r.add_argument(
         "--allreduce-max-mib",
