@@ -306,7 +306,7 @@ def _seed(seeds: dict[str, Path], name: str) -> list[Path]:
 
 
 def down(log: Log = print) -> list[str]:
-    """Stop every lab node and remove everything the lab made; returns what is left (empty).
+    """Kill every lab node and remove everything the lab made; returns what is left (empty).
 
     Works from the state file and also sweeps by name (``swl-*`` namespaces and links, the
     ``SWARM-LAB`` chains, the ``swarm-lab`` cgroup), so a lost or stale state file still
@@ -317,8 +317,13 @@ def down(log: Log = print) -> list[str]:
     with _locked():
         state = LabState.load()
         lab_nodes = [LabNode.from_dict(d) for d in state.nodes.values()]
+        # Killed at once, not powered off: everything a node holds is deleted below, so a
+        # clean shutdown protects nothing, and Ray's units made it wait out nspawn's 20 s
+        # (a SIGKILL of a PID namespace's init kills every process in it).
         with ThreadPoolExecutor(max_workers=16) as pool:
-            results = list(pool.map(lambda n: node.stop(n, state.nodes[n.name].get("pid")), lab_nodes))
+            results = list(
+                pool.map(lambda n: node.stop(n, state.nodes[n.name].get("pid"), timeout=0), lab_nodes)
+            )
         for n, how in zip(lab_nodes, results, strict=True):
             log(f"node   {n.name}: {how}")
         index = state.host.get("index") or {}
