@@ -12,6 +12,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from swarm_infra.fleet.sources import fleet_paths
 from swarm_infra.lab.node import NSPAWN_RUN_DIR
 from swarm_infra.lab.state import cache_dir, connection_file, ssh_command, state_dir
 from swarm_infra.resolve import desired_state, load_fleet
+from swarm_infra.resolve.ray import client_env_prefix
 
 ROOT = Path(__file__).resolve().parents[1]
 IS_ROOT = os.geteuid() == 0
@@ -31,6 +33,15 @@ UNSEEDED = "lab-gpu-1"
 LAYOUT = LAB_STATE["nodes"]["lab-gpu-1"]["layout"]
 FILES = {name: f["path"] for name, f in LAYOUT["files"].items()}
 UNITS = LAYOUT["units"]
+
+# The lab fleet's Ray cluster: each node's Ray state (None outside it), the head, its
+# dashboard (the state API), Ray's virtualenv; every Ray client names the cluster's token
+# (Ray's token authentication).
+RAY = {name: node["ray"] for name, node in LAB_STATE["nodes"].items()}
+HEAD = next(n for n, r in RAY.items() if r and r["role"] == "head")
+DASHBOARD = f"http://{RAY[HEAD]['dashboard']['host']}:{RAY[HEAD]['dashboard']['port']}"
+VENV = FILES["ray_venv"]
+CLIENT = client_env_prefix(FILES["ray_auth_token"])
 
 
 def swarm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -231,3 +242,26 @@ def inject_drift() -> None:
     on_node("lab-gpu-2", f"systemctl stop {UNITS['wireguard']}")
     on_node("lab-gpu-2", SET_GPU0_POWER.format(w=500))
     on_node("lab-head-1", "ip link set dev wg0 mtu 1300")
+
+
+def ray_nodes() -> list[dict]:
+    out = on_node(
+        HEAD, f"{CLIENT} {VENV}/bin/ray list nodes --detail --format json --limit 1000 --address {DASHBOARD}"
+    )
+    return json.loads(out.stdout)
+
+
+def alive() -> dict[str, dict]:
+    by_ip = {r["node_ip"]: n for n, r in RAY.items() if r}
+    return {by_ip[n["node_ip"]]: n for n in ray_nodes() if n["state"] == "ALIVE" and n["node_ip"] in by_ip}
+
+
+def alive_within(names: set[str], seconds: float = 30) -> dict[str, dict]:
+    """The ALIVE members once they are ``names`` (the units return once each raylet answers,
+    and it registers with the GCS as it starts), or what they are after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    members = alive()
+    while set(members) != names and time.monotonic() < deadline:
+        time.sleep(1)  # polling the head's state API, not waiting blindly
+        members = alive()
+    return members

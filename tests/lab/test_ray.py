@@ -22,8 +22,20 @@ import pytest
 
 from swarm_infra.lab.state import read_connections, ssh_command
 from swarm_infra.metrics.jobs import parse_resume
-from swarm_infra.resolve.ray import client_env_prefix
-from tests.labkit import FILES, LAB_STATE, ROOT, on_node, swarm
+from tests.labkit import (
+    CLIENT,
+    DASHBOARD,
+    FILES,
+    HEAD,
+    LAB_STATE,
+    RAY,
+    ROOT,
+    VENV,
+    alive,
+    alive_within,
+    on_node,
+    swarm,
+)
 
 pytestmark = [pytest.mark.root, pytest.mark.lab]
 LAB_ORDER = 35
@@ -31,12 +43,6 @@ LAB_ORDER = 35
 # asserted once); the Train proof's killed node is left down: the next module's `swarm lab up`
 # starts it and the session's converge (tests/conftest.py) converges it.
 LAB_NEEDS, LAB_LEAVES = "converged", "dirty"
-RAY = {name: node["ray"] for name, node in LAB_STATE["nodes"].items()}
-HEAD = next(n for n, r in RAY.items() if r["role"] == "head")
-DASHBOARD = f"http://{RAY[HEAD]['dashboard']['host']}:{RAY[HEAD]['dashboard']['port']}"
-VENV = FILES["ray_venv"]
-# Every Ray client names the cluster's token (Ray's token authentication).
-CLIENT = client_env_prefix(FILES["ray_auth_token"])
 JOB_DIR = "/root/ray-jobs"
 MIB = 64
 # Tune trials of the proof job: one wave, a trial on each of the cluster's CPUs (2 per node),
@@ -61,29 +67,6 @@ table inet ray_probe {{
   }}
 }}
 """
-
-
-def ray_nodes() -> list[dict]:
-    out = on_node(
-        HEAD, f"{CLIENT} {VENV}/bin/ray list nodes --detail --format json --limit 1000 --address {DASHBOARD}"
-    )
-    return json.loads(out.stdout)
-
-
-def alive() -> dict[str, dict]:
-    by_ip = {r["node_ip"]: n for n, r in RAY.items() if r}
-    return {by_ip[n["node_ip"]]: n for n in ray_nodes() if n["state"] == "ALIVE" and n["node_ip"] in by_ip}
-
-
-def alive_within(names: set[str], seconds: float = 30) -> dict[str, dict]:
-    """The ALIVE members once they are ``names`` (the units return once each raylet answers,
-    and it registers with the GCS as it starts), or what they are after ``seconds``."""
-    deadline = time.monotonic() + seconds
-    members = alive()
-    while set(members) != names and time.monotonic() < deadline:
-        time.sleep(1)  # polling the head's state API, not waiting blindly
-        members = alive()
-    return members
 
 
 def verify(tmp_path: Path, *args: str) -> tuple[int, list[dict]]:
