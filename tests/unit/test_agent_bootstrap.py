@@ -70,6 +70,8 @@ def test_bootstrap_writes_the_agent_and_prints_a_document_the_fleet_takes(
                       "ref": "main", "engine": "ansible", "status_port": 9100}  # fmt: skip
     timer = (node / "etc/systemd/system/swarm-agent.timer").read_text()
     assert "OnUnitActiveSec=900\n" in timer and "RandomizedDelaySec=300\n" in timer
+    # systemd.timer(5): AccuracySec= defaults to 1min, a slip on top of the declared jitter.
+    assert "AccuracySec=1s\n" in timer
     key = out.split("WireGuard public key (made now): ")[1].split()[0]
     document = out[out.index("---\n") :]
     # The document, added to the lab fleet (with the Rollout's pull settings), validates and
