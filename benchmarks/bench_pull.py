@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import resource
@@ -140,19 +141,25 @@ def status_of(init: int) -> dict | None:
         return None
 
 
-def wait_applied(inits: dict[str, int], commit: str, since: float, timeout_s: float) -> dict[str, float]:
+def wait_applied(inits: dict[str, int], commit: str, since: float, timeout_s: float) -> dict[str, dict]:
     """Poll every node's status file each second until every one says it applied ``commit``
-    successfully; returns each node's seconds from ``since`` to the first poll that saw it.
+    successfully. Per node: ``seen_s`` (seconds from ``since``, time.time(), to the poll
+    that saw it), ``started_s`` (from ``since`` to the start of the run that applied it, by
+    the node's clock: the lab's nodes share the host's) and ``duration_s`` (that run's).
     Exits past ``timeout_s``, naming the nodes not there and what they last said."""
-    done: dict[str, float] = {}
+    done: dict[str, dict] = {}
     while len(done) < len(inits):
         for name, init in inits.items():
             if name in done:
                 continue
             s = status_of(init)
             if s and s.get("result") == "applied" and s.get("applied_commit") == commit:
-                done[name] = time.monotonic() - since
-        if time.monotonic() - since > timeout_s:
+                done[name] = {
+                    "seen_s": time.time() - since,
+                    "started_s": s["finished_at"] - s["duration_s"] - since,
+                    "duration_s": s["duration_s"],
+                }
+        if time.time() - since > timeout_s:
             late = {n: (status_of(i) or {}).get("reason") for n, i in inits.items() if n not in done}
             sys.exit(f"not applied {commit[:12]} within {timeout_s:.0f} s: {late}")
         if len(done) < len(inits):
@@ -223,7 +230,7 @@ def set_sysctl(fleet, value: int) -> None:
     path.write_text(text)
 
 
-def pull(n: int, runs: int, interval: int, delay: int, tmp: Path) -> dict:
+def pull(n: int, runs: int, interval: int, delay: int, tmp: Path, node_interval: int | None) -> dict:
     name = f"lab-{n}"
     state = LabState.load()
     nodes = {k: state.nodes[k] for k in sorted(state.nodes)}
@@ -262,6 +269,15 @@ def pull(n: int, runs: int, interval: int, delay: int, tmp: Path) -> dict:
             d = nodes[who]
             provide(pids[who], fleet, who, d["site"], d["address"].split("/")[0], bool(d["nat"]))
             node.console(pids[who], ["systemctl", "stop", UNITS["agent_timer"]])
+            if node_interval:  # the provider's override, below the schema's minimum
+                timer = UNITS["agent_timer"]
+                drop_in = f"/run/systemd/system/{timer}.d"
+                text = (
+                    f"[Timer]\nOnUnitActiveSec=\nOnUnitActiveSec={node_interval}\n"
+                    f"RandomizedDelaySec={delay}\n"
+                )
+                console(pids[who], f"mkdir -p {drop_in} && cat > {drop_in}/bench.conf", text.encode())
+                console(pids[who], "systemctl daemon-reload")
             serve_report(pids[who], mesh_address(fleet.inventory, who))
 
         with ThreadPoolExecutor(max_workers=4) as pool:
@@ -294,7 +310,7 @@ def pull(n: int, runs: int, interval: int, delay: int, tmp: Path) -> dict:
         for i in range(runs):
             set_sysctl(fleet, 600 + i)
             b0 = cpu_ticks()
-            t0 = time.monotonic()
+            t0 = time.time()
             commit = fleet.commit(f"{SYSCTL} {600 + i} on every node", fleet.operator)
             per_node = wait_applied(inits, commit, t0, 3600)
             b1 = cpu_ticks()
@@ -302,12 +318,21 @@ def pull(n: int, runs: int, interval: int, delay: int, tmp: Path) -> dict:
             busy.append((b1[0] - b0[0]) / max(1, b1[1] - b0[1]))
             live = {console(pids[w], f"sysctl -n {SYSCTL}").strip() for w in nodes}
             assert live == {str(600 + i)}, live
-            print(f"{name:<7} pull: merge-to-converged {max(per_node.values()):6.1f} s (median node "
-                  f"{statistics.median(per_node.values()):.1f} s, canary {per_node[canary[0]]:.1f} s), "
-                  f"machine CPU busy {busy[-1]:.0%}", flush=True)  # fmt: skip
-        out["merge_s"] = [max(m.values()) for m in merges]
-        out["merge_median_node_s"] = [statistics.median(m.values()) for m in merges]
-        out["merge_canary_s"] = [m[canary[0]] for m in merges]
+            last = max(per_node, key=lambda w: per_node[w]["seen_s"])
+            seen = [m["seen_s"] for m in per_node.values()]
+            applies = [m["duration_s"] for m in per_node.values()]
+            print(
+                f"{name:<7} pull: merge-to-converged {per_node[last]['seen_s']:6.1f} s (median node "
+                f"{statistics.median(seen):.1f} s, canary {per_node[canary[0]]['seen_s']:.1f} s); the last "
+                f"node's applying run started {per_node[last]['started_s']:.1f} s after the merge and took "
+                f"{per_node[last]['duration_s']:.1f} s; applying runs median "
+                f"{statistics.median(applies):.1f} s, "
+                f"max {max(applies):.1f} s; machine CPU busy {busy[-1]:.0%}",
+                flush=True,
+            )
+        out["merge_s"] = [max(v["seen_s"] for v in m.values()) for m in merges]
+        out["merge_apply_s"] = [statistics.median(v["duration_s"] for v in m.values()) for m in merges]
+        out["merge_canary_s"] = [m[canary[0]]["seen_s"] for m in merges]
         out["merge_cpu_busy"] = busy
 
         # A no-op round of every node (their timers) and the Git server's CPU over it.
@@ -340,6 +365,13 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=2, help="runs of each measurement (default 2)")
     p.add_argument("--interval", type=int, default=60, help="spec.pull.interval_s (default 60, the minimum)")
     p.add_argument("--delay", type=int, default=5, help="spec.pull.randomized_delay_s (default 5)")
+    p.add_argument("--skip-push", action="store_true", help="no push no-op measurements")
+    p.add_argument(
+        "--node-interval",
+        type=int,
+        help="a shorter timer on every node (a systemd drop-in in /run, OnUnitActiveSec): "
+        "below the 60 s the fleet may declare",
+    )
     a = p.parse_args()
     if os.geteuid() != 0:
         sys.exit("needs root (the lab's nodes are systemd-nspawn containers)")
@@ -356,9 +388,9 @@ def main() -> None:
                 wall, cpu, _ = swarm("converge", "--fleet", fleet)
                 print(f"{fleet:<7} push: first converge (Ansible) {wall:.1f} s, controller CPU {cpu:.1f} s",
                       flush=True)  # fmt: skip
-                r = results[n] = {"push": push_noop(fleet, a.runs)}
+                r = results[n] = {"push": {} if a.skip_push else push_noop(fleet, a.runs)}
                 (Path(tmp) / fleet).mkdir()
-                r["pull"] = pull(n, a.runs, a.interval, a.delay, Path(tmp) / fleet)
+                r["pull"] = pull(n, a.runs, a.interval, a.delay, Path(tmp) / fleet, a.node_interval)
                 swarm("lab", "down")
         finally:
             subprocess.run([sys.executable, "-m", "swarm_infra.cli", "lab", "down"], cwd=ROOT, check=False,
@@ -367,30 +399,36 @@ def main() -> None:
 
 
 def report(results: dict[int, dict], a: argparse.Namespace) -> None:
-    med = statistics.median
-    print(f"\nspec.pull: interval_s {a.interval}, randomized_delay_s {a.delay}; medians of {a.runs} run(s)")
+    def med(values: list[float] | None) -> float:
+        return statistics.median(values) if values else math.nan
+
+    timer = f"; the nodes' timers overridden to {a.node_interval} s" if a.node_interval else ""
+    print(f"\nspec.pull: interval_s {a.interval}, randomized_delay_s {a.delay}{timer}; "
+          f"medians of {a.runs} run(s)")  # fmt: skip
     print(f"{'nodes':>5}  {'push ansible':>17}  {'push pyinfra':>17}  {'pull: Git/round':>15}  "
           f"{'swarm status':>17}  {'merge->converged':>16}  {'initial':>7}")  # fmt: skip
     print(f"{'':>5}  {'CPU s / wall s':>17}  {'CPU s / wall s':>17}  {'CPU s':>15}  {'CPU s / wall s':>17}  "
           f"{'s (all nodes)':>16}  {'s':>7}")  # fmt: skip
     rows = {}
     for n, r in results.items():
-        pa, pp, pl = r["push"]["ansible"], r["push"]["pyinfra"], r["pull"]
+        pa, pp, pl = r["push"].get("ansible", {}), r["push"].get("pyinfra", {}), r["pull"]
         rnd = pl["noop_round"]
         git_round = rnd["git_cpu_s"] / max(1, rnd["fetches"]) * n
         rows[n] = {
-            "ansible": med(pa["cpu"]), "pyinfra": med(pp["cpu"]), "git": git_round,
+            "ansible": med(pa.get("cpu")), "pyinfra": med(pp.get("cpu")), "git": git_round,
             "status": med(pl["status_cpu"]), "pull": git_round + med(pl["status_cpu"]),
             "merge": med(pl["merge_s"]),
         }  # fmt: skip
-        print(f"{n:>5}  {med(pa['cpu']):>7.1f} / {med(pa['wall']):>6.1f}  {med(pp['cpu']):>7.1f} / "
-              f"{med(pp['wall']):>6.1f}  {git_round:>15.2f}  {med(pl['status_cpu']):>7.2f} / "
-              f"{med(pl['status_wall']):>6.2f}  {med(pl['merge_s']):>16.1f}  "
-              f"{pl['initial_s']:>7.1f}")  # fmt: skip
+        print(f"{n:>5}  {med(pa.get('cpu')):>7.1f} / {med(pa.get('wall')):>6.1f}  "
+              f"{med(pp.get('cpu')):>7.1f} / {med(pp.get('wall')):>6.1f}  {git_round:>15.2f}  "
+              f"{med(pl['status_cpu']):>7.2f} / {med(pl['status_wall']):>6.2f}  "
+              f"{med(pl['merge_s']):>16.1f}  {pl['initial_s']:>7.1f}")  # fmt: skip
         runs = ", ".join(f"{m:.1f}" for m in pl["merge_s"])
+        applies = ", ".join(f"{m:.1f}" for m in pl["merge_apply_s"])
         busy = ", ".join(f"{b:.0%}" for b in pl["merge_cpu_busy"])
-        print(f"{'':>5}  merge runs {runs} s (machine CPU busy {busy}); no-op round {rnd['window_s']:.0f} s, "
-              f"{rnd['fetches']} fetches, Git CPU {rnd['git_cpu_s']:.2f} s")  # fmt: skip
+        print(f"{'':>5}  merge runs {runs} s (applying runs' median {applies} s; machine CPU busy {busy}); "
+              f"no-op round {rnd['window_s']:.0f} s, {rnd['fetches']} fetches, Git CPU "
+              f"{rnd['git_cpu_s']:.2f} s")  # fmt: skip
     if len(results) > 1:
         lo, hi = min(results), max(results)
         print()
@@ -402,7 +440,8 @@ def report(results: dict[int, dict], a: argparse.Namespace) -> None:
             ("pull", "pull, Git + status CPU"),
             ("merge", "pull, merge-to-converged"),
         ):
-            print(f"{lo} -> {hi} nodes, {what}: x{rows[hi][key] / max(1e-9, rows[lo][key]):.2f}")
+            if not math.isnan(rows[hi][key] + rows[lo][key]):
+                print(f"{lo} -> {hi} nodes, {what}: x{rows[hi][key] / max(1e-9, rows[lo][key]):.2f}")
         print("targets: pull no-op controller cost <= 1.2x; merge-to-converged <= 2x")
 
 
