@@ -51,6 +51,7 @@ import math
 import os
 import re
 import resource
+import signal
 import statistics
 import subprocess
 import sys
@@ -274,7 +275,7 @@ def pull(n: int, runs: int, interval: int, delay: int, tmp: Path, node_interval:
                 drop_in = f"/run/systemd/system/{timer}.d"
                 text = (
                     f"[Timer]\nOnUnitActiveSec=\nOnUnitActiveSec={node_interval}\n"
-                    f"RandomizedDelaySec={delay}\n"
+                    f"RandomizedDelaySec={delay}\nAccuracySec=1s\n"
                 )
                 console(pids[who], f"mkdir -p {drop_in} && cat > {drop_in}/bench.conf", text.encode())
                 console(pids[who], "systemctl daemon-reload")
@@ -376,6 +377,9 @@ def main() -> None:
     a = p.parse_args()
     if os.geteuid() != 0:
         sys.exit("needs root (the lab's nodes are systemd-nspawn containers)")
+    # timeout(1)'s SIGTERM ends the run through its finally clauses: the controller's mesh
+    # interface, the Git server and the lab are taken down.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     results: dict[int, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
         # Key records and the controller's key in a state directory of this run's own.
