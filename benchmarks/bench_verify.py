@@ -29,11 +29,13 @@ the longest node's chain of commands per wave counts; or it is *CPU* on the lab'
 wave runs faster than its commands / 2. The lab sits between the two; on two cores the
 CPU bound cannot improve the 16 / 3 ratio (3 nodes already keep both cores busy).
 
-``--lab`` (root, no lab up; the coordinator's mode: this session could not run the lab):
-for each size, ``swarm lab fleet --nodes N --no-ray``, ``swarm lab up --fleet lab-N``,
-``swarm converge --engine pyinfra --fleet lab-N``, then ``swarm verify --fleet lab-N``
-timed ``--runs`` times with REF's checkout (a temporary ``git worktree`` of REF, the fleet
-copied in) and with this tree's, alternately; then ``swarm lab down``. Target (issue #27):
+``--lab`` (root, no lab up): for each size, ``swarm lab fleet --nodes N --no-ray``,
+``swarm lab up --fleet lab-N``, ``swarm converge --engine pyinfra --fleet lab-N``, then
+``swarm verify --fleet lab-N`` timed ``--runs`` times with REF's checkout (a temporary
+``git worktree`` of REF, whose own ``swarm lab fleet`` writes its ``lab-N``: an older
+schema cannot read this tree's; the Node documents are the same) and with this tree's,
+alternately; then ``swarm lab down``. The key records of ``swarm converge`` go to a state
+directory of the run's own (``SWARM_STATE_DIR``). Target (issue #27):
 verify at 16 nodes <= 3x its time at 3 nodes.
 """
 
