@@ -1,6 +1,14 @@
 """Pull convergence on the lab at 3 and 16 nodes (issue #27), push side by side.
 
     sudo .venv/bin/python benchmarks/bench_pull.py [--sizes 3 16] [--runs 2] [--interval 60] [--delay 5]
+        [--node-interval 15] [--skip-push]
+
+Measured (docs/benchmarks.md, "Pull convergence"): ``--runs 2 --node-interval 15 --delay 3``.
+``--node-interval S`` shortens every node's agent timer for the benchmark below what the
+fleet may declare (the schema's minimum is 60 s): a systemd drop-in in /run sets
+``OnUnitActiveSec=S``, ``RandomizedDelaySec`` to ``--delay`` and ``AccuracySec=1s`` (the
+agent's timer sets none, and systemd's default of 1 min adds up to a minute to each
+interval). Without it the declared interval applies as the fleet states it.
 
 Needs root and no lab up; brings labs up and takes them down. For each size N:
 
