@@ -42,9 +42,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import socket
-import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -54,13 +52,24 @@ import pytest
 import yaml
 
 from swarm_infra.fleet.sources import fleet_paths
-from swarm_infra.lab import agentpkg, manager, node
-from swarm_infra.lab.mirror import SERVICE_ADDRESS
+from swarm_infra.lab import manager, node
 from swarm_infra.lab.plan import LabNode
-from swarm_infra.lab.state import LabState, cache_dir
-from swarm_infra.resolve import desired_state, load_fleet
-from swarm_infra.resolve.layout import AGENT_LOCAL
-from tests.labkit import FILES, ROOT, UNITS, on_node, swarm
+from swarm_infra.lab.state import LabState
+from swarm_infra.resolve import load_fleet
+from tests.labkit import FILES, UNITS, on_node, swarm
+from tests.pullkit import (
+    METRICS_UNIT,
+    STATUS,
+    TREES,
+    Fleet,
+    console,
+    make_fleet,
+    mesh_address,
+    provide,
+    report_info,
+    run_agent,
+    serve_report,
+)
 
 pytestmark = [pytest.mark.root, pytest.mark.lab]
 LAB_ORDER = 42  # last of those needing the lab converged: it leaves Ray gone from two nodes
@@ -69,65 +78,6 @@ LAB_LEAVES = "running"
 
 NODE = "lab-gpu-2"
 SITE = "lab-b"
-VENV = AGENT_LOCAL["agent_venv"]["path"]
-STATUS = AGENT_LOCAL["agent_status"]["path"]
-TEXTFILE = AGENT_LOCAL["agent_textfile"]["path"]
-TREES = f"{AGENT_LOCAL['agent_state_dir']['path']}/trees"
-# What the fleet repository holds: what an agent needs from a commit (the library, the
-# playbooks and roles, the schemas, the fleet), as tracked in this checkout.
-REPO_PATHS = ("ansible.cfg", "src", "playbooks", "roles", "plugins", "schemas", "inventory/lab", "policies")
-SIGNER = "operator@swarm.example"
-
-
-def sh(*argv: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> str:
-    done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, env=env, timeout=120)
-    assert done.returncode == 0, f"{argv}: {done.stderr}"
-    return done.stdout
-
-
-def console(pid: int, command: str, input: bytes | None = None, timeout: float = 600) -> str:
-    """``command`` (sh) at the node's console; its stdout. Fails the test when it fails."""
-    done = node.console(pid, ["sh", "-c", command], input=input, timeout=timeout)
-    assert done.returncode == 0, f"{command!r} exited {done.returncode}: {done.stderr.decode()[-2000:]}"
-    return done.stdout.decode()
-
-
-@dataclass
-class Fleet:
-    """The fleet repository: a work tree the operator commits in, the bare repository the
-    lab's Git server serves, the operator's and a stranger's signing keys."""
-
-    work: Path
-    bare: Path
-    operator: Path
-    stranger: Path
-    remote: str
-
-    def git(self, *args: str) -> str:
-        env = {
-            "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
-            "HOME": str(self.work.parent),
-            "GIT_CONFIG_NOSYSTEM": "1",
-            "GIT_CONFIG_GLOBAL": "/dev/null",
-            "GIT_AUTHOR_NAME": "Operator",
-            "GIT_AUTHOR_EMAIL": SIGNER,
-            "GIT_COMMITTER_NAME": "Operator",
-            "GIT_COMMITTER_EMAIL": SIGNER,
-        }
-        return sh("git", *args, cwd=self.work, env=env)
-
-    def commit(self, message: str, key: Path | None) -> str:
-        """Commit everything (signed by ``key`` through ssh-keygen -Y sign, or unsigned)
-        and publish it on the served repository's main; returns the commit id."""
-        sign = ["-c", "gpg.format=ssh", "-c", f"user.signingkey={key}", "commit", "-S"] if key else ["commit"]
-        self.git("add", "-A")
-        self.git(*sign, "-q", "--allow-empty", "-m", message)
-        self.git("push", "-q", str(self.bare), "HEAD:refs/heads/main")
-        return self.git("rev-parse", "HEAD").strip()
-
-    @property
-    def inventory(self) -> Path:
-        return self.work / "inventory" / "lab"
 
 
 @dataclass
@@ -148,84 +98,6 @@ def ssh_port_open(host: str, port: int) -> bool:
         return False
 
 
-def node_pubkey(name: str) -> str:
-    return on_node(name, f"wg pubkey < {FILES['wireguard_key']}").stdout.strip()
-
-
-def make_fleet(tmp: Path, remote: str, controller_key: str) -> Fleet:
-    """The fleet repository's first commit (not yet signed nor published): this checkout's
-    files, the lab fleet with spec.pull naming the lab's Git server, the operator's key as
-    the allowed signer, the keys of the lab-a nodes recorded, the controller a mesh member
-    (``controller_key``, its endpoint the lab's service address, which every site reaches;
-    SSH over the mesh to the NAT'd nodes), no Ray cluster."""
-    work, bare = tmp / "fleet", manager.git_root() / "fleet.git"
-    shutil.rmtree(bare, ignore_errors=True)
-    sh("git", "init", "-q", "--bare", "-b", "main", str(bare))
-    listed = sh("git", "-C", str(ROOT), "ls-files", "-z", "--", *REPO_PATHS).split("\0")
-    for rel in filter(None, listed):
-        (work / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / rel, work / rel)
-    keys = {}
-    for name in ("operator", "stranger"):
-        keys[name] = tmp / "keys" / name
-        keys[name].parent.mkdir(exist_ok=True)
-        sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(keys[name]))
-    fleet = Fleet(work, bare, keys["operator"], keys["stranger"], remote)
-    fleet.git("init", "-q", "-b", "main")
-    policies = work / "policies" / "lab"
-    (policies / "allowed_signers").write_text(f'{SIGNER} namespaces="git" {operator_pub(fleet)}\n')
-    with open(policies / "rollout.yaml", "a") as fh:
-        fh.write(
-            f"  pull: {{remote: {json.dumps(remote)}, ref: main, fleet: lab, "
-            "allowed_signers_file: allowed_signers, interval_s: 86400, randomized_delay_s: 0}\n"
-        )
-    mesh = policies / "mesh.yaml"
-    doc = yaml.safe_load(mesh.read_text())
-    doc["spec"]["controller"] = {
-        "public_key": controller_key,
-        "endpoint": str(SERVICE_ADDRESS),
-        "ssh_over_mesh": "nat",
-    }
-    mesh.write_text(yaml.safe_dump(doc, sort_keys=False))
-    # No Ray cluster in the copy: a pull worker cannot read the head's token yet.
-    (policies / "ray.yaml").unlink()
-    (policies / "ray-requirements.lock").unlink()
-    nodes = fleet.inventory / "nodes.yaml"
-    docs = list(yaml.safe_load_all(nodes.read_text()))
-    for doc in docs:
-        if doc["metadata"]["name"] != NODE:
-            doc["spec"].setdefault("mesh", {})["public_key"] = node_pubkey(doc["metadata"]["name"])
-    nodes.write_text(yaml.safe_dump_all(docs, sort_keys=False))
-    return fleet
-
-
-def operator_pub(fleet: Fleet) -> str:
-    return " ".join(Path(f"{fleet.operator}.pub").read_text().split()[:2])
-
-
-def provide(pid: int, fleet: Fleet, name: str, site: str, address: str, nat: bool) -> str:
-    """The provider's steps at node ``pid``'s console: git, the lab CA trusted system-wide,
-    the agent's package in a virtualenv of the node's Python, the allowed signers handed
-    over, ``swarm node bootstrap``; returns what bootstrap printed."""
-    console(pid, "apt-get install -y -q --no-install-recommends git >/dev/null", timeout=300)
-    ca = (cache_dir() / "index-tls" / "ca.pem").read_bytes()
-    console(
-        pid,
-        "cat > /usr/local/share/ca-certificates/swarm-lab-ca.crt && update-ca-certificates >/dev/null",
-        ca,
-    )
-    for argv in agentpkg.install_commands(VENV):
-        node.console(pid, argv).check_returncode()
-    console(pid, f"tar -x -C {VENV} -f -", agentpkg.stage(ROOT, VENV))
-    console(pid, "cat > /root/allowed_signers", f'{SIGNER} namespaces="git" {operator_pub(fleet)}\n'.encode())
-    return console(
-        pid,
-        f"{VENV}/bin/swarm node bootstrap --node {name} --site {site} --address {address}"
-        f"{' --nat' if nat else ''} --fleet lab --remote {fleet.remote} --ref main "
-        "--allowed-signers /root/allowed_signers",
-    )
-
-
 @pytest.fixture(scope="module")
 def pulled(lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     state = LabState.load()
@@ -244,7 +116,7 @@ def pulled(lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     manager.set_controller_inbound(SITE, False)
     fleet = None
     try:
-        fleet = make_fleet(tmp, url + "fleet.git", made.split("public_key: ")[1].split()[0])
+        fleet = make_fleet(tmp, url + "fleet.git", made.split("public_key: ")[1].split()[0], "lab", (NODE,))
         fleet.commit("the lab fleet, pulled by lab-gpu-2 once it is declared", fleet.operator)
         # The provider, at the console: the mesh down (only the pull apply may bring it
         # back), then the agent and bootstrap.
@@ -263,34 +135,6 @@ def pulled(lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         node.console(pid, ["systemctl", "disable", "--now", UNITS["agent_timer"]])
         manager.set_controller_inbound(SITE, True)
         manager.stop_git()
-
-
-def run_agent(lab: Lab, pid: int | None = None) -> tuple[int, dict, str]:
-    """One agent run on lab-gpu-2 (or the node of ``pid``) through its unit, made after
-    everything the test published: the timer is stopped first (bootstrap's fires within
-    its RandomizedDelaySec, each apply starts the fleet's again), a run it started is
-    waited for (``systemctl start`` of an active oneshot joins it), then ``systemctl
-    start`` runs one and waits for it. (systemctl's exit code, the status file, the
-    textfile)."""
-    pid = lab.pid if pid is None else pid
-    service = UNITS["agent_service"]
-    node.console(pid, ["systemctl", "stop", UNITS["agent_timer"]])
-    if node.console(pid, ["systemctl", "is-active", service]).stdout.decode().strip() == "activating":
-        node.console(pid, ["systemctl", "start", service], timeout=900)
-    done = node.console(pid, ["systemctl", "start", service], timeout=900)
-    status = json.loads(console(pid, f"cat {STATUS}"))
-    return done.returncode, status, console(pid, f"cat {TEXTFILE}")
-
-
-def report_info(textfile: str) -> dict[str, str]:
-    m = re.search(r'^swarm_agent_report_info\{commit="(\w*)",result="([\w-]+)",applied_commit="(\w*)"\} 1$',
-                  textfile, re.M)  # fmt: skip
-    assert m, textfile
-    return {"commit": m[1], "result": m[2], "applied_commit": m[3]}
-
-
-def mesh_address(inventory: Path, name: str) -> str:
-    return desired_state(load_fleet(fleet_paths(inventory)))["nodes"][name]["mesh"]["address"].split("/")[0]
 
 
 def test_a_nat_node_is_bootstrapped_merged_signed_and_joins_the_mesh_by_pull(pulled: Lab) -> None:
@@ -315,7 +159,7 @@ def test_a_nat_node_is_bootstrapped_merged_signed_and_joins_the_mesh_by_pull(pul
 
     # Until the change is merged the node only pulls: the commit does not declare it.
     first = lab.fleet.git("rev-parse", "HEAD").strip()
-    rc, status, _ = run_agent(lab)
+    rc, status, _ = run_agent(lab.pid)
     assert (rc, status["result"], status["commit"], status["applied_commit"]) == (0, "waiting", first, None)
 
     # The operator merges the proposed change (the fleet's own hardware kept), signed.
@@ -337,7 +181,7 @@ def test_a_nat_node_is_bootstrapped_merged_signed_and_joins_the_mesh_by_pull(pul
         on_node("lab-head-1", f"ping -c 1 -W 2 {own_mesh}", check=False).returncode != 0
     )  # its mesh is down
     started = time.monotonic()
-    rc, status, textfile = run_agent(lab)
+    rc, status, textfile = run_agent(lab.pid)
     took = time.monotonic() - started
     assert (status["result"], status["commit"], status["applied_commit"], status["failed"]) == (
         "applied",
@@ -397,7 +241,7 @@ def test_unsigned_and_unknown_signer_commits_are_refused_and_the_last_good_is_ke
         with open(lab.fleet.work / "policies/lab/review.yaml", "a") as fh:
             fh.write(f"# a change {what}\n")
         bad = lab.fleet.commit(f"a change {what}", key)
-        rc, status, textfile = run_agent(lab)
+        rc, status, textfile = run_agent(lab.pid)
         assert rc != 0, f"{what}: the unit reports the refusal as a failure"
         assert (status["result"], status["commit"], status["applied_commit"]) == ("refused", bad, good), what
         assert why in status["reason"], status["reason"]
@@ -408,7 +252,6 @@ def test_unsigned_and_unknown_signer_commits_are_refused_and_the_last_good_is_ke
 
 
 CANARY, CANARY_SITE = "lab-gpu-1", "lab-a"
-METRICS_UNIT = "swarm-lab-report.service"  # the stand-in for node_exporter on the canary
 SCRATCH_DEVICE = "/dev/nvme0n1"
 
 
@@ -422,13 +265,7 @@ def canary(pulled: Lab) -> Iterator[int]:
     try:
         started = time.monotonic()
         provide(pid, pulled.fleet, CANARY, CANARY_SITE, address, nat=False)
-        console(pid, f"mkdir -p /run/swarm-lab-report && ln -sf {TEXTFILE} /run/swarm-lab-report/metrics")
-        console(
-            pid,
-            f"systemd-run --unit={METRICS_UNIT} --collect python3 -m http.server 9100 --bind {mesh} "
-            "--directory /run/swarm-lab-report",
-        )
-        wait_listening(pid, mesh, 9100)
+        serve_report(pid, mesh)
         # Wait for the run bootstrap's timer started (or make one): none may be under way
         # when the test publishes the commit that declares the canary.
         node.console(pid, ["systemctl", "start", UNITS["agent_service"]], timeout=900)
@@ -439,28 +276,6 @@ def canary(pulled: Lab) -> Iterator[int]:
         node.console(pid, ["systemctl", "stop", METRICS_UNIT])
         # The next converge makes the scratch filesystem again on the emptied device.
         node.console(pid, ["sh", "-c", f"umount /scratch; wipefs -qa {SCRATCH_DEVICE}"])
-
-
-# Connects until the server has bound its socket (a unit started by systemd-run is running
-# when its process is, not when it listens; nothing else to wait on), 20 s at most.
-_LISTENING = """
-import socket, sys, time
-deadline = time.monotonic() + 20
-while True:
-    try:
-        socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=1).close()
-        break
-    except OSError:
-        if time.monotonic() > deadline:
-            sys.exit(f"nothing listens on {sys.argv[1]}:{sys.argv[2]}")
-        time.sleep(0.1)
-"""
-
-
-def wait_listening(pid: int, address: str, port: int) -> None:
-    done = node.console(pid, ["python3", "-c", _LISTENING, address, str(port)], timeout=60)
-    unit = node.console(pid, ["systemctl", "status", "--no-pager", "-n", "20", METRICS_UNIT])
-    assert done.returncode == 0, done.stderr.decode()[-500:] + unit.stdout.decode()[-2000:]
 
 
 def peer_report(lab: Lab, url: str) -> str:
@@ -483,17 +298,17 @@ def test_a_later_batch_waits_for_the_canary_and_a_failed_canary_halts_it(pulled:
 
     # lab-gpu-2 (batch 2) reads the canary's report over the mesh: not this commit, so it waits.
     assert f'result="applied",applied_commit="{both}"' not in peer_report(lab, url)
-    rc, status, _ = run_agent(lab)
+    rc, status, _ = run_agent(lab.pid)
     assert (rc, status["result"], status["commit"], status["applied_commit"]) == (0, "waiting", both, good)
     assert CANARY in status["reason"], status["reason"]
 
     # The canary applies it; then lab-gpu-2 does.
-    _, first, _ = run_agent(lab, canary)
+    _, first, _ = run_agent(canary)
     assert (first["result"], first["applied_commit"], first["failed"]) == ("applied", both, 0), first[
         "reason"
     ]
     assert f'result="applied",applied_commit="{both}"' in peer_report(lab, url)
-    _, status, _ = run_agent(lab)
+    _, status, _ = run_agent(lab.pid)
     assert (status["result"], status["applied_commit"]) == ("applied", both), status["reason"]
 
     # A commit the canary fails to apply (its scratch device now holds a filesystem swarm
@@ -504,10 +319,10 @@ def test_a_later_batch_waits_for_the_canary_and_a_failed_canary_halts_it(pulled:
     with open(lab.fleet.work / "policies/lab/review.yaml", "a") as fh:
         fh.write("# a change the canary fails\n")
     failing = lab.fleet.commit("a change the canary fails to apply", lab.fleet.operator)
-    rc, first, _ = run_agent(lab, canary)
+    rc, first, _ = run_agent(canary)
     assert (rc, first["result"], first["commit"], first["applied_commit"]) == (1, "failed", failing, both)
     assert first["failed"] > 0
-    rc, status, textfile = run_agent(lab)
+    rc, status, textfile = run_agent(lab.pid)
     assert (rc, status["result"], status["commit"], status["applied_commit"]) == (1, "halted", failing, both)
     assert f"batch 1 failed commit {failing[:12]} ({CANARY})" in status["reason"], status["reason"]
     assert report_info(textfile) == {"commit": failing, "result": "halted", "applied_commit": both}
