@@ -51,7 +51,10 @@ def read(host: str, port: int, timeout_s: float = TIMEOUT_S, max_bytes: int = MA
             if left <= 0:
                 raise TimeoutError(f"nothing complete within {timeout_s:g} s")
             conn.settimeout(left)
-            chunk = conn.recv(max_bytes + 1 - size)
+            try:
+                chunk = conn.recv(max_bytes + 1 - size)
+            except TimeoutError:
+                raise TimeoutError(f"nothing complete within {timeout_s:g} s") from None
             if not chunk:
                 return b"".join(chunks)
             chunks.append(chunk)
@@ -102,7 +105,7 @@ def fetch(host: str, port: int, path: str, check_mode: bool = False) -> dict[str
     file could not be written. Neither ever holds what was read."""
     where = f"{host}:{port}"
     try:
-        data = read(host, port)
+        data = read(host, port, TIMEOUT_S, MAX_BYTES)
     except (OSError, ValueError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or type(exc).__name__
         return {"error": f"the Ray token could not be read from the head at {where}: {why}"}
