@@ -12,7 +12,6 @@ from a real TCP server on loopback for the node-side read.
 from __future__ import annotations
 
 import hashlib
-from ipaddress import ip_network
 import os
 import shutil
 import socket
@@ -21,6 +20,7 @@ import subprocess
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from ipaddress import ip_network
 from pathlib import Path
 from typing import Any
 
@@ -85,7 +85,9 @@ def token_warnings(base: Path) -> list[tuple[str, str, str]]:
     report = validate(dirs(base)).report
     assert report.ok, [d for d in report.diagnostics if d.severity == "error"]
     return [
-        (d.rule, Path(d.file).name, d.message) for d in report.diagnostics if d.rule == "pull.ray-token-unreachable"
+        (d.rule, Path(d.file).name, d.message)
+        for d in report.diagnostics
+        if d.rule == "pull.ray-token-unreachable"
     ]
 
 
@@ -122,7 +124,10 @@ def test_the_head_serves_its_direct_pull_worker_and_the_firewall_admits_it_alone
     # A push worker keeps the controller's copy; no worker serves anything.
     assert push["ray"]["token_source"] is None and head["ray"]["token_source"] is None
     for other in (worker, push):
-        assert (other["ray"]["firewall"]["token_port"], other["ray"]["firewall"]["token_clients"]) == (None, [])
+        assert (other["ray"]["firewall"]["token_port"], other["ray"]["firewall"]["token_clients"]) == (
+            None,
+            [],
+        )
     # The token port is not one of Ray's: no member is admitted to it through Ray's rules.
     assert port not in fw["tcp_ports"] and not any(lo <= port <= hi for lo, hi in fw["tcp_ranges"])
     assert token_warnings(tmp_path) == []
@@ -212,14 +217,20 @@ def test_systemd_takes_the_token_socket_and_its_service(tmp_path: Path) -> None:
     names = ("ray_token_socket", "ray_token_service", "ray_firewall_unit")
     units = {Path(layout["files"][n]["path"]).name: texts[layout["files"][n]["path"]] for n in names}
     # systemd.socket(5): Accept=yes spawns an instance of the service template per connection.
-    assert sorted(units) == ["swarm-ray-firewall.service", "swarm-ray-token.socket", "swarm-ray-token@.service"]
+    assert sorted(units) == [
+        "swarm-ray-firewall.service",
+        "swarm-ray-token.socket",
+        "swarm-ray-token@.service",
+    ]
     # An instance of the template (systemd names one per connection) is what verify loads.
     units["swarm-ray-token@1.service"] = units["swarm-ray-token@.service"]
     rc, complaints = analyze(tmp_path / "good", units)
     assert (rc, complaints) == (0, [])
     # The same check sees a directive systemd does not take.
     broken = dict(units)
-    broken["swarm-ray-token.socket"] = broken["swarm-ray-token.socket"].replace("FreeBind=yes", "FreeBind=maybe")
+    broken["swarm-ray-token.socket"] = broken["swarm-ray-token.socket"].replace(
+        "FreeBind=yes", "FreeBind=maybe"
+    )
     rc, complaints = analyze(tmp_path / "bad", broken)
     assert any("swarm-ray-token.socket" in ln and "Failed to parse boolean value" in ln for ln in complaints)
     socket_unit, service = units["swarm-ray-token.socket"], units["swarm-ray-token@.service"]

@@ -16,6 +16,7 @@ engines print.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import stat
@@ -90,10 +91,8 @@ def _write(path: str, data: bytes) -> None:
         os.chmod(tmp, 0o600)
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         raise
 
 

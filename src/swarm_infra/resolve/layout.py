@@ -88,8 +88,8 @@ def node_layout(interface: str = "wg0") -> LayoutState:
       trusts: those of the last commit it applied), ``agent_service``, ``agent_timer``: the
       pull agent, written by the host layer on pull nodes (its own files: :data:`AGENT_LOCAL`).
     ``units``: ``gpu_apply``, ``wireguard`` (wg-quick@IFACE), ``persistenced``,
-    ``fabricmanager``, ``ray_head``, ``ray_worker``, ``ray_firewall``, ``ray_token_socket``, ``agent_service``,
-    ``agent_timer``.
+    ``fabricmanager``, ``ray_head``, ``ray_worker``, ``ray_firewall``, ``ray_token_socket``,
+    ``agent_service``, ``agent_timer``.
     """
     wg_unit = f"wg-quick@{interface}"
     return {

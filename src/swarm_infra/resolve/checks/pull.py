@@ -13,8 +13,8 @@ from ...fleet.lockfile import read_referenced
 from ...fleet.model import Fleet
 from ..analysis import Analysis
 from ..keys import wireguard_key_problem
-from ..pull import MAX_SIGNERS_BYTES, allowed_signers_problems, ref_name, remote_scheme
 from ..mesh import peers as mesh_peers
+from ..pull import MAX_SIGNERS_BYTES, allowed_signers_problems, ref_name, remote_scheme
 from ..ray import members as ray_members
 from ..ray import token_admission
 
