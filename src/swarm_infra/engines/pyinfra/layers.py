@@ -455,8 +455,8 @@ def ray_layer() -> None:
     copied to the workers; a pull worker reads it from the head's token port over the mesh,
     which the head serves to such workers only), Ray's unprivileged user, nftables letting
     only the members reach Ray's ports, the pinned Ray in its virtualenv from the declared
-    package index, and the head or worker unit (restarted only when Ray, its unit or its token changed). A node
-    outside the cluster keeps none of the layer's units or files."""
+    package index, and the head or worker unit (restarted only when Ray, its unit or its
+    token changed). A node outside the cluster keeps none of the layer's units or files."""
     node = _node()
     ray, layout = node["ray"], node["layout"]
     paths, units = layout["files"], layout["units"]
