@@ -50,7 +50,8 @@ description:
     reboot's steps, the pending-reboot steps, or none); C(swarm | swarm_ray_drain_call(GRACE,
     WHY)) the node's Ray drain (argv, stdin, env); C(swarm | swarm_ray_token_fetch_call(CHECK))
     a pull worker's read of the Ray token from the head over the mesh (argv, stdin);
-    C(NODE | swarm_kubectl_argv(STEP, CONTEXT, GRACE)) the kubectl command of a step (member, drain, uncordon);
+    C(NODE | swarm_kubectl_argv(STEP, CONTEXT, GRACE)) the kubectl command of a step (member,
+    drain, uncordon);
     C(swarm | swarm_ray_upgrade(INSTALLED_JSON, GRACE)) the node's Ray version change
     (C(swarm_infra.resolve.rollout.ray_upgrade)) with its note, or None.
   - C(swarm_scratch_problems) takes the registered results of C(blkid -p -o export DEVICE)
