@@ -329,3 +329,35 @@ def test_an_unreachable_or_silent_head_fails_within_the_bound(tmp_path: Path, mo
         result = raytoken.fetch("127.0.0.1", port, str(tmp_path / "t"))
     assert "nothing complete within 0.5 s" in str(result["error"]), result
     assert not (tmp_path / "t").exists()
+
+
+def test_the_engines_call_runs_the_read_on_the_node_and_prints_no_token(tmp_path: Path) -> None:
+    """The argv and stdin both engines run (engines.raytoken): the node's python3 with the
+    node-side bootstrap, the code and its arguments on stdin; run here for real."""
+    import json
+    import sys
+
+    from swarm_infra.engines.raytoken import ray_token_fetch_call
+
+    path = tmp_path / "ray-auth-token"
+    with serving(TOKEN) as port:
+        node: Any = {
+            "name": "w",
+            "ray": {"token_source": {"host": "127.0.0.1", "port": port}},
+            "layout": {"files": {"ray_auth_token": {"path": str(path)}}},
+        }
+        call = ray_token_fetch_call(node)
+        assert call["argv"][:2] == ["python3", "-c"] and TOKEN.decode().strip() not in json.dumps(call)
+        argv = [sys.executable, *call["argv"][1:]]
+        first = subprocess.run(argv, input=call["stdin"], capture_output=True, text=True, check=False)
+        again = subprocess.run(argv, input=call["stdin"], capture_output=True, text=True, check=False)
+    assert (first.returncode, first.stdout, first.stderr) == (0, '{"changed": true}\n', "")
+    assert (again.returncode, again.stdout) == (0, '{"changed": false}\n')
+    assert path.read_bytes() == TOKEN
+    with serving(b"x" * 65) as port:
+        node["ray"]["token_source"]["port"] = port
+        call = ray_token_fetch_call(node)
+        bad = subprocess.run(argv, input=call["stdin"], capture_output=True, text=True, check=False)
+    assert bad.returncode == 1 and "refused" in json.loads(bad.stdout)["error"] and "xxxx" not in bad.stdout
+    with pytest.raises(ValueError, match="reads no Ray token over the mesh"):
+        ray_token_fetch_call({**node, "ray": {"token_source": None}})
