@@ -271,7 +271,12 @@ def test_a_nat_node_is_bootstrapped_merged_signed_and_joins_the_mesh_by_pull(pul
     assert head_token.endswith(" 600 root"), head_token
     assert token_digest_and_mode(NODE, lab.pid) == head_token
     assert console(lab.pid, f"systemctl is-active {UNITS['ray_worker']}").strip() == "active"
-    assert own_mesh in ray_alive(head_mesh)
+    # The unit is started once its raylet answers, and the raylet registers as it starts:
+    # polled on the head's state API for 30 s at most.
+    deadline = time.monotonic() + 30
+    while own_mesh not in (alive := ray_alive(head_mesh)) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert own_mesh in alive, alive
 
     # The head serves its token port to lab-gpu-2 alone: the same token over the mesh, and
     # nothing to lab-gpu-1 (a push member, a direct mesh peer) nor to the head itself.
