@@ -361,3 +361,15 @@ def test_the_engines_call_runs_the_read_on_the_node_and_prints_no_token(tmp_path
     assert bad.returncode == 1 and "refused" in json.loads(bad.stdout)["error"] and "xxxx" not in bad.stdout
     with pytest.raises(ValueError, match="reads no Ray token over the mesh"):
         ray_token_fetch_call({**node, "ray": {"token_source": None}})
+
+
+def test_a_token_port_that_is_one_of_rays_is_refused(tmp_path: Path) -> None:
+    base = pull_fleet(tmp_path)
+    ray = base / "policies/lab/ray.yaml"
+    doc = yaml.safe_load(ray.read_text())
+    gcs = doc["spec"].get("ports", {}).get("gcs", 6379)  # the schema's default, RayCluster spec.ports
+    doc["spec"]["ports"] = {"token": gcs}
+    ray.write_text(yaml.safe_dump(doc, sort_keys=False))
+    report = validate(dirs(base)).report
+    found = [(d.rule, d.path, d.message) for d in report.diagnostics if d.severity == "error"]
+    assert found == [("ray.ports-conflict", "$.spec.ports", f"token and gcs are both port {gcs}")], found
