@@ -135,6 +135,22 @@ def token_digest_and_mode(name: str, pid: int | None = None) -> str:
     return " ".join(out.split())
 
 
+def why_failed(pid: int) -> str:
+    """What a failed apply left to read: the tail of the agent's journal on the node (the
+    engine's output; ``no_log`` tasks censored) and the head's token socket and service
+    (their stdout is the connection: the token never reaches a journal)."""
+    agent = node.console(
+        pid, ["journalctl", "-u", UNITS["agent_service"], "--no-pager", "-o", "cat", "-n", "60"]
+    )
+    head = on_node(
+        "lab-head-1",
+        f"systemctl status --no-pager {UNITS['ray_token_socket']}; "
+        "journalctl --no-pager -o cat -n 30 -u 'swarm-ray-token*'",
+        check=False,
+    )
+    return f"agent:\n{agent.stdout.decode()[-3000:]}\nhead:\n{head.stdout[-1500:]}{head.stderr[-500:]}"
+
+
 def converge_head(fleet: Fleet) -> None:
     """The operator's push converge of the head's Ray layer with the fleet copy's last commit
     (the head is not behind NAT): it serves the token to the pull workers that commit declares."""
@@ -248,7 +264,7 @@ def test_a_nat_node_is_bootstrapped_merged_signed_and_joins_the_mesh_by_pull(pul
         merged,
         merged,
         0,
-    ), status["reason"]
+    ), f"{status['reason']}\n{why_failed(lab.pid)}"
     assert rc == 0 and status["changed"] > 0  # wg0's configuration, the agent's own files
     assert report_info(textfile) == {"commit": merged, "result": "applied", "applied_commit": merged}
     assert 0 < status["duration_s"] <= took + 1
