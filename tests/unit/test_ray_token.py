@@ -373,3 +373,40 @@ def test_a_token_port_that_is_one_of_rays_is_refused(tmp_path: Path) -> None:
     report = validate(dirs(base)).report
     found = [(d.rule, d.path, d.message) for d in report.diagnostics if d.severity == "error"]
     assert found == [("ray.ports-conflict", "$.spec.ports", f"token and gcs are both port {gcs}")], found
+
+
+def test_the_ray_roles_read_task_runs_under_the_real_ansible(tmp_path: Path) -> None:
+    """The ray role's own task (roles/ray/tasks/main.yml, its ``when`` aside), run by the real
+    ``ansible-playbook`` on this machine against a loopback head: the node-side code gets its
+    JSON on stdin as text (through a task variable Ansible turned it back into a dict, and the
+    node read a repr: found on the lab), writes the token 0600, and the result says changed."""
+    import json
+    import sys
+
+    tasks = yaml.safe_load((ROOT / "roles/ray/tasks/main.yml").read_text())
+    [task] = [t for t in tasks if t["name"] == "Read the Ray cluster's token from the head over the mesh"]
+    task = {k: v for k, v in task.items() if k != "when"}
+    path = tmp_path / "ray-auth-token"
+    out = tmp_path / "result.json"
+    with serving(TOKEN) as port:
+        swarm = {
+            "name": "w",
+            "ray": {"token_source": {"host": "127.0.0.1", "port": port}},
+            "layout": {"files": {"ray_auth_token": {"path": str(path)}}},
+        }
+        show = {"ansible.builtin.copy": {"content": "{{ ray_token_fetched | to_json }}", "dest": str(out)}}
+        play = [{"hosts": "localhost", "connection": "local", "gather_facts": False, "vars": {"swarm": swarm},
+                 "tasks": [task, show]}]  # fmt: skip
+        (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
+        env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_INVENTORY_ENABLED": "host_list",
+               "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}  # fmt: skip
+        done = subprocess.run(
+            [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,",
+             "-e", f"ansible_python_interpreter={sys.executable}", str(tmp_path / "play.yml")],
+            cwd=ROOT, env=env, capture_output=True, text=True, check=False, timeout=300,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert (result["rc"], result["stdout"], result["changed"]) == (0, '{"changed": true}', True), result
+    assert path.read_bytes() == TOKEN and stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert TOKEN.decode().strip() not in done.stdout + done.stderr
