@@ -398,8 +398,12 @@ def test_the_ray_roles_read_task_runs_under_the_real_ansible(tmp_path: Path) -> 
         play = [{"hosts": "localhost", "connection": "local", "gather_facts": False, "vars": {"swarm": swarm},
                  "tasks": [task, show]}]  # fmt: skip
         (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
-        env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_INVENTORY_ENABLED": "host_list",
-               "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}  # fmt: skip
+        env = {
+            **os.environ,
+            "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+            "ANSIBLE_INVENTORY_ENABLED": "host_list",
+            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
+        }
         done = subprocess.run(
             [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,",
              "-e", f"ansible_python_interpreter={sys.executable}", str(tmp_path / "play.yml")],
