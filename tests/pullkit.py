@@ -120,7 +120,8 @@ def make_fleet(
     the allowed signer, the keys of every node but ``unrecorded`` recorded (read by
     ``pubkey(node name)``), the controller a mesh member (``controller_key``, its endpoint
     the lab's service address, which every site reaches; SSH over the mesh to the NAT'd
-    nodes), no Ray cluster."""
+    nodes); the fleet's Ray cluster as declared (a pull worker reads the cluster's token from
+    the head over the mesh once the head, converged with that commit, serves it)."""
     work, bare = tmp / "fleet", manager.git_root() / "fleet.git"
     shutil.rmtree(bare, ignore_errors=True)
     sh("git", "init", "-q", "--bare", "-b", "main", str(bare))
@@ -155,9 +156,6 @@ def make_fleet(
         "ssh_over_mesh": "nat",
     }
     mesh.write_text(yaml.safe_dump(doc, sort_keys=False))
-    # No Ray cluster in the copy: a pull worker cannot read the head's token yet.
-    (policies / "ray.yaml").unlink(missing_ok=True)
-    (policies / "ray-requirements.lock").unlink(missing_ok=True)
     nodes = fleet.inventory / "nodes.yaml"
     docs = list(yaml.safe_load_all(nodes.read_text()))
     for doc in docs:

@@ -48,8 +48,10 @@ description:
   - C(swarm | swarm_reboot_steps(ROLLOUT, DRIVER_CHANGED, MARKER)) is what the drivers
     layer's batch does on the node (C(swarm_infra.resolve.rollout.reboot_steps): the drained
     reboot's steps, the pending-reboot steps, or none); C(swarm | swarm_ray_drain_call(GRACE,
-    WHY)) the node's Ray drain (argv, stdin, env); C(NODE | swarm_kubectl_argv(STEP,
-    CONTEXT, GRACE)) the kubectl command of a step (member, drain, uncordon);
+    WHY)) the node's Ray drain (argv, stdin, env); C(swarm | swarm_ray_token_fetch_call(CHECK))
+    a pull worker's read of the Ray token from the head over the mesh (argv, stdin);
+    C(NODE | swarm_kubectl_argv(STEP, CONTEXT, GRACE)) the kubectl command of a step (member,
+    drain, uncordon);
     C(swarm | swarm_ray_upgrade(INSTALLED_JSON, GRACE)) the node's Ray version change
     (C(swarm_infra.resolve.rollout.ray_upgrade)) with its note, or None.
   - C(swarm_scratch_problems) takes the registered results of C(blkid -p -o export DEVICE)
@@ -276,6 +278,15 @@ def swarm_ray_drain_call(node: dict, grace_s: int, why: str) -> dict:
     return {"argv": call["argv"], "stdin": _unsafe(call["stdin"]), "env": call["env"]}
 
 
+def swarm_ray_token_fetch_call(node: dict, check_mode: bool = False) -> dict:
+    """engines.raytoken.ray_token_fetch_call: argv and stdin of a pull worker's read of the
+    Ray token from the head over the mesh (fleet strings in stdin only, never templated)."""
+    from swarm_infra.engines.raytoken import ray_token_fetch_call
+
+    call = ray_token_fetch_call(node, bool(check_mode))  # type: ignore[arg-type]
+    return {"argv": call["argv"], "stdin": _unsafe(call["stdin"])}
+
+
 def swarm_kubectl_argv(node: str, step: str, context: str, grace_s: int = 0) -> list[str]:
     """resolve.rollout's kubectl commands for a rebooted node: ``step`` ``member`` (is it a
     node of the cluster), ``drain`` or ``uncordon``."""
@@ -326,6 +337,7 @@ class FilterModule:
             "swarm_driver_plan": swarm_driver_plan,
             "swarm_reboot_steps": swarm_reboot_steps,
             "swarm_ray_drain_call": swarm_ray_drain_call,
+            "swarm_ray_token_fetch_call": swarm_ray_token_fetch_call,
             "swarm_kubectl_argv": swarm_kubectl_argv,
             "swarm_ray_upgrade": swarm_ray_upgrade,
             "swarm_note": swarm_note,

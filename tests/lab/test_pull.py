@@ -22,9 +22,11 @@ What each step stands for:
 - lab-gpu-2 keeps its WireGuard key (a node bootstrapped again keeps its identity; the lab
   converged it by push before): its mesh is taken down first (wg-quick stopped, its
   configuration removed), so only the pull apply can bring it back, and the key bootstrap
-  prints is the one recorded in the fleet. The fleet copy has no Ray cluster: a pull worker
-  cannot read the head's token yet (docs/node-layer.md, "The Ray token for pull workers
-  (not built)");
+  prints is the one recorded in the fleet. Its Ray token is removed too: the fleet copy keeps
+  the lab's Ray cluster, and lab-gpu-2, a pull worker and a direct WireGuard peer of the head,
+  must read the token from the head's token port over the mesh (docs/node-layer.md, "The Ray
+  token for pull workers"); the head serves it once converged (by push, from the controller)
+  with the commit that makes lab-gpu-2 a pull node, and serves nobody else;
 - the rollout test makes lab-gpu-1 (lab-a) a pull node too, the canary: the pull nodes in
   name order are [lab-gpu-1], [lab-gpu-2] with the lab's Rollout (canary 1, then 100 %). The
   lab nodes run no node_exporter (the provider's to install), so a stand-in serves the
@@ -42,6 +44,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import socket
 import time
 from collections.abc import Iterator
@@ -56,7 +59,8 @@ from swarm_infra.lab import manager, node
 from swarm_infra.lab.plan import LabNode
 from swarm_infra.lab.state import LabState
 from swarm_infra.resolve import load_fleet
-from tests.labkit import FILES, UNITS, on_node, swarm
+from swarm_infra.resolve.ray import client_env_prefix
+from tests.labkit import FILES, LAB_STATE, UNITS, on_node, swarm
 from tests.pullkit import (
     METRICS_UNIT,
     STATUS,
@@ -72,7 +76,9 @@ from tests.pullkit import (
 )
 
 pytestmark = [pytest.mark.root, pytest.mark.lab]
-LAB_ORDER = 42  # last of those needing the lab converged: it leaves Ray gone from two nodes
+# Last of those needing the lab converged: it leaves two nodes converged from the fleet copy
+# (pull nodes, their agents' files, lab-gpu-1's scratch emptied, the head serving the token).
+LAB_ORDER = 42
 LAB_NEEDS = "converged"
 LAB_LEAVES = "running"
 
@@ -98,6 +104,71 @@ def ssh_port_open(host: str, port: int) -> bool:
         return False
 
 
+# What a node gets from the head's token port (its mesh address): "nothing: <why>", or the
+# SHA-256 of what it read (never the bytes: a token is a secret), 3 s at most.
+_READ_TOKEN_PORT = """
+import hashlib, socket, sys
+try:
+    with socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3) as c:
+        data = c.recv(2048)
+    print("sha256:" + hashlib.sha256(data).hexdigest() if data else "nothing: closed")
+except OSError as exc:
+    print(f"nothing: {type(exc).__name__}")
+"""
+
+
+def token_port_read(name: str, pid: int | None, host: str, port: int) -> str:
+    """:data:`_READ_TOKEN_PORT` run on ``name`` (at its console when ``pid`` is given, else
+    over SSH), with the node's own Python."""
+    if pid is not None:
+        done = node.console(pid, ["python3", "-c", _READ_TOKEN_PORT, host, str(port)])
+        assert done.returncode == 0, done.stderr.decode()[-500:]
+        return done.stdout.decode().strip()
+    return on_node(name, f"python3 -c {shlex.quote(_READ_TOKEN_PORT)} {host} {port}").stdout.strip()
+
+
+def token_digest_and_mode(name: str, pid: int | None = None) -> str:
+    """``<sha256> <mode> <owner>`` of the node's Ray token file (the digest only: never the token)."""
+    path = FILES["ray_auth_token"]
+    command = f"sha256sum {path} | cut -d' ' -f1; stat -c '%a %U' {path}"
+    out = console(pid, command) if pid is not None else on_node(name, command).stdout
+    return " ".join(out.split())
+
+
+def why_failed(pid: int) -> str:
+    """What a failed apply left to read: the tail of the agent's journal on the node (the
+    engine's output; ``no_log`` tasks censored) and the head's token socket and service
+    (their stdout is the connection: the token never reaches a journal)."""
+    agent = node.console(
+        pid, ["journalctl", "-u", UNITS["agent_service"], "--no-pager", "-o", "cat", "-n", "60"]
+    )
+    head = on_node(
+        "lab-head-1",
+        f"systemctl status --no-pager {UNITS['ray_token_socket']}; "
+        "journalctl --no-pager -o cat -n 30 -u 'swarm-ray-token*'",
+        check=False,
+    )
+    return f"agent:\n{agent.stdout.decode()[-3000:]}\nhead:\n{head.stdout[-1500:]}{head.stderr[-500:]}"
+
+
+def converge_head(fleet: Fleet) -> None:
+    """The operator's push converge of the head's Ray layer with the fleet copy's last commit
+    (the head is not behind NAT): it serves the token to the pull workers that commit declares."""
+    swarm("converge", "-i", str(fleet.inventory), "--layer", "ray", "--limit", "lab-head-1")
+
+
+def ray_alive(head_mesh: str) -> set[str]:
+    """The mesh addresses of the Ray cluster's ALIVE nodes, as the head's state API lists them."""
+    ray = LAB_STATE["nodes"]["lab-head-1"]["ray"]
+    dashboard = f"http://{head_mesh}:{ray['dashboard']['port']}"
+    out = on_node(
+        "lab-head-1",
+        f"{client_env_prefix(FILES['ray_auth_token'])} {FILES['ray_venv']}/bin/ray list nodes "
+        f"--format json --limit 1000 --address {dashboard}",
+    ).stdout
+    return {n["node_ip"] for n in json.loads(out) if n["state"] == "ALIVE"}
+
+
 @pytest.fixture(scope="module")
 def pulled(lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     state = LabState.load()
@@ -119,8 +190,10 @@ def pulled(lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         fleet = make_fleet(tmp, url + "fleet.git", made.split("public_key: ")[1].split()[0], "lab", (NODE,))
         fleet.commit("the lab fleet, pulled by lab-gpu-2 once it is declared", fleet.operator)
         # The provider, at the console: the mesh down (only the pull apply may bring it
-        # back), then the agent and bootstrap.
-        console(pid, f"systemctl stop {UNITS['wireguard']} && rm -f {FILES['wireguard_conf']}")
+        # back) and the Ray token gone (only the read over the mesh may bring it back),
+        # then the agent and bootstrap.
+        console(pid, f"systemctl stop {UNITS['wireguard']} && rm -f {FILES['wireguard_conf']} "
+                     f"{FILES['ray_auth_token']}")  # fmt: skip
         out = provide(pid, fleet, NODE, SITE, host, nat=True)
         print(f"\ntest_pull: Git server, fleet repository and {NODE} bootstrapped in "
               f"{time.monotonic() - started:.1f} s")  # fmt: skip
@@ -180,6 +253,9 @@ def test_a_nat_node_is_bootstrapped_merged_signed_and_joins_the_mesh_by_pull(pul
     assert (
         on_node("lab-head-1", f"ping -c 1 -W 2 {own_mesh}", check=False).returncode != 0
     )  # its mesh is down
+    assert console(lab.pid, f"test -e {FILES['ray_auth_token']} && echo held || echo none").strip() == "none"
+    # The operator converges the head with the merged commit: it now serves lab-gpu-2 the token.
+    converge_head(lab.fleet)
     started = time.monotonic()
     rc, status, textfile = run_agent(lab.pid)
     took = time.monotonic() - started
@@ -188,7 +264,7 @@ def test_a_nat_node_is_bootstrapped_merged_signed_and_joins_the_mesh_by_pull(pul
         merged,
         merged,
         0,
-    ), status["reason"]
+    ), f"{status['reason']}\n{why_failed(lab.pid)}"
     assert rc == 0 and status["changed"] > 0  # wg0's configuration, the agent's own files
     assert report_info(textfile) == {"commit": merged, "result": "applied", "applied_commit": merged}
     assert 0 < status["duration_s"] <= took + 1
@@ -204,6 +280,28 @@ def test_a_nat_node_is_bootstrapped_merged_signed_and_joins_the_mesh_by_pull(pul
     console(lab.pid, f"ping -c 3 -i 0.3 -W 2 {head_mesh} >/dev/null")
     assert on_node("lab-head-1", f"ping -c 3 -i 0.3 -W 2 {own_mesh}", check=False).returncode == 0
     assert key in on_node("lab-head-1", "wg show wg0 peers").stdout.split()
+
+    # Its Ray layer read the cluster's token from the head over the mesh: the head's token,
+    # root's, 0600 (compared by digest), and its Ray worker joined the cluster on its mesh address.
+    head_token = token_digest_and_mode("lab-head-1")
+    assert head_token.endswith(" 600 root"), head_token
+    assert token_digest_and_mode(NODE, lab.pid) == head_token
+    assert console(lab.pid, f"systemctl is-active {UNITS['ray_worker']}").strip() == "active"
+    # The unit is started once its raylet answers, and the raylet registers as it starts:
+    # polled on the head's state API for 30 s at most.
+    deadline = time.monotonic() + 30
+    while own_mesh not in (alive := ray_alive(head_mesh)) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert own_mesh in alive, alive
+
+    # The head serves its token port to lab-gpu-2 alone: the same token over the mesh, and
+    # nothing to lab-gpu-1 (a push member, a direct mesh peer) nor to the head itself.
+    port = int(load_fleet(fleet_paths(lab.fleet.inventory)).fleet.ray.ports["token"])
+    digest = head_token.split()[0]
+    assert token_port_read(NODE, lab.pid, head_mesh, port) == f"sha256:{digest}"
+    for name in ("lab-gpu-1", "lab-head-1"):
+        got = token_port_read(name, None, head_mesh, port)
+        assert got.startswith("nothing: "), f"{name} read the token port: {got[:7]}"
 
 
 def test_the_controller_reaches_the_nat_node_over_the_mesh(pulled: Lab) -> None:
@@ -295,6 +393,9 @@ def test_a_later_batch_waits_for_the_canary_and_a_failed_canary_halts_it(pulled:
     next(d for d in docs if d["metadata"]["name"] == CANARY)["spec"]["convergence"] = "pull"
     nodes.write_text(yaml.safe_dump_all(docs, sort_keys=False))
     both = lab.fleet.commit(f"{CANARY} converges by pull too: the canary", lab.fleet.operator)
+    # The head serves the canary the token too once converged with that commit (its Ray layer
+    # reads it over the mesh as a pull worker from now on).
+    converge_head(lab.fleet)
 
     # lab-gpu-2 (batch 2) reads the canary's report over the mesh: not this commit, so it waits.
     assert f'result="applied",applied_commit="{both}"' not in peer_report(lab, url)

@@ -118,6 +118,26 @@ def _controlled_fleet(tmp: Path) -> Path:
 
 
 CONTROLLER_KEY = "GK9rBwkn3vUFr6s2PZXxJbVvjGy5h8wAS6FaA3Bq8nA="
+SIGNER_KEY = "AAAAC3NzaC1lZDI1NTE5AAAAIOQxQJhF2zz4pZl2bsm3C6i0u1FZSxiQwZ7Wc7d9Wn5R"  # an ssh-ed25519 key
+
+
+def _pulled_fleet(tmp: Path) -> Path:
+    """The lab fleet whose lab-gpu-2, a Ray worker and a direct WireGuard peer of the head,
+    converges by pull: the head serves it the Ray token over the mesh (socket, service,
+    firewall rule) and it reads the token from there, whichever engine applies."""
+    shutil.copytree(ROOT / "inventory" / "lab", tmp / "inventory" / "lab-pulled")
+    shutil.copytree(ROOT / "policies" / "lab", tmp / "policies" / "lab-pulled")
+    shutil.copytree(ROOT / "policies" / "shared", tmp / "policies" / "shared")
+    path = tmp / "inventory" / "lab-pulled" / "nodes.yaml"
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    next(d for d in docs if d["metadata"]["name"] == "lab-gpu-2")["spec"]["convergence"] = "pull"
+    path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    policies = tmp / "policies" / "lab-pulled"
+    (policies / "allowed_signers").write_text(f"ops@example.org ssh-ed25519 {SIGNER_KEY}\n")
+    with (policies / "rollout.yaml").open("a") as f:
+        f.write("  pull: {remote: https://git.example.org/f.git, ref: main, fleet: lab-pulled, "
+                "allowed_signers_file: allowed_signers}\n")  # fmt: skip
+    return tmp / "inventory" / "lab-pulled"
 
 
 # ------------------------------------------------------------------------- the facts
@@ -207,6 +227,12 @@ def _ansible(layer: str, hostvars: dict[str, Any], groups: set[str], node: dict[
             # The drivers layer's refusal (the probe is a fixture here, so its condition is
             # known; other layers' refusals wait on results this test does not have).
             managed["refused"] = str(a["msg"])
+        elif m == "command" and a.get("argv", [])[:2] == ["python3", "-c"] and "stdin" in a:
+            # A node-side call: a pull worker's read of the Ray token (its function and arguments).
+            # (the reader's templar gives the JSON already parsed; Ansible keeps it text: _unsafe)
+            call = a["stdin"] if isinstance(a["stdin"], dict) else json.loads(str(a["stdin"]))
+            if call["call"] == "fetch":
+                managed["token_read"] = (*call["args"], call["kwargs"].get("check_mode", False))
         elif m == "debug" and "msg" in a:
             msgs = a["msg"] if isinstance(a["msg"], list) else [a["msg"]]
             managed["notes"] |= {str(x) for x in msgs if not str(x).startswith("check mode:")}
@@ -251,6 +277,10 @@ class _Recorder:
             unit["enabled"] = enabled
         if running is not None or kw.get("restarted"):
             unit["running"] = bool(running) or bool(kw.get("restarted"))
+        return _Op()
+
+    def ray_token_fetch(self, host_ip: str, port: int, path: str, **kw: Any) -> _Op:
+        self.m["token_read"] = (host_ip, port, path, False)
         return _Op()
 
     def apt_install(self, packages: list[str], **kw: Any) -> _Op:
@@ -402,7 +432,7 @@ def _pyinfra(
 def _empty() -> dict[str, Any]:
     return {"files": {}, "downloads": [], "sources": [], "packages": {}, "absent": [], "held": [],
             "units": {}, "pip": None, "tunables": [], "gpu": None, "reboot": False, "notes": set(),
-            "refused": None}  # fmt: skip
+            "refused": None, "token_read": None}  # fmt: skip
 
 
 def _file(managed: dict[str, Any], item: dict[str, Any]) -> None:
@@ -420,8 +450,8 @@ def _spec(spec: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in spec.items() if v not in (None, [], {}) or k == "sysctls"}
 
 
-FLEETS = ["lab", "example", "bare", "keyed", "controlled"]
-MAKE = {"bare": _bare_fleet, "keyed": _keyed_fleet, "controlled": _controlled_fleet}
+FLEETS = ["lab", "example", "bare", "keyed", "controlled", "pulled"]
+MAKE = {"bare": _bare_fleet, "keyed": _keyed_fleet, "controlled": _controlled_fleet, "pulled": _pulled_fleet}
 
 
 @pytest.fixture(scope="module")

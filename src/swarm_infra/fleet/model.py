@@ -386,6 +386,8 @@ RAY_PORTS = {
     "dashboard_agent_grpc": 6383,
     "dashboard_agent_http": 6384,
     "metrics_export": 6385,
+    # The head's token port for pull workers (a systemd socket, not Ray's; resolve.ray.token_admission).
+    "token": 6386,
     "client_server": 10001,
     "min_worker": 10002,
     "max_worker": 10100,

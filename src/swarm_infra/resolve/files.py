@@ -331,8 +331,9 @@ def ray_firewall_rules(node: NodeState) -> str:
     dashboard's declared clients) open connections to Ray's ports: replies to connections
     already made pass first, then loopback, then the members over the mesh interface; every
     other new connection to a Ray port is dropped, on every interface (Ray binds every
-    interface even with --node-ip-address). The first two lines make a reload replace the
-    table whole."""
+    interface even with --node-ip-address). On a head serving pull workers the token port
+    admits those workers' mesh addresses over the mesh interface and nothing else, ahead of
+    loopback. The first two lines make a reload replace the table whole."""
     ray, units = node["ray"], node["layout"]["units"]
     assert ray is not None  # rendered for nodes in the Ray cluster only
     fw = ray["firewall"]
@@ -340,6 +341,16 @@ def ray_firewall_rules(node: NodeState) -> str:
     ports = ", ".join(str(int(p)) for p in fw["tcp_ports"])
     ranges = [f"{int(first)}-{int(last)}" for first, last in fw["tcp_ranges"]]
     members = ", ".join(str(ipaddress.IPv4Address(a)) for a in fw["members"])
+    # The head's token port (pull workers read the token there): its admitted clients over
+    # the mesh interface, and nobody else, loopback included (before loopback's accept).
+    token_rules = []
+    if fw["token_port"] is not None and fw["token_clients"]:
+        clients = ", ".join(str(ipaddress.IPv4Address(a)) for a in fw["token_clients"])
+        token = int(fw["token_port"])
+        token_rules = [
+            f"    iifname {iface} ip saddr {{ {clients} }} tcp dport {token} accept",
+            f"    tcp dport {token} drop",
+        ]
     lines = [
         _header("Ray layer").rstrip("\n"),
         "# Only the Ray cluster's members (over the mesh) open connections to Ray's ports; every",
@@ -355,6 +366,7 @@ def ray_firewall_rules(node: NodeState) -> str:
         "  chain input {",
         "    type filter hook input priority filter; policy accept;",
         "    ct state established,related accept",
+        *token_rules,
         '    iifname "lo" accept',
         f"    iifname {iface} ip saddr @members tcp dport {{ {ports} }} accept",
         *(f"    iifname {iface} ip saddr @members tcp dport {r} accept" for r in ranges),
@@ -423,6 +435,83 @@ def ray_firewall_unit(node: NodeState) -> str:
         "\n"
         "[Install]\n"
         "WantedBy=multi-user.target\n"
+    )
+
+
+def ray_token_socket(node: NodeState) -> str:
+    """systemd socket unit on a head serving pull workers (systemd.socket(5)): the token
+    port on the head's mesh address only (``FreeBind=yes``: it binds before wg0 holds the
+    address), one service instance per connection (``Accept=yes``), a few connections at a
+    time. The Ray firewall (loaded first) admits only the workers
+    (:func:`ray_firewall_rules`)."""
+    ray, units = node["ray"], node["layout"]["units"]
+    assert ray is not None and ray["firewall"]["token_port"] is not None  # a head serving pull workers
+    address = str(ipaddress.IPv4Address(ray["node_ip"]))
+    port = int(ray["firewall"]["token_port"])
+    return (
+        _header("Ray layer") + "[Unit]\n"
+        f"Description=Ray's token for the cluster's pull workers, on {address}:{port} over the mesh (swarm)\n"
+        "# After the firewall that admits only the pull workers. Without the default dependencies:\n"
+        "# they order a socket before sockets.target, which the firewall service (after\n"
+        "# basic.target) cannot precede (systemd.socket(5), systemd.special(7)).\n"
+        "DefaultDependencies=no\n"
+        f"After=sysinit.target {units['ray_firewall']}\n"
+        f"Requires={units['ray_firewall']}\n"
+        "Conflicts=shutdown.target\n"
+        "Before=shutdown.target\n"
+        "\n"
+        "[Socket]\n"
+        f"ListenStream={address}:{port}\n"
+        "# The mesh address exists once wg0 is up: bind it before.\n"
+        "FreeBind=yes\n"
+        "Accept=yes\n"
+        "MaxConnections=16\n"
+        "MaxConnectionsPerSource=4\n"
+        "\n"
+        "[Install]\n"
+        "WantedBy=multi-user.target\n"
+    )
+
+
+def ray_token_service(node: NodeState) -> str:
+    """The per-connection service of :func:`ray_token_socket` (systemd.service(5),
+    ``Accept=yes`` makes it a template): writes the token file to the connection and ends.
+    Root reads the 0600 file; nothing else: no capability, the file system read-only, no
+    network of its own to open (the connection is handed over), a few seconds at most."""
+    ray, files = node["ray"], node["layout"]["files"]
+    assert ray is not None
+    token = line_value(files["ray_auth_token"]["path"], "Ray token path")
+    return (
+        _header("Ray layer") + "[Unit]\n"
+        "Description=Ray's token for one pull worker's connection (swarm)\n"
+        "\n"
+        "[Service]\n"
+        f"ExecStart=/bin/cat {token}\n"
+        "StandardInput=null\n"
+        "StandardOutput=socket\n"
+        "StandardError=journal\n"
+        "RuntimeMaxSec=10\n"
+        "UMask=0077\n"
+        "CapabilityBoundingSet=\n"
+        "NoNewPrivileges=yes\n"
+        "ProtectSystem=strict\n"
+        "ProtectHome=yes\n"
+        "PrivateTmp=yes\n"
+        "PrivateDevices=yes\n"
+        "ProtectKernelTunables=yes\n"
+        "ProtectKernelModules=yes\n"
+        "ProtectKernelLogs=yes\n"
+        "ProtectControlGroups=yes\n"
+        "ProtectClock=yes\n"
+        "ProtectHostname=yes\n"
+        "RestrictAddressFamilies=AF_UNIX\n"
+        "RestrictNamespaces=yes\n"
+        "RestrictRealtime=yes\n"
+        "RestrictSUIDSGID=yes\n"
+        "LockPersonality=yes\n"
+        "MemoryDenyWriteExecute=yes\n"
+        "SystemCallArchitectures=native\n"
+        "SystemCallFilter=@system-service\n"
     )
 
 
@@ -747,6 +836,14 @@ def layer_files(
             _item(f["ray_firewall_unit"], "file", ray_firewall_unit(node)),
             _item(f[f"ray_{ray['role']}_unit"], "file", ray_unit(node)),
             _item(f[f"ray_{other}_unit"], "absent"),
+            *(
+                [
+                    _item(f["ray_token_service"], "file", ray_token_service(node)),
+                    _item(f["ray_token_socket"], "file", ray_token_socket(node)),
+                ]
+                if ray["firewall"]["token_port"] is not None
+                else [_item(f["ray_token_socket"], "absent"), _item(f["ray_token_service"], "absent")]
+            ),
         ]
     if layer == "mesh":
         keys = dict(peer_keys or {})

@@ -71,6 +71,8 @@ def node_layout(interface: str = "wg0") -> LayoutState:
       ``ray_venv``, ``ray_head_unit``, ``ray_worker_unit``: Ray in its own virtualenv and its
       units; ``ray_firewall_rules``, ``ray_firewall_unit``: Ray's ports kept off the underlay;
       ``ray_lock``, ``ray_index_ca``: the pip lock Ray installs from and the index's CA;
+      ``ray_token_socket``, ``ray_token_service``: on a head serving pull workers, the socket
+      on its mesh address and the per-connection service writing the token to it;
       ``wireguard_dir``, ``wireguard_key`` (the private key, never read back),
       ``wireguard_conf`` (no private key in it), ``wireguard_peers`` (public keys of peers);
       ``wireguard_dropin``: selects wireguard-go where the kernel has no WireGuard module;
@@ -86,7 +88,8 @@ def node_layout(interface: str = "wg0") -> LayoutState:
       trusts: those of the last commit it applied), ``agent_service``, ``agent_timer``: the
       pull agent, written by the host layer on pull nodes (its own files: :data:`AGENT_LOCAL`).
     ``units``: ``gpu_apply``, ``wireguard`` (wg-quick@IFACE), ``persistenced``,
-    ``fabricmanager``, ``ray_head``, ``ray_worker``, ``ray_firewall``, ``agent_service``, ``agent_timer``.
+    ``fabricmanager``, ``ray_head``, ``ray_worker``, ``ray_firewall``, ``ray_token_socket``,
+    ``agent_service``, ``agent_timer``.
     """
     wg_unit = f"wg-quick@{interface}"
     return {
@@ -107,6 +110,9 @@ def node_layout(interface: str = "wg0") -> LayoutState:
             "ray_worker_unit": _file(f"{UNIT_DIR}/ray-worker.service"),
             "ray_firewall_rules": _file(f"{ETC_DIR}/ray-firewall.nft"),
             "ray_firewall_unit": _file(f"{UNIT_DIR}/swarm-ray-firewall.service"),
+            # The head's token for pull workers: socket (Accept=yes) and its service template.
+            "ray_token_socket": _file(f"{UNIT_DIR}/swarm-ray-token.socket"),
+            "ray_token_service": _file(f"{UNIT_DIR}/swarm-ray-token@.service"),
             "ray_sysusers": _file(f"/etc/sysusers.d/{RAY_USER}.conf"),
             # The pip lock Ray's virtualenv installs from (hashes), and the index's private CA.
             "ray_lock": _file(f"{ETC_DIR}/ray-requirements.lock"),
@@ -145,6 +151,7 @@ def node_layout(interface: str = "wg0") -> LayoutState:
             "ray_head": "ray-head.service",
             "ray_worker": "ray-worker.service",
             "ray_firewall": "swarm-ray-firewall.service",
+            "ray_token_socket": "swarm-ray-token.socket",
             "agent_service": "swarm-agent.service",
             "agent_timer": "swarm-agent.timer",
         },

@@ -13,7 +13,7 @@ from .labels import FLAVOR_LABEL, NODE_CLASS_LABEL, SITE_LABEL
 from .layout import node_layout
 from .mesh import ssh_over_mesh
 from .pull import pull_state
-from .ray import bare_node_ray, fleet_ray_version, wan_rtt_ms
+from .ray import bare_node_ray, fleet_ray_version, token_admission, wan_rtt_ms
 from .ray import members as ray_members
 from .types import (
     GpuDevice,
@@ -63,6 +63,16 @@ class NodeResolver:
         # One figure for the whole cluster: the GCS judges every node by the same settings.
         sites = [a.fleet.nodes[n].site for n in self.ray_roles]
         self.ray_rtt = wan_rtt_ms(a.fleet, sites[0], sites) if sites else 0.0  # sites[0]: the head's
+        # The pull workers the head serves the token to over the mesh (its direct peers).
+        self.token_clients: dict[str, str] = {}
+        if self.ray_roles:
+            head = next(n for n, r in self.ray_roles.items() if r == "head")
+            pull = {
+                n: str(a.addresses[n])
+                for n, r in self.ray_roles.items()
+                if r == "worker" and a.fleet.nodes[n].convergence == "pull"
+            }
+            self.token_clients, _ = token_admission(peers.get(head, []), pull)
         self._gpu: dict[tuple[str, str], GpuSettings] = {}
         self._host: dict[str, dict[str, Any]] = {}
         self._sharing: dict[str | None, GpuSharingState] = {}
@@ -196,6 +206,8 @@ class NodeResolver:
                 [str(a.addresses[n]) for n in self.ray_roles],
                 fleet_ray_version(fleet),
                 self.ray_rtt,
+                token_clients=list(self.token_clients.values()) if role == "head" else [],
+                token_by_pull=node.name in self.token_clients,
             )
         scratch = fleet.storage.scratch if fleet.storage is not None else None
         if scratch is not None and node.nvme:

@@ -25,6 +25,7 @@ Rules:
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -32,9 +33,18 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..fleet.model import Fleet, Node, RayCluster, RayRequest, Site
+from ..nodeside.raytoken import token_problem as _token_problem
 from .labels import FLAVOR_LABEL, REGION_LABEL, SITE_LABEL
 from .layout import RAY_USER
-from .types import NodeState, RayClusterState, RayFirewallState, RayGroupState, RayNodeState
+from .types import (
+    NodeState,
+    PeerState,
+    RayClusterState,
+    RayFirewallState,
+    RayGroupState,
+    RayNodeState,
+    RayTokenSourceState,
+)
 
 RESERVE_PERCENT = 10  # of a node's CPUs and memory, left to the kubelet and system daemons
 GIB = 1 << 30
@@ -357,26 +367,64 @@ def members(ray: RayCluster, fleet: Fleet) -> tuple[list[str], list[str]]:
     return heads, workers
 
 
-def firewall_rule(ray: RayCluster, interface: str, members: Sequence[str], head: bool) -> RayFirewallState:
+def firewall_rule(
+    ray: RayCluster, interface: str, members: Sequence[str], head: bool, token_clients: Sequence[str] = ()
+) -> RayFirewallState:
     """Who may connect to Ray's ports on a member (``members``: the cluster's members' mesh
     addresses; ``head``: the node is the head). Ray binds every interface even with
     --node-ip-address (measured with Ray 2.60) and, without the firewall, any mesh peer (a
     relay, a storage node, any new provider) could submit a job: so only loopback and the
     members over the mesh interface pass, and on the head the dashboard's declared clients
-    (the job API); every other connection to a Ray port is dropped, on every interface."""
+    (the job API); every other connection to a Ray port is dropped, on every interface.
+    ``token_clients`` (the head's only): the mesh addresses its token port admits
+    (:func:`token_admission`), over the mesh interface only, loopback not even; none: no
+    token port on the node."""
     ports = dict(ray.ports)
     low, high = ports.pop("min_worker"), ports.pop("max_worker")
+    token_port = ports.pop("token")
     if ray.dashboard_enabled:
         ports["dashboard"] = ray.dashboard_port
     dashboard = ray.dashboard_port if head and ray.dashboard_enabled else None
+    clients = sorted(token_clients, key=_address_key) if head else []
     return {
         "mesh_interface": interface,
-        "members": sorted(members, key=lambda a: tuple(int(x) for x in a.split("."))),
+        "members": sorted(members, key=_address_key),
         "dashboard_port": dashboard,
         "dashboard_clients": list(ray.dashboard_clients) if dashboard else [],
         "tcp_ports": sorted(set(ports.values())),
         "tcp_ranges": [[low, high]],
+        "token_port": token_port if clients else None,
+        "token_clients": clients,
     }
+
+
+def _address_key(address: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in address.split("."))
+
+
+def token_admission(
+    head_peers: Sequence[PeerState], pull_workers: Mapping[str, str]
+) -> tuple[dict[str, str], list[str]]:
+    """Which pull workers (``{name: mesh address}``) the head serves the cluster's token to
+    over the mesh: ``(admitted {name: address}, relayed names)``, both in name order.
+
+    A worker is admitted when the head's resolved peers (``head_peers``: its wg0 peers,
+    :func:`swarm_infra.resolve.mesh.peers`) route its address through the worker's own peer
+    entry and no other: WireGuard's cryptokey routing accepts a packet from a peer only when
+    its source address lies in that peer's AllowedIPs (wireguard.com, "Cryptokey Routing"),
+    so a direct peer's mesh address names it. A worker whose address the head routes through
+    a relay (another peer whose AllowedIPs hold it), or not at all, is not admitted: the
+    relay could send with that source address (rule ``pull.ray-token-unreachable``)."""
+    nets = [(p["name"], ipaddress.IPv4Network(c)) for p in head_peers for c in p["allowed_ips"]]
+    admitted: dict[str, str] = {}
+    relayed: list[str] = []
+    for name, address in sorted(pull_workers.items()):
+        ip = ipaddress.IPv4Address(address)
+        if {peer for peer, net in nets if ip in net} == {name}:
+            admitted[name] = address
+        else:
+            relayed.append(name)
+    return admitted, relayed
 
 
 def client_env(token_path: str) -> dict[str, str]:
@@ -396,15 +444,8 @@ def token_command(path: str) -> str:
     return "umask 077 && python3 -c 'import secrets; print(secrets.token_hex(32))' > " + shlex.quote(path)
 
 
-def token_problem(text: str) -> str | None:
-    """Why ``text`` (a token file's content, read from the head) is not a token as
-    :func:`token_command` makes one (64 lowercase hexadecimal characters and a newline), or
-    None. The head's root can put anything in its file, and the workers write what it holds:
-    the reason never quotes the value (it would be a secret when it is a token)."""
-    token = text[:-1] if text.endswith("\n") else text
-    if len(token) == 64 and all(c in "0123456789abcdef" for c in token):
-        return None
-    return f"expected 64 hexadecimal characters and a newline, got {len(text)} characters"
+# The token file's check is the node-side code's (a pull worker runs it on itself): one rule.
+token_problem = _token_problem
 
 
 def client_env_prefix(token_path: str) -> str:
@@ -458,6 +499,11 @@ def start_args(state: RayNodeState) -> list[str]:
     return args
 
 
+def token_source(head_ip: str, port: int) -> RayTokenSourceState:
+    """Where a pull worker reads the cluster's token: the head's mesh address and token port."""
+    return {"host": head_ip, "port": port}
+
+
 def bare_node_ray(
     ray: RayCluster,
     node: Node,
@@ -470,13 +516,18 @@ def bare_node_ray(
     members: Sequence[str],
     ray_version: str,
     wan_rtt: float = 0.0,
+    token_clients: Sequence[str] = (),
+    token_by_pull: bool = False,
 ) -> RayNodeState:
     """NodeState.ray of ``node`` in the bare-node Ray cluster ``ray`` (``role``: head or
     worker; ``node_ip``/``head_ip``: mesh addresses, which Ray advertises and joins on;
     ``head``: the head's name; ``members``: every member's mesh address, for the firewall;
     ``ray_version``: the fleet's Ray release, :func:`fleet_ray_version`; ``wan_rtt``: the
     worst RTT between the head's site and a member's, ms, :func:`wan_rtt_ms`, from which the
-    health check and GCS timeouts follow, :func:`wan_config`).
+    health check and GCS timeouts follow, :func:`wan_config`; ``token_clients``: on the head,
+    the mesh addresses of the pull workers it serves the token to, :func:`token_admission`;
+    ``token_by_pull``: on a worker, it reads the token from the head's token port over the
+    mesh, not through the controller).
 
     GPUs are declared to Ray as logical GPUs (``--num-gpus``), simulated ones too (the
     state says so); the object store is the policy's size, else its percent of the node's
@@ -514,7 +565,8 @@ def bare_node_ray(
         "dashboard": {"host": head_ip, "port": ray.dashboard_port}
         if role == "head" and ray.dashboard_enabled
         else None,
-        "firewall": firewall_rule(ray, interface, members, role == "head"),
+        "firewall": firewall_rule(ray, interface, members, role == "head", token_clients),
+        "token_source": token_source(head_ip, ports["token"]) if role == "worker" and token_by_pull else None,
         "wan_rtt_ms": round(wan_rtt, 3),
         "config": wan_config(wan_rtt),
         "start_args": [],

@@ -248,6 +248,16 @@ class RayFirewallState(TypedDict):
     dashboard_clients: list[str]  # CIDRs besides the members allowed to it (RayCluster dashboard.clients)
     tcp_ports: list[int]
     tcp_ranges: list[list[int]]  # [first, last] port ranges (worker processes)
+    # The head's token port (RayCluster spec.ports.token) while it serves pull workers; else None.
+    token_port: int | None
+    token_clients: list[str]  # mesh addresses admitted to it (resolve.ray.token_admission), sorted
+
+
+class RayTokenSourceState(TypedDict):
+    """Where a pull worker reads its Ray cluster's token over the mesh (the head's socket unit)."""
+
+    host: str  # the head's mesh address
+    port: int  # its token port (RayCluster spec.ports.token)
 
 
 class RayDashboardState(TypedDict):
@@ -288,6 +298,9 @@ class RayNodeState(TypedDict):
     ports: dict[str, int]  # gcs, node_manager, object_manager, ..., min_worker, max_worker
     dashboard: RayDashboardState | None  # the head's dashboard and job API; None elsewhere
     firewall: RayFirewallState
+    # A worker converged by pull reads the token from the head over the mesh; None: through
+    # the controller (push), or on the head.
+    token_source: RayTokenSourceState | None
     wan_rtt_ms: float  # worst RTT head site <-> a member's site, ms (measured or declared, the higher)
     config: dict[str, int]  # Ray config (health check, GCS reconnect) from wan_rtt_ms: RAY_<name> in the unit
     start_args: list[str]  # `ray start ...` arguments after `ray`: the units' ExecStart, for both engines

@@ -452,17 +452,21 @@ def ray_upgrade() -> None:
 
 def ray_layer() -> None:
     """The fleet's own Ray cluster over the mesh: the cluster's token (made on the head,
-    copied to the workers), Ray's unprivileged user, nftables letting only the members reach
-    Ray's ports, the pinned Ray in its virtualenv from the declared package index, and the
-    head or worker unit (restarted only when Ray, its unit or its token changed). A node
-    outside the cluster keeps none of the layer's units or files."""
+    copied to the workers; a pull worker reads it from the head's token port over the mesh,
+    which the head serves to such workers only), Ray's unprivileged user, nftables letting
+    only the members reach Ray's ports, the pinned Ray in its virtualenv from the declared
+    package index, and the head or worker unit (restarted only when Ray, its unit or its
+    token changed). A node outside the cluster keeps none of the layer's units or files."""
     node = _node()
     ray, layout = node["ray"], node["layout"]
     paths, units = layout["files"], layout["units"]
     own = units[f"ray_{ray['role']}"] if ray else None
-    for role in ("ray_head", "ray_worker", "ray_firewall"):
-        present = ops.snapshot()["paths"].get(paths[f"{role}_unit"]["path"]) is not None
-        if present and (not ray or (units[role] != own and role != "ray_firewall")):
+    serves = bool(ray and ray["firewall"]["token_port"] is not None)
+    unit_files = {r: f"{r}_unit" for r in ("ray_head", "ray_worker", "ray_firewall")}
+    for role, file in {**unit_files, "ray_token_socket": "ray_token_socket"}.items():
+        present = ops.snapshot()["paths"].get(paths[file]["path"]) is not None
+        keep = role == "ray_firewall" or units[role] == own or (role == "ray_token_socket" and serves)
+        if present and (not ray or not keep):
             ops.unit(
                 name=f"Stop and disable {units[role]} (not this node's)",
                 service=units[role],
@@ -480,7 +484,16 @@ def ray_layer() -> None:
     # members reach Ray's ports, its unit, this node's Ray unit; then Ray's token: made on
     # the head, copied from it to each worker (the head's step runs first), root's only.
     made = layer_items(node, "ray", "Ray layer")
-    token = ops.ray_token(name="Ray's token", path=paths["ray_auth_token"]["path"], head=ray["head"])
+    source = ray["token_source"]
+    if source is None:
+        token = ops.ray_token(name="Ray's token", path=paths["ray_auth_token"]["path"], head=ray["head"])
+    else:  # a pull worker: from the head's token port over the mesh
+        token = ops.ray_token_fetch(
+            name="Ray's token, read from the head over the mesh",
+            host_ip=source["host"],
+            port=source["port"],
+            path=paths["ray_auth_token"]["path"],
+        )
     ops.system_user(
         name="Make Ray's unprivileged user from its sysusers.d file",
         user=ray["user"],
@@ -500,6 +513,21 @@ def ray_layer() -> None:
     # Reloaded, not restarted: Ray's units require the firewall, and a restart of a required
     # unit restarts them (systemd.unit(5), Requires=); new members must not restart Ray.
     ops.unit(name="Reload the Ray firewall", service=firewall, reloaded=True, _if=any_changed(rules, fw_unit))
+    if serves:
+        # The head's token port for pull workers, after the firewall that admits only them.
+        socket_file = made[paths["ray_token_socket"]["path"]]
+        service_file = made[paths["ray_token_service"]["path"]]
+        sock = units["ray_token_socket"]
+        ops.unit(
+            name="Reload systemd (the token socket or service changed)",
+            service=sock,
+            daemon_reload=True,
+            _if=any_changed(socket_file, service_file),
+        )
+        ops.unit(name="Enable and start the token socket for pull workers", service=sock, running=True,
+                 enabled=True)  # fmt: skip
+        ops.unit(name="Restart the token socket (its address or port changed)", service=sock,
+                 restarted=True, _if=any_changed(socket_file))  # fmt: skip
     install = ops.pip_requirements(
         name="Install Ray's lock in its virtualenv from the declared package index",
         venv=paths["ray_venv"]["path"],

@@ -548,6 +548,25 @@ def ray_token(path: str, head: str) -> Generator[StringCommand, None, None]:
     yield StringCommand("sh", "-c", QuoteString(f"umask 077 && cat > {shlex.quote(path)}"), _stdin=text)
 
 
+@operation()
+def ray_token_fetch(host_ip: str, port: int, path: str) -> Generator[StringCommand, None, None]:
+    """A pull worker's copy of the Ray cluster's token, read from the head's token port
+    (``host_ip``:``port``, the head's mesh address) by the node itself
+    (:func:`swarm_infra.nodeside.raytoken.fetch`: a bounded read, the token checked, written
+    mode 0600): first read without writing, to know whether the node's file differs, then
+    written where it does. The token never reaches the controller; a head that cannot be
+    read, or whose answer is not a token, fails the host with the reason.
+
+    **Example:** ``ray_token_fetch(name="Ray's token", host_ip=src["host"], port=src["port"], path=p)``"""
+    from ...nodeside import raytoken
+
+    plan = _nodeside_fact(raytoken, "ray-token", "fetch", host_ip, port, path, check_mode=True)
+    if not plan.get("changed"):
+        return
+    changing()
+    yield _nodeside_command(raytoken, "fetch", host_ip, port, path)
+
+
 # ------------------------------------------------------------------- reboots in batches
 
 

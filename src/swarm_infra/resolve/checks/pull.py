@@ -13,8 +13,10 @@ from ...fleet.lockfile import read_referenced
 from ...fleet.model import Fleet
 from ..analysis import Analysis
 from ..keys import wireguard_key_problem
+from ..mesh import peers as mesh_peers
 from ..pull import MAX_SIGNERS_BYTES, allowed_signers_problems, ref_name, remote_scheme
 from ..ray import members as ray_members
+from ..ray import token_admission
 
 
 def read_pull_files(fleet: Fleet, roots: Sequence[str]) -> tuple[Fleet, list[Finding], list[Diagnostic]]:
@@ -120,25 +122,37 @@ def public_keys_unique(a: Analysis) -> Iterator[Finding]:
 
 def pull_ray_members(a: Analysis) -> Iterator[Finding]:
     """``pull.ray-token-unreachable`` (a warning): a pull node in the fleet's bare-node Ray
-    cluster as a worker. Its Ray layer reads the cluster's token from the head over the
-    controller's connection (the ray role's ``delegate_to`` the head); with ``-c local`` there
-    is none, so that layer fails on the node until the token has a path without the
-    controller. The other layers apply."""
+    cluster as a worker that the head does not serve the token to. A pull worker reads the
+    cluster's token from the head's token port over the mesh, and the head admits only the
+    pull workers that are its direct WireGuard peers (:func:`..ray.token_admission`): one the
+    head reaches through a relay is refused (the relay holds its address in its AllowedIPs
+    at the head and could send as it), so that worker's Ray layer fails on the node until
+    it has the token (the other layers apply)."""
     ray = a.fleet.ray
-    if ray is None or a.fleet.mesh is None:
+    if ray is None or a.fleet.mesh is None or a.topology is None:
         return
     heads, workers = ray_members(ray, a.fleet)
-    for name in workers:
-        node = a.fleet.nodes[name]
-        if node.convergence == "pull" and name not in heads:
-            yield Finding(
-                node.source,
-                ("spec", "convergence"),
-                "pull.ray-token-unreachable",
-                "a pull node in the Ray cluster: its Ray layer cannot read the cluster's token from "
-                "the head without the controller, and fails (the other layers apply)",
-                "warning",
-            )
+    pull = {
+        n: str(a.addresses[n])
+        for n in workers
+        if a.fleet.nodes[n].convergence == "pull" and n not in heads and n in a.addresses
+    }
+    if not pull or not heads:
+        return
+    peers, _ = mesh_peers(a.fleet, a.topology, a.addresses, a.controller_address)
+    _, relayed = token_admission(peers.get(heads[0], []), pull)
+    for name in relayed:
+        yield Finding(
+            a.fleet.nodes[name].source,
+            ("spec", "convergence"),
+            "pull.ray-token-unreachable",
+            f"a pull node in the Ray cluster that is not a direct WireGuard peer of the head "
+            f"{heads[0]} (the head routes its mesh address through another peer, a relay, which "
+            "could send as it): the head does not serve it the cluster's token over the mesh, so "
+            "its Ray layer fails (the other layers apply). Converge it by push, or give it a "
+            "direct path to the head",
+            "warning",
+        )
 
 
 CHECKS = (pull_declared, public_keys_unique, pull_ray_members)
