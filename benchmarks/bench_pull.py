@@ -26,7 +26,7 @@ Needs root and no lab up; brings labs up and takes them down. For each size N:
    member, ``spec.pull`` every ``--interval`` s plus up to ``--delay`` s: 60 s is the
    schema's minimum, ``interval_s``), its first commit signed and published; every node
    bootstrapped at its console (``provide``: git, the lab CA, the agent's package,
-   ``swarm node bootstrap``); a stand-in for node_exporter on every node serving the
+   ``swarm node bootstrap``); Debian's node_exporter on every node serving the
    agent's textfile at ``http://<mesh address>:9100/metrics`` (peers read the canary's
    report there for rollout gating; ``swarm status`` reads every node's). The first apply
    (the initial converge, printed, not the merge figure): the canary (the Rollout's first

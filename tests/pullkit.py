@@ -1,7 +1,7 @@
 """What the pull-mode lab tests and benchmarks share (issue #27): the fleet repository
 (a work tree the operator commits in, signed with an SSH key, and the bare repository the
 lab's Git server serves), a provider's bootstrap at a node's console, one agent run, the
-agent's report, and a stand-in for node_exporter that serves a node's report over the mesh.
+agent's report, and Debian's node_exporter serving a node's report over the mesh.
 
 Used by tests/lab/test_pull.py (the lab fleet, ``lab``) and benchmarks/bench_pull.py (lab
 fleets of N nodes, ``lab-N``). Root and a lab up: every function acts on the lab.
@@ -215,12 +215,19 @@ def mesh_address(inventory: Path, name: str) -> str:
     return desired_state(load_fleet(fleet_paths(inventory)))["nodes"][name]["mesh"]["address"].split("/")[0]
 
 
-# The lab nodes run no node_exporter (the provider's to install): a stand-in serves the
-# agent's textfile at http://<mesh address>:9100/metrics (Python's http.server in a
-# transient unit on the node), where peers' agents (rollout gating) and `swarm status` read it.
-METRICS_UNIT = "swarm-lab-report.service"
+# node_exporter is the provider's to install (docs/node-layer.md): Debian's own package,
+# its textfile collector reading the agent's directory, listening on the node's mesh
+# address, where peers' agents (rollout gating) and `swarm status` read the report. The
+# real one, so that the agent's textfile passes node_exporter's own parser (it refuses a
+# malformed file and says so in node_textfile_scrape_error) and the readers parse a real
+# node_exporter page.
+METRICS_UNIT = "prometheus-node-exporter.service"
+NODE_EXPORTER_ARGS = (
+    "--web.listen-address={mesh}:9100 --collector.disable-defaults --collector.textfile "
+    f"--collector.textfile.directory={Path(TEXTFILE).parent}"
+)
 
-# Connects until the server has bound its socket (a unit started by systemd-run is running
+# Connects until the server has bound its socket (a started unit is running
 # when its process is, not when it listens; nothing else to wait on), 20 s at most.
 _LISTENING = """
 import socket, sys, time
@@ -243,12 +250,17 @@ def wait_listening(pid: int, address: str, port: int) -> None:
 
 
 def serve_report(pid: int, mesh: str) -> None:
-    """The stand-in for node_exporter on the node of ``pid``: its agent's textfile served
-    at ``http://<mesh>:9100/metrics`` once it listens."""
-    console(pid, f"mkdir -p /run/swarm-lab-report && ln -sf {TEXTFILE} /run/swarm-lab-report/metrics")
+    """node_exporter on the node of ``pid``, as a provider sets it up: Debian's
+    prometheus-node-exporter installed, its arguments in the package's
+    /etc/default/prometheus-node-exporter (its unit's EnvironmentFile), restarted; returns
+    once it listens on ``http://<mesh>:9100/metrics``."""
     console(
         pid,
-        f"systemd-run --unit={METRICS_UNIT} --collect python3 -m http.server 9100 --bind {mesh} "
-        "--directory /run/swarm-lab-report",
+        "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "
+        "prometheus-node-exporter >/dev/null",
+        timeout=300,
     )
+    args = NODE_EXPORTER_ARGS.format(mesh=mesh)
+    console(pid, "cat > /etc/default/prometheus-node-exporter", f'ARGS="{args}"\n'.encode())
+    console(pid, f"systemctl restart {METRICS_UNIT}")
     wait_listening(pid, mesh, 9100)

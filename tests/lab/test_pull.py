@@ -28,10 +28,10 @@ What each step stands for:
   token for pull workers"); the head serves it once converged (by push, from the controller)
   with the commit that makes lab-gpu-2 a pull node, and serves nobody else;
 - the rollout test makes lab-gpu-1 (lab-a) a pull node too, the canary: the pull nodes in
-  name order are [lab-gpu-1], [lab-gpu-2] with the lab's Rollout (canary 1, then 100 %). The
-  lab nodes run no node_exporter (the provider's to install), so a stand-in serves the
-  canary's textfile at ``http://<mesh address>:9100/metrics`` (Python's http.server in a
-  transient unit on the node), where lab-gpu-2's agent reads it over the mesh.
+  name order are [lab-gpu-1], [lab-gpu-2] with the lab's Rollout (canary 1, then 100 %).
+  node_exporter is the provider's to install: the canary's provider installs Debian's
+  prometheus-node-exporter, its textfile collector on the agent's directory, listening on
+  ``http://<mesh address>:9100/metrics``, where lab-gpu-2's agent reads it over the mesh.
 
 Needs the lab converged; leaves it running (lab-gpu-1 and lab-gpu-2 converged from the
 fleet copy, their agents' timers stopped, lab-gpu-1's scratch device emptied, the NAT hole
@@ -54,6 +54,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from swarm_infra.agent.report import NodeReport, parse_node_report
 from swarm_infra.fleet.sources import fleet_paths
 from swarm_infra.lab import manager, node
 from swarm_infra.lab.plan import LabNode
@@ -376,12 +377,17 @@ def canary(pulled: Lab) -> Iterator[int]:
         node.console(pid, ["sh", "-c", f"umount /scratch; wipefs -qa {SCRATCH_DEVICE}"])
 
 
-def peer_report(lab: Lab, url: str) -> str:
-    """What lab-gpu-2 reads at ``url`` over the mesh, with the node's own Python."""
+def peer_report(lab: Lab, url: str) -> NodeReport:
+    """What lab-gpu-2 reads at ``url`` over the mesh (node_exporter's page, fetched with the
+    node's own Python), parsed as the agents' gate and `swarm status` parse it. node_exporter
+    read the agent's textfile without an error (its own parser: a malformed file is left out
+    and counted in node_textfile_scrape_error)."""
     code = "import sys, urllib.request as u; print(u.urlopen(sys.argv[1], timeout=5).read().decode())"
     done = node.console(lab.pid, ["python3", "-c", code, url])
     assert done.returncode == 0, done.stderr.decode()[-1000:]
-    return done.stdout.decode()
+    page = done.stdout.decode()
+    assert re.search(r"^node_textfile_scrape_error 0$", page, re.M), page[-3000:]
+    return parse_node_report(page)
 
 
 def test_a_later_batch_waits_for_the_canary_and_a_failed_canary_halts_it(pulled: Lab, canary: int) -> None:
@@ -398,7 +404,8 @@ def test_a_later_batch_waits_for_the_canary_and_a_failed_canary_halts_it(pulled:
     converge_head(lab.fleet)
 
     # lab-gpu-2 (batch 2) reads the canary's report over the mesh: not this commit, so it waits.
-    assert f'result="applied",applied_commit="{both}"' not in peer_report(lab, url)
+    served = peer_report(lab, url)
+    assert (served.result, served.applied_commit) != ("applied", both), served
     rc, status, _ = run_agent(lab.pid)
     assert (rc, status["result"], status["commit"], status["applied_commit"]) == (0, "waiting", both, good)
     assert CANARY in status["reason"], status["reason"]
@@ -408,7 +415,8 @@ def test_a_later_batch_waits_for_the_canary_and_a_failed_canary_halts_it(pulled:
     assert (first["result"], first["applied_commit"], first["failed"]) == ("applied", both, 0), first[
         "reason"
     ]
-    assert f'result="applied",applied_commit="{both}"' in peer_report(lab, url)
+    served = peer_report(lab, url)
+    assert (served.result, served.applied_commit) == ("applied", both), served
     _, status, _ = run_agent(lab.pid)
     assert (status["result"], status["applied_commit"]) == ("applied", both), status["reason"]
 
