@@ -34,7 +34,7 @@ from tests.labkit import (
 )
 
 pytestmark = [pytest.mark.root, pytest.mark.lab]
-LAB_ORDER = 40
+LAB_ORDER = 41  # last of those needing the lab converged: its removals leave Ray gone from the workers
 LAB_NEEDS = "converged"
 NODES = {"lab-head-1", "lab-gpu-1", "lab-gpu-2"}
 WG_UNIT = UNITS["wireguard"]

@@ -19,7 +19,7 @@ from tests.jinja_fleet import jinja_fleet
 from tests.labkit import LAB_STATE, converge_summary, on_node, playbook, swarm
 
 pytestmark = [pytest.mark.root, pytest.mark.lab]
-LAB_ORDER = 39  # after test_relays (the lab converged): its copy converges little from there
+LAB_ORDER = 40  # after test_pull: its copy converges lab-gpu-1 and lab-gpu-2 back to push nodes
 LAB_NEEDS = "running"  # the copy converges the nodes from whatever state they are in
 NODES = set(LAB_STATE["nodes"])
 

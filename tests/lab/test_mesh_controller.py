@@ -37,7 +37,7 @@ from swarm_infra.resolve import load_fleet
 from tests.labkit import converge_summary, fleet_copy, on_node, swarm
 
 pytestmark = [pytest.mark.root, pytest.mark.lab]
-LAB_ORDER = 43  # after test_pull: it needs the lab running only
+LAB_ORDER = 43  # after the end-to-end job: it needs the lab running only
 LAB_NEEDS = "running"  # the mesh layer is converged here, from whatever state the nodes are in
 
 NODE = "lab-gpu-2"  # behind NAT in lab-b (inventory/lab/nodes.yaml)

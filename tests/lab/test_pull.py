@@ -77,9 +77,10 @@ from tests.pullkit import (
 )
 
 pytestmark = [pytest.mark.root, pytest.mark.lab]
-# Last of those needing the lab converged: it leaves two nodes converged from the fleet copy
-# (pull nodes, their agents' files, lab-gpu-1's scratch emptied, the head serving the token).
-LAB_ORDER = 42
+# Right after the relay test, which leaves the lab converged (no converge first). It leaves two
+# nodes converged from the fleet copy (pull nodes, their agents' files, lab-gpu-1's scratch
+# emptied, the head serving the token): the hostile converge's copy makes them push nodes again.
+LAB_ORDER = 39
 LAB_NEEDS = "converged"
 LAB_LEAVES = "running"
 
