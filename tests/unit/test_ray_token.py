@@ -32,6 +32,7 @@ from swarm_infra.nodeside import raytoken
 from swarm_infra.resolve import desired_state, load_fleet, validate
 from swarm_infra.resolve.files import layer_files, ray_firewall_rules
 from swarm_infra.resolve.ray import token_admission
+from tests.unit.real_ansible import run_play
 
 from .conftest import ROOT
 
@@ -381,7 +382,6 @@ def test_the_ray_roles_read_task_runs_under_the_real_ansible(tmp_path: Path) -> 
     JSON on stdin as text (through a task variable Ansible turned it back into a dict, and the
     node read a repr: found on the lab), writes the token 0600, and the result says changed."""
     import json
-    import sys
 
     tasks = yaml.safe_load((ROOT / "roles/ray/tasks/main.yml").read_text())
     [task] = [t for t in tasks if t["name"] == "Read the Ray cluster's token from the head over the mesh"]
@@ -395,20 +395,7 @@ def test_the_ray_roles_read_task_runs_under_the_real_ansible(tmp_path: Path) -> 
             "layout": {"files": {"ray_auth_token": {"path": str(path)}}},
         }
         show = {"ansible.builtin.copy": {"content": "{{ ray_token_fetched | to_json }}", "dest": str(out)}}
-        play = [{"hosts": "localhost", "connection": "local", "gather_facts": False, "vars": {"swarm": swarm},
-                 "tasks": [task, show]}]  # fmt: skip
-        (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
-        env = {
-            **os.environ,
-            "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-            "ANSIBLE_INVENTORY_ENABLED": "host_list",
-            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
-        }
-        done = subprocess.run(
-            [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,",
-             "-e", f"ansible_python_interpreter={sys.executable}", str(tmp_path / "play.yml")],
-            cwd=ROOT, env=env, capture_output=True, text=True, check=False, timeout=300,
-        )  # fmt: skip
+        done = run_play(tmp_path, {"swarm": swarm}, [task, show])
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     result = json.loads(out.read_text())
     assert (result["rc"], result["stdout"], result["changed"]) == (0, '{"changed": true}', True), result

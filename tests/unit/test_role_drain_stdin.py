@@ -15,9 +15,6 @@ the cluster.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +22,9 @@ import pytest
 import yaml
 
 from swarm_infra.engines.reboot import ray_drain_call
+from tests.unit.real_ansible import ANSIBLE_PLAYBOOK, run_play
 
 ROOT = Path(__file__).resolve().parents[2]
-ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
 # (role task file, the task's name prefix, the play vars the task reads besides the node)
 TASKS = {
     "ray upgrade": (
@@ -71,20 +68,7 @@ def test_the_drain_reads_the_librarys_json_on_stdin(which: str, tmp_path: Path) 
     python.chmod(0o755)
     node = _node(venv, tmp_path / "ray-auth-token")
     play_vars = {"swarm": node, "drivers_node": node, **extra_vars}
-    play = [{"hosts": "localhost", "connection": "local", "gather_facts": False, "vars": play_vars,
-             "tasks": [task]}]  # fmt: skip
-    (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
-    env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-        "ANSIBLE_INVENTORY_ENABLED": "host_list",
-        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
-    }
-    done = subprocess.run(
-        [str(ANSIBLE_PLAYBOOK), "-i", "localhost,", "-e", f"ansible_python_interpreter={sys.executable}",
-         str(tmp_path / "play.yml")],
-        cwd=ROOT, env=env, capture_output=True, text=True, check=False, timeout=300,
-    )  # fmt: skip
+    done = run_play(tmp_path, play_vars, [task])
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     expected = ray_drain_call(node, 30, why)  # type: ignore[arg-type]
     assert got.read_text() == expected["stdin"]
