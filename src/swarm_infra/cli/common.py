@@ -10,10 +10,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TextIO
 
+from ..engines import controller
 from ..fleet.diagnostics import Diagnostic, FleetInvalid, Report
 from ..fleet.sources import FleetEscapes, UnknownFleet, named_fleet_paths
 from ..fleet.sources import fleet_paths as inventory_fleet_paths
 from ..resolve import desired_state, load_fleet
+from ..resolve.controller import controller_key_missing
 from ..resolve.types import DesiredState, NodeState
 
 EXIT_OK, EXIT_FAILURE, EXIT_INVALID = 0, 1, 2
@@ -103,11 +105,29 @@ def fleet_inventory(args: argparse.Namespace, command: str) -> tuple[Path, Desir
         )
         return EXIT_INVALID
     try:
-        return inventory, desired_state(load_fleet(paths))
+        state = desired_state(load_fleet(paths))
     except FleetInvalid as exc:
         print(exc.report.text(), file=sys.stderr)
         print(f"swarm {command}: the fleet is invalid; nothing was run", file=sys.stderr)
         return EXIT_INVALID
+    # A controller the fleet declares without its key: this controller's own (push mode).
+    try:
+        state = controller.with_own_key(state)
+    except controller.ControllerError as exc:
+        print(f"swarm {command}: the controller's key: {exc}; nothing was run", file=sys.stderr)
+        return EXIT_INVALID
+    if command == "converge" and controller_key_missing(state):
+        # Written so, every node's peer list would lose the controller: a node behind NAT,
+        # reached over the mesh, would be cut off by the very run that reached it.
+        print(
+            f"swarm {command}: the fleet's Mesh declares the controller without its public key "
+            f"(spec.controller.public_key) and this controller has no key at "
+            f"{controller.default_key_path()}: make it with `swarm mesh controller-key`, or record "
+            "the controller's key in the fleet; nothing was run",
+            file=sys.stderr,
+        )
+        return EXIT_INVALID
+    return inventory, state
 
 
 def inventory_args(p: argparse.ArgumentParser) -> None:

@@ -13,7 +13,9 @@ that a later run can show what changes (``--check``/``--diff``).
 
 Default key: ``$SWARM_STATE_DIR/controller/wireguard.key`` (default state directory
 ``$XDG_STATE_HOME/swarm``, else ``~/.local/state/swarm``), one per controller whatever the
-fleet: its public key is what the fleet records.
+fleet: its public key is what the fleet records, or, where the fleet records none (a
+controller made per machine: the lab's), what push mode writes into the nodes' peer lists
+(:func:`own_public_key`). The public key is kept beside it in ``wireguard.key.pub``.
 """
 
 from __future__ import annotations
@@ -27,8 +29,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..nodeside.files import write_atomic
-from ..resolve.controller import ControllerState, controller_wg_conf, with_private_key
+from ..resolve.controller import (
+    ControllerState,
+    controller_key_missing,
+    controller_wg_conf,
+    with_controller_key,
+    with_private_key,
+)
 from ..resolve.keys import wireguard_key_problem
+from ..resolve.types import DesiredState
 
 Runner = Callable[[Sequence[str], str | None], subprocess.CompletedProcess[str]]
 
@@ -85,11 +94,51 @@ def public_key(path: Path, runner: Runner = run_command) -> str:
     return key
 
 
+def _pub_path(path: Path) -> Path:
+    return path.with_name(path.name + ".pub")
+
+
+def _keep_public(path: Path, key: str) -> str:
+    pub = _pub_path(path)
+    if not pub.exists() or pub.read_text().strip() != key:
+        write_atomic(pub, key + "\n", 0o644)  # a public key is not secret
+    return key
+
+
+def own_public_key(path: Path | None = None, runner: Runner = run_command) -> str | None:
+    """This controller's public key: the one kept beside its key file (default
+    :func:`default_key_path`), else derived from the key (``wg pubkey``); None when it has no
+    key file. Raises :class:`ControllerError` for a key file that :func:`read_private_key`
+    refuses."""
+    path = path or default_key_path()
+    pub = _pub_path(path)
+    if pub.is_file() and not pub.is_symlink():
+        key = pub.read_text().strip()
+        if not wireguard_key_problem(key):
+            return key
+    if not (path.exists() or path.is_symlink()):
+        return None
+    return public_key(path, runner)
+
+
+def with_own_key(state: DesiredState, runner: Runner = run_command) -> DesiredState:
+    """``state`` with this controller's own public key (:func:`own_public_key`) in the nodes'
+    peer lists where the fleet records none (``resolve.controller.with_controller_key``);
+    ``state`` itself when it records one, or when this controller has no key (the peer then
+    stays a comment: ``swarm converge`` refuses to run so, see cli/converge.py). Raises
+    :class:`ControllerError` for a key file that cannot be used."""
+    if not controller_key_missing(state):
+        return state
+    key = own_public_key(runner=runner)
+    return state if key is None else with_controller_key(state, key)
+
+
 def ensure_key(path: Path, runner: Runner = run_command) -> tuple[str, bool]:
     """(public key, made now) for the key in ``path``, made with ``wg genkey`` when there is
-    none: the file is created 0600 (``O_EXCL``: never over another file), its directory 0700."""
+    none: the file is created 0600 (``O_EXCL``: never over another file), its directory 0700.
+    The public key is (re)written beside it (``<path>.pub``, 0644: :func:`own_public_key`)."""
     if path.exists() or path.is_symlink():
-        return public_key(path, runner), False
+        return _keep_public(path, public_key(path, runner)), False
     _private_dir(path.parent)
     proc = runner(["wg", "genkey"], None)
     key = proc.stdout.strip()
@@ -98,7 +147,7 @@ def ensure_key(path: Path, runner: Runner = run_command) -> tuple[str, bool]:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as fh:
         fh.write(key + "\n")
-    return public_key(path, runner), True
+    return _keep_public(path, public_key(path, runner)), True
 
 
 @dataclass
@@ -137,7 +186,8 @@ def up(
     default the fleet's records alone).
 
     Refuses (:class:`ControllerError`) a key whose public key is not the one the fleet
-    records (the nodes would not answer it). Steps: the link (``ip link add ... type
+    records (the nodes would not answer it); where the fleet records none, the key is this
+    controller's own (the one push mode wrote on the nodes: :func:`own_public_key`). Steps: the link (``ip link add ... type
     wireguard``, else ``wireguard-go``), ``wg setconf`` (the key spliced in through a pipe),
     ``ip address replace`` (the mesh prefix makes the route to the mesh CIDR), ``ip link
     set ... mtu ... up``. Idempotent: ``wg setconf`` and ``ip address replace`` converge a
@@ -145,7 +195,7 @@ def up(
     """
     iface = state["interface"]
     have = public_key(key_path, runner)
-    if have != state["public_key"]:
+    if state["public_key"] is not None and have != state["public_key"]:
         raise ControllerError(
             f"{key_path} holds the key of {have}, but the fleet records {state['public_key']} for "
             f"the controller {state['name']!r} (Mesh spec.controller.public_key): record this "

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..fleet.diagnostics import FleetInvalid, excerpt
+from . import controller
 from ..fleet.sources import fleet_paths
 from ..nodeside.files import write_atomic
 from ..resolve import desired_state, load_fleet
@@ -204,7 +205,7 @@ def fleet_state(source: str | Path) -> tuple[list[str], DesiredState]:
             f"swarm: {source} is not a fleet: a path inside inventory/NAME, or a *.swarm.yml config"
         )
     try:
-        return paths, desired_state(load_fleet(paths))
+        state = desired_state(load_fleet(paths))
     except FleetInvalid as exc:
         raise InventorySourceError(
             f"swarm: the fleet ({', '.join(paths)}) is invalid; nothing was run:\n{exc.report.text()}"
@@ -214,3 +215,8 @@ def fleet_state(source: str | Path) -> tuple[list[str], DesiredState]:
             f"swarm: internal error while resolving the fleet ({', '.join(paths)}): "
             f"{type(exc).__name__}: {excerpt(str(exc), 300)} (a validator gap: please report it)"
         ) from None
+    # A controller the fleet declares without its key: this controller's own (push mode).
+    try:
+        return paths, controller.with_own_key(state)
+    except controller.ControllerError as exc:
+        raise InventorySourceError(f"swarm: the controller's key: {exc}") from None

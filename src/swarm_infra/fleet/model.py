@@ -176,7 +176,8 @@ class MeshController:
 
     name: str = "controller"
     source: Source
-    public_key: str
+    # None: not recorded; push mode uses the running controller's own key (engines/controller.py)
+    public_key: str | None = None
     mesh_address: ipaddress.IPv4Address | None = None  # None: derived from name (or recorded)
     endpoint: str | None = None  # host or host:port the nodes reach it at; None: none
     listen_port: int | None = None  # None: the Mesh's default
@@ -692,7 +693,7 @@ def _mesh(doc: _Doc) -> Mesh | None:
     if ctl is not None:
         controller = MeshController(
             source=doc.source,
-            public_key=ctl["public_key"],
+            public_key=ctl.get("public_key"),
             mesh_address=ipaddress.IPv4Address(ctl["address"]) if "address" in ctl else None,
             **_given(
                 ctl,

@@ -19,7 +19,7 @@ from .analysis import Analysis
 from .files import UnsafeValue, line_value
 from .keys import wireguard_key_problem
 from .mesh import controller_peers
-from .types import PeerState
+from .types import DesiredState, PeerState
 
 
 class ControllerState(TypedDict):
@@ -29,7 +29,9 @@ class ControllerState(TypedDict):
     cidr: str  # the mesh CIDR
     listen_port: int
     mtu: int
-    public_key: str  # as recorded in the fleet; the private key stays on the controller
+    # As recorded in the fleet; None: not recorded, the running controller's own key is used
+    # (engines/controller.py own_public_key). The private key stays on the controller.
+    public_key: str | None
     peers: list[PeerState]  # every node that is not a spoke, in name order
 
 
@@ -50,6 +52,41 @@ def controller_state(a: Analysis) -> ControllerState | None:
         "public_key": ctl.public_key,
         "peers": controller_peers(a.fleet, a.topology, a.addresses),
     }
+
+
+def _unkeyed_controller(state: DesiredState, peer: PeerState) -> bool:
+    return peer["name"] not in state["nodes"] and peer["public_key"] is None
+
+
+def controller_key_missing(state: DesiredState) -> bool:
+    """True when a node's peer list holds the controller without a public key (Mesh
+    ``spec.controller`` records none): push mode must supply it (:func:`with_controller_key`)."""
+    return any(
+        _unkeyed_controller(state, p)
+        for node in state["nodes"].values()
+        if node["mesh"] is not None
+        for p in node["mesh"]["peers"]
+    )
+
+
+def with_controller_key(state: DesiredState, key: str) -> DesiredState:
+    """``state`` with ``key`` as the controller's public key in every node's peer list where
+    the fleet records none (Mesh ``spec.controller`` without ``public_key``): what push mode
+    writes on the nodes, as it writes the keys nodes report. The controller is the one peer
+    that is not a node (:func:`swarm_infra.resolve.mesh.controller_peer`). A recorded key is
+    kept: the fleet decides where it records one. Returns a new state; ``state`` is not
+    changed. ``key`` must be a WireGuard public key (checked: :class:`UnsafeValue`)."""
+    problem = wireguard_key_problem(key)
+    if problem:
+        raise UnsafeValue(f"the controller's public key: {problem}")
+    nodes = {}
+    for name, node in state["nodes"].items():
+        mesh = node["mesh"]
+        if mesh is not None and any(_unkeyed_controller(state, p) for p in mesh["peers"]):
+            peers = [{**p, "public_key": key} if _unkeyed_controller(state, p) else p for p in mesh["peers"]]
+            node = {**node, "mesh": {**mesh, "peers": peers}}  # type: ignore[typeddict-item]
+        nodes[name] = node
+    return {**state, "nodes": nodes}  # type: ignore[typeddict-item]
 
 
 def controller_peer_keys(state: ControllerState, recorded: Mapping[str, str]) -> dict[str, str]:

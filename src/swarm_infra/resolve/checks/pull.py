@@ -97,7 +97,7 @@ def public_keys_unique(a: Analysis) -> Iterator[Finding]:
             continue
         owners.setdefault(key, []).append(node.name)
     ctl = a.fleet.mesh.controller if a.fleet.mesh is not None else None
-    if ctl is not None:
+    if ctl is not None and ctl.public_key is not None:
         path = ("spec", "controller", "public_key")
         problem = wireguard_key_problem(ctl.public_key)
         if problem:
@@ -118,6 +118,28 @@ def public_keys_unique(a: Analysis) -> Iterator[Finding]:
                 "mesh.public-key-duplicate",
                 f"the same WireGuard public key as {names[0]}: keys must be unique in the mesh",
             )
+
+
+def controller_key_recorded(a: Analysis) -> Iterator[Finding]:
+    """``mesh.controller-key-unrecorded``: the Mesh declares the controller without its
+    public key and a node converges by pull. A pull node computes its peers from the
+    repository alone (its agent has no controller to ask), so without the key its peer list
+    would hold the controller as a comment and the controller could never reach it; push
+    mode alone may take the running controller's own key (engines/controller.py)."""
+    ctl = a.fleet.mesh.controller if a.fleet.mesh is not None else None
+    if ctl is None or ctl.public_key is not None:
+        return
+    pulled = sorted(n.name for n in a.fleet.nodes.values() if n.convergence == "pull")
+    if pulled:
+        yield Finding(
+            ctl.source,
+            ("spec", "controller"),
+            "mesh.controller-key-unrecorded",
+            f"the controller has no public_key, but {', '.join(pulled[:3])}"
+            f"{' and others' if len(pulled) > 3 else ''} converge{'s' if len(pulled) == 1 else ''} by "
+            "pull and compute their peers from the repository alone: record the controller's key "
+            "(spec.controller.public_key, printed by `swarm mesh controller-key`)",
+        )
 
 
 def pull_ray_members(a: Analysis) -> Iterator[Finding]:
@@ -155,4 +177,4 @@ def pull_ray_members(a: Analysis) -> Iterator[Finding]:
         )
 
 
-CHECKS = (pull_declared, public_keys_unique, pull_ray_members)
+CHECKS = (pull_declared, public_keys_unique, controller_key_recorded, pull_ray_members)
