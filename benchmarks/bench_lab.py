@@ -21,7 +21,6 @@ Needs root and no lab up. In one run:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import subprocess
@@ -58,10 +57,9 @@ def mem_available_mib() -> float:
 
 
 def ssh_argv(node: str, command: str) -> list[str]:
-    from swarm_infra.lab.state import connection_file, ssh_command
+    from tests.labkit import node_ssh
 
-    conn = json.loads(connection_file().read_text())["nodes"][node]
-    return ssh_command(conn, [command])
+    return node_ssh(node, command)
 
 
 SINK = "import socket; s = socket.create_server(('', 5201)); c, _ = s.accept()\nwhile c.recv(1 << 20): pass"

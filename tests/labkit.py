@@ -16,9 +16,10 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from swarm_infra.engines.inventory import inventory_hosts, ssh_argv
 from swarm_infra.fleet.sources import fleet_paths
 from swarm_infra.lab.node import NSPAWN_RUN_DIR
-from swarm_infra.lab.state import cache_dir, connection_file, ssh_command, state_dir
+from swarm_infra.lab.state import cache_dir, read_connections, ssh_command, state_dir
 from swarm_infra.resolve import desired_state, load_fleet
 from swarm_infra.resolve.ray import client_env_prefix
 
@@ -59,13 +60,23 @@ def swarm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return proc
 
 
+def node_ssh(node: str, command: str) -> list[str]:
+    """``ssh`` argv running ``command`` on lab node ``node`` where the lab fleet says the
+    controller reaches it: at its mesh address for a node behind the lab's real NAT (Mesh
+    spec.controller ssh_over_mesh), as ``swarm lab ssh`` and the engines reach it; else at
+    its underlay address. The connection file's key and host keys, checked strictly."""
+    conns = read_connections()
+    host = {h.name: h for h in inventory_hosts(LAB_STATE, conns)}[node]
+    if host.state["ssh"]["via_mesh"]:
+        return [*ssh_argv(host.connection, "")[:-1], command]
+    return ssh_command(conns[node], [command])
+
+
 def on_node(
     node: str, command: str, check: bool = True, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``command`` on a lab node over real SSH (the connection file's key and known_hosts);
-    ``timeout`` in seconds."""
-    conn = json.loads(connection_file().read_text())["nodes"][node]
-    proc = subprocess.run(ssh_command(conn, [command]), capture_output=True, text=True, timeout=timeout)
+    """Run ``command`` on a lab node over real SSH (:func:`node_ssh`); ``timeout`` in seconds."""
+    proc = subprocess.run(node_ssh(node, command), capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"{node}: {command!r} exited {proc.returncode}: {proc.stderr}")
     return proc

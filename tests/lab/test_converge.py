@@ -10,7 +10,6 @@ host is touched. The fresh lab's pyinfra converge is tests/lab/test_pyinfra.py's
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 from pathlib import Path
@@ -18,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from swarm_infra.fleet.sources import fleet_paths
-from swarm_infra.lab.state import connection_file, ssh_command, state_dir
+from swarm_infra.lab.state import state_dir
 from swarm_infra.resolve import desired_state, load_fleet
 from tests.labkit import (
     FILES,
@@ -28,6 +27,7 @@ from tests.labkit import (
     converge_summary,
     fleet_copy,
     mark_package_cache_warm,
+    node_ssh,
     on_node,
     playbook,
     recap,
@@ -175,9 +175,8 @@ def test_adding_a_fourth_node_keeps_a_running_ping_at_zero_loss(lab, tmp_path: P
     swarm("lab", "up", *fleet_paths(inventory), f"--unseeded={UNSEEDED}")
     # lab-gpu-2 (site B, through the WAN link) pings lab-head-1's mesh address for the whole
     # re-converge, which adds lab-cpu-4 as a peer on every node with `wg syncconf`.
-    conn = json.loads(connection_file().read_text())["nodes"]["lab-gpu-2"]
     pinger = subprocess.Popen(
-        ssh_command(conn, [f"exec ping -i 0.2 -W 2 -I wg0 {MESH['lab-head-1']}"]),
+        node_ssh("lab-gpu-2", f"exec ping -i 0.2 -W 2 -I wg0 {MESH['lab-head-1']}"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

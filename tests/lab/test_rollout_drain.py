@@ -27,8 +27,7 @@ import time
 import pytest
 
 from swarm_infra.engines.reboot import ray_drain_call
-from swarm_infra.lab.state import read_connections, ssh_command
-from tests.labkit import LAB_STATE, on_node
+from tests.labkit import LAB_STATE, node_ssh, on_node
 
 pytestmark = [pytest.mark.root, pytest.mark.lab]
 LAB_ORDER = 37  # after test_ray.py and test_metrics.py
@@ -41,9 +40,8 @@ def _drain(node: str, grace_s: int) -> dict:
     call = ray_drain_call(LAB_STATE["nodes"][node], grace_s, "a lab test")
     env = " ".join(f"{k}={shlex.quote(v)}" for k, v in call["env"].items())
     command = f"env {env} " + " ".join(shlex.quote(a) for a in call["argv"])
-    conn = read_connections()[node]
     proc = subprocess.run(
-        ssh_command(conn, [command]),
+        node_ssh(node, command),
         input=call["stdin"],
         capture_output=True,
         text=True,

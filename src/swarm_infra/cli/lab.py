@@ -6,16 +6,19 @@ import argparse
 import json
 import os
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ..engines import keyrecord
+from ..engines import controller, keyrecord
 from ..engines.inventory import InventorySourceError, fleet_state, inventory_hosts, ssh_argv
 from ..fleet.diagnostics import FleetInvalid
-from ..lab import manager
-from ..lab.state import connection_file, read_connections, ssh_command
+from ..lab import join, manager
+from ..lab.state import LabState, connection_file, read_connections, ssh_command
 from ..lab.system import LabError, require_root
-from ..resolve import load_fleet
+from ..resolve import desired_state, load_fleet
+from ..resolve.analysis import Analysis
+from ..resolve.controller import controller_peer_keys, controller_state
 from .common import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, fleet_args, fleet_paths
 
 LAB_HELP = """\
@@ -53,7 +56,94 @@ def cmd_up(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     if gone:
         _log(f"keys   {len(gone)} new node(s) forgotten in {record}: {', '.join(gone)}")
+    return _join_over_mesh(analysis, [Path(p) for p in fleet_paths(args)], record)
+
+
+def _join_over_mesh(analysis: Analysis, paths: list[Path], record: Path) -> int:
+    """The controller's way to the nodes it reaches over the mesh (Mesh ``spec.controller``
+    ``ssh_over_mesh``), which the lab's real NAT keeps it from reaching otherwise: its key
+    (made once per machine), each such node not joined since it was made joining by pull
+    (lab/join.py: the provider's bootstrap at its console, the operator's signed merge in the
+    lab's fleet repository, the node's own agent applying it), the keys they printed in the
+    controller's record, the controller's interface up (``swarm mesh controller-up``), and
+    every such node answering over the mesh. Exit code."""
+    mesh = analysis.fleet.mesh
+    cstate = controller_state(analysis)
+    if mesh is None or mesh.controller is None or cstate is None:
+        return EXIT_OK
+    nodes = desired_state(analysis)["nodes"]
+    over_mesh = sorted(n for n, s in nodes.items() if s["ssh"]["via_mesh"])
+    if not over_mesh:
+        return EXIT_OK
+    key_path = controller.default_key_path()
+    try:
+        own, made = controller.ensure_key(key_path)
+        if mesh.controller.public_key not in (None, own):
+            raise LabError(
+                f"the fleet records {mesh.controller.public_key} for the controller, but this host's key "
+                f"({key_path}) is {own}: the lab's controller is this host"
+            )
+        if made:
+            _log(f"mesh   the controller's key made: {key_path} (0600), public key {own}")
+        recorded = keyrecord.load(record)
+        todo = [n for n in over_mesh if not manager.joined(n)]
+        if todo:
+            _join(analysis, paths, todo, own, recorded, record)
+        peer_keys = controller_peer_keys(cstate, keyrecord.load(record))
+        out = controller.up(cstate, key_path, peer_keys)
+        manager.set_controller_interface(cstate["interface"])
+        _log(f"mesh   the controller's {cstate['interface']} at {cstate['address']}: "
+             f"{'set' if out.changed else 'unchanged'}, {len(peer_keys)} peer(s) with keys")  # fmt: skip
+        for n in over_mesh:
+            address = nodes[n]["mesh"]["address"].split("/")[0]  # type: ignore[index]
+            # Behind NAT the node opens the tunnel (PersistentKeepalive); a handshake it
+            # tried before the controller was up is retried after REKEY_TIMEOUT (5 s).
+            if not join.wait_reachable(address, 30):
+                raise LabError(f"node {n} does not answer at its mesh address {address} within 30 s")
+            _log(f"mesh   {n}: answers at {address} over the controller's {cstate['interface']}")
+    except (LabError, controller.ControllerError, keyrecord.KeyRecordInvalid, OSError) as exc:
+        print(f"swarm lab up: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
     return EXIT_OK
+
+
+def _join(
+    analysis: Analysis, paths: list[Path], todo: list[str], own: str, recorded: dict[str, str], record: Path
+) -> None:
+    """``todo`` join by pull (lab/join.py), in parallel (each applies on its own node);
+    their keys go into the controller's ``record``. Raises LabError."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    started = time.monotonic()
+    lab = LabState.load()
+    name, _ = join.fleet_layout(paths)
+    url = manager.serve_git(log=_log)
+    remote = url + join.REPOSITORY
+    signers = join.allowed_signers(join.operator_key())
+
+    def provide(n: str) -> str:
+        d = lab.nodes[n]
+        out = join.provide(
+            d["pid"], n, d["site"], d["address"].split("/")[0], d["nat"], name, remote, signers
+        )
+        return join.bootstrap_key(out)
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        keys = dict(zip(todo, pool.map(provide, todo), strict=True))
+        commit = join.publish(paths, manager.git_root() / join.REPOSITORY, remote, keys, recorded, own)
+        _log(f"join   {', '.join(todo)}: bootstrapped; the fleet repository's commit {commit[:12]}, signed")
+        results = dict(zip(todo, pool.map(lambda n: join.run_agent(lab.nodes[n]["pid"]), todo), strict=True))
+    manager.stop_git()
+    for n, (_, status) in results.items():
+        if (status.get("result"), status.get("applied_commit")) != ("applied", commit):
+            raise LabError(f"node {n} did not apply the fleet by pull: {status.get('result')}: "
+                           f"{status.get('reason')} (its journal: swarm-agent.service)")  # fmt: skip
+        manager.set_joined(n, commit)
+        _log(f"join   {n}: applied {commit[:12]} by pull ({status.get('changed')} changed, "
+             f"{status.get('duration_s', 0):.0f} s)")  # fmt: skip
+    declared = [n for n, node in analysis.fleet.nodes.items()]
+    keyrecord.save(record, keyrecord.updated(keyrecord.load(record), keys, declared))
+    _log(f"join   {len(todo)} node(s) joined in {time.monotonic() - started:.1f} s; keys in {record}")
 
 
 def cmd_fleet(args: argparse.Namespace) -> int:

@@ -187,11 +187,12 @@ def up(
 
     Refuses (:class:`ControllerError`) a key whose public key is not the one the fleet
     records (the nodes would not answer it); where the fleet records none, the key is this
-    controller's own (the one push mode wrote on the nodes: :func:`own_public_key`). Steps: the link (``ip link add ... type
-    wireguard``, else ``wireguard-go``), ``wg setconf`` (the key spliced in through a pipe),
-    ``ip address replace`` (the mesh prefix makes the route to the mesh CIDR), ``ip link
-    set ... mtu ... up``. Idempotent: ``wg setconf`` and ``ip address replace`` converge a
-    running interface without dropping its tunnels' sessions for unchanged peers.
+    controller's own (the one push mode wrote on the nodes: :func:`own_public_key`). Steps:
+    the link (``ip link add ... type wireguard``, else ``wireguard-go``), ``wg setconf``
+    (the key spliced in through a pipe), ``ip address replace`` (the mesh prefix makes the
+    route to the mesh CIDR), ``ip link set ... mtu ... up``. Idempotent: ``wg setconf`` and
+    ``ip address replace`` converge a running interface without dropping its tunnels'
+    sessions for unchanged peers.
     """
     iface = state["interface"]
     have = public_key(key_path, runner)

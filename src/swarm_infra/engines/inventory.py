@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from ..fleet.diagnostics import FleetInvalid, excerpt
-from . import controller
 from ..fleet.sources import fleet_paths
 from ..nodeside.files import write_atomic
 from ..resolve import desired_state, load_fleet
 from ..resolve.keys import known_hosts_text, strict_ssh_options
 from ..resolve.types import DesiredState, NodeState
+from . import controller
 
 _UNSAFE = re.compile(r"[^a-z0-9_]")
 

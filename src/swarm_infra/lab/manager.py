@@ -276,7 +276,9 @@ def _reconcile(
             outcome.setdefault(name, "created")
         network.ensure_node_link(lab_node, spec.sites[lab_node.site])
         pid, notify = node.start(lab_node, dirs, wanted[name]["lower"])
-        state.nodes[name] = {**wanted[name], "pid": pid, "host_key": host_key}
+        # A restarted node keeps its disk, so what it joined with (its mesh) too.
+        kept = {"joined": old["joined"]} if outcome[name] == "restarted" and old.get("joined") else {}
+        state.nodes[name] = {**wanted[name], "pid": pid, "host_key": host_key, **kept}
         state.save()
         booting.append((name, pid, notify))
 
@@ -287,6 +289,14 @@ def _reconcile(
         t0 = time.monotonic()
         booted = node.wait_booted(spec.nodes[name], pid, notify)
         conn = conns[name]
+        if spec.nodes[name].nat:
+            # Behind a real NAT nothing reaches its sshd from here: checked at its console.
+            # The controller reaches it over the mesh once it has joined (lab/join.py).
+            done = node.console(pid, ["systemctl", "is-active", "ssh.service"])
+            if done.returncode != 0:
+                raise LabError(f"node {name}: booted but its sshd is {done.stdout.decode().strip()}")
+            took = time.monotonic() - t0
+            return f"node   {name}: {outcome[name]}, {booted} in {took:.1f} s, sshd active (behind NAT)"
         proc = subprocess.run(ssh_command(conn, ["hostname"]), capture_output=True, text=True, timeout=60)
         if proc.returncode != 0 or proc.stdout.strip() != name:
             raise LabError(
@@ -343,6 +353,13 @@ def down(log: Log = print) -> list[str]:
             network.remove_namespace(ns)
         for link in network.lab_host_links():
             run(["ip", "link", "del", link], check=False)
+        controller_link = state.host.get("controller_interface")
+        if (
+            controller_link
+            and run(["ip", "link", "show", "dev", controller_link], check=False).returncode == 0
+        ):
+            run(["ip", "link", "del", "dev", controller_link], check=False)  # its wireguard-go exits
+            log(f"mesh   the controller's {controller_link}: removed")
         network.remove_host_forwarding(state.host.get("ip_forward_before"))
         for root in node.cgroup_roots():
             node.remove_cgroup(root / "swarm-lab")
@@ -460,23 +477,33 @@ def stop_git() -> None:
         state.save()
 
 
-def set_controller_inbound(site_name: str, allowed: bool) -> None:
-    """Open (the lab's default) or close the controller's inbound hole in site
-    ``site_name``'s emulated NAT (:func:`.network.ensure_site_nat`); the next ``up``
-    writes the default again. Raises LabError when the lab has no such site."""
+def joined(name: str) -> str | None:
+    """The fleet commit node ``name`` joined by pull (lab/join.py) since it was made, or None
+    (a node made anew has joined nothing)."""
+    state = LabState.load()
+    return (state.nodes.get(name) or {}).get("joined")
+
+
+def set_joined(name: str, commit: str) -> None:
+    """Record that node ``name`` joined by pull with fleet ``commit``. Raises LabError when
+    the lab has no such node."""
     require_root()
     with _locked():
         state = LabState.load()
-        if site_name not in state.sites:
-            raise LabError(
-                f"no lab site named {site_name} (sites: {', '.join(sorted(state.sites)) or 'none'})"
-            )
-        nat_nodes = [
-            LabNode.from_dict(d) for d in state.nodes.values() if d["site"] == site_name and d["nat"]
-        ]
-        network.ensure_site_nat(
-            LabSite.from_dict(state.sites[site_name]), nat_nodes, controller_inbound=allowed
-        )
+        if name not in state.nodes:
+            raise LabError(f"no lab node named {name}")
+        state.nodes[name]["joined"] = commit
+        state.save()
+
+
+def set_controller_interface(interface: str) -> None:
+    """Record the controller's mesh interface on this host (``swarm mesh controller-up``):
+    ``down`` deletes it (its wireguard-go exits with it)."""
+    require_root()
+    with _locked():
+        state = LabState.load()
+        state.host["controller_interface"] = interface
+        state.save()
 
 
 def stop_node(name: str, kill: bool = False) -> str:
@@ -503,7 +530,9 @@ def status() -> list[dict[str, Any]]:
         lab_node = LabNode.from_dict(d)
         running = node.is_running(lab_node, d.get("pid"))
         ssh = "-"
-        if running and name in conns:
+        if running and d["nat"]:
+            ssh = "nat"  # nothing reaches it from here: over the mesh only (swarm lab ssh)
+        elif running and name in conns:
             proc = subprocess.run(ssh_command(conns[name], ["true"]), capture_output=True, timeout=30)
             ssh = "ok" if proc.returncode == 0 else "failed"
         rows.append(

@@ -171,14 +171,12 @@ def ensure_site(site: LabSite, link_pid: int | None, cgroup: Path, log: Path) ->
     return False, link_pid
 
 
-def ensure_site_nat(site: LabSite, nat_nodes: list[LabNode], controller_inbound: bool = True) -> None:
+def ensure_site_nat(site: LabSite, nat_nodes: list[LabNode]) -> None:
     """(Re)write the emulated NAT in the site router for the site's ``mesh.nat`` nodes.
 
-    Outbound: SNAT to the router's uplink address. Inbound from outside the site: only
-    replies, and, with ``controller_inbound`` (the lab's default), connections the host
-    opens (the controller's management path). Without it the NAT is a provider's real one:
-    nothing from outside opens a connection to the nodes, the controller included (pull
-    mode's lab tests, tests/lab/test_pull.py).
+    Outbound: SNAT to the router's uplink address. Inbound from outside the site: replies
+    only. A provider's real NAT: nothing outside opens a connection to the nodes, the
+    controller included; the lab reaches them by pull first, then over the mesh (lab/join.py).
     """
     ns = site.netns
     for table, hook in (("filter", "FORWARD"), ("nat", "POSTROUTING")):
@@ -208,8 +206,6 @@ def ensure_site_nat(site: LabSite, nat_nodes: list[LabNode], controller_inbound:
         )
         base = ["iptables", "-A", NAT_CHAIN, "-i", "uplink", "-d", ip]
         run([*base, "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"], netns=ns)
-        if controller_inbound:
-            run([*base, "-s", str(site.transit_host.ip), "-j", "ACCEPT"], netns=ns)
         run([*base, "-j", "DROP"], netns=ns)
 
 

@@ -86,7 +86,7 @@ def with_controller_key(state: DesiredState, key: str) -> DesiredState:
             peers = [{**p, "public_key": key} if _unkeyed_controller(state, p) else p for p in mesh["peers"]]
             node = {**node, "mesh": {**mesh, "peers": peers}}  # type: ignore[typeddict-item]
         nodes[name] = node
-    return {**state, "nodes": nodes}  # type: ignore[typeddict-item]
+    return {**state, "nodes": nodes}
 
 
 def controller_peer_keys(state: ControllerState, recorded: Mapping[str, str]) -> dict[str, str]:
