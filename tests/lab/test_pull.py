@@ -1,10 +1,12 @@
-"""Pull convergence on the real lab (root; issue #27), with lab-b's NAT closed to the
-controller: lab-gpu-2, behind it, is bootstrapped at its console, its Node document goes
-into the fleet as a signed commit on the lab's Git server, and its own agent fetches,
-verifies, applies and joins the mesh, and the controller (a mesh member the fleet declares)
-then reaches it over SSH at its mesh address, the NAT still closed; unsigned and
-unknown-signer commits are refused; a
-later rollout batch waits for the canary's report and halts when the canary fails.
+"""Pull convergence on the real lab (root; issue #27), behind lab-b's real NAT (nothing from
+outside opens a connection to lab-gpu-2, the controller included): lab-gpu-2 is
+bootstrapped at its console, its Node document goes into the fleet as a signed commit on the
+lab's Git server, and its own agent fetches, verifies, applies and joins the mesh, and the
+controller (a mesh member the fleet declares) then reaches it over SSH at its mesh address;
+unsigned and unknown-signer commits are refused; a later rollout batch waits for the
+canary's report and halts when the canary fails. (``swarm lab up`` joins lab-gpu-2 by pull
+too, lab/join.py, with the lab's own fleet repository; this module's steps are the
+provider's and the operator's one by one, on a lab converged since.)
 
 What each step stands for:
 
@@ -34,27 +36,27 @@ What each step stands for:
   ``http://<mesh address>:9100/metrics``, where lab-gpu-2's agent reads it over the mesh.
 
 Needs the lab converged; leaves it running (lab-gpu-1 and lab-gpu-2 converged from the
-fleet copy, their agents' timers stopped, lab-gpu-1's scratch device emptied, the NAT hole
-open again): the next module's converge makes them push nodes again. About 75 s of its own
+fleet copy, their agents' timers stopped, lab-gpu-1's scratch device emptied, the
+controller's interface set from the fleet copy: the same nodes and keys): the next module's
+converge makes them push nodes again, lab-gpu-2 reached over the mesh. About 75 s of its own
 (the lab machine, 2 cores), most of it the three applies.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 import yaml
 
 from swarm_infra.agent.report import NodeReport, parse_node_report
+from swarm_infra.engines.controller import own_public_key
 from swarm_infra.fleet.sources import fleet_paths
 from swarm_infra.lab import manager, node
 from swarm_infra.lab.plan import LabNode
@@ -94,8 +96,6 @@ class Lab:
     lab_node: LabNode
     fleet: Fleet
     bootstrap_output: str
-    reachable_before: bool
-    controller_key: Path  # the controller's private key (0600, never in the fleet)
 
 
 def ssh_port_open(host: str, port: int) -> bool:
@@ -177,19 +177,16 @@ def pulled(lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     d = state.nodes[NODE]
     lab_node, pid = LabNode.from_dict(d), d["pid"]
     host = str(lab_node.address.ip)
-    reachable_before = ssh_port_open(host, lab_node.ssh_port)
     started = time.monotonic()
     tmp = tmp_path_factory.mktemp("pull")
-    # The controller's key and interface state in the module's own state directory.
-    state_before = os.environ.get("SWARM_STATE_DIR")
-    os.environ["SWARM_STATE_DIR"] = str(tmp / "state")
-    key = tmp / "controller.key"
-    made = swarm("mesh", "controller-key", "--key", str(key)).stdout
+    # The lab's controller (swarm lab up made its key): the fleet copy records its public key,
+    # as an operator's reviewed change would.
+    controller_key = own_public_key()
+    assert controller_key, "swarm lab up makes the controller's key"
     url = manager.serve_git()
-    manager.set_controller_inbound(SITE, False)
     fleet = None
     try:
-        fleet = make_fleet(tmp, url + "fleet.git", made.split("public_key: ")[1].split()[0], "lab", (NODE,))
+        fleet = make_fleet(tmp, url + "fleet.git", controller_key, "lab", (NODE,))
         fleet.commit("the lab fleet, pulled by lab-gpu-2 once it is declared", fleet.operator)
         # The provider, at the console: the mesh down (only the pull apply may bring it
         # back) and the Ray token gone (only the read over the mesh may bring it back),
@@ -199,23 +196,15 @@ def pulled(lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         out = provide(pid, fleet, NODE, SITE, host, nat=True)
         print(f"\ntest_pull: Git server, fleet repository and {NODE} bootstrapped in "
               f"{time.monotonic() - started:.1f} s")  # fmt: skip
-        yield Lab(pid, lab_node, fleet, out, reachable_before, key)
+        yield Lab(pid, lab_node, fleet, out)
     finally:
-        if fleet is not None:
-            swarm("mesh", "controller-down", "-i", str(fleet.inventory), check=False)
-        if state_before is None:
-            os.environ.pop("SWARM_STATE_DIR", None)
-        else:
-            os.environ["SWARM_STATE_DIR"] = state_before
         node.console(pid, ["systemctl", "disable", "--now", UNITS["agent_timer"]])
-        manager.set_controller_inbound(SITE, True)
         manager.stop_git()
 
 
 def test_a_nat_node_is_bootstrapped_merged_signed_and_joins_the_mesh_by_pull(pulled: Lab) -> None:
     lab, host = pulled, str(pulled.lab_node.address.ip)
-    # The NAT is a real one now: the controller cannot open a connection to the node.
-    assert lab.reachable_before, "with the lab's default NAT the controller reaches lab-gpu-2's ssh"
+    # The lab's NAT is a real one: the controller cannot open a connection to the node.
     assert not ssh_port_open(host, lab.lab_node.ssh_port)
 
     # Bootstrap printed the node's real key and the document to propose.
@@ -307,16 +296,17 @@ def test_a_nat_node_is_bootstrapped_merged_signed_and_joins_the_mesh_by_pull(pul
 
 
 def test_the_controller_reaches_the_nat_node_over_the_mesh(pulled: Lab) -> None:
-    """The controller, a mesh member the fleet declares (Mesh spec.controller), brings its
-    own interface up; lab-gpu-2 (which applied a commit naming it as a peer) opens the
-    tunnel from behind its NAT; the controller then reaches it over SSH at its mesh address,
-    with the NAT still closed to it (sshd's own SSH_CONNECTION names both mesh addresses)."""
+    """The controller, a mesh member the fleet declares (Mesh spec.controller), sets its own
+    interface (the lab's, up since ``swarm lab up``) from the fleet copy; lab-gpu-2 (which
+    applied a commit naming it as a peer) opens the tunnel from behind its NAT; the
+    controller then reaches it over SSH at its mesh address, with the NAT closed to it
+    (sshd's own SSH_CONNECTION names both mesh addresses)."""
     lab, host = pulled, str(pulled.lab_node.address.ip)
     inventory = str(lab.fleet.inventory)
     analysis = load_fleet(fleet_paths(lab.fleet.inventory))
     ctl, own = str(analysis.controller_address), str(analysis.addresses[NODE])
     assert not ssh_port_open(host, lab.lab_node.ssh_port)  # still no way in through the NAT
-    up = swarm("mesh", "controller-up", "-i", inventory, "--key", str(lab.controller_key))
+    up = swarm("mesh", "controller-up", "-i", inventory)
     assert f"{len(analysis.fleet.nodes)} of {len(analysis.fleet.nodes)} peer(s)" in up.stdout, up.stdout
     # The node's keepalive opens the NAT's mapping; its first packet to the controller, a
     # handshake, is what lets the controller's answer in. A handshake the node tried before

@@ -1,6 +1,6 @@
-"""The lab's support for pull mode, its pure parts: the emulated NAT with and without the
-controller's inbound hole (the iptables rules written, not run), and the agent's package
-laid out for a node (lab/agentpkg.py)."""
+"""The lab's support for pull mode, its pure parts: the emulated NAT, a real one with no
+inbound hole for the controller (the iptables rules written, not run; tests/lab/test_lab.py
+proves it on the lab), and the agent's package laid out for a node (lab/agentpkg.py)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def lab_b():
     return spec.sites["lab-b"], [n for n in spec.nodes.values() if n.site == "lab-b" and n.nat]
 
 
-def nat_rules(monkeypatch: pytest.MonkeyPatch, site, nodes, **kw) -> list[list[str]]:
+def nat_rules(monkeypatch: pytest.MonkeyPatch, site, nodes) -> list[list[str]]:
     ran: list[list[str]] = []
 
     class Done:
@@ -34,20 +34,22 @@ def nat_rules(monkeypatch: pytest.MonkeyPatch, site, nodes, **kw) -> list[list[s
         return Done()
 
     monkeypatch.setattr(network, "run", run)
-    network.ensure_site_nat(site, nodes, **kw)
-    return [a for a in ran if a[:2] == ["iptables", "-A"] and network.NAT_CHAIN in a]
+    network.ensure_site_nat(site, nodes)
+    # The rules appended to the NAT chains (filter and nat tables), in order.
+    return [a for a in ran if "-A" in a and a[a.index("-A") + 1] == network.NAT_CHAIN]
 
 
-def test_the_lab_default_lets_the_controller_in_and_closed_lets_nothing_in(lab_b, monkeypatch) -> None:
+def test_the_nat_lets_in_replies_only_and_nothing_from_the_controller(lab_b, monkeypatch) -> None:
     site, nodes = lab_b
     (gpu2,) = nodes
     ip, host = str(gpu2.address.ip), str(site.transit_host.ip)
     base = ["iptables", "-A", network.NAT_CHAIN, "-i", "uplink", "-d", ip]
     replies = [*base, "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"]
-    hole = [*base, "-s", host, "-j", "ACCEPT"]
-    drop = [*base, "-j", "DROP"]
-    assert nat_rules(monkeypatch, site, nodes) == [replies, hole, drop]
-    assert nat_rules(monkeypatch, site, nodes, controller_inbound=False) == [replies, drop]
+    snat = ["iptables", "-t", "nat", "-A", network.NAT_CHAIN, "-s", ip, "-o", "uplink", "-j", "SNAT",
+            "--to-source", str(site.transit_site.ip)]  # fmt: skip
+    rules = nat_rules(monkeypatch, site, nodes)
+    assert rules == [snat, replies, [*base, "-j", "DROP"]]
+    assert not any(host in rule for rule in rules)  # the host (the controller) has no hole
 
 
 def test_the_agents_package_holds_what_the_agent_runs() -> None:
