@@ -99,7 +99,10 @@ def _join_over_mesh(analysis: Analysis, paths: list[Path], record: Path) -> int:
             # Behind NAT the node opens the tunnel (PersistentKeepalive); a handshake it
             # tried before the controller was up is retried after REKEY_TIMEOUT (5 s).
             if not join.wait_reachable(address, 30):
-                raise LabError(f"node {n} does not answer at its mesh address {address} within 30 s")
+                raise LabError(
+                    f"node {n} does not answer at its mesh address {address} within 30 s\n"
+                    + join.tunnel_report(LabState.load().nodes[n]["pid"], cstate["interface"])
+                )
             _log(f"mesh   {n}: answers at {address} over the controller's {cstate['interface']}")
     except (LabError, controller.ControllerError, keyrecord.KeyRecordInvalid, OSError) as exc:
         print(f"swarm lab up: {exc}", file=sys.stderr)

@@ -265,3 +265,15 @@ def wait_reachable(address: str, timeout_s: float = 30) -> bool:
     done = subprocess.run(["ping", "-n", "-q", "-c", "1", "-w", str(int(timeout_s)), address],
                           capture_output=True, check=False)  # fmt: skip
     return done.returncode == 0 and time.monotonic() - started <= timeout_s + 1
+
+
+def tunnel_report(pid: int, interface: str) -> str:
+    """What both ends of a node's tunnel to the controller say (``wg show``: public keys,
+    endpoints, handshakes and counters; never a private key), for an error message: the
+    controller's ``interface`` here, the node's at its console (``pid``: its systemd-nspawn)."""
+    here = subprocess.run(["wg", "show", interface], capture_output=True, text=True, check=False)
+    there = node.console(pid, ["sh", "-c", "wg show; systemctl is-active 'wg-quick@*'"])
+    return (
+        f"the controller's {interface}:\n{here.stdout or here.stderr}\n"
+        f"the node:\n{there.stdout.decode(errors='replace')}{there.stderr.decode(errors='replace')}"
+    )
