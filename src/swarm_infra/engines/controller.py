@@ -190,9 +190,10 @@ def up(
     controller's own (the one push mode wrote on the nodes: :func:`own_public_key`). Steps:
     the link (``ip link add ... type wireguard``, else ``wireguard-go``), ``wg setconf``
     (the key spliced in through a pipe), ``ip address replace`` (the mesh prefix makes the
-    route to the mesh CIDR), ``ip link set ... mtu ... up``. Idempotent: ``wg setconf`` and
-    ``ip address replace`` converge a running interface without dropping its tunnels'
-    sessions for unchanged peers.
+    route to the mesh CIDR), ``ip link set ... mtu ... up``. Idempotent: a running interface
+    whose configuration changed gets ``wg syncconf`` (unchanged peers keep their sessions and
+    the endpoints learnt from nodes behind NAT), one whose configuration did not change is
+    left as it is.
     """
     iface = state["interface"]
     have = public_key(key_path, runner)
@@ -212,8 +213,12 @@ def up(
     exists = _link_exists(iface, runner)
     if not exists:
         out.steps.append(f"create {iface} (kernel WireGuard, else wireguard-go)")
-    if out.diff or not exists:
+    if not exists:
         out.steps.append(f"wg setconf {iface} ({len(state['peers'])} peer(s))")
+    elif out.diff:
+        out.steps.append(
+            f"wg syncconf {iface} ({len(state['peers'])} peer(s); unchanged ones keep their sessions)"
+        )
     out.steps.append(f"address {state['address']} (route to {state['cidr']}), mtu {state['mtu']}, up")
     out.changed = bool(out.diff) or not exists
     if check:
@@ -223,7 +228,19 @@ def up(
         _must(runner, ["wireguard-go", iface])
     _private_dir(path.parent)
     write_atomic(path, conf, 0o600)
-    _must(runner, ["wg", "setconf", iface, "/dev/stdin"], with_private_key(conf, read_private_key(key_path)))
+    if not exists:
+        _must(
+            runner, ["wg", "setconf", iface, "/dev/stdin"], with_private_key(conf, read_private_key(key_path))
+        )
+    elif out.diff:
+        # syncconf, not setconf: setconf replaces every peer (WGDEVICE_REPLACE_PEERS), so the
+        # sessions and the endpoints learnt from NAT'd nodes would go, and a node behind NAT
+        # would not be reached until its own session expired (REJECT_AFTER_TIME, 180 s).
+        _must(
+            runner,
+            ["wg", "syncconf", iface, "/dev/stdin"],
+            with_private_key(conf, read_private_key(key_path)),
+        )
     _must(runner, ["ip", "address", "replace", state["address"], "dev", iface])
     _must(runner, ["ip", "link", "set", "dev", iface, "mtu", str(int(state["mtu"])), "up"])
     return out
