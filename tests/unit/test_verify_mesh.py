@@ -254,9 +254,9 @@ def test_the_reader_judges_the_nodes_own_key_from_the_same_read() -> None:
 
 
 def test_the_peers_check_carries_the_keys_the_fleet_records(tmp_path: Path) -> None:
-    from .test_mesh_recorded_keys import ALL, keyed_fleet
+    from .test_mesh_recorded_keys import ALL, RECORDED, keyed_fleet
 
-    root = keyed_fleet(tmp_path, ALL)
+    root = keyed_fleet(tmp_path, RECORDED)  # every node's key and the controller's
     state = desired_state(
         load_fleet([root / d for d in ("inventory/lab", "policies/lab", "policies/shared")])
     )
@@ -265,8 +265,9 @@ def test_the_peers_check_carries_the_keys_the_fleet_records(tmp_path: Path) -> N
     for check in peers:
         assert check.args["public_key"] == ALL[check.node]
         assert {p: v["public_key"] for p, v in check.args["peers"].items()} == {
-            p: ALL[p] for p in check.args["peers"]
+            p: RECORDED[p] for p in check.args["peers"]
         }
+        assert "controller" in check.args["peers"]
 
 
 def test_ping_sample_each_node_to_its_representative_and_representatives_across_sites() -> None:
