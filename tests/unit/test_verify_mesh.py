@@ -342,7 +342,13 @@ def test_lab_checks_order_and_keepalive_limits() -> None:
     assert set(kinds[first_ray:]) == {"ray_member", "tcp_port"}
     assert all(c.kind != "service" for c in checks[first_peers:])
     for c in checks[first_peers:first_ping]:
-        assert all(v["service"] in ids[:first_peers] for v in c.args["peers"].values())
+        # A node peer's tunnel is its service's; the controller (policies/lab/mesh.yaml, not a
+        # node: no service of the fleet's) has none.
+        for peer, v in c.args["peers"].items():
+            if peer in state["nodes"]:
+                assert v["service"] in ids[:first_peers] and not v["controller"]
+            else:
+                assert (peer, v["service"], v["controller"]) == ("controller", None, True)
     pings = [c for c in checks if c.kind == "ping"]
     # lab-gpu-2 is behind NAT: its pings go first, re-opening tunnels to it.
     assert pings[0].node == "lab-gpu-2" and pings[0].args["behind_nat"]
@@ -362,7 +368,9 @@ def test_lab_checks_order_and_keepalive_limits() -> None:
         assert peers[name].requires == (f"{name}/mesh/service wg-quick@wg0",)
     # The NAT'd node keeps its cross-site links alive (keepalive 25 s): both ends expect a
     # recent handshake; the same-site link of lab-a may be idle.
-    keepalive = state["nodes"]["lab-gpu-2"]["mesh"]["peers"][0]["persistent_keepalive_s"]
+    keepalive = next(
+        p["persistent_keepalive_s"] for p in state["nodes"]["lab-gpu-2"]["mesh"]["peers"] if p["name"] == "lab-head-1"
+    )
     assert keepalive > 0
     assert peers["lab-gpu-2"].args["peers"]["lab-head-1"]["max_age_s"] == kept_alive_max_age_s(keepalive)
     assert peers["lab-head-1"].args["peers"]["lab-gpu-2"]["max_age_s"] == kept_alive_max_age_s(keepalive)
