@@ -33,6 +33,7 @@ from swarm_infra.engines.pyinfra import layers as L
 from swarm_infra.engines.pyinfra import operations as O
 from swarm_infra.resolve.layers import NAMES
 from swarm_infra.resolve.rollout import rollout_state
+from tests.unit.pullfleet import CONTROLLER_KEY, copy_lab, declare_pull
 from tests.unit.role_reader import run_layer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -117,26 +118,14 @@ def _controlled_fleet(tmp: Path) -> Path:
     return tmp / "inventory" / "lab-controlled"
 
 
-CONTROLLER_KEY = "GK9rBwkn3vUFr6s2PZXxJbVvjGy5h8wAS6FaA3Bq8nA="
-SIGNER_KEY = "AAAAC3NzaC1lZDI1NTE5AAAAIOQxQJhF2zz4pZl2bsm3C6i0u1FZSxiQwZ7Wc7d9Wn5R"  # an ssh-ed25519 key
 
 
 def _pulled_fleet(tmp: Path) -> Path:
     """The lab fleet whose lab-gpu-2, a Ray worker and a direct WireGuard peer of the head,
     converges by pull: the head serves it the Ray token over the mesh (socket, service,
-    firewall rule) and it reads the token from there, whichever engine applies."""
-    shutil.copytree(ROOT / "inventory" / "lab", tmp / "inventory" / "lab-pulled")
-    shutil.copytree(ROOT / "policies" / "lab", tmp / "policies" / "lab-pulled")
-    shutil.copytree(ROOT / "policies" / "shared", tmp / "policies" / "shared")
-    path = tmp / "inventory" / "lab-pulled" / "nodes.yaml"
-    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
-    next(d for d in docs if d["metadata"]["name"] == "lab-gpu-2")["spec"]["convergence"] = "pull"
-    path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
-    policies = tmp / "policies" / "lab-pulled"
-    (policies / "allowed_signers").write_text(f"ops@example.org ssh-ed25519 {SIGNER_KEY}\n")
-    with (policies / "rollout.yaml").open("a") as f:
-        f.write("  pull: {remote: https://git.example.org/f.git, ref: main, fleet: lab-pulled, "
-                "allowed_signers_file: allowed_signers}\n")  # fmt: skip
+    firewall rule) and it reads the token from there, whichever engine applies. As a real
+    pull fleet must, it records the controller's key (tests/unit/pullfleet.py)."""
+    declare_pull(copy_lab(tmp, "lab-pulled"), ["lab-gpu-2"], fleet="lab-pulled")
     return tmp / "inventory" / "lab-pulled"
 
 
