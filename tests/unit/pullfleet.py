@@ -78,7 +78,13 @@ def declare_pull(
 
         _edit(inventory / "nodes.yaml", converge_by_pull)
     (policies / "allowed_signers").write_text(signers)
-    pull = {"remote": remote, "ref": "main", "fleet": fleet, "allowed_signers_file": "allowed_signers", **fields}
+    pull = {
+        "remote": remote,
+        "ref": "main",
+        "fleet": fleet,
+        "allowed_signers_file": "allowed_signers",
+        **fields,
+    }
 
     def rollout(doc: dict[str, Any]) -> None:
         if doc["kind"] == "Rollout":

@@ -118,8 +118,6 @@ def _controlled_fleet(tmp: Path) -> Path:
     return tmp / "inventory" / "lab-controlled"
 
 
-
-
 def _pulled_fleet(tmp: Path) -> Path:
     """The lab fleet whose lab-gpu-2, a Ray worker and a direct WireGuard peer of the head,
     converges by pull: the head serves it the Ray token over the mesh (socket, service,

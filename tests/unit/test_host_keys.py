@@ -302,7 +302,7 @@ def test_no_connection_setting_trusts_a_key_on_first_use_or_skips_the_check() ->
 # -------------------------------------------------------------------------------- the lab
 
 
-def test_the_lab_hands_the_engines_its_host_keys_and_the_same_known_hosts(
+def test_the_lab_hands_the_engines_its_host_keys_and_known_hosts_where_they_connect(
     key_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The lab's nodes get host keys at `swarm lab up`, which the lab fleet in Git cannot

@@ -35,7 +35,6 @@ sys.path.insert(0, str(ROOT / "plugins" / "filter"))
 import swarm as swarm_filters  # noqa: E402  (the Ansible filter plugin, as Ansible loads it)
 
 
-
 def recorded(name: str) -> str:
     """The key the fleet records for node ``name``: not :func:`key` (what other tests make
     nodes report), so a key taken from a node's report instead shows."""

@@ -369,7 +369,9 @@ def test_lab_checks_order_and_keepalive_limits() -> None:
     # The NAT'd node keeps its cross-site links alive (keepalive 25 s): both ends expect a
     # recent handshake; the same-site link of lab-a may be idle.
     keepalive = next(
-        p["persistent_keepalive_s"] for p in state["nodes"]["lab-gpu-2"]["mesh"]["peers"] if p["name"] == "lab-head-1"
+        p["persistent_keepalive_s"]
+        for p in state["nodes"]["lab-gpu-2"]["mesh"]["peers"]
+        if p["name"] == "lab-head-1"
     )
     assert keepalive > 0
     assert peers["lab-gpu-2"].args["peers"]["lab-head-1"]["max_age_s"] == kept_alive_max_age_s(keepalive)
