@@ -21,6 +21,7 @@ import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Collection
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -384,8 +385,15 @@ def _pick(kw: dict[str, Any]) -> dict[str, Any]:
 
 
 def _pyinfra(
-    layer: str, node: dict[str, Any], monkeypatch: pytest.MonkeyPatch, reported: bool = True
+    layer: str,
+    node: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+    reported: bool = True,
+    hosts: Collection[str] | None = None,
 ) -> dict[str, Any]:
+    """What pyinfra's ``layer`` manages on ``node``; ``reported``: the run's ``hosts`` (default
+    every peer) published their keys, as in ``_ansible``'s hostvars. The controller is no host
+    of the run: a key it has comes from the fleet or push mode, never from the run."""
     managed = _empty()
     recorder = _Recorder(managed, node)
     module = _Module(managed)
@@ -405,7 +413,13 @@ def _pyinfra(
         )
         # The hosts' keys in this run, as operations.peer_keys merges them (its snapshot aside).
         peers = (
-            {p["name"]: _key(p["name"]) for p in (node["mesh"] or {}).get("peers", [])} if reported else {}
+            {
+                p["name"]: _key(p["name"])
+                for p in (node["mesh"] or {}).get("peers", [])
+                if hosts is None or p["name"] in hosts
+            }
+            if reported
+            else {}
         )
         mp.setattr(O, "peer_keys", lambda n: O.wireguard_peer_keys(n, {}, peers))
         mp.setattr(O.managed_file, "_inner", lambda **kw: iter([recorder.managed_file(**kw)]))
@@ -479,7 +493,7 @@ def test_both_engines_manage_the_same(
         ansible = _ansible(
             layer, {**hostvars, "inventory_hostname": host, "hostvars": published}, groups[host], node
         )
-        pyinfra = _pyinfra(layer, node, monkeypatch, reported)
+        pyinfra = _pyinfra(layer, node, monkeypatch, reported, hostvars_all)
         for key in ansible:
             assert _norm(ansible[key]) == _norm(pyinfra[key]), f"{fleet}/{host}/{layer}: {key} differ"
         managed_somewhere |= any(v for k, v in ansible.items() if k != "notes")
