@@ -37,9 +37,14 @@ def fleet_dirs(name: str) -> list[Path]:
 @pytest.fixture(autouse=True, scope="session")
 def _known_hosts_dir(tmp_path_factory: pytest.TempPathFactory):
     """The known_hosts files the inventory makes from a fleet (engines/inventory.py) go to a
-    temporary directory, not the user's ~/.cache (subprocesses inherit it)."""
+    temporary directory, not the user's ~/.cache (subprocesses inherit it); the controller's
+    state directory is an empty temporary one, not the user's ~/.local/state."""
     patch = pytest.MonkeyPatch()
     patch.setenv("SWARM_KNOWN_HOSTS_DIR", str(tmp_path_factory.mktemp("known_hosts")))
+    # Nor the controller's state (its key, its key records: engines/controller.py,
+    # engines/keyrecord.py): the lab fleet's controller records no key, and push mode would
+    # take the key of whoever runs the tests. Tests that need a key make one here.
+    patch.setenv("SWARM_STATE_DIR", str(tmp_path_factory.mktemp("state")))
     yield
     patch.undo()
 

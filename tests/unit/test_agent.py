@@ -23,6 +23,7 @@ from swarm_infra.agent.run import run_once
 from swarm_infra.resolve.pull import allowed_signers_problems, ref_name, remote_scheme
 
 from .conftest import serve_http
+from .pullfleet import copy_lab, declare_pull
 
 A, B = "a" * 40, "b" * 40
 ROLL = {"serial": [1, "50%"], "max_fail_percentage": 0}  # canary 1, then halves
@@ -342,20 +343,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def pull_fleet(tmp_path: Path) -> Path:
-    """A copy of the lab fleet whose lab-gpu-2 (a Ray worker) converges by pull."""
-    for d in ("inventory/lab", "policies/lab", "policies/shared"):
-        shutil.copytree(ROOT / d, tmp_path / d)
-    nodes = tmp_path / "inventory/lab/nodes.yaml"
-    nodes.write_text(
-        nodes.read_text().replace("  mesh: {nat: true}", "  mesh: {nat: true}\n  convergence: pull")
-    )
-    (tmp_path / "policies/lab/allowed_signers").write_text(f"ops@example.org ssh-ed25519 {KEY}\n")
-    with (tmp_path / "policies/lab/rollout.yaml").open("a") as f:
-        f.write(
-            "  pull:\n    remote: https://git.example.org/f.git\n    ref: main\n    fleet: lab\n"
-            "    allowed_signers_file: allowed_signers\n"
-        )
-    return tmp_path
+    """A copy of the lab fleet whose lab-gpu-2 (a Ray worker) converges by pull
+    (tests/unit/pullfleet.py)."""
+    return declare_pull(copy_lab(tmp_path), ["lab-gpu-2"])
 
 
 def test_a_pull_node_in_the_ray_cluster_that_peers_with_the_head_is_not_warned_about(tmp_path: Path) -> None:

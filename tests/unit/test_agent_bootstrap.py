@@ -22,6 +22,8 @@ from swarm_infra.resolve import desired_state, load_fleet
 from swarm_infra.resolve.files import layer_files
 from swarm_infra.resolve.layout import AGENT_LOCAL
 
+from .pullfleet import copy_lab, declare_pull
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -76,16 +78,10 @@ def test_bootstrap_writes_the_agent_and_prints_a_document_the_fleet_takes(
     document = out[out.index("---\n") :]
     # The document, added to the lab fleet (with the Rollout's pull settings), validates and
     # makes the node a pull node with the key the node holds.
-    fleet = tmp_path / "fleet"
-    for d in ("inventory/lab", "policies/lab", "policies/shared"):
-        shutil.copytree(ROOT / d, fleet / d)
+    fleet = copy_lab(tmp_path / "fleet")
     (fleet / "inventory/lab/lab-gpu-9.yaml").write_text(document)
-    (fleet / "policies/lab/allowed_signers").write_text((agent / "allowed_signers").read_text())
-    with (fleet / "policies/lab/rollout.yaml").open("a") as f:
-        f.write(
-            "  pull:\n    remote: https://git.example.org/swarm/fleet.git\n    ref: main\n"
-            "    fleet: lab\n    allowed_signers_file: allowed_signers\n    interval_s: 600\n"
-        )
+    signers = (agent / "allowed_signers").read_text()
+    declare_pull(fleet, (), remote="https://git.example.org/swarm/fleet.git", signers=signers, interval_s=600)
     state = desired_state(
         load_fleet([fleet / "inventory/lab", fleet / "policies/lab", fleet / "policies/shared"])
     )

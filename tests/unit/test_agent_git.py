@@ -3,7 +3,8 @@
 Signing is OpenSSH's: ``ssh-keygen`` makes the keys, git signs with ``gpg.format=ssh`` and
 ``user.signingkey`` (git-config(1), Git 2.39) and verifies against an allowed signers file
 (ssh-keygen(1), ALLOWED SIGNERS, OpenSSH 9.2: ``principals [options] keytype base64``).
-The fleet is the lab fleet, copied into the repository, with lab-gpu-2 converging by pull.
+The fleet is the lab fleet, copied into the repository, with lab-gpu-2 converging by pull
+(tests/unit/pullfleet.py).
 Only the engine's process is replaced (:func:`swarm_infra.agent.engine.spawn`): its argv
 is asserted and it answers as ``ansible.posix.json`` would.
 """
@@ -22,7 +23,8 @@ from swarm_infra.agent import engine
 from swarm_infra.agent.config import AgentConfig, Paths
 from swarm_infra.agent.run import run_once
 
-ROOT = Path(__file__).resolve().parents[2]
+from .pullfleet import copy_lab, declare_pull
+
 NODE = "lab-gpu-2"
 ISOLATED = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "HOME": "/nonexistent"}
 
@@ -55,19 +57,7 @@ class Fleet:
         self.signers = f'operator@example.org namespaces="git" {known_pub}\n'
         sh("git", "init", "-q", "--bare", "-b", "main", str(self.remote))
         sh("git", "init", "-q", "-b", "main", str(self.src))
-        for d in ("inventory/lab", "policies/lab", "policies/shared"):
-            shutil.copytree(ROOT / d, self.src / d)
-        (self.src / "policies/lab/allowed_signers").write_text(self.signers)
-        nodes = self.src / "inventory/lab/nodes.yaml"
-        nodes.write_text(
-            nodes.read_text().replace("  mesh: {nat: true}", "  mesh: {nat: true}\n  convergence: pull")
-        )
-        rollout = self.src / "policies/lab/rollout.yaml"
-        rollout.write_text(
-            rollout.read_text()
-            + f"  pull:\n    remote: file://{self.remote}\n    ref: main\n    fleet: lab\n"
-            "    allowed_signers_file: allowed_signers\n"
-        )
+        declare_pull(copy_lab(self.src), [NODE], remote=f"file://{self.remote}", signers=self.signers)
 
     def commit(self, message: str, key: Path | None) -> str:
         (self.src / "CHANGES").open("a").write(message + "\n")

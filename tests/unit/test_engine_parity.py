@@ -21,6 +21,7 @@ import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Collection
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -33,6 +34,7 @@ from swarm_infra.engines.pyinfra import layers as L
 from swarm_infra.engines.pyinfra import operations as O
 from swarm_infra.resolve.layers import NAMES
 from swarm_infra.resolve.rollout import rollout_state
+from tests.unit.pullfleet import CONTROLLER_KEY, copy_lab, declare_pull
 from tests.unit.role_reader import run_layer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -117,26 +119,12 @@ def _controlled_fleet(tmp: Path) -> Path:
     return tmp / "inventory" / "lab-controlled"
 
 
-CONTROLLER_KEY = "GK9rBwkn3vUFr6s2PZXxJbVvjGy5h8wAS6FaA3Bq8nA="
-SIGNER_KEY = "AAAAC3NzaC1lZDI1NTE5AAAAIOQxQJhF2zz4pZl2bsm3C6i0u1FZSxiQwZ7Wc7d9Wn5R"  # an ssh-ed25519 key
-
-
 def _pulled_fleet(tmp: Path) -> Path:
     """The lab fleet whose lab-gpu-2, a Ray worker and a direct WireGuard peer of the head,
     converges by pull: the head serves it the Ray token over the mesh (socket, service,
-    firewall rule) and it reads the token from there, whichever engine applies."""
-    shutil.copytree(ROOT / "inventory" / "lab", tmp / "inventory" / "lab-pulled")
-    shutil.copytree(ROOT / "policies" / "lab", tmp / "policies" / "lab-pulled")
-    shutil.copytree(ROOT / "policies" / "shared", tmp / "policies" / "shared")
-    path = tmp / "inventory" / "lab-pulled" / "nodes.yaml"
-    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
-    next(d for d in docs if d["metadata"]["name"] == "lab-gpu-2")["spec"]["convergence"] = "pull"
-    path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
-    policies = tmp / "policies" / "lab-pulled"
-    (policies / "allowed_signers").write_text(f"ops@example.org ssh-ed25519 {SIGNER_KEY}\n")
-    with (policies / "rollout.yaml").open("a") as f:
-        f.write("  pull: {remote: https://git.example.org/f.git, ref: main, fleet: lab-pulled, "
-                "allowed_signers_file: allowed_signers}\n")  # fmt: skip
+    firewall rule) and it reads the token from there, whichever engine applies. As a real
+    pull fleet must, it records the controller's key (tests/unit/pullfleet.py)."""
+    declare_pull(copy_lab(tmp, "lab-pulled"), ["lab-gpu-2"], fleet="lab-pulled")
     return tmp / "inventory" / "lab-pulled"
 
 
@@ -397,8 +385,15 @@ def _pick(kw: dict[str, Any]) -> dict[str, Any]:
 
 
 def _pyinfra(
-    layer: str, node: dict[str, Any], monkeypatch: pytest.MonkeyPatch, reported: bool = True
+    layer: str,
+    node: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+    reported: bool = True,
+    hosts: Collection[str] | None = None,
 ) -> dict[str, Any]:
+    """What pyinfra's ``layer`` manages on ``node``; ``reported``: the run's ``hosts`` (default
+    every peer) published their keys, as in ``_ansible``'s hostvars. The controller is no host
+    of the run: a key it has comes from the fleet or push mode, never from the run."""
     managed = _empty()
     recorder = _Recorder(managed, node)
     module = _Module(managed)
@@ -418,7 +413,13 @@ def _pyinfra(
         )
         # The hosts' keys in this run, as operations.peer_keys merges them (its snapshot aside).
         peers = (
-            {p["name"]: _key(p["name"]) for p in (node["mesh"] or {}).get("peers", [])} if reported else {}
+            {
+                p["name"]: _key(p["name"])
+                for p in (node["mesh"] or {}).get("peers", [])
+                if hosts is None or p["name"] in hosts
+            }
+            if reported
+            else {}
         )
         mp.setattr(O, "peer_keys", lambda n: O.wireguard_peer_keys(n, {}, peers))
         mp.setattr(O.managed_file, "_inner", lambda **kw: iter([recorder.managed_file(**kw)]))
@@ -492,7 +493,7 @@ def test_both_engines_manage_the_same(
         ansible = _ansible(
             layer, {**hostvars, "inventory_hostname": host, "hostvars": published}, groups[host], node
         )
-        pyinfra = _pyinfra(layer, node, monkeypatch, reported)
+        pyinfra = _pyinfra(layer, node, monkeypatch, reported, hostvars_all)
         for key in ansible:
             assert _norm(ansible[key]) == _norm(pyinfra[key]), f"{fleet}/{host}/{layer}: {key} differ"
         managed_somewhere |= any(v for k, v in ansible.items() if k != "notes")

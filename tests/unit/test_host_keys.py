@@ -302,13 +302,17 @@ def test_no_connection_setting_trusts_a_key_on_first_use_or_skips_the_check() ->
 # -------------------------------------------------------------------------------- the lab
 
 
-def test_the_lab_hands_the_engines_its_host_keys_and_the_same_known_hosts(
+def test_the_lab_hands_the_engines_its_host_keys_and_known_hosts_where_they_connect(
     key_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The lab's nodes get host keys at `swarm lab up`, which the lab fleet in Git cannot
     declare: the lab's connection file carries them (the lab's overlay of spec.ssh), the
     engines make their known_hosts from them with the fleet's function, and the lab's own
-    ssh/known_hosts (`swarm lab ssh`) is the same bytes."""
+    ssh/known_hosts is made by it too. Each names a node at the address its users connect
+    to: the lab's, the underlay address (the lab's own checks); the engines', the mesh
+    address for a node reached over the controller's mesh (the lab fleet's Mesh declares
+    the controller, ``ssh_over_mesh: nat``: lab-gpu-2 behind lab-b's NAT), so that SSH checks
+    that node's key where it connects, and the underlay address for the others."""
     monkeypatch.setenv("SWARM_LAB_DIR", str(tmp_path / "lab"))
     analysis = load_fleet([str(p) for p in fleet_dirs("lab")])
     spec = lab_spec(analysis)
@@ -332,7 +336,16 @@ def test_the_lab_hands_the_engines_its_host_keys_and_the_same_known_hosts(
     lab_known = Path(conns[first]["known_hosts_file"])
     (engines_known,) = {h.connection.known_hosts_file for h in hosts}
     assert engines_known is not None
-    assert Path(engines_known).read_text() == lab_known.read_text()
+    # Where the engines connect, from the declaration: the NAT'd nodes at their mesh address.
+    mesh = analysis.fleet.mesh
+    assert mesh is not None and mesh.controller is not None and mesh.controller.ssh_over_mesh == "nat"
+    over_mesh = {n for n, node in analysis.fleet.nodes.items() if node.nat}
+    assert over_mesh == {"lab-gpu-2"}
+    target = {n: str(analysis.addresses[n]) if n in over_mesh else c["host"] for n, c in conns.items()}
+    assert {h.name: h.connection.host for h in hosts} == target
+    assert Path(engines_known).read_text() == known_hosts_text(
+        (target[h.name], conns[h.name]["port"], conns[h.name]["host_keys"]) for h in hosts
+    )
     assert lab_known.read_text() == known_hosts_text(
         (c["host"], c["port"], c["host_keys"]) for c in conns.values()
     )

@@ -50,16 +50,18 @@ ENDPOINT = "192.0.2.1"  # the lab's service address: every lab site reaches it
 
 
 def _fleet(tmp: Path, controller: dict[str, Any] | None, name: str = "lab-ctl") -> list[str]:
-    """A copy of the lab fleet whose Mesh declares ``controller`` (None: none)."""
+    """A copy of the lab fleet whose Mesh declares ``controller`` in place of the lab's (None:
+    none; the lab fleet declares one, without its key)."""
     inv, pol = tmp / "inventory" / name, tmp / "policies" / name
     shutil.copytree(ROOT / "inventory" / "lab", inv)
     shutil.copytree(ROOT / "policies" / "lab", pol)
     shutil.copytree(ROOT / "policies" / "shared", tmp / "policies" / "shared", dirs_exist_ok=True)
+    path = pol / "mesh.yaml"
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    docs[0]["spec"].pop("controller", None)
     if controller is not None:
-        path = pol / "mesh.yaml"
-        docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
         docs[0]["spec"]["controller"] = controller
-        path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
     return [str(inv), str(pol), str(tmp / "policies" / "shared")]
 
 

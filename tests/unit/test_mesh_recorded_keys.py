@@ -8,7 +8,6 @@ reviewed; what a node reports never replaces it: docs/design.md, trust model).""
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +22,7 @@ from swarm_infra.resolve import desired_state, load_fleet
 from swarm_infra.resolve.files import wireguard_conf, wireguard_peer_keys
 from swarm_infra.resolve.keys import key_change_problem, wireguard_key_problem
 from swarm_infra.resolve.mesh import mesh_apply
+from tests.unit.pullfleet import CONTROLLER_KEY, copy_lab, declare_pull, record_controller_key
 from tests.unit.role_reader import run_layer
 from tests.unit.test_node_files import NODES as UNKEYED
 from tests.unit.test_node_files import key
@@ -34,9 +34,6 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "plugins" / "filter"))
 import swarm as swarm_filters  # noqa: E402  (the Ansible filter plugin, as Ansible loads it)
 
-# An OpenSSH ed25519 public key (test_agent.py's): the fleet's one allowed signer.
-SIGNER = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOQxQJhF2zz4pZl2bsm3C6i0u1FZSxiQwZ7Wc7d9Wn5R"
-
 
 def recorded(name: str) -> str:
     """The key the fleet records for node ``name``: not :func:`key` (what other tests make
@@ -46,26 +43,20 @@ def recorded(name: str) -> str:
 
 def keyed_fleet(tmp: Path, keyed: dict[str, str], pull: tuple[str, ...] = ()) -> Path:
     """The lab fleet copied under ``tmp`` with ``spec.mesh.public_key`` set on the nodes of
-    ``keyed`` (name -> key) and the ``pull`` nodes converging by pull (with the Rollout's
-    pull settings); returns the fleet's root."""
-    for d in ("inventory/lab", "policies/lab", "policies/shared"):
-        shutil.copytree(ROOT / d, tmp / d)
+    ``keyed`` (name -> key; ``controller``: the Mesh's ``spec.controller.public_key``) and the
+    ``pull`` nodes converging by pull (tests/unit/pullfleet.py: the Rollout's pull settings, the
+    controller's key recorded); returns the fleet's root."""
+    copy_lab(tmp)
     path = tmp / "inventory/lab/nodes.yaml"
     docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
     for doc in docs:
-        spec, name = doc["spec"], doc["metadata"]["name"]
-        if name in keyed:
-            spec.setdefault("mesh", {})["public_key"] = keyed[name]
-        if name in pull:
-            spec["convergence"] = "pull"
+        if doc["metadata"]["name"] in keyed:
+            doc["spec"].setdefault("mesh", {})["public_key"] = keyed[doc["metadata"]["name"]]
     path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
     if pull:
-        (tmp / "policies/lab/allowed_signers").write_text(f"ops@example.org {SIGNER}\n")
-        with (tmp / "policies/lab/rollout.yaml").open("a") as f:
-            f.write(
-                "  pull:\n    remote: https://git.example.org/swarm/fleet.git\n    ref: main\n"
-                "    fleet: lab\n    allowed_signers_file: allowed_signers\n    interval_s: 600\n"
-            )
+        declare_pull(tmp, pull, remote="https://git.example.org/swarm/fleet.git", interval_s=600)
+    if "controller" in keyed:
+        record_controller_key(tmp / "policies/lab", keyed["controller"])
     return tmp
 
 
@@ -77,6 +68,9 @@ def state_of(root: Path) -> dict[str, Any]:
 
 
 ALL = {n: recorded(n) for n in UNKEYED}
+# What the keyed pull fleet records for each peer: every node's key and the controller's
+# (declare_pull records it: a pull node computes its peers from the repository alone).
+RECORDED = {**ALL, "controller": CONTROLLER_KEY}
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +86,7 @@ def test_every_peer_of_every_node_has_the_key_recorded_in_the_fleet(keyed: dict[
         assert mesh["public_key"] == ALL[name]
         assert mesh["peers"], name
         for peer in mesh["peers"]:
-            assert peer["public_key"] == ALL[peer["name"]]
+            assert peer["public_key"] == RECORDED[peer["name"]]
 
 
 @pytest.mark.parametrize("name", ["lab-head-1", "lab-gpu-1", "lab-gpu-2"])
@@ -102,11 +96,11 @@ def test_the_wireguard_config_comes_from_the_repository_alone(keyed: dict[str, A
     node = keyed[name]
     peers = [p["name"] for p in node["mesh"]["peers"]]
     keys = wireguard_peer_keys(node, {}, {})
-    assert keys == {p: ALL[p] for p in sorted(peers)}
+    assert keys == {p: RECORDED[p] for p in sorted(peers)}
     text = wireguard_conf(node, keys)
     assert "not known yet" not in text
     for p in peers:
-        assert f"[Peer]\n# {p}\nPublicKey = {ALL[p]}\n" in text
+        assert f"[Peer]\n# {p}\nPublicKey = {RECORDED[p]}\n" in text
 
 
 def test_the_recorded_key_wins_over_what_nodes_report_and_the_peers_file(keyed: dict[str, Any]) -> None:
@@ -114,7 +108,7 @@ def test_the_recorded_key_wins_over_what_nodes_report_and_the_peers_file(keyed: 
     peers = [p["name"] for p in node["mesh"]["peers"]]
     reported = {p: key(p) for p in peers}  # well-formed, not the recorded ones
     on_node = {p: key(f"old {p}") for p in peers}
-    assert wireguard_peer_keys(node, on_node, reported) == {p: ALL[p] for p in sorted(peers)}
+    assert wireguard_peer_keys(node, on_node, reported) == {p: RECORDED[p] for p in sorted(peers)}
 
 
 def test_unrecorded_peers_keep_todays_keys_and_none_takes_a_recorded_one(tmp_path: Path) -> None:
@@ -215,7 +209,7 @@ def test_the_wireguard_role_of_a_pull_node_writes_every_peer_from_the_fleet(keye
         i for c in calls if c.module.endswith("swarm_files") for i in c.args["items"] if i["path"] == path
     ]
     for peer in node["mesh"]["peers"]:
-        assert f"PublicKey = {ALL[peer['name']]}\n" in item["content"]
+        assert f"PublicKey = {RECORDED[peer['name']]}\n" in item["content"]
     assert "not known yet" not in item["content"]
 
 
@@ -223,7 +217,7 @@ def test_the_peer_keys_filter_uses_the_recorded_key_over_the_plays_hostvars(keye
     node = keyed["lab-head-1"]
     hostvars = {p["name"]: {"wireguard_public_key": key(p["name"])} for p in node["mesh"]["peers"]}
     keys = swarm_filters.swarm_wireguard_peer_keys(node, {}, hostvars)
-    assert dict(keys) == {p["name"]: ALL[p["name"]] for p in node["mesh"]["peers"]}
+    assert dict(keys) == {p["name"]: RECORDED[p["name"]] for p in node["mesh"]["peers"]}
 
 
 class _State:

@@ -35,27 +35,25 @@ from swarm_infra.resolve.ray import token_admission
 from tests.unit.real_ansible import run_play
 
 from .conftest import ROOT
+from .pullfleet import copy_lab, declare_pull
 
-SIGNER_KEY = "AAAAC3NzaC1lZDI1NTE5AAAAIOQxQJhF2zz4pZl2bsm3C6i0u1FZSxiQwZ7Wc7d9Wn5R"  # ssh-ed25519
 TOKEN = (hashlib.sha256(b"a token for the tests").hexdigest() + "\n").encode()
 
 
 def pull_fleet(tmp: Path, pull: tuple[str, ...] = ("lab-gpu-2",), relayed: bool = False) -> Path:
-    """A copy of the lab fleet whose ``pull`` nodes converge by pull. ``relayed``: lab-gpu-2
-    moves to lab-a, whose mesh is hub-and-spoke around the lab's relay lab-head-1, and the
-    Ray head is lab-gpu-1: the head reaches lab-gpu-2, a spoke as it is, only through the hub."""
-    for d in ("inventory/lab", "policies/lab", "policies/shared"):
-        shutil.copytree(ROOT / d, tmp / d)
-    nodes = tmp / "inventory/lab/nodes.yaml"
-    docs = [d for d in yaml.safe_load_all(nodes.read_text()) if d]
-    for doc in docs:
-        if doc["metadata"]["name"] in pull:
-            doc["spec"]["convergence"] = "pull"
-        if relayed and doc["metadata"]["name"] == "lab-gpu-2":
-            doc["spec"].update(site="lab-a", address="10.77.1.12")
-            doc["spec"].pop("mesh", None)
-    nodes.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    """A copy of the lab fleet whose ``pull`` nodes converge by pull (tests/unit/pullfleet.py).
+    ``relayed``: lab-gpu-2 moves to lab-a, whose mesh is hub-and-spoke around the lab's relay
+    lab-head-1, and the Ray head is lab-gpu-1: the head reaches lab-gpu-2, a spoke as it is,
+    only through the hub."""
+    declare_pull(copy_lab(tmp), pull)
     if relayed:
+        nodes = tmp / "inventory/lab/nodes.yaml"
+        docs = [d for d in yaml.safe_load_all(nodes.read_text()) if d]
+        for doc in docs:
+            if doc["metadata"]["name"] == "lab-gpu-2":
+                doc["spec"].update(site="lab-a", address="10.77.1.12")
+                doc["spec"].pop("mesh", None)
+        nodes.write_text(yaml.safe_dump_all(docs, sort_keys=False))
         ray = tmp / "policies/lab/ray.yaml"
         doc = yaml.safe_load(ray.read_text())
         doc["spec"]["head"] = {"selector": {"nodes": ["lab-gpu-1"]}}
@@ -64,12 +62,6 @@ def pull_fleet(tmp: Path, pull: tuple[str, ...] = ("lab-gpu-2",), relayed: bool 
         doc = yaml.safe_load(mesh.read_text())
         doc["spec"]["sites"] = {"lab-a": {"topology": "hub-and-spoke", "hub": "lab-head-1"}}
         mesh.write_text(yaml.safe_dump(doc, sort_keys=False))
-    (tmp / "policies/lab/allowed_signers").write_text(f"ops@example.org ssh-ed25519 {SIGNER_KEY}\n")
-    with (tmp / "policies/lab/rollout.yaml").open("a") as f:
-        f.write(
-            "  pull: {remote: https://git.example.org/f.git, ref: main, fleet: lab, "
-            "allowed_signers_file: allowed_signers}\n"
-        )
     return tmp
 
 

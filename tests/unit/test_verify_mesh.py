@@ -254,9 +254,9 @@ def test_the_reader_judges_the_nodes_own_key_from_the_same_read() -> None:
 
 
 def test_the_peers_check_carries_the_keys_the_fleet_records(tmp_path: Path) -> None:
-    from .test_mesh_recorded_keys import ALL, keyed_fleet
+    from .test_mesh_recorded_keys import ALL, RECORDED, keyed_fleet
 
-    root = keyed_fleet(tmp_path, ALL)
+    root = keyed_fleet(tmp_path, RECORDED)  # every node's key and the controller's
     state = desired_state(
         load_fleet([root / d for d in ("inventory/lab", "policies/lab", "policies/shared")])
     )
@@ -265,8 +265,9 @@ def test_the_peers_check_carries_the_keys_the_fleet_records(tmp_path: Path) -> N
     for check in peers:
         assert check.args["public_key"] == ALL[check.node]
         assert {p: v["public_key"] for p, v in check.args["peers"].items()} == {
-            p: ALL[p] for p in check.args["peers"]
+            p: RECORDED[p] for p in check.args["peers"]
         }
+        assert "controller" in check.args["peers"]
 
 
 def test_ping_sample_each_node_to_its_representative_and_representatives_across_sites() -> None:
@@ -341,7 +342,13 @@ def test_lab_checks_order_and_keepalive_limits() -> None:
     assert set(kinds[first_ray:]) == {"ray_member", "tcp_port"}
     assert all(c.kind != "service" for c in checks[first_peers:])
     for c in checks[first_peers:first_ping]:
-        assert all(v["service"] in ids[:first_peers] for v in c.args["peers"].values())
+        # A node peer's tunnel is its service's; the controller (policies/lab/mesh.yaml, not a
+        # node: no service of the fleet's) has none.
+        for peer, v in c.args["peers"].items():
+            if peer in state["nodes"]:
+                assert v["service"] in ids[:first_peers] and not v["controller"]
+            else:
+                assert (peer, v["service"], v["controller"]) == ("controller", None, True)
     pings = [c for c in checks if c.kind == "ping"]
     # lab-gpu-2 is behind NAT: its pings go first, re-opening tunnels to it.
     assert pings[0].node == "lab-gpu-2" and pings[0].args["behind_nat"]
@@ -361,7 +368,11 @@ def test_lab_checks_order_and_keepalive_limits() -> None:
         assert peers[name].requires == (f"{name}/mesh/service wg-quick@wg0",)
     # The NAT'd node keeps its cross-site links alive (keepalive 25 s): both ends expect a
     # recent handshake; the same-site link of lab-a may be idle.
-    keepalive = state["nodes"]["lab-gpu-2"]["mesh"]["peers"][0]["persistent_keepalive_s"]
+    keepalive = next(
+        p["persistent_keepalive_s"]
+        for p in state["nodes"]["lab-gpu-2"]["mesh"]["peers"]
+        if p["name"] == "lab-head-1"
+    )
     assert keepalive > 0
     assert peers["lab-gpu-2"].args["peers"]["lab-head-1"]["max_age_s"] == kept_alive_max_age_s(keepalive)
     assert peers["lab-head-1"].args["peers"]["lab-gpu-2"]["max_age_s"] == kept_alive_max_age_s(keepalive)

@@ -31,13 +31,16 @@ def _node(name: str, site: str, address: str, roles: str, extra: str = "") -> st
     )
 
 
-def nodes_yaml(count: int, mesh_cidr: str = "10.210.0.0/24") -> str:
+def nodes_yaml(
+    count: int, mesh_cidr: str = "10.210.0.0/24", reserved: tuple[ipaddress.IPv4Address, ...] = ()
+) -> str:
     """The Node documents of a lab fleet of ``count`` nodes (at least 2: the head and one
     worker; at most what the sites' /24s hold). A node whose derived mesh address collides
-    with an earlier node's is pinned to the next free one, as the validator asks an
-    operator to (``mesh.address-collision``)."""
+    with an earlier node's, or with one of ``reserved`` (the mesh controller's: Mesh
+    ``spec.controller``), is pinned to the next free one, as the validator asks an operator
+    to (``mesh.address-collision``)."""
     cidr = ipaddress.IPv4Network(mesh_cidr)
-    taken: set[ipaddress.IPv4Address] = {derived_address(cidr, "lab-head-1")}
+    taken: set[ipaddress.IPv4Address] = {derived_address(cidr, "lab-head-1"), *reserved}
     spare = (a for a in cidr.hosts())
     if not 2 <= count <= 2 * (254 - FIRST_WORKER_HOST):
         raise ValueError(f"a lab fleet has 2 to {2 * (254 - FIRST_WORKER_HOST)} nodes, not {count}")
@@ -74,8 +77,13 @@ def write_lab_fleet(base: Path, count: int, ray: bool = True) -> list[Path]:
     inventory, policies, _ = convention_paths(base, name)
     from ..resolve import load_fleet
 
-    lab = load_fleet([str(p) for p in convention_paths(base, "lab") if p.exists()]).fleet
-    text = nodes_yaml(count, str(lab.mesh.cidr) if lab.mesh else "10.210.0.0/24")
+    analysis = load_fleet([str(p) for p in convention_paths(base, "lab") if p.exists()])
+    lab, controller = analysis.fleet, analysis.controller_address
+    text = nodes_yaml(
+        count,
+        str(lab.mesh.cidr) if lab.mesh else "10.210.0.0/24",
+        (controller,) if controller is not None else (),  # the lab's controller is a mesh member
+    )
     for d in (inventory, policies):
         shutil.rmtree(d, ignore_errors=True)
         d.mkdir(parents=True)
