@@ -249,3 +249,46 @@ def test_up_takes_the_key_files_own_key_where_the_fleet_records_none(
     out = ctl_engine.up(state, _key_file(tmp_path), runner=host)
     assert out.changed
     assert any(argv[:2] == ["wg", "setconf"] for argv, _ in host.calls)
+
+
+def test_up_refuses_another_key_than_the_one_push_wrote_where_the_fleet_records_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Push mode wrote the default key's public half into the nodes' peer lists: an interface
+    with another key (``--key``, or a .pub left stale beside a replaced key) would not be
+    answered, and the nodes behind NAT would be cut off."""
+    monkeypatch.setenv("SWARM_STATE_DIR", str(tmp_path / "state"))
+    state = controller_state(load_fleet(fleet_dirs("lab")))
+    assert state is not None and state["public_key"] is None
+    default = _key_file(tmp_path)
+    default.with_name(default.name + ".pub").write_text(CONTROLLER_KEY + "\n")
+    other = FakeHost(NODE_KEY)  # the key file's own public key is another one
+    with pytest.raises(ctl_engine.ControllerError, match="records no key"):
+        ctl_engine.up(state, default, runner=other)
+    assert not any(argv[:2] in (["wg", "setconf"], ["wg", "syncconf"]) for argv, _ in other.calls)
+
+
+def test_a_running_interface_is_synced_not_replaced_and_left_alone_when_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``wg setconf`` replaces every peer (wg(8): "the current configuration is replaced";
+    wireguard-tools src/setconf.c sets WGDEVICE_REPLACE_PEERS), dropping each peer's session
+    and the endpoint learnt from a node behind NAT, which then cannot be reached until its
+    own session expires. A running interface gets ``wg syncconf`` (only what differs), and
+    none of the two when nothing changed."""
+    monkeypatch.setenv("SWARM_STATE_DIR", str(tmp_path / "state"))
+    state = controller_state(load_fleet(fleet_dirs("lab")))
+    assert state is not None
+    key = _key_file(tmp_path)
+    keys = {"lab-gpu-2": NODE_KEY}
+    ctl_engine.up(state, key, keys, runner=FakeHost(CONTROLLER_KEY))  # made: setconf
+    running = FakeHost(CONTROLLER_KEY, link=True)
+    assert not ctl_engine.up(state, key, keys, runner=running).changed
+    wg = [argv[:2] for argv, _ in running.calls if argv[0] == "wg" and argv[1] != "pubkey"]
+    assert wg == []
+    changed = FakeHost(CONTROLLER_KEY, link=True)
+    out = ctl_engine.up(
+        state, key, {**keys, "lab-gpu-1": "AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA="}, runner=changed
+    )
+    wg = [argv[:2] for argv, _ in changed.calls if argv[0] == "wg" and argv[1] != "pubkey"]
+    assert out.changed and wg == [["wg", "syncconf"]]

@@ -197,7 +197,18 @@ def up(
     """
     iface = state["interface"]
     have = public_key(key_path, runner)
-    if state["public_key"] is not None and have != state["public_key"]:
+    if state["public_key"] is None:
+        # Push mode wrote this controller's own key (the default key's, own_public_key) into
+        # the nodes' peer lists: another key would not be answered, and a NAT'd node would be
+        # cut off. A stale .pub beside the default key is refused the same way.
+        own = own_public_key(runner=runner)
+        if have != own:
+            raise ControllerError(
+                f"{key_path} holds the key of {have}, but the fleet records no key for the controller "
+                f"{state['name']!r}, so the nodes hold this controller's own ({own or 'none'}: "
+                f"{default_key_path()}): use that key, or record the controller's key in the fleet"
+            )
+    elif have != state["public_key"]:
         raise ControllerError(
             f"{key_path} holds the key of {have}, but the fleet records {state['public_key']} for "
             f"the controller {state['name']!r} (Mesh spec.controller.public_key): record this "
