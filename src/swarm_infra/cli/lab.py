@@ -138,12 +138,15 @@ def _join(
         results = dict(zip(todo, pool.map(lambda n: join.run_agent(lab.nodes[n]["pid"]), todo), strict=True))
     manager.stop_git()
     for n, (_, status) in results.items():
-        if (status.get("result"), status.get("applied_commit")) != ("applied", commit):
+        # "failed" is the Ray layer of a pull worker whose head is not converged yet (lab/join.py);
+        # whether its mesh came up is checked over the mesh afterwards.
+        if status.get("commit") != commit or status.get("result") not in ("applied", "failed"):
             raise LabError(f"node {n} did not apply the fleet by pull: {status.get('result')}: "
                            f"{status.get('reason')} (its journal: swarm-agent.service)")  # fmt: skip
         manager.set_joined(n, commit)
-        _log(f"join   {n}: applied {commit[:12]} by pull ({status.get('changed')} changed, "
-             f"{status.get('duration_s', 0):.0f} s)")  # fmt: skip
+        waits = "; its Ray layer waits for the head's token" if status.get("result") == "failed" else ""
+        _log(f"join   {n}: {commit[:12]} applied by pull ({status.get('changed')} changed, "
+             f"{status.get('failed')} failed{waits}; {status.get('duration_s', 0):.0f} s)")  # fmt: skip
     declared = [n for n, node in analysis.fleet.nodes.items()]
     keyrecord.save(record, keyrecord.updated(keyrecord.load(record), keys, declared))
     _log(f"join   {len(todo)} node(s) joined in {time.monotonic() - started:.1f} s; keys in {record}")

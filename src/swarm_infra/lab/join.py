@@ -19,10 +19,16 @@ over the mesh and that have not joined since they were made:
   operator's key (:func:`operator_key`, made once per lab; the repository's allowed
   signers): the fleet ``lab up`` was given, the joining nodes declared ``convergence:
   pull`` with the keys they printed, the controller's key and every node key the controller
-  knows recorded, the Ray cluster left out (a pull worker reads the cluster's token from the
-  head, which is not converged yet: push installs Ray over the mesh afterwards);
-- the node's agent then fetches, verifies and applies that commit, every layer but Ray
-  (:func:`run_agent`).
+  knows recorded, the Ray cluster as declared;
+- the node's agent then fetches, verifies and applies that commit (:func:`run_agent`): every
+  layer, its mesh up with the controller as a peer, except its Ray layer's last steps: a pull
+  worker reads the cluster's token from the head over the mesh, and on a lab just made the
+  head is not converged, so that layer fails until push completes it over the mesh (the
+  documented state of a pull worker without its token, docs/node-layer.md). The run then
+  reports ``failed``; what the join needs is the mesh, which ``lab up`` checks by pinging
+  the node's mesh address. (Left out of the commit, the Ray cluster would make the node
+  remove Ray, the lab's prebuilt virtualenv with it, and the next converge reinstall it
+  with pip: 85 s on the lab machine.)
 
 The fleet ``lab up`` was given declares the node ``convergence: push``: the operator's next
 ``swarm converge`` reaches it over the mesh, stops its agent and removes the agent's files
@@ -53,7 +59,6 @@ SIGNER = "operator@lab.swarm.example"
 # What the fleet repository holds besides the fleet: what an agent needs from a commit
 # (the library, the playbooks and roles, the schemas), as tracked in the checkout.
 CODE_PATHS = ("ansible.cfg", "src", "playbooks", "roles", "plugins", "schemas")
-RAY_POLICY = "ray.yaml"  # policies/<fleet>/ray.yaml: the lab's RayCluster (lab/fleet.py)
 VENV = AGENT_LOCAL["agent_venv"]["path"]
 STATUS = AGENT_LOCAL["agent_status"]["path"]
 # The agent's units: the same on every node, whatever its mesh interface.
@@ -196,7 +201,7 @@ def publish(
     nodes declared ``convergence: pull`` and their keys, every other key the controller
     knows (``known``) and the controller's (``controller_key``) recorded, the Rollout's
     ``spec.pull`` naming ``remote`` (ref main, once a day), the lab operator's key the allowed
-    signer, the Ray cluster left out; signed with the operator's key
+    signer; signed with the operator's key
     (``gpg.format=ssh``: ``ssh-keygen -Y sign``) and pushed as ``main`` of the new bare
     repository ``bare``. Returns the commit id. Raises LabError."""
     name, places = fleet_layout(paths)
@@ -207,7 +212,6 @@ def publish(
     for source, place in places.items():
         shutil.copytree(source, work / place)
     out_policies = work / "policies" / name
-    (out_policies / RAY_POLICY).unlink(missing_ok=True)
     key = operator_key()
     (out_policies / "allowed_signers").write_text(allowed_signers(key))
     rollout = out_policies / "rollout.yaml"
