@@ -143,6 +143,8 @@ def _join(
         if status.get("commit") != commit or status.get("result") not in ("applied", "failed"):
             raise LabError(f"node {n} did not apply the fleet by pull: {status.get('result')}: "
                            f"{status.get('reason')} (its journal: swarm-agent.service)")  # fmt: skip
+        if status.get("result") == "failed":
+            join.acknowledge(lab.nodes[n]["pid"])
         manager.set_joined(n, commit)
         waits = "; its Ray layer waits for the head's token" if status.get("result") == "failed" else ""
         _log(f"join   {n}: {commit[:12]} applied by pull ({status.get('changed')} changed, "

@@ -261,6 +261,14 @@ def run_agent(pid: int, timeout: float = 900) -> tuple[int, dict[str, Any]]:
     return done.returncode, json.loads(_console(pid, f"cat {STATUS}"))
 
 
+def acknowledge(pid: int) -> None:
+    """Clear the agent unit's failed state on the node of ``pid`` (``systemctl reset-failed``):
+    a join's run fails for a known reason (its Ray layer waits for the head's token), said in
+    ``lab up``'s output and kept in the agent's status file and journal; left failed, the
+    node's systemd would say ``degraded`` until the unit is gone."""
+    node.console(pid, ["systemctl", "reset-failed", AGENT_SERVICE])
+
+
 def wait_reachable(address: str, timeout_s: float = 30) -> bool:
     """True once ``address`` answers a ping from this host (the controller) within
     ``timeout_s``: a node behind NAT answers over the mesh once its keepalive has opened its
