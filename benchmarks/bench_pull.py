@@ -45,7 +45,7 @@ Needs root and no lab up; brings labs up and takes them down. For each size N:
    every node finished a run that started in it; per fetch = that CPU / the fetches the
    server logged, ``GET .../info/refs?service=git-upload-pack``; per round = per fetch x N)
    and reads status (``swarm status`` over the mesh, ``--runs`` times: CPU and wall).
-6. ``swarm mesh controller-down``, the Git server stopped, ``swarm lab down``.
+6. the Git server stopped, ``swarm lab down`` (the controller's interface with it).
 
 Targets (issue #27): the pull no-op's controller cost flat from 3 to 16 nodes (<= 1.2x);
 merge-to-converged at 16 nodes within 2x of 3 nodes.
@@ -77,6 +77,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from tests.labkit import FILES, UNITS  # noqa: E402
 from tests.pullkit import STATUS, console, make_fleet, mesh_address, provide, run_agent, serve_report  # noqa: E402
 
+from swarm_infra.engines.controller import own_public_key  # noqa: E402
 from swarm_infra.lab import manager, node  # noqa: E402
 from swarm_infra.lab.state import LabState, state_dir  # noqa: E402
 from swarm_infra.resolve import desired_state, load_fleet  # noqa: E402
@@ -247,8 +248,9 @@ def pull(n: int, runs: int, interval: int, delay: int, tmp: Path, node_interval:
     inits = {k: node.leader(p) for k, p in pids.items()}
     assert all(inits.values()), inits
     out: dict = {}
-    key = tmp / "controller.key"
-    made = swarm("mesh", "controller-key", "--key", str(key))[2]
+    # The lab's controller (`swarm lab up` made its key and joined the NAT'd nodes by pull).
+    controller_key = own_public_key()
+    assert controller_key, "swarm lab up makes the controller's key"
     url = manager.serve_git()
     git_pid = LabState.load().host["git"]["pid"]
     fleet = None
@@ -257,8 +259,7 @@ def pull(n: int, runs: int, interval: int, delay: int, tmp: Path, node_interval:
         def pubkey(who: str) -> str:
             return console(pids[who], f"wg pubkey < {FILES['wireguard_key']}").strip()
 
-        fleet = make_fleet(tmp, url + "fleet.git", made.split("public_key: ")[1].split()[0], name, (),
-                           interval, delay, pubkey)  # fmt: skip
+        fleet = make_fleet(tmp, url + "fleet.git", controller_key, name, (), interval, delay, pubkey)
         docs_path = fleet.inventory / "nodes.yaml"
         docs = list(yaml.safe_load_all(docs_path.read_text()))
         for doc in docs:
@@ -309,7 +310,7 @@ def pull(n: int, runs: int, interval: int, delay: int, tmp: Path, node_interval:
             assert f"OnUnitActiveSec={interval}" in timer, (who, timer)
 
         # The controller joins the mesh, for swarm status (the NAT'd nodes open their side).
-        swarm("mesh", "controller-up", "-i", str(fleet.inventory), "--key", str(key))
+        swarm("mesh", "controller-up", "-i", str(fleet.inventory))
         ctl = str(load_fleet(paths).controller_address)
         for who, d in nodes.items():
             if d["nat"]:
@@ -363,9 +364,7 @@ def pull(n: int, runs: int, interval: int, delay: int, tmp: Path, node_interval:
         print(f"{name:<7} swarm status over the mesh: wall {statistics.median(out['status_wall']):.2f} s, "
               f"CPU {statistics.median(out['status_cpu']):.2f} s", flush=True)  # fmt: skip
     finally:
-        if fleet is not None:
-            swarm("mesh", "controller-down", "-i", str(fleet.inventory), check=False)
-        manager.stop_git()
+        manager.stop_git()  # the controller's interface is the lab's: `lab down` removes it
     return out
 
 
