@@ -112,12 +112,15 @@ def own_public_key(path: Path | None = None, runner: Runner = run_command) -> st
     refuses."""
     path = path or default_key_path()
     pub = _pub_path(path)
-    if pub.is_file() and not pub.is_symlink():
-        key = pub.read_text().strip()
-        if not wireguard_key_problem(key):
-            return key
-    if not (path.exists() or path.is_symlink()):
-        return None
+    try:
+        if pub.is_file() and not pub.is_symlink():
+            key = pub.read_text().strip()
+            if not wireguard_key_problem(key):
+                return key
+        if not (path.exists() or path.is_symlink()):
+            return None
+    except OSError as exc:  # another user's 0700 state directory, a broken disk
+        raise ControllerError(f"{pub}: {exc.strerror or exc}") from None
     return public_key(path, runner)
 
 
