@@ -126,9 +126,10 @@ def _join(
 
     def provide(n: str) -> str:
         d = lab.nodes[n]
-        out = join.provide(
-            d["pid"], n, d["site"], d["address"].split("/")[0], d["nat"], name, remote, signers
-        )
+        site = analysis.fleet.sites.get(d["site"])
+        proxy = site.apt_proxy if site is not None else None
+        address = d["address"].split("/")[0]
+        out = join.provide(d["pid"], n, d["site"], address, d["nat"], name, remote, signers, proxy)
         return join.bootstrap_key(out)
 
     with ThreadPoolExecutor(max_workers=8) as pool:

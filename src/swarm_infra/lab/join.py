@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import time
@@ -130,13 +131,15 @@ def copy_code(root: Path, work: Path, extra: tuple[str, ...] = ()) -> None:
 
 
 def provide(pid: int, name: str, site: str, address: str, nat: bool, fleet: str, remote: str,
-            signers: str) -> str:  # fmt: skip
-    """The provider's steps at the console of the node whose systemd-nspawn is ``pid``: git,
+            signers: str, apt_proxy: str | None = None) -> str:  # fmt: skip
+    """The provider's steps at the console of the node whose systemd-nspawn is ``pid``: git
+    (through the site's package cache ``apt_proxy``, ``http://HOST:PORT``, when it has one),
     the lab CA trusted system-wide, the agent's package in a virtualenv of the node's own
     Python, the allowed signers ``signers`` handed over, ``swarm node bootstrap`` for fleet
     ``fleet`` at ``remote`` (ref main); returns what bootstrap printed. Raises LabError."""
-    _console(pid, "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends git "
-                  ">/dev/null", timeout=300)  # fmt: skip
+    proxy = f"-o Acquire::http::Proxy={shlex.quote(apt_proxy)} " if apt_proxy else ""
+    _console(pid, f"DEBIAN_FRONTEND=noninteractive apt-get {proxy}install -y -q --no-install-recommends "
+                  "git >/dev/null", timeout=300)  # fmt: skip
     ca = (cache_dir() / "index-tls" / "ca.pem").read_bytes()
     _console(pid, "cat > /usr/local/share/ca-certificates/swarm-lab-ca.crt && update-ca-certificates "
                   ">/dev/null", ca)  # fmt: skip
