@@ -219,12 +219,15 @@ SET_GPU0_POWER = (
     f"import swarm_gpu_node as g; s = json.load(open('{GPU_SETTINGS}')); "
     "g.backend_for(s).set(0, 'power_limit_w', {w})\""
 )
-# (node, layer, key) of each injected drift, as the drift report must name it.
+# (node, layer, key) of each injected drift, as the drift report must name it. lab-gpu-2's
+# wg-quick is not the one stopped: behind the lab's real NAT the controller reaches it over
+# the mesh only, and a node whose mesh is down can be repaired by its console or its own pull
+# only (no push), as a provider's would.
 INJECTED = {
     ("lab-gpu-1", "host", "sysctl net.ipv4.tcp_slow_start_after_idle"),
     ("lab-gpu-1", "mesh", f"file {FILES['wireguard_key']}"),
-    ("lab-gpu-1", "mesh", "peers on wg0"),  # lab-head-1 removed from wg0: one line names it
-    ("lab-gpu-2", "mesh", f"service {UNITS['wireguard']}"),
+    ("lab-gpu-2", "mesh", "peers on wg0"),  # lab-head-1 removed from wg0: one line names it
+    ("lab-gpu-1", "mesh", f"service {UNITS['wireguard']}"),
     ("lab-gpu-2", "gpu", "gpu0 power_limit_w"),
     # Beyond the five the issue names: an MTU changed at runtime, which `wg syncconf` alone
     # would not repair.
@@ -249,8 +252,8 @@ def inject_drift() -> None:
     head_key = on_node("lab-head-1", f"wg pubkey < {FILES['wireguard_key']}").stdout.strip()
     on_node("lab-gpu-1", "sysctl -qw net.ipv4.tcp_slow_start_after_idle=1")
     on_node("lab-gpu-1", f"chmod 0644 {FILES['wireguard_key']}")
-    on_node("lab-gpu-1", f"wg set wg0 peer {head_key} remove")
-    on_node("lab-gpu-2", f"systemctl stop {UNITS['wireguard']}")
+    on_node("lab-gpu-2", f"wg set wg0 peer {head_key} remove")
+    on_node("lab-gpu-1", f"systemctl stop {UNITS['wireguard']}")
     on_node("lab-gpu-2", SET_GPU0_POWER.format(w=500))
     on_node("lab-head-1", "ip link set dev wg0 mtu 1300")
 

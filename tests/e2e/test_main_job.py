@@ -72,8 +72,9 @@ def test_converge_repairs_the_drift_and_verify_passes(lab, tmp_path: Path) -> No
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
     summary = converge_summary(proc.stdout)
     assert all(summary[n]["changed"] > 0 for n in NODES), summary
-    # lab-gpu-1 lost its tunnel to the head with the removed peer: the head's health checks
-    # mark its raylet dead, and once the mesh is back the raylet learns so and exits; its unit
+    # lab-gpu-1 lost its tunnels with its stopped wg-quick (and lab-gpu-2 its tunnel to the
+    # head with the removed peer): the head's health checks mark a raylet dead, and once the
+    # mesh is back the raylet learns so and exits; its unit
     # (Restart=on-failure) starts it again, which can end after the converge when the converge
     # is slow. That rejoin is Ray's and systemd's, not the converge's: verify once it is done.
     members = {n for n, r in RAY.items() if r}

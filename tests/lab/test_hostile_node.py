@@ -26,7 +26,10 @@ pytestmark = [pytest.mark.root, pytest.mark.lab]
 LAB_ORDER = 23  # after test_pyinfra, which leaves the lab converged
 LAB_NEEDS = LAB_LEAVES = "converged"  # the node's new key is accepted and every peer has it
 
-HOSTILE = "lab-gpu-2"
+# A node the controller reaches over the underlay: one behind the lab's real NAT that makes
+# itself a new key pair is cut off the controller's mesh (which keeps the recorded key), and
+# only its console or its own pull of a reviewed key could bring it back.
+HOSTILE = "lab-gpu-1"
 OTHERS = sorted(n for n, s in LAB_STATE["nodes"].items() if s["mesh"] and n != HOSTILE)
 MESH = {name: node["mesh"]["address"].split("/")[0] for name, node in LAB_STATE["nodes"].items()}
 CONF = FILES["wireguard_conf"]
