@@ -21,7 +21,7 @@ from ..fleet.diagnostics import FleetInvalid, excerpt
 from ..fleet.sources import fleet_paths
 from ..nodeside.files import write_atomic
 from ..resolve import desired_state, load_fleet
-from ..resolve.keys import known_hosts_text, strict_ssh_options
+from ..resolve.keys import SSH_LIVENESS_OPTIONS, known_hosts_text, strict_ssh_options
 from ..resolve.types import DesiredState, NodeState
 from . import controller
 
@@ -149,8 +149,10 @@ def write_known_hosts(text: str) -> str:
 
 def ssh_option_args(conn: Connection) -> list[str]:
     """``["-o", option, ...]``: the host key options of ``conn``
-    (:func:`swarm_infra.resolve.keys.strict_ssh_options`), as ssh's arguments."""
-    return [arg for option in strict_ssh_options(conn.known_hosts_file) for arg in ("-o", option)]
+    (:func:`swarm_infra.resolve.keys.strict_ssh_options`) and the liveness options
+    (:data:`swarm_infra.resolve.keys.SSH_LIVENESS_OPTIONS`), as ssh's arguments."""
+    options = [*strict_ssh_options(conn.known_hosts_file), *SSH_LIVENESS_OPTIONS]
+    return [arg for option in options for arg in ("-o", option)]
 
 
 def ansible_connection_vars(conn: Connection) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..resolve.keys import known_hosts_text, strict_ssh_options
+from ..resolve.keys import SSH_LIVENESS_OPTIONS, known_hosts_text, strict_ssh_options
 from .system import run
 
 
@@ -129,7 +129,11 @@ def ssh_command(node: dict[str, Any], command: list[str] | None = None) -> list[
         "ssh",
         "-i",
         node["private_key_file"],
-        *(arg for option in strict_ssh_options(node["known_hosts_file"]) for arg in ("-o", option)),
+        *(
+            arg
+            for option in (*strict_ssh_options(node["known_hosts_file"]), *SSH_LIVENESS_OPTIONS)
+            for arg in ("-o", option)
+        ),
         "-o",
         "BatchMode=yes",
         "-o",

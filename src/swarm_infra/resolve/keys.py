@@ -231,6 +231,15 @@ def known_hosts_text(targets: Iterable[tuple[str, int, Iterable[str]]]) -> str:
     return "".join(lines)
 
 
+# OpenSSH options that end a connection whose node stopped answering: a keepalive every 5 s
+# through the encrypted channel, given up after 3 unanswered (about 15 s). Over the mesh a
+# node that dies sends nothing back (WireGuard drops what it cannot deliver), so without them
+# a connection to it, and Ansible's ControlPersist master with every run multiplexed onto it,
+# waits out TCP's retransmissions (about 15 minutes, net.ipv4.tcp_retries2) instead of
+# failing as unreachable. ssh_config(5): ServerAliveInterval, ServerAliveCountMax.
+SSH_LIVENESS_OPTIONS = ("ServerAliveInterval=5", "ServerAliveCountMax=3")
+
+
 def strict_ssh_options(known_hosts_file: str | None) -> list[str]:
     """OpenSSH ``-o`` options that check a node's host key strictly, for every tool that
     connects (Ansible's SSH arguments, ``ssh_argv``, testinfra, the lab's ``ssh``).
