@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from swarm_infra.fleet.sources import fleet_paths
+from swarm_infra.resolve import desired_state, load_fleet
 from tests.labkit import (
     FILES,
     INJECTED,
@@ -124,6 +126,7 @@ def test_removed_declarations_are_removed_from_the_nodes(lab, tmp_path: Path) ->
     docs = nodes.read_text().split("\n---\n")
     nodes.write_text("\n---\n".join(d for d in docs if "name: lab-head-1" not in d))
     (policies / "lab/ray.yaml").unlink()  # its head was lab-head-1
+    head_key = on_node("lab-head-1", f"wg pubkey < {FILES['wireguard_key']}").stdout.strip()
     host_record = FILES["host_tunables_record"]
     gpu1_before, gpu2_before = _record("lab-gpu-1", host_record), _record("lab-gpu-2", host_record)
 
@@ -138,9 +141,14 @@ def test_removed_declarations_are_removed_from_the_nodes(lab, tmp_path: Path) ->
         assert on_node("lab-gpu-2", f"test -e {FILES[f]}", check=False).returncode == 1, f
     live = on_node("lab-gpu-2", "sysctl -n net.ipv4.tcp_slow_start_after_idle").stdout.strip()
     assert live == gpu2_before["sysctl:net.ipv4.tcp_slow_start_after_idle"]
-    # The peer: lab-head-1 is no peer of lab-gpu-1 any more, in the tunnel or in peers.json.
-    assert len(on_node("lab-gpu-1", "wg show wg0 peers").stdout.split()) == 1
-    assert list(json.loads(on_node("lab-gpu-1", f"cat {FILES['wireguard_peers']}").stdout)) == ["lab-gpu-2"]
+    # The peer: lab-head-1 is no peer of lab-gpu-1 any more, in the tunnel or in peers.json;
+    # its peers are what the copy declares (lab-gpu-2 and the controller, a mesh member).
+    declared = desired_state(load_fleet(fleet_paths(inventory)))["nodes"]["lab-gpu-1"]["mesh"]
+    want = sorted(p["name"] for p in declared["peers"])
+    assert "lab-head-1" not in want and "lab-gpu-2" in want
+    assert len(on_node("lab-gpu-1", "wg show wg0 peers").stdout.split()) == len(want)
+    assert head_key not in on_node("lab-gpu-1", "wg show wg0 peers").stdout
+    assert sorted(json.loads(on_node("lab-gpu-1", f"cat {FILES['wireguard_peers']}").stdout)) == want
     # Ray: the workers' units are stopped and gone.
     worker_unit = FILES["ray_worker_unit"]
     for node in ("lab-gpu-1", "lab-gpu-2"):
