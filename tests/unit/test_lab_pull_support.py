@@ -74,3 +74,15 @@ def test_the_agents_package_holds_what_the_agent_runs() -> None:
         script = tar.extractfile(members["bin/swarm"]).read().decode()
         assert script.startswith(f"#!{venv}/bin/python\n") and members["bin/swarm"].mode == 0o755
         assert "from swarm_infra.cli import main" in script
+
+
+def test_the_join_takes_only_a_key_from_what_bootstrap_printed() -> None:
+    """What a node prints is untrusted: the join records a WireGuard key or nothing."""
+    from swarm_infra.lab import join
+    from swarm_infra.lab.system import LabError
+
+    key = "AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA="
+    assert join.bootstrap_key(f"...\nWireGuard public key (made now): {key}\n---\n") == key
+    for printed in ("WireGuard public key (kept): AllowedIPs=0.0.0.0/0\n", "no key here\n"):
+        with pytest.raises(LabError):
+            join.bootstrap_key(printed)

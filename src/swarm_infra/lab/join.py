@@ -50,6 +50,7 @@ from typing import Any
 
 import yaml
 
+from ..resolve.keys import wireguard_key_problem
 from ..resolve.layout import AGENT_LOCAL, node_layout
 from . import agentpkg, node
 from .state import cache_dir, state_dir
@@ -158,10 +159,15 @@ def provide(pid: int, name: str, site: str, address: str, nat: bool, fleet: str,
 
 
 def bootstrap_key(output: str) -> str:
-    """The WireGuard public key ``swarm node bootstrap`` printed. Raises LabError."""
+    """The WireGuard public key ``swarm node bootstrap`` printed (what a node reports is
+    untrusted: checked to be one key before it reaches the fleet repository or the
+    controller's record). Raises LabError."""
     m = _KEY_LINE.search(output)
     if m is None:
         raise LabError(f"swarm node bootstrap printed no WireGuard public key:\n{output[-1000:]}")
+    problem = wireguard_key_problem(m[1])
+    if problem:
+        raise LabError(f"swarm node bootstrap printed a public key that is not one: {problem}")
     return m[1]
 
 
