@@ -19,21 +19,16 @@ from pathlib import Path
 import yaml
 
 from swarm_infra.fleet.sources import fleet_paths
-from swarm_infra.lab import agentpkg, manager, node
+from swarm_infra.lab import join, manager, node
 from swarm_infra.lab.mirror import SERVICE_ADDRESS
-from swarm_infra.lab.state import cache_dir
 from swarm_infra.resolve import desired_state, load_fleet
 from swarm_infra.resolve.layout import AGENT_LOCAL
-from tests.labkit import FILES, ROOT, UNITS, on_node
+from tests.labkit import FILES, ROOT, on_node
 
 VENV = AGENT_LOCAL["agent_venv"]["path"]
 STATUS = AGENT_LOCAL["agent_status"]["path"]
 TEXTFILE = AGENT_LOCAL["agent_textfile"]["path"]
 TREES = f"{AGENT_LOCAL['agent_state_dir']['path']}/trees"
-# What the fleet repository holds besides the fleet (inventory/<fleet>, the policies): what
-# an agent needs from a commit (the library, the playbooks and roles, the schemas), as
-# tracked in this checkout.
-CODE_PATHS = ("ansible.cfg", "src", "playbooks", "roles", "plugins", "schemas")
 SIGNER = "operator@swarm.example"
 
 
@@ -125,11 +120,7 @@ def make_fleet(
     work, bare = tmp / "fleet", manager.git_root() / "fleet.git"
     shutil.rmtree(bare, ignore_errors=True)
     sh("git", "init", "-q", "--bare", "-b", "main", str(bare))
-    tracked = ("inventory/lab", "policies") if name == "lab" else ("policies/shared",)
-    listed = sh("git", "-C", str(ROOT), "ls-files", "-z", "--", *CODE_PATHS, *tracked).split("\0")
-    for rel in filter(None, listed):
-        (work / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / rel, work / rel)
+    join.copy_code(ROOT, work, ("inventory/lab", "policies") if name == "lab" else ("policies/shared",))
     if name != "lab":
         for part in ("inventory", "policies"):
             shutil.copytree(ROOT / part / name, work / part / name)
@@ -166,41 +157,18 @@ def make_fleet(
 
 
 def provide(pid: int, fleet: Fleet, name: str, site: str, address: str, nat: bool) -> str:
-    """The provider's steps at node ``pid``'s console: git, the lab CA trusted system-wide,
-    the agent's package in a virtualenv of the node's Python, the allowed signers handed
-    over, ``swarm node bootstrap`` for ``fleet``; returns what bootstrap printed."""
-    console(pid, "apt-get install -y -q --no-install-recommends git >/dev/null", timeout=300)
-    ca = (cache_dir() / "index-tls" / "ca.pem").read_bytes()
-    console(
-        pid,
-        "cat > /usr/local/share/ca-certificates/swarm-lab-ca.crt && update-ca-certificates >/dev/null",
-        ca,
-    )
-    for argv in agentpkg.install_commands(VENV):
-        node.console(pid, argv).check_returncode()
-    console(pid, f"tar -x -C {VENV} -f -", agentpkg.stage(ROOT, VENV))
-    console(pid, "cat > /root/allowed_signers", f'{SIGNER} namespaces="git" {operator_pub(fleet)}\n'.encode())
-    return console(
-        pid,
-        f"{VENV}/bin/swarm node bootstrap --node {name} --site {site} --address {address}"
-        f"{' --nat' if nat else ''} --fleet {fleet.name} --remote {fleet.remote} --ref main "
-        "--allowed-signers /root/allowed_signers",
-    )
+    """The provider's steps at node ``pid``'s console for ``fleet`` (lab/join.py
+    :func:`~swarm_infra.lab.join.provide`, the operator's key the allowed signer); returns
+    what bootstrap printed."""
+    signers = f'{SIGNER} namespaces="git" {operator_pub(fleet)}\n'
+    return join.provide(pid, name, site, address, nat, fleet.name, fleet.remote, signers)
 
 
 def run_agent(pid: int) -> tuple[int, dict, str]:
-    """One agent run on the node of ``pid`` through its unit, made after everything the
-    caller published: the timer is stopped first (bootstrap's fires within its
-    RandomizedDelaySec, each apply starts the fleet's again), a run it started is waited
-    for (``systemctl start`` of an active oneshot joins it), then ``systemctl start`` runs
-    one and waits for it. (systemctl's exit code, the status file, the textfile)."""
-    service = UNITS["agent_service"]
-    node.console(pid, ["systemctl", "stop", UNITS["agent_timer"]])
-    if node.console(pid, ["systemctl", "is-active", service]).stdout.decode().strip() == "activating":
-        node.console(pid, ["systemctl", "start", service], timeout=900)
-    done = node.console(pid, ["systemctl", "start", service], timeout=900)
-    status = json.loads(console(pid, f"cat {STATUS}"))
-    return done.returncode, status, console(pid, f"cat {TEXTFILE}")
+    """One agent run on the node of ``pid`` (:func:`swarm_infra.lab.join.run_agent`):
+    (systemctl's exit code, the status file, the textfile)."""
+    rc, status = join.run_agent(pid)
+    return rc, status, console(pid, f"cat {TEXTFILE}")
 
 
 def report_info(textfile: str) -> dict[str, str]:

@@ -150,8 +150,7 @@ def _join(
         waits = "; its Ray layer waits for the head's token" if status.get("result") == "failed" else ""
         _log(f"join   {n}: {commit[:12]} applied by pull ({status.get('changed')} changed, "
              f"{status.get('failed')} failed{waits}; {status.get('duration_s', 0):.0f} s)")  # fmt: skip
-    declared = [n for n, node in analysis.fleet.nodes.items()]
-    keyrecord.save(record, keyrecord.updated(keyrecord.load(record), keys, declared))
+    keyrecord.save(record, keyrecord.updated(keyrecord.load(record), keys, analysis.fleet.nodes))
     _log(f"join   {len(todo)} node(s) joined in {time.monotonic() - started:.1f} s; keys in {record}")
 
 
