@@ -66,6 +66,22 @@ def test_the_nat_node_joined_by_pull_and_the_controller_reaches_it_over_the_mesh
     assert (shown[0], shown[2], shown[3]) == (CONTROLLER, MESH[NAT_NODE], "22"), shown
 
 
+def test_the_nat_nodes_tunnel_holds_when_the_controller_forgets_its_source_address(lab) -> None:
+    # wireguard-go clears the source it answers a peer from on every rebind (a ListenPort
+    # set, as each `wg syncconf` of the controller does: device/device.go BindUpdate) and on
+    # route changes. The next packet must still leave from the address the site's NAT
+    # mapped (the controller's endpoint), or the NAT drops it as a new inbound flow and
+    # lab-gpu-2 is cut off until its own next keepalive (25 s): the lab saw 15 s gaps.
+    interface = LabState.load().host["controller_interface"]
+    port = subprocess.check_output(["wg", "show", interface, "listen-port"], text=True).strip()
+    for _ in range(3):
+        subprocess.run(["wg", "set", interface, "listen-port", port], check=True)
+        out = subprocess.run(
+            ["ping", "-n", "-c", "5", "-i", "0.2", "-W", "1", MESH[NAT_NODE]], capture_output=True, text=True
+        )
+        assert " 0% packet loss" in out.stdout, out.stdout
+
+
 def test_second_up_changes_nothing(lab) -> None:
     status = swarm("lab", "status", "--format", "json").stdout
     again = swarm("lab", "up", "--fleet", "lab").stdout

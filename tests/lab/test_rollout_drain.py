@@ -29,7 +29,7 @@ import pytest
 from swarm_infra.engines.reboot import ray_drain_call
 from tests.labkit import LAB_STATE, node_ssh, on_node
 
-pytestmark = [pytest.mark.root, pytest.mark.lab]
+pytestmark = [pytest.mark.root, pytest.mark.lab, pytest.mark.usefixtures("lab")]  # LAB_NEEDS applies
 LAB_ORDER = 37  # after test_ray.py and test_metrics.py
 LAB_NEEDS = LAB_LEAVES = "converged"  # the drained worker's Ray is started again
 

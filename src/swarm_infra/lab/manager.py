@@ -238,15 +238,16 @@ def _reconcile(
         network.remove_site(LabSite.from_dict(gone), gone.get("link_pid"))
     state.save()
 
+    mirror.ensure_service_address()  # the address the host sends to the sites from
     for site in spec.sites.values():
         old = state.sites.get(site.name, {})
         if old and old["wan"] != site.wan:
             network.stop_link(old.get("link_pid"), site)
         cgroup = node.cgroup2_root() / "swarm-lab" / "sites" / site.name
         (state_dir() / "sites").mkdir(exist_ok=True)
-        started, pid = network.ensure_site(
-            site, old.get("link_pid"), cgroup, state_dir() / "sites" / f"{site.name}.log"
-        )
+        log_file = state_dir() / "sites" / f"{site.name}.log"
+        source = mirror.SERVICE_ADDRESS
+        started, pid = network.ensure_site(site, old.get("link_pid"), cgroup, log_file, source)
         network.ensure_site_nat(site, [n for n in spec.nodes.values() if n.site == site.name and n.nat])
         state.sites[site.name] = {**site.as_dict(), "link_pid": pid}
         if started:

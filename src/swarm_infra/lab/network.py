@@ -130,7 +130,6 @@ def _start_link(site: LabSite, cgroup: Path, log: Path) -> int:
     run(["ip", "addr", "add", str(site.transit_site), "dev", "uplink"], netns=ns)
     run(["ip", "link", "set", "uplink", "up"], netns=ns)
     run(["ip", "route", "replace", "default", "via", str(site.transit_host.ip)], netns=ns)
-    run(["ip", "route", "replace", str(site.cidr), "via", str(site.transit_site.ip)])
     if wan["bandwidth_mbit"]:
         tbf = ["root", "tbf", "rate", f"{wan['bandwidth_mbit']}mbit", "burst", "64kb", "latency", "100ms"]
         run(["tc", "qdisc", "replace", "dev", site.uplink_host, *tbf])
@@ -146,9 +145,14 @@ def stop_link(pid: int | None, site: LabSite) -> None:
         wait_exit(pid, 10)
 
 
-def ensure_site(site: LabSite, link_pid: int | None, cgroup: Path, log: Path) -> tuple[bool, int]:
+def ensure_site(
+    site: LabSite, link_pid: int | None, cgroup: Path, log: Path, source: ipaddress.IPv4Address
+) -> tuple[bool, int]:
     """Create the site's router namespace and bridge if missing, and (re)start its WAN link
     if it is not running or its ``wan`` changed. Returns (created, WAN link PID).
+
+    ``source``: the host's one "internet" address (the lab's service address, which holds the
+    controller's endpoint): what the host sends to the site from (:func:`_route_from`).
 
     Idempotent: an existing site with a running link is left as it is, so running nodes keep
     their links; a changed ``wan`` restarts only the link process, never the bridge.
@@ -166,9 +170,29 @@ def ensure_site(site: LabSite, link_pid: int | None, cgroup: Path, log: Path) ->
         run(["sysctl", "-q", "-w", "net.ipv4.ip_forward=1"], netns=ns)
     if created or not link_is_running(site, link_pid):
         stop_link(link_pid, site)
-        return True, _start_link(site, cgroup, log)
+        pid = _start_link(site, cgroup, log)
+        _route_from(site, source)
+        return True, pid
     assert link_pid is not None
+    _route_from(site, source)
     return False, link_pid
+
+
+def _route_from(site: LabSite, source: ipaddress.IPv4Address) -> None:
+    """Send what the host sends to the site (its public address, the router's uplink end,
+    and its CIDR) from ``source``, as a host on the internet with one address does.
+
+    Without it the kernel picks the transit link's own address, and a NAT'd node's tunnel to
+    the controller breaks whenever the controller's WireGuard forgets the source it last
+    answered from: wireguard-go clears that "sticky" source on a rebind (every ``wg
+    syncconf`` that names ``ListenPort``: device/device.go ``BindUpdate``) and on route
+    changes (device/sticky_linux.go). Its next packet then leaves from the transit address;
+    the site's NAT holds a mapping for the endpoint address only and drops it as a new
+    inbound flow, and the node is cut off until its own next keepalive or handshake (up to
+    PersistentKeepalive, 25 s; the lab saw 15 s gaps and a failed converge)."""
+    via = str(site.transit_site.ip)
+    run(["ip", "route", "replace", f"{via}/32", "dev", site.uplink_host, "src", str(source)])
+    run(["ip", "route", "replace", str(site.cidr), "via", via, "dev", site.uplink_host, "src", str(source)])
 
 
 def ensure_site_nat(site: LabSite, nat_nodes: list[LabNode]) -> None:
