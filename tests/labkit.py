@@ -28,8 +28,8 @@ IS_ROOT = os.geteuid() == 0
 # The lab fleet's desired state: tests take node paths, units and addresses from it.
 LAB_STATE = desired_state(load_fleet(fleet_paths(ROOT / "inventory/lab")))
 # The node whose Ray comes from pip at test_converge's fresh converge, not from the lab's
-# prebuilt virtualenv (its LAB_UNSEEDED). test_lab cannot share that lab: its `swarm lab up`
-# calls (no --unseeded) would seed the node again.
+# prebuilt virtualenv (its LAB_UNSEEDED). test_lab shares that fresh lab: its `swarm lab up`
+# calls pass the same --unseeded, or they would seed the node again (a replaced node).
 UNSEEDED = "lab-gpu-1"
 LAYOUT = LAB_STATE["nodes"]["lab-gpu-1"]["layout"]
 FILES = {name: f["path"] for name, f in LAYOUT["files"].items()}
