@@ -67,6 +67,10 @@ def test_bootstrap_writes_the_agent_and_prints_a_document_the_fleet_takes(
     node = tmp_path / "node"
     agent = node / "etc/swarm/agent"
     assert mode(agent) == 0o700 and mode(node / "etc/wireguard/wg0.key") == 0o600
+    # node_exporter's textfile directory exists before the agent's first report (a missing
+    # one is a scrape error for node_exporter), readable by its unprivileged user.
+    textfile_dir = node / Path(AGENT_LOCAL["agent_textfile"]["path"]).parent.relative_to("/")
+    assert mode(textfile_dir) == 0o755 and list(textfile_dir.iterdir()) == []
     config = yaml.safe_load((agent / "agent.json").read_text())
     assert config == {"node": "lab-gpu-9", "fleet": "lab", "remote": "https://git.example.org/swarm/fleet.git",
                       "ref": "main", "engine": "ansible", "status_port": 9100}  # fmt: skip

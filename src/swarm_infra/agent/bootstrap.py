@@ -175,7 +175,11 @@ def node_document(req: Request, key: str, cpus: int, memory: int) -> str:
 def install(req: Request, signers: str, root: Path = Path("/")) -> dict[str, Path]:
     """Write the agent's files under ``root`` (``/`` on the node); returns them by layout
     name. The units get the schema's default interval and jitter until the fleet's own
-    replace them (the host layer, on the first apply)."""
+    replace them (the host layer, on the first apply). The agent's textfile directory is
+    made too (0755): node_exporter's textfile collector reports a missing directory as a
+    scrape error (``node_textfile_scrape_error 1``, prometheus/node_exporter
+    collector/textfile.go), which a peer's rollout gate would read before this agent's first
+    report instead of "no report yet"."""
     layout = node_layout(req.interface)
     f = {**layout["files"], **AGENT_LOCAL}
 
@@ -185,6 +189,10 @@ def install(req: Request, signers: str, root: Path = Path("/")) -> dict[str, Pat
     at("agent_dir").mkdir(parents=True, exist_ok=True, mode=0o700)
     at("agent_dir").chmod(0o700)
     at("agent_state_dir").mkdir(parents=True, exist_ok=True, mode=0o700)
+    textfile_dir = at("agent_textfile").parent
+    if not textfile_dir.is_dir():
+        textfile_dir.mkdir(parents=True, mode=0o755)
+        textfile_dir.chmod(0o755)  # whatever the umask: node_exporter reads it as its own user
     written = {
         "agent_config": agent_config_text(req.node, req.fleet, req.remote, req.ref, req.status_port).encode(),
         "agent_allowed_signers": (signers if signers.endswith("\n") else signers + "\n").encode(),

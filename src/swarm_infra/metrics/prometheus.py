@@ -31,9 +31,7 @@ from fractions import Fraction
 
 from swarm_infra.metrics.fleetrun import Outcome
 from swarm_infra.metrics.measurement import Measurement, make_labels
-
-TEXTFILE_DIR = "/var/lib/node_exporter/textfile_collector"
-"""node_exporter's ``--collector.textfile.directory`` on the nodes."""
+from swarm_infra.resolve.layout import TEXTFILE_DIR  # node_exporter's textfile directory, decided once
 
 LEGACY_TEXTFILE = f"{TEXTFILE_DIR}/swarm_metrics.prom"
 """The single file earlier versions wrote; removed when a part's file is written (its series
