@@ -32,6 +32,7 @@ from swarm_infra.nodeside import raytoken
 from swarm_infra.resolve import desired_state, load_fleet, validate
 from swarm_infra.resolve.files import layer_files, ray_firewall_rules
 from swarm_infra.resolve.ray import token_admission
+from swarm_infra.verify.checks import checks_for
 from tests.unit.real_ansible import run_play
 
 from .conftest import ROOT
@@ -155,6 +156,28 @@ def test_without_pull_workers_the_head_has_no_token_port(tmp_path: Path) -> None
     assert items[files["ray_token_socket"]["path"]] == items[files["ray_token_service"]["path"]] == "absent"
     assert "6386" not in ray_firewall_rules(head)
     assert all(n["ray"]["token_source"] is None for n in nodes.values() if n["ray"])
+
+
+def test_verify_checks_the_token_socket_on_a_head_serving_pull_workers_only(tmp_path: Path) -> None:
+    for pull, served in ((("lab-gpu-2",), True), ((), False)):
+        base = tmp_path / ("pull" if pull else "push")
+        state = desired_state(load_fleet(fleet_paths(pull_fleet(base, pull=pull) / "inventory/lab")))
+        unit = state["nodes"]["lab-head-1"]["layout"]["units"]["ray_token_socket"]
+        found = [c for c in checks_for(state) if c.args.get("unit") == unit]
+        if not served:
+            assert found == []
+            continue
+        [check] = found
+        # On the head; listening (what `systemctl is-active` reports for a socket, testinfra's
+        # is_running) and enabled; behind the firewall its unit requires.
+        assert (check.node, check.layer, check.kind, check.desired) == (
+            "lab-head-1",
+            "ray",
+            "service",
+            "enabled, running",
+        )
+        firewall = state["nodes"]["lab-head-1"]["layout"]["units"]["ray_firewall"]
+        assert check.requires == (f"lab-head-1/ray/service {firewall}",)
 
 
 # --------------------------------------------------------------- the head's files

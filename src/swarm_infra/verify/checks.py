@@ -148,10 +148,10 @@ def _removed(name: str, node: NodeState, layer: str) -> list[Check]:
 
 
 def _ray_checks(name: str, node: NodeState, state: DesiredState) -> tuple[list[Check], list[Check]]:
-    """Ray: the units; every port a Ray process listens on kept off the underlay; one port
-    closed from another node's underlay yet open over the mesh; and, read from the head,
-    the node alive in the cluster with its resources and labels. Outside the Ray cluster:
-    none of the layer's units."""
+    """Ray: the units (and, on a head serving pull workers, the token socket); every port a
+    Ray process listens on kept off the underlay; one port closed from another node's
+    underlay yet open over the mesh; and, read from the head, the node alive in the cluster
+    with its resources and labels. Outside the Ray cluster: none of the layer's units."""
     files, units = node["layout"]["files"], node["layout"]["units"]
     r = node["ray"]
     if not r:
@@ -167,6 +167,12 @@ def _ray_checks(name: str, node: NodeState, state: DesiredState) -> tuple[list[C
                     {"firewall": r["firewall"], "node_ip": r["node_ip"]},
                     (service.id, firewall.id))  # fmt: skip
     local = [firewall, service, exposed]
+    if r["firewall"]["token_port"] is not None:
+        # A head serving pull workers: the socket they read the cluster's token from (after
+        # the firewall that admits only them). Not probed: a connection is handed the token.
+        sock = units["ray_token_socket"]
+        local.append(Check(name, "ray", f"socket {sock}", "service", "enabled, running", {"unit": sock},
+                           (firewall.id,)))  # fmt: skip
     head = next(n for n, s in state["nodes"].items() if s["ray"] and s["ray"]["role"] == "head")
     head_unit = units["ray_head"]
     resources = {"GPU": float(r["num_gpus"]), **{k: float(v) for k, v in r["resources"].items()}}
