@@ -27,16 +27,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from swarm_infra import cli
 from swarm_infra.engines import controller as ctl_engine
 from swarm_infra.engines.inventory import fleet_state
-from swarm_infra.resolve import desired_state, load_fleet
+from swarm_infra.resolve import desired_state, load_fleet, validate
 from swarm_infra.resolve.controller import controller_key_missing, controller_state, with_controller_key
 from swarm_infra.resolve.files import UnsafeValue
 
 from .conftest import ROOT, fleet_dirs
-from .pullfleet import CONTROLLER_KEY
+from .pullfleet import CONTROLLER_KEY, copy_lab, declare_pull
 from .test_mesh_controller import NODE_KEY, FakeHost, _fleet, _key_file
 from .test_mesh_recorded_keys import ALL, keyed_fleet, state_of
 
@@ -292,3 +293,22 @@ def test_a_running_interface_is_synced_not_replaced_and_left_alone_when_unchange
     )
     wg = [argv[:2] for argv, _ in changed.calls if argv[0] == "wg" and argv[1] != "pubkey"]
     assert out.changed and wg == [["wg", "syncconf"]]
+
+
+@pytest.mark.parametrize("spoke", [True, False])
+def test_the_unrecorded_key_is_refused_for_pull_nodes_that_peer_with_the_controller(
+    spoke: bool, tmp_path: Path
+) -> None:
+    """A pull spoke's one peer is its hub (resolve.mesh.controller_peer: not a spoke), so
+    the controller's key is none of its business; a pull node that peers with the
+    controller needs it recorded (its agent has only the repository)."""
+    base = declare_pull(copy_lab(tmp_path / "fleet"), ["lab-gpu-1"])
+    mesh = base / "policies/lab/mesh.yaml"
+    doc = yaml.safe_load(mesh.read_text())
+    del doc["spec"]["controller"]["public_key"]  # the lab's: made per machine, not recorded
+    if spoke:  # lab-a's nodes around lab-head-1: lab-gpu-1 becomes a spoke
+        doc["spec"]["sites"] = {"lab-a": {"topology": "hub-and-spoke", "hub": "lab-head-1"}}
+    mesh.write_text(yaml.safe_dump(doc, sort_keys=False))
+    report = validate([base / "inventory/lab", base / "policies/lab", base / "policies/shared"]).report
+    errors = [d.rule for d in report.diagnostics if d.severity == "error"]
+    assert errors == ([] if spoke else ["mesh.controller-key-unrecorded"]), errors

@@ -122,14 +122,20 @@ def public_keys_unique(a: Analysis) -> Iterator[Finding]:
 
 def controller_key_recorded(a: Analysis) -> Iterator[Finding]:
     """``mesh.controller-key-unrecorded``: the Mesh declares the controller without its
-    public key and a node converges by pull. A pull node computes its peers from the
+    public key and a node that peers with the controller (not a spoke: a spoke's one peer is
+    its hub, mesh.controller_peer) converges by pull. A pull node computes its peers from the
     repository alone (its agent has no controller to ask), so without the key its peer list
     would hold the controller as a comment and the controller could never reach it; push
     mode alone may take the running controller's own key (engines/controller.py)."""
     ctl = a.fleet.mesh.controller if a.fleet.mesh is not None else None
     if ctl is None or ctl.public_key is not None:
         return
-    pulled = sorted(n.name for n in a.fleet.nodes.values() if n.convergence == "pull")
+    topo = a.topology
+    pulled = sorted(
+        n.name
+        for n in a.fleet.nodes.values()
+        if n.convergence == "pull" and not (topo is not None and topo.is_spoke(n))
+    )
     if pulled:
         yield Finding(
             ctl.source,
