@@ -185,8 +185,10 @@ def _route_from(site: LabSite, source: ipaddress.IPv4Address) -> None:
     Without it the kernel picks the transit link's own address, and a NAT'd node's tunnel to
     the controller breaks whenever the controller's WireGuard forgets the source it last
     answered from: wireguard-go clears that "sticky" source on a rebind (every ``wg
-    syncconf`` that names ``ListenPort``: device/device.go ``BindUpdate``) and on route
-    changes (device/sticky_linux.go). Its next packet then leaves from the transit address;
+    syncconf`` that names ``ListenPort``: device/device.go ``BindUpdate``; reproduced with
+    ``wg set IFACE listen-port`` of the same port) and, as its route listener may
+    (device/sticky_linux.go), at times the lab did not pin down (gaps during converges that
+    changed nothing on the controller). Its next packet then leaves from the transit address;
     the site's NAT holds a mapping for the endpoint address only and drops it as a new
     inbound flow, and the node is cut off until its own next keepalive or handshake (up to
     PersistentKeepalive, 25 s; the lab saw 15 s gaps and a failed converge)."""
