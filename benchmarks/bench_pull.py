@@ -18,8 +18,9 @@ Needs root and no lab up; brings labs up and takes them down. For each size N:
    ``--runs`` times each (a warm-up run first where the engine's first run changed
    something after the other engine's converge); the controller's cost is its CPU
    seconds (user + sys of every process it waited for: ``getrusage(RUSAGE_CHILDREN)``
-   deltas around the command) and the wall time. The controller's NAT hole in lab-b stays
-   open (the lab's default): push reaches the NAT'd nodes at their underlay address.
+   deltas around the command) and the wall time. The lab's NAT is a real one: push reaches
+   the NAT'd nodes (joined by pull at ``lab up``) at their mesh addresses, over the
+   controller's interface.
 3. **Pull**: the lab's Git server (lab/gitserver.py, https on the service address), the
    fleet repository (tests/pullkit.py ``make_fleet``: this checkout's code and fleet
    ``lab-N``, every node ``convergence: pull`` with its key recorded, the controller a mesh
