@@ -82,6 +82,7 @@ from swarm_infra.engines.controller import own_public_key  # noqa: E402
 from swarm_infra.lab import manager, node  # noqa: E402
 from swarm_infra.lab.state import LabState, state_dir  # noqa: E402
 from swarm_infra.resolve import desired_state, load_fleet  # noqa: E402
+from swarm_infra.resolve.layout import AGENT_LOCAL  # noqa: E402
 from swarm_infra.resolve.rollout import rollout_batches  # noqa: E402
 
 SYSCTL = "net.ipv4.tcp_keepalive_time"
@@ -278,6 +279,12 @@ def pull(n: int, runs: int, interval: int, delay: int, tmp: Path, node_interval:
 
         def bootstrap(who: str) -> None:
             d = nodes[who]
+            if manager.joined(who):
+                # Joined at `lab up` (lab/join.py), its agent's last good commit is in the lab's
+                # own fleet repository; this benchmark's is another history, which the agent
+                # refuses (a commit that does not descend from its last good one). Provisioned
+                # anew for the benchmark: its agent's state goes first.
+                console(pids[who], f"rm -rf {AGENT_LOCAL['agent_state_dir']['path']}")
             provide(pids[who], fleet, who, d["site"], d["address"].split("/")[0], bool(d["nat"]))
             node.console(pids[who], ["systemctl", "stop", UNITS["agent_timer"]])
             if node_interval:  # the provider's override, below the schema's minimum
