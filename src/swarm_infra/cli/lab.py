@@ -113,8 +113,8 @@ def _join_over_mesh(analysis: Analysis, paths: list[Path], record: Path) -> int:
 def _join(
     analysis: Analysis, paths: list[Path], todo: list[str], own: str, recorded: dict[str, str], record: Path
 ) -> None:
-    """``todo`` join by pull (lab/join.py), in parallel (each applies on its own node);
-    their keys go into the controller's ``record``. Raises LabError."""
+    """``todo`` join by pull (lab/join.py): bootstrapped in parallel, then each applying its
+    own commit in turn; their keys go into the controller's ``record``. Raises LabError."""
     from concurrent.futures import ThreadPoolExecutor
 
     started = time.monotonic()
@@ -134,23 +134,35 @@ def _join(
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         keys = dict(zip(todo, pool.map(provide, todo), strict=True))
-        commit = join.publish(paths, manager.git_root() / join.REPOSITORY, remote, keys, recorded, own)
-        _log(f"join   {', '.join(todo)}: bootstrapped; the fleet repository's commit {commit[:12]}, signed")
-        results = dict(zip(todo, pool.map(lambda n: join.run_agent(lab.nodes[n]["pid"]), todo), strict=True))
-    manager.stop_git()
-    for n, (_, status) in results.items():
-        # "failed" is the Ray layer of a pull worker whose head is not converged yet (lab/join.py);
-        # whether its mesh came up is checked over the mesh afterwards.
-        if status.get("commit") != commit or status.get("result") not in ("applied", "failed"):
-            raise LabError(f"node {n} did not apply the fleet by pull: {status.get('result')}: "
-                           f"{status.get('reason')} (its journal: swarm-agent.service)")  # fmt: skip
-        if status.get("result") == "failed":
-            join.acknowledge(lab.nodes[n]["pid"])
-        manager.set_joined(n, commit)
-        waits = "; its Ray layer waits for the head's token" if status.get("result") == "failed" else ""
-        _log(f"join   {n}: {commit[:12]} applied by pull ({status.get('changed')} changed, "
-             f"{status.get('failed')} failed{waits}; {status.get('duration_s', 0):.0f} s)")  # fmt: skip
-    keyrecord.save(record, keyrecord.updated(keyrecord.load(record), keys, analysis.fleet.nodes))
+    known = dict(recorded)
+    try:
+        # One node per commit, one after another: with several pull nodes in one commit, all
+        # but the Rollout's canary wait for the earlier batches' reports (the agent's gate),
+        # which no node that has not joined yet serves. Each commit records the keys of the
+        # nodes joined before it.
+        for n in todo:
+            commit = join.publish(
+                paths, manager.git_root() / join.REPOSITORY, remote, {n: keys[n]}, known, own
+            )
+            _log(f"join   {n}: bootstrapped; the fleet repository's commit {commit[:12]}, signed")
+            _, status = join.run_agent(lab.nodes[n]["pid"])
+            # "failed" is the Ray layer of a pull worker whose head is not converged yet
+            # (lab/join.py); whether its mesh came up is checked over the mesh afterwards.
+            if status.get("commit") != commit or status.get("result") not in ("applied", "failed"):
+                raise LabError(f"node {n} did not apply the fleet by pull: {status.get('result')}: "
+                               f"{status.get('reason')} (its journal: swarm-agent.service)")  # fmt: skip
+            if status.get("result") == "failed":
+                join.acknowledge(lab.nodes[n]["pid"])
+            manager.set_joined(n, commit)
+            keyrecord.save(
+                record, keyrecord.updated(keyrecord.load(record), {n: keys[n]}, analysis.fleet.nodes)
+            )
+            known[n] = keys[n]
+            waits = "; its Ray layer waits for the head's token" if status.get("result") == "failed" else ""
+            _log(f"join   {n}: {commit[:12]} applied by pull ({status.get('changed')} changed, "
+                 f"{status.get('failed')} failed{waits}; {status.get('duration_s', 0):.0f} s)")  # fmt: skip
+    finally:
+        manager.stop_git()
     _log(f"join   {len(todo)} node(s) joined in {time.monotonic() - started:.1f} s; keys in {record}")
 
 
