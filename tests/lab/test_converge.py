@@ -1,12 +1,11 @@
 """Node convergence with Ansible on the real 3-node lab (root; CI runs these as root).
 
-Runs in file order on a fresh lab (LAB_NEEDS; test_lab.py's, which converges nothing) whose
-node UNSEEDED has no prebuilt Ray virtualenv: check mode on the fresh fleet (reports,
-applies nothing), converge (UNSEEDED installs Ray with pip: the product's install path,
-proven here), converge again (changed=0), pyinfra after Ansible (changes nothing), mesh
-reachability, a fourth node added while a ping between two others runs, then an invalid
-fleet that must stop before any host is touched. The fresh lab's pyinfra converge is
-tests/lab/test_pyinfra.py's.
+Runs in file order on a fresh lab (LAB_NEEDS) whose node UNSEEDED has no prebuilt Ray
+virtualenv: check mode on the fresh fleet (reports, applies nothing), converge (UNSEEDED
+installs Ray with pip: the product's install path, proven here), converge again
+(changed=0), pyinfra after Ansible (changes nothing), mesh reachability, a fourth node
+added while a ping between two others runs, then an invalid fleet that must stop before any
+host is touched. The fresh lab's pyinfra converge is tests/lab/test_pyinfra.py's.
 """
 
 from __future__ import annotations
