@@ -168,14 +168,13 @@ def ensure_site(
         run(["ip", "link", "set", "br0", "up"], netns=ns)
         # Per-namespace: lets the site router route, never touches the host's setting.
         run(["sysctl", "-q", "-w", "net.ipv4.ip_forward=1"], netns=ns)
-    if created or not link_is_running(site, link_pid):
+    started = created or not link_is_running(site, link_pid)
+    if started:
         stop_link(link_pid, site)
-        pid = _start_link(site, cgroup, log)
-        _route_from(site, source)
-        return True, pid
+        link_pid = _start_link(site, cgroup, log)
     assert link_pid is not None
     _route_from(site, source)
-    return False, link_pid
+    return started, link_pid
 
 
 def _route_from(site: LabSite, source: ipaddress.IPv4Address) -> None:
