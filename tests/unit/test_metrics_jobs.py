@@ -334,3 +334,36 @@ def test_streamed_data_and_the_pipeline_are_options_of_the_training_part():
     assert len(seen) == 1 and [(n.what, n.why) for n in outcome.failed] == [
         ("Ray pipeline training", "the pipeline needs two GPU workers")
     ]
+
+
+def test_a_failed_jobs_reason_is_the_jobs_own_last_line_not_the_ray_clis_closing_log(capsys):
+    """CI saw "the job failed: ... INFO sdk.py:520 -- WebSocket closed for job ..." (the
+    last line of `ray job submit`'s stderr), which says nothing. The banner and the status
+    message below are printed by Ray's own CLI code (ray/dashboard/modules/job/cli.py)."""
+    from ray.autoscaler._private.cli_logger import cli_logger
+    from ray.dashboard.modules.job.cli import _log_big_error_msg
+
+    reason = "training with 2 worker(s) failed: WorkerGroupStartupTimeoutError(...)"
+    _log_big_error_msg("Job 'raysubmit_X' failed")
+    cli_logger.print(
+        f"Status message: Job entrypoint command failed with exit code 1, last available logs:\n{reason}",
+        no_format=True,
+    )
+    banner = capsys.readouterr().out
+    assert "Job 'raysubmit_X' failed" in banner
+    stdout = f"TRAINING {{}}\n{reason}\n{banner}"
+    stderr = (
+        "2026-11-27 07:36:02,794\tINFO sdk.py:520 -- "
+        "WebSocket closed for job raysubmit_X with close code 1000\n"
+    )
+    assert fleetrun.job_why(fleetrun.Result(1, stdout, stderr)) == reason
+    # A job that never started has no line of its own: Ray's status message says why.
+    _log_big_error_msg("Job 'raysubmit_Y' failed")
+    cli_logger.print("Status message: Failed to set up runtime environment.", no_format=True)
+    assert fleetrun.job_why(fleetrun.Result(1, capsys.readouterr().out, stderr)) == (
+        "Failed to set up runtime environment."
+    )
+    # Nothing from Ray at all (ssh failed): the generic reason.
+    assert fleetrun.job_why(fleetrun.Result(255, "", "ssh: connect to host: refused\n")) == (
+        "ssh: connect to host: refused"
+    )

@@ -33,6 +33,7 @@ decides what runs where and in what order, and never how a node is reached. Part
 
 from __future__ import annotations
 
+import re
 import statistics
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -139,6 +140,31 @@ class Outcome:
 def why(result: Result) -> str:
     text = (result.stderr or result.stdout).strip().splitlines()
     return (text[-1] if text else f"exit status {result.rc}")[:200]
+
+
+# A line the Ray CLI logs itself: "<date> <time>,<ms>\t<LEVEL> <file>:<line> -- <text>"
+# (ray/autoscaler/_private/cli_logger.py and the logging format of `ray job submit`, Ray 2.60).
+_RAY_CLI_LINE = re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2},\d{3}\s+[A-Z]+ \S+:\d+ -- (.*)$")
+
+
+def job_why(result: Result) -> str:
+    """Why a ``ray job submit`` (:func:`probes.ray_job`) failed, at most 200 characters: the
+    job's own last line (its ``SystemExit`` message or its exception), not what the Ray CLI
+    logs after it ("WebSocket closed for job ...", the "Job '...' failed" banner: Ray 2.60,
+    ray/dashboard/modules/job/cli.py ``_log_job_status``). Without a line of the job's own:
+    Ray's "Status message" (a job that never started), else :func:`why`."""
+    own: list[str] = []
+    status = ""
+    for is_log, stream in ((True, result.stdout), (False, result.stderr)):
+        for line in stream.splitlines():
+            line = line.strip()
+            logged = _RAY_CLI_LINE.match(line)
+            if logged:
+                if logged.group(1).startswith("Status message: "):
+                    status = logged.group(1)[len("Status message: ") :]
+            elif is_log and line and set(line) != {"-"}:
+                own.append(line)
+    return (own[-1] if own else status or why(result))[:200]
 
 
 class _Run:
@@ -365,7 +391,7 @@ class _Run:
             if result.rc == 0:
                 self._miss(ray.head, part, what, str(exc))
         if result.rc != 0:
-            self._miss(ray.head, part, what, f"the job failed: {why(result)}")
+            self._miss(ray.head, part, what, f"the job failed: {job_why(result)}")
         self.outcome.measurements += got
         return got
 
