@@ -28,9 +28,9 @@ IS_ROOT = os.geteuid() == 0
 # The lab fleet's desired state: tests take node paths, units and addresses from it.
 LAB_STATE = desired_state(load_fleet(fleet_paths(ROOT / "inventory/lab")))
 # The node whose Ray comes from pip at test_converge's fresh converge, not from the lab's
-# prebuilt virtualenv (its LAB_UNSEEDED). test_lab does not share that lab: the NAT'd node's
-# pull agent runs AGENT_BOOT_DELAY_S (120 s) after its boot, which then falls in
-# test_converge's check mode and writes its status (seen once, stop 36).
+# prebuilt virtualenv (its LAB_UNSEEDED). test_lab shares that fresh lab: its `swarm lab up`
+# calls pass the same --unseeded, or they would seed the node again (a replaced node); the
+# joined node's agent is stopped before test_converge's check mode (its timer would fire in it).
 UNSEEDED = "lab-gpu-1"
 LAYOUT = LAB_STATE["nodes"]["lab-gpu-1"]["layout"]
 FILES = {name: f["path"] for name, f in LAYOUT["files"].items()}

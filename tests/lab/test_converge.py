@@ -1,11 +1,12 @@
 """Node convergence with Ansible on the real 3-node lab (root; CI runs these as root).
 
-Runs in file order on a fresh lab (LAB_NEEDS) whose node UNSEEDED has no prebuilt Ray
-virtualenv: check mode on the fresh fleet (reports, applies nothing), converge (UNSEEDED
-installs Ray with pip: the product's install path, proven here), converge again
-(changed=0), pyinfra after Ansible (changes nothing), mesh reachability, a fourth node
-added while a ping between two others runs, then an invalid fleet that must stop before any
-host is touched. The fresh lab's pyinfra converge is tests/lab/test_pyinfra.py's.
+Runs in file order on a fresh lab (LAB_NEEDS; test_lab.py's, which converges nothing) whose
+node UNSEEDED has no prebuilt Ray virtualenv: check mode on the fresh fleet (reports,
+applies nothing), converge (UNSEEDED installs Ray with pip: the product's install path,
+proven here), converge again (changed=0), pyinfra after Ansible (changes nothing), mesh
+reachability, a fourth node added while a ping between two others runs, then an invalid
+fleet that must stop before any host is touched. The fresh lab's pyinfra converge is
+tests/lab/test_pyinfra.py's.
 """
 
 from __future__ import annotations
@@ -51,6 +52,13 @@ WRITTEN = " ".join(FILES[f] for f in ("sysctl_conf", "gpu_settings", "wireguard_
 
 
 def test_check_diff_on_a_fresh_fleet_reports_changes_and_applies_none(lab) -> None:
+    # lab-gpu-2 joined by pull (below): its own agent applies the fleet on its timer until a
+    # push converge stops it, a writer besides check mode (test_lab's minutes on this lab put
+    # its first run, AGENT_BOOT_DELAY_S after boot, inside this test: seen once, stop 36).
+    # Stopped here (a run in progress ends first: stopping a oneshot service waits for it),
+    # so what the snapshots compare is check mode's alone.
+    units = LAB_STATE["nodes"]["lab-gpu-2"]["layout"]["units"]
+    on_node("lab-gpu-2", f"systemctl stop {units['agent_timer']} {units['agent_service']}")
     before = {node: upper_snapshot(node) for node in MESH}
     proc = swarm("converge", "--check", "--diff", check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr

@@ -20,11 +20,15 @@ from swarm_infra.fleet.sources import fleet_paths
 from swarm_infra.lab.state import LabState, state_dir
 from swarm_infra.resolve import load_fleet
 from swarm_infra.resolve.layout import AGENT_LOCAL
-from tests.labkit import FILES, LAB_STATE, ROOT, on_node, swarm
+from tests.labkit import FILES, LAB_STATE, ROOT, UNSEEDED, on_node, swarm
 
 pytestmark = [pytest.mark.root, pytest.mark.lab]
 LAB_ORDER = 10
 LAB_NEEDS = LAB_LEAVES = "fresh"  # never converged: markers in /root and a restart only
+# test_converge.py's fresh lab (one node without the prebuilt Ray virtualenv), so that the
+# session makes one fresh lab for both; every `lab up` here keeps it so.
+LAB_UNSEEDED = (UNSEEDED,)
+UP = ("lab", "up", "--fleet", "lab", f"--unseeded={UNSEEDED}")
 # Linux capability numbers (linux/capability.h).
 CAP_SYS_MODULE, CAP_SYS_RAWIO, CAP_SYS_TIME, CAP_NET_ADMIN, CAP_SYS_ADMIN = 16, 17, 25, 12, 21
 # x86-64 system call numbers (arch/x86/entry/syscalls/syscall_64.tbl).
@@ -84,7 +88,7 @@ def test_the_nat_nodes_tunnel_holds_when_the_controller_forgets_its_source_addre
 
 def test_second_up_changes_nothing(lab) -> None:
     status = swarm("lab", "status", "--format", "json").stdout
-    again = swarm("lab", "up", "--fleet", "lab").stdout
+    again = swarm(*UP).stdout
     assert "(3 unchanged)" in again
     assert "created" not in again and "restarted" not in again
     assert "join " not in again  # joined once, while its disk lasts
@@ -221,7 +225,7 @@ def test_a_stopped_node_starts_again_with_its_own_filesystem(lab) -> None:
         ln.startswith("lab-head-1") and "stopped" in ln
         for ln in swarm("lab", "status", check=False).stdout.splitlines()
     )
-    out = swarm("lab", "up", "--fleet", "lab").stdout
+    out = swarm(*UP).stdout
     assert "node   lab-head-1: restarted" in out and "(1 restarted, 2 unchanged)" in out
     assert on_node("lab-head-1", "cat /root/restart-marker").stdout.strip() == "kept"
     # Its neighbours reach it at once: the node kept its MAC address on the new link.
@@ -232,8 +236,9 @@ def test_the_seeded_ray_venv_is_shared_read_only_and_a_node_writes_only_its_own_
     """Ray nodes get the lab's prebuilt Ray virtualenv as a read-only overlay layer: a node
     that writes into it changes its own copy (its upper directory), never the shared one."""
     lowers = {name: node["lower"].split(":") for name, node in LabState.load().nodes.items()}
-    ray_nodes = sorted(n for n, s in LAB_STATE["nodes"].items() if s["ray"])
+    ray_nodes = sorted(n for n, s in LAB_STATE["nodes"].items() if s["ray"] and n != UNSEEDED)
     assert all(len(lowers[n]) == 2 for n in ray_nodes), lowers  # the venv's layer over the image
+    assert lowers[UNSEEDED] == lowers[ray_nodes[0]][1:], lowers  # --unseeded: the image alone
     (layer,) = {lowers[n][0] for n in ray_nodes}  # one copy for all
     writer, reader = ray_nodes[0], ray_nodes[1]
     cfg = f"{FILES['ray_venv']}/pyvenv.cfg"
