@@ -243,8 +243,13 @@ def test_a_job_places_by_gpu_model_tunes_across_nodes_moves_data_over_the_mesh_a
     assert tuned["search"].startswith("OptunaSearch")
     assert len(tuned["hosts"]) >= 2  # trials ran on several nodes at once
     # The crash took down a running trial: it ran again on another node (moved) and resumed
-    # from its last checkpoint there, not from epoch 0. Each trial reports (and checkpoints)
-    # after every epoch, so its last report on the lost node is the checkpoint it resumes from.
+    # from a checkpoint it made there, not from epoch 0. Each trial reports with a checkpoint
+    # after every epoch, and Tune records the two apart: the result first (the metrics the
+    # test reads), then the checkpoint, by a separate save task on the trial's actor, before
+    # its next step (Ray 2.60, ray/tune/execution/tune_controller.py: _process_trial_result,
+    # then _schedule_trial_save and _process_trial_save). A crash between the two loses that
+    # one checkpoint (CI saw it: reported epoch 5 on the lost node, resumed from 4), so the
+    # trial resumes from its last report's checkpoint or the one before, never earlier.
     assert tuned["moved"] >= 1, tuned
     retried = {t["alpha"]: t["runs"] for t in tuned["retried"]}
     resumed = [
@@ -256,7 +261,8 @@ def test_a_job_places_by_gpu_model_tunes_across_nodes_moves_data_over_the_mesh_a
     assert resumed and on_lost <= {a for a, _ in resumed}, (tuned["retried"], on_lost)
     for _, runs in resumed:
         before, after = runs[0], runs[1]
-        assert before["resumed_from"] == 0 and after["resumed_from"] == before["last_epoch"] > 0, runs
+        assert before["resumed_from"] == 0 and after["resumed_from"] > 0, runs
+        assert before["last_epoch"] - 1 <= after["resumed_from"] <= before["last_epoch"], runs
         assert after["first_epoch"] == after["resumed_from"] + 1, runs
 
     restart(lost, tmp_path)
