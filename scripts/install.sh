@@ -1,28 +1,32 @@
 #!/usr/bin/env bash
-# Install what the project needs on Debian 12 (as root): the lab's host tools from apt (only
-# the missing ones) and the project, with its Python dependencies, into .venv (kept if there).
+# Install what the project needs on Debian 12 (as root): the host tools from apt (only the
+# missing ones) and the project, with its Python dependencies, into .venv (kept if there).
 # Used by `make demo` and by .ci/run (which removes .venv first).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PY=${PYTHON:-python3}
-# debootstrap builds the node image, systemd-container (systemd-nspawn) runs the nodes,
-# iproute2 and iptables wire namespaces and NAT, openssh-client talks to the nodes, dpkg-dev
-# builds the stand-in NVIDIA apt repository for the drivers test; iperf3 and fio for the
-# measurement probes' unit tests (run on this host, on loopback); apt-cacher-ng is the lab
-# sites' package cache (run by the lab with its own configuration, not as the system daemon).
-APT_PKGS="debootstrap systemd-container iproute2 iptables openssh-client iputils-ping util-linux dpkg-dev iperf3 fio apt-cacher-ng"
+# The host's packages are the registry's (src/swarm_infra/hosttools.py: every command the
+# controller side runs, with its Debian package), read with the standard library only, before
+# the project is installed; a tool a change adds joins the registry, and so this list.
+APT_PKGS=$("$PY" src/swarm_infra/hosttools.py packages)
 missing=""
 for p in $APT_PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing="$missing $p"
 done
-"$PY" -m venv --help >/dev/null 2>&1 || missing="$missing python3-venv"
+# `python3 -m venv --help` passes where the venv itself then fails: Debian moves ensurepip,
+# which venv runs, into python3.X-venv (pulled in by python3-venv).
+"$PY" -c 'import ensurepip, venv' >/dev/null 2>&1 || missing="$missing python3-venv"
 if [ -n "${missing// /}" ]; then
   echo "== apt-get install$missing"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
 fi
-[ -x .venv/bin/python ] || "$PY" -m venv .venv
+# A .venv left without pip (a venv that failed half-way) is made again, not reused.
+if ! .venv/bin/python -m pip --version >/dev/null 2>&1; then
+  rm -rf .venv
+  "$PY" -m venv .venv
+fi
 # promtool, Prometheus's linter, checks the textfiles `swarm metrics run` writes
 # (tests/unit/test_metrics_prometheus.py). It comes from Debian's prometheus package,
 # unpacked into .venv/bin: installing the package would also enable and start a Prometheus

@@ -12,8 +12,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .. import hosttools
 from . import converge, fleet, lab, mesh, metrics, pull, render, review, status, verify
-from .common import EXIT_FAILURE, silence
+from .common import EXIT_FAILURE, EXIT_INVALID, silence
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,6 +42,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # A command that starts host programs names their areas (hosttools.AREAS): one missing is
+    # said before any work, with its package and the install step, never as a bare
+    # "[Errno 2]" minutes in.
+    absent = hosttools.missing(getattr(args, "host_tools", ()))
+    if absent:
+        for line in hosttools.missing_message(absent).splitlines():
+            print(f"swarm {args.command}: {line}", file=sys.stderr)
+        return EXIT_INVALID
     try:
         return args.func(args)
     except BrokenPipeError:

@@ -218,4 +218,4 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "(spec.mesh.public_key): change the fleet instead",
     )
     p.add_argument("-v", "--verbose", action="store_true", help="print every task result")
-    p.set_defaults(func=cmd_converge)
+    p.set_defaults(func=cmd_converge, host_tools=("converge",))

@@ -274,7 +274,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "builds Ray's virtualenv once from its wheelhouse and lays it under each Ray node, "
         "read-only, so converges find Ray installed",
     )
-    p.set_defaults(func=_guarded(cmd_up))
+    p.set_defaults(func=_guarded(cmd_up), host_tools=("lab",))
     p = labsub.add_parser(
         "fleet",
         help="write a lab fleet of N nodes (inventory/lab-N, policies/lab-N) from the lab fleet",
@@ -293,7 +293,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_fleet)
     p = labsub.add_parser("status", help="per node: running, systemd state, SSH reachability")
     p.add_argument("--format", choices=("text", "json"), default="text")
-    p.set_defaults(func=_guarded(cmd_status))
+    p.set_defaults(func=_guarded(cmd_status), host_tools=("lab",))
     p = labsub.add_parser(
         "ssh",
         help="open a shell (or run a command) on a lab node as its SSH user",
@@ -310,7 +310,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "address; without the path, the lab's connection file alone)",
     )
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND")
-    p.set_defaults(func=_guarded(cmd_ssh))
+    p.set_defaults(func=_guarded(cmd_ssh), host_tools=("lab",))
     p = labsub.add_parser(
         "stop",
         help="power one node off, as a failed node (`swarm lab up` starts it again)",
@@ -322,14 +322,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("node", metavar="NODE")
     p.add_argument("--kill", action="store_true", help="SIGKILL at once (a crash), not a poweroff")
-    p.set_defaults(func=_guarded(cmd_stop))
+    p.set_defaults(func=_guarded(cmd_stop), host_tools=("lab",))
     p = labsub.add_parser(
         "down",
         help="stop every node and remove everything the lab made (the image cache stays)",
         description="Powers off each node's systemd, then removes namespaces, bridges, veths, "
         "routes, NAT rules, cgroups and the lab's state and key. Exit 1 if anything is left.",
     )
-    p.set_defaults(func=_guarded(cmd_down))
+    p.set_defaults(func=_guarded(cmd_down), host_tools=("lab",))
 
 
 def _guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:

@@ -220,7 +220,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "to record in the fleet's Mesh as spec.controller.public_key.",
     )
     p.add_argument("--key", metavar="FILE", help="the private key file (default: see controller-up)")
-    p.set_defaults(func=cmd_controller_key)
+    p.set_defaults(func=cmd_controller_key, host_tools=("mesh",))
     p = mesh.add_parser(
         "controller-up",
         help="bring this controller's mesh interface to the fleet's declaration (root)",
@@ -237,7 +237,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     _controller_args(p)
     p.add_argument("--check", action="store_true", help="report what would change, change nothing")
     p.add_argument("--diff", action="store_true", help="show the configuration's differences")
-    p.set_defaults(func=cmd_controller_up)
+    p.set_defaults(func=cmd_controller_up, host_tools=("mesh",))
     p = mesh.add_parser(
         "controller-down",
         help="remove this controller's mesh interface (root)",
@@ -245,4 +245,4 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "process exits with it). The key and the configuration file stay.",
     )
     _controller_args(p, key=False)
-    p.set_defaults(func=cmd_controller_down)
+    p.set_defaults(func=cmd_controller_down, host_tools=("mesh",))

@@ -650,7 +650,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         default=fleetrun.Options.max_error_rate,
         help="most failed inference requests per rate, a fraction, before the run fails (default: 0.01)",
     )
-    r.set_defaults(func=cmd_run)
+    r.set_defaults(func=cmd_run, host_tools=("metrics",))
     q = msub.add_parser(
         "import",
         help="record saved iperf3/fio/ping output as a run and compare it with the previous run",

@@ -165,4 +165,4 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         metavar="URL",
         help="make locations links to lines at their commit: https://github.com/OWNER/REPO",
     )
-    p.set_defaults(func=cmd_review)
+    p.set_defaults(func=cmd_review, host_tools=("review",))

@@ -93,4 +93,4 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--junit-xml", default="verify-junit.xml", metavar="PATH", help="JUnit XML (default: %(default)s)"
     )
-    p.set_defaults(func=cmd_verify)
+    p.set_defaults(func=cmd_verify, host_tools=("verify",))

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from .. import hosttools
 from ..fleet.lockfile import lock_text
 from ..resolve import desired_state
 from ..resolve.analysis import Analysis
@@ -32,7 +33,7 @@ from .state import (
     ssh_command,
     state_dir,
 )
-from .system import LabError, missing_tools, require_root, run
+from .system import LabError, require_root, run
 
 Log = Callable[[str], None]
 
@@ -49,9 +50,9 @@ def _locked() -> Iterator[None]:
 
 def _preflight() -> None:
     require_root()
-    missing = missing_tools()
-    if missing:
-        raise LabError(f"missing host tools; install them with: apt-get install {' '.join(missing)}")
+    absent = hosttools.missing(("lab",))
+    if absent:
+        raise LabError(hosttools.missing_message(absent))
 
 
 def _run_netns_is_mount() -> bool:

@@ -1,5 +1,8 @@
 """Running the host's own tools (iproute2, tc, iptables, debootstrap, ssh-keygen) for the lab.
 
+Which tools those are, and the package of each, is ``swarm_infra.hosttools.REGISTRY``
+(area ``lab``): ``swarm lab`` checks them before any work.
+
 Every command is an argument list, never a shell string: names that reach a command come
 from the validated fleet, and nothing is interpolated into a shell.
 """
@@ -7,23 +10,9 @@ from the validated fleet, and nothing is interpolated into a shell.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
-
-REQUIRED_TOOLS = {
-    "ip": "iproute2",
-    "tc": "iproute2",
-    "iptables": "iptables",
-    "nsenter": "util-linux",
-    "unshare": "util-linux",
-    "systemd-nspawn": "systemd-container",
-    "debootstrap": "debootstrap",
-    "ssh": "openssh-client",
-    "ssh-keygen": "openssh-client",
-    "apt-cacher-ng": "apt-cacher-ng",  # the sites' package cache (lab/pkgcache.py)
-}
 
 
 class LabError(Exception):
@@ -37,11 +26,6 @@ def require_root() -> None:
             "swarm lab needs root: it creates network namespaces, bridges, overlay mounts and "
             "runs systemd in containers. Run it with sudo, or as root."
         )
-
-
-def missing_tools() -> list[str]:
-    """Debian package names providing tools the lab needs that are not on PATH."""
-    return sorted({pkg for tool, pkg in REQUIRED_TOOLS.items() if shutil.which(tool) is None})
 
 
 def process_argv(pid: int | None) -> list[bytes]:
