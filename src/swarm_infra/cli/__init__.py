@@ -1,6 +1,6 @@
 """``swarm``: the project's own CLI, for what Ansible, pyinfra, Pulumi and pytest do not do.
 
-One module per command group: ``fleet`` (validate, plan), ``mesh`` (allocate), ``render``,
+One module per command group: ``init`` (a new fleet), ``fleet`` (validate, plan), ``mesh`` (allocate), ``render``,
 ``review``, ``converge``, ``verify``, ``lab``, ``metrics``, ``pull`` (agent run, node bootstrap),
 ``status`` (the pull agents' reports, read over the mesh).
 Exit codes: 0 success (warnings allowed), 2 invalid input (nothing was applied),
@@ -13,7 +13,7 @@ import argparse
 import sys
 
 from .. import hosttools
-from . import converge, fleet, lab, mesh, metrics, pull, render, review, status, verify
+from . import converge, fleet, init, lab, mesh, metrics, pull, render, review, status, verify
 from .common import EXIT_FAILURE, EXIT_INVALID, silence
 
 
@@ -27,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit codes: 0 ok, 2 invalid input (nothing applied), 1 unexpected failure.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    init.add_parsers(sub)
     fleet.add_parsers(sub)
     mesh.add_parsers(sub)
     render.add_parsers(sub)
