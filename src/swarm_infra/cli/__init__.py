@@ -1,8 +1,8 @@
 """``swarm``: the project's own CLI, for what Ansible, pyinfra, Pulumi and pytest do not do.
 
-One module per command group: ``init`` (a new fleet), ``fleet`` (validate, plan), ``mesh`` (allocate), ``render``,
-``review``, ``converge``, ``verify``, ``lab``, ``metrics``, ``pull`` (agent run, node bootstrap),
-``status`` (the pull agents' reports, read over the mesh).
+One module per command group: ``init`` (a new fleet), ``fleet`` (validate, plan), ``mesh``
+(allocate), ``render``, ``review``, ``converge``, ``verify``, ``lab``, ``metrics``, ``pull``
+(agent run, node bootstrap), ``status`` (the pull agents' reports, read over the mesh).
 Exit codes: 0 success (warnings allowed), 2 invalid input (nothing was applied),
 1 unexpected failure.
 """
