@@ -4,60 +4,15 @@ Filters run on the controller, like the inventory plugin, so they call the swarm
 library directly; roles never restate its rules in Jinja. The pyinfra deploys call the same
 functions, so both engines write the same bytes. Text a filter returns is marked unsafe
 (``wrap_var``): it holds fleet strings, which Ansible must never template.
+
+Each filter is documented in its own ``<name>.yml`` beside this file, as ansible-core
+documents its own filters (``ansible-doc -t filter swarm_file``); this file carries no
+DOCUMENTATION, which ansible-doc would show for every filter it exports instead.
 """
 
 from __future__ import annotations
 
 from typing import Any
-
-DOCUMENTATION = r"""
-name: swarm_file
-short_description: The text of a file the project writes on a node
-description:
-  - C(swarm | swarm_file(NAME)) is the whole text of the managed file NAME (a key of
-    NodeState.layout.files whose text depends on NodeState alone, e.g. C(gpu_unit),
-    C(ray_firewall_rules), C(ray_unit), C(driver_preferences)), from
-    C(swarm_infra.resolve.files).
-  - C(swarm | swarm_layer_files(LAYER[, PEER_KEYS])) lists every file and directory a layer
-    manages (for the C(swarm_files) module), with their text, including what must be absent.
-  - C(swarm | swarm_tunables_spec(LAYER)) is what the C(swarm_tunables) module converges
-    for the C(host) or C(mesh) layer.
-  - C(KEY | swarm_wireguard_key_problem) says why a node's reported public key is not a
-    WireGuard key (empty when it is one); C(swarm_wireguard_peer_keys) leaves such keys out.
-  - C(KEY | swarm_wireguard_key_change_problem(RECORD, NODE, ACCEPTED, DECLARED)) says why
-    NODE's well-formed key may not be used: it differs from the key the fleet records
-    (DECLARED, NodeState mesh.public_key), or, with none recorded, from the controller's
-    RECORD and NODE is not in ACCEPTED (empty otherwise).
-  - C(swarm_wireguard_peer_keys), C(swarm_wireguard_conf), C(swarm_wireguard_peers) and
-    C(swarm_wireguard_running_differs) give the mesh files and decisions that also depend on
-    the peers' public keys, read from the nodes at run time.
-  - C(VENV | swarm_installed_distributions_argv) is the command printing what a virtualenv
-    holds (JSON), and C(REQUIREMENTS | swarm_requirements_missing(THAT_OUTPUT)) the
-    requirements it does not satisfy; C(NODE | swarm_pip_environment) is pip's environment
-    for installing Ray's lock (the index, hash-checking mode, wheels only, the index's CA).
-  - C(LAYER | swarm_packages) lists the Debian packages a layer installs.
-  - C('' | swarm_driver_probe) is the command (for C(sh -c)) reading the node's kernel,
-    Secure Boot state, DKMS key enrolment and apt source files;
-    C(DRIVER | swarm_driver_plan(THAT_OUTPUT)) is what the drivers role does with it (the
-    sources to add or drop, headers, notes, refusals: C(swarm_infra.resolve.drivers)).
-  - C(swarm | swarm_note(NAME)) is the operator note NAME (C(drivers_simulated),
-    C(drivers_no_device), C(drivers_reboot_pending), C(gpu_simulated),
-    C(ray_simulated_gpus)) from C(swarm_infra.resolve.notes), worded as the pyinfra engine
-    words it; C(RESULT | swarm_note_gpu_reset) and C(ITEM | swarm_note_not_applied) word
-    what the node-side GPU and tunables code reported.
-  - C(swarm | swarm_reboot_steps(ROLLOUT, DRIVER_CHANGED, MARKER)) is what the drivers
-    layer's batch does on the node (C(swarm_infra.resolve.rollout.reboot_steps): the drained
-    reboot's steps, the pending-reboot steps, or none); C(swarm | swarm_ray_drain_call(GRACE,
-    WHY)) the node's Ray drain (argv, stdin, env); C(swarm | swarm_ray_token_fetch_call(CHECK))
-    a pull worker's read of the Ray token from the head over the mesh (argv, stdin);
-    C(NODE | swarm_kubectl_argv(STEP, CONTEXT, GRACE)) the kubectl command of a step (member,
-    drain, uncordon);
-    C(swarm | swarm_ray_upgrade(INSTALLED_JSON, GRACE)) the node's Ray version change
-    (C(swarm_infra.resolve.rollout.ray_upgrade)) with its note, or None.
-  - C(swarm_scratch_problems) takes the registered results of C(blkid -p -o export DEVICE)
-    looped over the scratch devices and NodeState.storage.scratch; it returns one message
-    per device that holds something swarm did not make.
-"""
 
 
 def _unsafe(text: str) -> Any:

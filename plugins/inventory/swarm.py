@@ -41,6 +41,7 @@ description:
 options:
   plugin:
     description: Must be C(swarm) in a C(*.swarm.yml) file.
+    type: str
     required: false
     choices: [swarm]
   fleet_paths:

@@ -21,6 +21,8 @@ description:
 options:
   _terms:
     description: C(serial) or C(max_fail_percentage).
+    type: list
+    elements: str
     required: true
 """
 
@@ -34,6 +36,8 @@ EXAMPLES = r"""
 RETURN = r"""
 _raw:
   description: The setting, once (serial is a list such as [1, "25%"]).
+  type: list
+  elements: raw
 """
 
 

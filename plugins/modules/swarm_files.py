@@ -7,7 +7,9 @@ DOCUMENTATION = r"""
 module: swarm_files
 short_description: Converge a layer's managed files and directories in one call
 description:
-  - Each item is a path that must be a file with exactly the given content, a file whose
+  # A block scalar: the text holds colon-spaces, which end a plain YAML scalar.
+  - >-
+    Each item is a path that must be a file with exactly the given content, a file whose
     content the node made (C(content) null: a private key; only owner, group and mode are
     managed), a directory, or absent. Only the differences are applied; files are written
     atomically (a temporary file beside them, renamed).
@@ -16,7 +18,12 @@ description:
   - The logic is the node-side file C(swarm_infra/nodeside/files.py).
 options:
   items:
-    description: The paths, in order (a directory before the files in it).
+    description:
+      - The paths, in order (a directory before the files in it).
+      - >-
+        Each item has C(path) and C(state) (C(file), the default, C(directory) or C(absent));
+        unless absent, C(owner), C(group) and C(mode), and for a file C(content) (null: the
+        node makes the content).
     type: list
     elements: dict
     required: true

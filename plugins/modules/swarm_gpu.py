@@ -9,7 +9,9 @@ short_description: Converge a node's GPU settings through NVML (or the simulated
 description:
   - Per GPU, reads the current state, diffs it against the desired settings and applies only
     the differences; C(changed) only when something changed. Full check mode and diff.
-  - Persistence mode, power management limit (W; validated against
+  # A block scalar: the text holds colon-spaces, which end a plain YAML scalar.
+  - >-
+    Persistence mode, power management limit (W; validated against
     nvmlDeviceGetPowerManagementLimitConstraints), application or locked clocks (validated
     against the supported clock lists; locked clocks, which NVML cannot read back, are known
     from a record of what was applied in this boot with this driver, and set again on every
@@ -55,7 +57,8 @@ options:
     default: []
   reboot_marker:
     description:
-      - The drivers layer's pending-reboot marker (NodeState.gpu.reboot_marker). While it
+      - >-
+        The drivers layer's pending-reboot marker (NodeState.gpu.reboot_marker). While it
         names the NVIDIA driver, the node is pending a reboot: nothing is read or set, the
         result says C(pending_reboot) and the task does not fail.
     type: str
