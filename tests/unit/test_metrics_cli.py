@@ -14,6 +14,7 @@ from swarm_infra.cli import main
 from swarm_infra.metrics.fio import parse_fio
 from swarm_infra.metrics.history import History, RunInfo
 
+from .accept_table import cells
 from .conftest import fleet_dirs
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "metrics"
@@ -120,13 +121,21 @@ def test_accept_names_failing_nodes_metrics_values_and_thresholds(tmp_path, caps
     )
     out = capsys.readouterr().out
     assert code == 1
-    assert ("lab-head-1: min_scratch_iops" in out) == (iops < 1000)  # judged on the measured value
-    assert "lab-gpu-1: max_rtt_to_head_ms = not measured, threshold 200" in out
-    assert "lab-head-1: max_rtt_to_head_ms" not in out  # the head's RTT to itself is 0
+    table = cells(out)  # a row per node, a column per threshold
+    assert table["limit"] == {
+        "min_mesh_bandwidth_to_hub_mbit": ">= 100",
+        "max_rtt_to_head_ms": "<= 200",
+        "min_scratch_iops": ">= 1000",
+        "min_tflops": ">= 400",
+    }
+    head, gpu = table["lab-head-1"], table["lab-gpu-1"]
+    assert head["min_scratch_iops"] == f"{'FAIL' if iops < 1000 else 'pass'} {iops:.4g}"  # the measured value
+    assert gpu["max_rtt_to_head_ms"] == "\u2014"  # not measured
+    assert head["max_rtt_to_head_ms"] == "pass 0"  # the head's RTT to itself is 0
     # lab-head-1 is lab-a's hub: lab-gpu-1's bandwidth is its test to it, the hub has none.
-    assert "lab-gpu-1: min_mesh_bandwidth_to_hub_mbit = not measured" in out
-    assert "lab-head-1: min_mesh_bandwidth_to_hub_mbit" not in out
-    assert "lab-gpu-1: min_tflops = not measured (simulated), threshold 400" in out
+    assert gpu["min_mesh_bandwidth_to_hub_mbit"] == "\u2014"
+    assert head["min_mesh_bandwidth_to_hub_mbit"] == "pass (hub)"
+    assert gpu["min_tflops"] == "\u2014 simulated" and head["min_tflops"] == ""  # no rule gives the head one
     failing = ["lab-gpu-1"] + (["lab-head-1"] if iops < 1000 else [])
     summary = f"{2 - len(failing)} of 2 nodes accepted (run 1); failing: {', '.join(failing)}"
     assert out.rstrip().endswith(summary)

@@ -3,18 +3,26 @@
 One module per command group: ``init`` (a new fleet), ``fleet`` (validate, plan), ``mesh``
 (allocate), ``render``, ``review``, ``converge``, ``verify``, ``lab``, ``metrics``, ``pull``
 (agent run, node bootstrap), ``status`` (the pull agents' reports, read over the mesh).
-Exit codes: 0 success (warnings allowed), 2 invalid input (nothing was applied),
-1 unexpected failure.
+Exit codes: :data:`.common.EXIT_CODES`, the same for every command.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from importlib import metadata
 
 from .. import hosttools
 from . import converge, fleet, init, lab, mesh, metrics, pull, render, review, status, verify
-from .common import EXIT_FAILURE, EXIT_INVALID, silence
+from .common import EXIT_CODES, EXIT_FAILURE, EXIT_INVALID, silence
+
+
+def _version() -> str:
+    """The installed distribution's version (pyproject.toml's ``project.version``)."""
+    try:
+        return metadata.version("swarm-infra")
+    except metadata.PackageNotFoundError:  # the source tree on sys.path, never installed
+        return "(not installed)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,8 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
         "desired state it resolves to, render the cluster's Kubernetes objects, review a "
         "change between two Git refs, run the local lab, converge nodes (Ansible) and verify them "
         "(testinfra).",
-        epilog="Exit codes: 0 ok, 2 invalid input (nothing applied), 1 unexpected failure.",
+        epilog=EXIT_CODES,
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     init.add_parsers(sub)
     fleet.add_parsers(sub)

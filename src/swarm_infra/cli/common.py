@@ -20,6 +20,29 @@ from ..resolve.types import DesiredState, NodeState
 
 EXIT_OK, EXIT_FAILURE, EXIT_INVALID = 0, 1, 2
 
+EXIT_CODES = (
+    "Exit codes: 0 ok (warnings allowed); 1 the command ran and found or caused a failure "
+    "(drift, a failed converge, a rejected node, a review that blocks, an unexpected failure); "
+    "2 nothing was done: invalid input or usage, or a missing host tool (the install step named)."
+)
+"""The exit codes of every ``swarm`` command, said once (the top-level ``--help``):
+
+====  ==============  ===============================================================
+code  name            meaning
+====  ==============  ===============================================================
+0     EXIT_OK         ok; warnings allowed
+1     EXIT_FAILURE    the command ran and found or caused a failure: drift, a failed
+                      converge, a rejected node, a review that blocks, an unexpected
+                      failure
+2     EXIT_INVALID    nothing was done: invalid input or usage (a path that is not what
+                      the option expects, an invalid fleet, an unknown name), or a
+                      missing host tool (the install step named)
+====  ==============  ===============================================================
+
+A subcommand's epilog that restates its codes says what 1 and 2 are for it, never
+something else.
+"""
+
 FLEET_HELP = (
     "PATHS are YAML files or directories (searched recursively). Without PATHS, --fleet NAME "
     "reads inventory/NAME, policies/NAME and policies/shared under the current directory; "
@@ -48,6 +71,32 @@ def silence(stream: TextIO) -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, stream.fileno())
         os.close(devnull)
+
+
+def output_problem(option: str, path: str, *, directory: bool) -> str | None:
+    """Why ``path`` cannot be written as ``option``'s output, as one line naming both; None
+    when it can (as far as can be told before writing).
+
+    ``directory``: the output is a directory, made where absent (its parents too): refused
+    when the path or the nearest existing one above it is not a directory. Otherwise a file
+    in an existing directory: refused when the path is a directory or its parent is not
+    one. Checked before any work, so that a command that would only fail at its end (after
+    measuring, rendering or reviewing) says so at once and does nothing (exit 2).
+    """
+    p = Path(path)
+    if directory:
+        if p.exists() and not p.is_dir():
+            return f"{option} {path}: not a directory (a file is there); expected a directory"
+        above = next((a for a in p.parents if a.exists()), None)
+        if above is not None and not above.is_dir():
+            return f"{option} {path}: {above} is a file; expected a directory there"
+        return None
+    if p.is_dir():
+        return f"{option} {path}: a directory; expected a file name"
+    if not p.parent.is_dir():
+        what = "is a file" if p.parent.exists() else "does not exist"
+        return f"{option} {path}: its directory {p.parent} {what}; expected an existing directory"
+    return None
 
 
 def fleet_args(p: argparse.ArgumentParser) -> None:

@@ -171,10 +171,19 @@ def cmd_fleet(args: argparse.Namespace) -> int:
 
     from ..lab.fleet import write_lab_fleet
 
+    if not (Path.cwd() / "inventory" / "lab").is_dir():
+        print("swarm lab fleet: no lab fleet (inventory/lab) here; run it from the repository root",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_INVALID
     try:
         written = write_lab_fleet(Path.cwd(), args.nodes, ray=not args.no_ray)
     except (ValueError, FileNotFoundError) as exc:
         print(f"swarm lab fleet: {exc} (run it from the repository root)", file=sys.stderr)
+        return EXIT_INVALID
+    except FleetInvalid as exc:  # the lab fleet it copies from
+        print(exc.report.text(), file=sys.stderr)
+        print("swarm lab fleet: the lab fleet (inventory/lab, policies/lab) is invalid; nothing was written",
+              file=sys.stderr)  # fmt: skip
         return EXIT_INVALID
     for d in written:
         print(f"wrote  {d.relative_to(Path.cwd())}/")
@@ -291,12 +300,20 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "--no-ray", action="store_true", help="leave the lab's Ray cluster out (a pip install per node)"
     )
     p.set_defaults(func=cmd_fleet)
-    p = labsub.add_parser("status", help="per node: running, systemd state, SSH reachability")
+    p = labsub.add_parser(
+        "status",
+        help="per node: running, systemd state, SSH reachability",
+        description="One line per lab node: its site, underlay address, NAT, PID, systemd's state "
+        "in it and whether SSH answers; then the connection file the inventory reads.",
+        epilog="Exit codes: 0 every node is running or degraded (or no lab is up); 1 a node is not.",
+    )
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.set_defaults(func=_guarded(cmd_status), host_tools=("lab",))
     p = labsub.add_parser(
         "ssh",
         help="open a shell (or run a command) on a lab node as its SSH user",
+        description="SSH to a lab node as its declared user, as converge and verify reach it: over "
+        "the underlay, or over the controller's mesh interface for a node the fleet reaches so.",
         epilog="Example: swarm lab ssh lab-gpu-2 -- ip -br addr",
     )
     p.add_argument("node", metavar="NODE")

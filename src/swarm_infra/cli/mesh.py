@@ -26,7 +26,7 @@ from ..resolve.analysis import Analysis
 from ..resolve.controller import controller_peer_keys, controller_state
 from ..resolve.files import UnsafeValue
 from ..resolve.mesh import allocate, record_yaml
-from .common import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, FLEET_HELP, emit, fleet_paths
+from .common import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, FLEET_HELP, emit, fleet_paths, output_problem
 
 RECORD_FILE = "mesh-addresses.yaml"
 # What allocate exists to repair; any other error stops it (a Node document that failed its
@@ -36,6 +36,10 @@ _REPAIRS_IN_RECORD = frozenset({"mesh.address-duplicate", "mesh.address-outside-
 
 
 def cmd_allocate(args: argparse.Namespace) -> int:
+    problem = output_problem("--output", args.output, directory=False) if args.output else None
+    if problem:
+        emit(f"swarm mesh allocate: {problem}", sys.stderr)
+        return EXIT_INVALID
     try:
         result = validate(fleet_paths(args))
     except FleetInvalid as exc:  # an unknown --fleet
@@ -70,7 +74,17 @@ def cmd_allocate(args: argparse.Namespace) -> int:
         emit("swarm mesh allocate: the fleet has no MeshAddresses yet; say where with --output", sys.stderr)
         return EXIT_INVALID
     if out.exists():
-        docs = [d for d in yaml.safe_load_all(out.read_text()) if d is not None]
+        try:
+            docs = [d for d in yaml.safe_load_all(out.read_text(encoding="utf-8")) if d is not None]
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            # A file the fleet did not load (--output names it): the fleet's own were validated.
+            if isinstance(exc, OSError):
+                why = exc.strerror
+            else:
+                why = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else "not valid YAML"
+            emit(f"swarm mesh allocate: {out}: {why}; expected a MeshAddresses record or a new file",
+                 sys.stderr)  # fmt: skip
+            return EXIT_INVALID
         if len(docs) != 1 or not isinstance(docs[0], dict) or docs[0].get("kind") != "MeshAddresses":
             emit(f"swarm mesh allocate: {out} holds other documents than one MeshAddresses; "
                  "the record must have a file of its own", sys.stderr)  # fmt: skip
@@ -86,8 +100,13 @@ def cmd_allocate(args: argparse.Namespace) -> int:
         emit(f"{out}: {len(addresses)} address(es), unchanged")
         return EXIT_OK
     tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, out)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, out)
+    except OSError as exc:  # the record is as it was (the new one goes in by rename, or not at all)
+        tmp.unlink(missing_ok=True)
+        emit(f"swarm mesh allocate: {exc.filename}: {exc.strerror}; {out} was not changed", sys.stderr)
+        return EXIT_INVALID
     for line in changes:
         emit(f"  {line}")
     emit(f"{out}: {len(addresses)} address(es) recorded; review and commit it")
@@ -96,11 +115,25 @@ def cmd_allocate(args: argparse.Namespace) -> int:
 
 def cmd_controller_key(args: argparse.Namespace) -> int:
     path = Path(args.key) if args.key else controller.default_key_path()
+    # A path that cannot hold the key file is the operator's input: said as such, nothing made.
+    # (Its directory is made where absent, 0700.)
+    above = next((a for a in path.parents if a.exists()), None)
+    problem = None
+    if path.is_dir():
+        problem = f"--key {path}: a directory; expected the key file (or a new file's name)"
+    elif above is not None and not above.is_dir():
+        problem = f"--key {path}: {above} is a file; expected a directory there"
+    if problem:
+        emit(f"swarm mesh controller-key: {problem}", sys.stderr)
+        return EXIT_INVALID
     try:
         key, made = controller.ensure_key(path)
-    except (controller.ControllerError, OSError) as exc:
+    except controller.ControllerError as exc:
         emit(f"swarm mesh controller-key: {exc}", sys.stderr)
         return EXIT_FAILURE
+    except OSError as exc:
+        emit(f"swarm mesh controller-key: {exc.filename}: {exc.strerror}; no key was made", sys.stderr)
+        return EXIT_INVALID
     emit(f"{path}: {'made now (0600)' if made else 'kept'}; its public key, for the fleet's Mesh:")
     emit(f"  controller:\n    public_key: {key}")
     return EXIT_OK
@@ -195,7 +228,10 @@ def _controller_args(p: argparse.ArgumentParser, key: bool = True) -> None:
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     mesh = sub.add_parser(
-        "mesh", help="the mesh's address record; the controller's mesh interface"
+        "mesh",
+        help="the mesh's address record; the controller's mesh interface",
+        description="The fleet's WireGuard mesh: record each node's mesh address (allocate), and "
+        "make this controller a mesh member (controller-key, controller-up, controller-down).",
     ).add_subparsers(dest="mesh_command", required=True, metavar="SUBCOMMAND")
     p = mesh.add_parser(
         "allocate",

@@ -25,7 +25,7 @@ from ..fleet.diagnostics import FleetInvalid
 from ..fleet.model import Fleet
 from ..lab.state import read_connections
 from ..metrics import fleetrun, probes
-from ..metrics.acceptance import NodeFacts, evaluate, uncovered
+from ..metrics.acceptance import NO_MEASUREMENT, NodeFacts, evaluate, uncovered, verdict_table
 from ..metrics.compare import DEFAULT_THRESHOLD, Change, compare
 from ..metrics.fio import parse_fio
 from ..metrics.history import DEFAULT_DB, History, RunInfo
@@ -38,7 +38,7 @@ from ..metrics.report import to_json, to_table
 from ..metrics.targets import NodeTarget, fleet_targets, ray_target
 from ..resolve import desired_state, load_fleet
 from ..resolve.mesh import site_representatives
-from .common import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, emit, fleet_paths, simulated_nodes
+from .common import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, emit, fleet_paths, output_problem, simulated_nodes
 
 
 def parse_output(text: str, **labels: str) -> list[Measurement]:
@@ -85,6 +85,34 @@ def _labels(pairs: list[str]) -> dict[str, str] | str:
     return out
 
 
+def _outputs_problem(args: argparse.Namespace) -> str | None:
+    """Why --plots (a directory) or --write-latency-matrix (a file) cannot be written, or
+    None: said before anything is measured or recorded, not after."""
+    if args.plots and (problem := output_problem("--plots", args.plots, directory=True)):
+        return problem
+    if args.write_latency_matrix:
+        return output_problem("--write-latency-matrix", args.write_latency_matrix, directory=False)
+    return None
+
+
+def _db_problem(db: str) -> str | None:
+    """Why the history database ``db`` cannot take a run, or None. An existing file is opened
+    (a file that is not a database is left as it is); an absent one is made when the run is
+    recorded, so only the path to it is checked (the nearest existing path above it must be
+    a directory), and nothing is made before."""
+    path = Path(db)
+    if not path.exists():
+        above = next((a for a in path.parents if a.exists()), None)
+        if above is not None and not above.is_dir():
+            return f"--db {db}: {above} is a file; expected a directory there"
+        return None
+    try:
+        History(path).close()
+    except (sqlite3.Error, OSError) as exc:
+        return f"{db}: not a usable metrics database ({exc})"
+    return None
+
+
 def cmd_import(args: argparse.Namespace) -> int:
     labels = _labels(args.label)
     if isinstance(labels, str):
@@ -92,6 +120,15 @@ def cmd_import(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     if not args.threshold >= 0:
         print("swarm metrics import: --threshold must not be negative", file=sys.stderr)
+        return EXIT_INVALID
+    if args.started_at is not None and run_age_hours(args.started_at, datetime.now(UTC)) is None:
+        # Recorded as given, it would only be refused later, by swarm metrics accept.
+        print(f"swarm metrics import: --started-at {args.started_at!r}: expected an ISO 8601 time "
+              "(2025-01-31T12:00:00+00:00)", file=sys.stderr)  # fmt: skip
+        return EXIT_INVALID
+    problem = _outputs_problem(args)
+    if problem:
+        print(f"swarm metrics import: {problem}", file=sys.stderr)
         return EXIT_INVALID
     measurements: list[Measurement] = []
     errors: list[str] = []
@@ -286,6 +323,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if bad:
         print(f"swarm metrics run: {', '.join(bad)} must be positive", file=sys.stderr)
         return EXIT_INVALID
+    # Where the run goes, checked before minutes of measuring: the history, the outputs.
+    problem = _db_problem(args.db) or _outputs_problem(args)
+    if problem:
+        print(f"swarm metrics run: {problem}; nothing was measured", file=sys.stderr)
+        return EXIT_INVALID
     try:
         loaded = load_fleet(fleet_paths(args))
         state = desired_state(loaded)
@@ -441,14 +483,31 @@ def cmd_accept(args: argparse.Namespace) -> int:
     if acceptance is None:
         print("swarm metrics accept: the fleet declares no NodeAcceptance", file=sys.stderr)
         return EXIT_INVALID
+    limit = [n for n in (args.limit or "").split(",") if n]
+    unknown = sorted(set(limit) - set(fleet.nodes))
+    if unknown:
+        print(f"swarm metrics accept: --limit: no node named {', '.join(unknown)}", file=sys.stderr)
+        return EXIT_INVALID
+    # Judging reads the history, never makes one (History() would make an empty database).
+    runs: list[tuple[int, str]] = []
+    measurements: list[Measurement] = []
+    info: RunInfo | None = None
     try:
-        history = History(args.db)
-        runs = history.runs(args.fleet)
-        measurements = history.measurements(runs[-1][0]) if runs else []
-        info = history.info(runs[-1][0]) if runs else None
-        history.close()
+        if Path(args.db).exists():
+            history = History(args.db)
+            runs = history.runs(args.fleet)
+            measurements = history.measurements(runs[-1][0]) if runs else []
+            info = history.info(runs[-1][0]) if runs else None
+            history.close()
     except (sqlite3.Error, OSError) as exc:
         print(f"{args.db}: not a usable metrics database ({exc})", file=sys.stderr)
+        return EXIT_INVALID
+    if not runs:
+        print(
+            f"swarm metrics accept: no run of fleet {args.fleet} recorded in {args.db}; nothing was "
+            f"judged (measure first: swarm metrics run --fleet {args.fleet})",
+            file=sys.stderr,
+        )
         return EXIT_INVALID
     head = next((n.name for n in fleet.nodes.values() if "head" in n.roles), None)
     targets = fleet_targets(fleet, state)
@@ -467,40 +526,42 @@ def cmd_accept(args: argparse.Namespace) -> int:
             gpus=tuple((g.model, g.count) for g in n.gpus),
         )
         for n in fleet.nodes.values()
-        if not args.limit or n.name in args.limit.split(",")
+        if not limit or n.name in limit
     ]
-    if runs:
-        run_id, started_at = runs[-1]
-        age = run_age_hours(started_at, datetime.now(UTC))
-        refusals = []
-        if age is None:
-            refusals.append(f"its start time {started_at!r} is not an ISO 8601 time")
-        elif age > acceptance.max_run_age_hours:
-            refusals.append(
-                f"it started {age:.1f} h ago ({started_at}), more than max_run_age_hours "
-                f"{acceptance.max_run_age_hours:g} of NodeAcceptance {acceptance.name}"
-            )
-        if info is None:
-            refusals.append("the history does not say what it measured (recorded by an earlier version)")
-        else:
-            refusals += uncovered(acceptance.rules, nodes, info.parts, info.nodes)
-        if refusals:
-            print(f"swarm metrics accept: run {run_id} cannot be judged:", file=sys.stderr)
-            for why in refusals:
-                print(f"  - {why}", file=sys.stderr)
-            print("measure again (swarm metrics run) covering them; nothing was judged", file=sys.stderr)
-            return EXIT_INVALID
+    run_id, started_at = runs[-1]
+    age = run_age_hours(started_at, datetime.now(UTC))
+    refusals = []
+    if age is None:
+        refusals.append(f"its start time {started_at!r} is not an ISO 8601 time")
+    elif age > acceptance.max_run_age_hours:
+        refusals.append(
+            f"it started {age:.1f} h ago ({started_at}), more than max_run_age_hours "
+            f"{acceptance.max_run_age_hours:g} of NodeAcceptance {acceptance.name}"
+        )
+    if info is None:
+        refusals.append("the history does not say what it measured (recorded by an earlier version)")
+    else:
+        refusals += uncovered(acceptance.rules, nodes, info.parts, info.nodes)
+    if refusals:
+        print(f"swarm metrics accept: run {run_id} cannot be judged:", file=sys.stderr)
+        for why in refusals:
+            print(f"  - {why}", file=sys.stderr)
+        print("measure again (swarm metrics run) covering them; nothing was judged", file=sys.stderr)
+        return EXIT_INVALID
     verdicts = evaluate(acceptance.rules, nodes, measurements)
     failed = [v for v in verdicts if not v.passed]
-    for v in failed:
-        value = v.note if v.value is None else f"{v.value:.4g}"
-        note = f" ({v.note})" if v.note and v.value is not None else ""
-        emit(f"{v.node}: {v.threshold_name} = {value}, threshold {v.threshold:g}{note}")
+    # One table (nodes x thresholds), not a line per verdict: a fleet's worth of lines hid
+    # the few that matter.
+    for line in verdict_table(verdicts):
+        emit(line)
+    if any(v.value is None and not v.passed for v in verdicts):
+        emit(
+            f"{NO_MEASUREMENT}: no measurement, so not accepted; blank: no rule gives the node the threshold"
+        )
     judged = sorted({v.node for v in verdicts})
     bad = sorted({v.node for v in failed})
-    run = f"run {runs[-1][0]}" if runs else "no run recorded"
     failing = ", ".join(bad) or "none"
-    emit(f"{len(judged) - len(bad)} of {len(judged)} nodes accepted ({run}); failing: {failing}")
+    emit(f"{len(judged) - len(bad)} of {len(judged)} nodes accepted (run {run_id}); failing: {failing}")
     return EXIT_FAILURE if failed else EXIT_OK
 
 
@@ -539,7 +600,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "--write-latency-matrix policies/lab/latency.yaml (commit it through a pull request). "
         "--limit applies to network, storage and gpu; training and inference use the Ray cluster "
         "as it is. Exit codes: 0 everything measured, 1 a measurement failed (unreachable node, tool "
-        "error; each named), 2 invalid input. Progress goes to stderr, the report to stdout.",
+        "error; each named), 2 invalid input (nothing measured). Progress goes to stderr, the report "
+        "to stdout.",
     )
     r.add_argument("paths", nargs="*", metavar="PATHS", help="fleet YAML files or directories")
     r.add_argument("--fleet", default="lab", help="fleet name (default: lab); also the history's run key")
@@ -654,7 +716,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     q = msub.add_parser(
         "import",
         help="record saved iperf3/fio/ping output as a run and compare it with the previous run",
-        epilog="Exit codes: 0 ok (regressions are reported, not fatal), 2 invalid input.",
+        description="Read iperf3 -J, fio --output-format=json and ping output saved elsewhere (the "
+        "tool told by each file's text), record them as one run of --fleet in the history and "
+        "compare it with the fleet's previous run.",
+        epilog="Exit codes: 0 ok (regressions are reported, not fatal), 2 invalid input (nothing recorded).",
     )
     q.add_argument("files", nargs="+", metavar="FILE", help="iperf3 -J, fio JSON or ping output")
     q.add_argument("--fleet", default="lab", help="the fleet the run belongs to (default: lab)")
@@ -678,10 +743,15 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     a = msub.add_parser(
         "accept",
         help="judge the latest run against the fleet's NodeAcceptance thresholds",
-        epilog="Exit codes: 0 every node accepted, 1 some node fails (each named with the metric, "
-        "value and threshold), 2 invalid input, or a latest run that cannot be judged: older than "
-        "the NodeAcceptance's max_run_age_hours (default 24), or one that did not measure a part "
-        "or a node a threshold needs (a --only or --limit run; each gap named).",
+        description="Judge each node against every NodeAcceptance threshold whose rule matches it, "
+        "on the fleet's latest recorded run: one table, a row per node and a column per threshold "
+        "(pass or FAIL with the value, in the threshold's unit; \u2014 where the run has no "
+        "measurement, which is not accepted), then the overall verdict.",
+        epilog="Exit codes: 0 every node accepted, 1 some node is not (a threshold failed or has no "
+        "measurement), 2 nothing was judged: invalid input, no run recorded, or a latest run that "
+        "cannot be judged: older than the NodeAcceptance's max_run_age_hours (default 24), or one "
+        "that did not measure a part or a node a threshold needs (a --only or --limit run; each "
+        "gap named).",
     )
     a.add_argument("paths", nargs="*", metavar="PATHS", help="fleet YAML files or directories")
     a.add_argument("--fleet", default="lab", help="fleet name (default: lab); also the history's run key")

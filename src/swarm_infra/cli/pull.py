@@ -92,8 +92,9 @@ def cmd_node_bootstrap(args: argparse.Namespace) -> int:
 
 
 def _group(sub: argparse._SubParsersAction, name: str, help: str) -> argparse._SubParsersAction:
-    """``swarm NAME COMMAND``: the group's parser, whose COMMAND is required."""
-    group = sub.add_parser(name, help=help)
+    """``swarm NAME COMMAND``: the group's parser, whose COMMAND is required; ``help`` is
+    its line in ``swarm --help`` and its own ``--help``'s description."""
+    group = sub.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".")
     return group.add_subparsers(dest=f"{name}_command", required=True, metavar="COMMAND")
 
 

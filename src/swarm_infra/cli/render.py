@@ -16,10 +16,18 @@ from ..cluster import ScopeError, build
 from ..cluster import render as yaml_files
 from ..fleet.diagnostics import FleetInvalid
 from ..resolve import desired_state, load_fleet
-from .common import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, FLEET_HELP, fleet_paths
+from .common import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, FLEET_HELP, fleet_paths, output_problem
 
 
 def cmd_render(args: argparse.Namespace) -> int:
+    # DIR is a directory: a file there (or above it) is said before rendering, never a traceback.
+    problem = output_problem("--out", args.out, directory=True) if args.out else None
+    if args.check and not Path(args.check).is_dir():
+        what = "not a directory (a file is there)" if Path(args.check).exists() else "no such directory"
+        problem = f"--check {args.check}: {what}; expected the directory `swarm render --out` wrote"
+    if problem:
+        print(f"swarm render: {problem}", file=sys.stderr)
+        return EXIT_INVALID
     try:
         state = desired_state(load_fleet(fleet_paths(args)))
         objects = build(state, args.sites.split(",") if args.sites else None)
@@ -46,12 +54,20 @@ def cmd_render(args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.out:
         out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        for name, path in yaml_files.rendered_files(out).items():
-            if name not in files:
-                path.unlink()  # a kind the fleet no longer has
-        for name, text in files.items():
-            (out / name).write_text(text, encoding="utf-8")
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # not ours to make (permissions): nothing written yet
+            print(f"swarm render: --out {out}: {exc.strerror}; nothing was written", file=sys.stderr)
+            return EXIT_INVALID
+        try:
+            for name, path in yaml_files.rendered_files(out).items():
+                if name not in files:
+                    path.unlink()  # a kind the fleet no longer has
+            for name, text in files.items():
+                (out / name).write_text(text, encoding="utf-8")
+        except OSError as exc:  # some files may be written: the directory is not what the fleet renders
+            print(f"swarm render: {exc.filename}: {exc.strerror}; {out} is incomplete", file=sys.stderr)
+            return EXIT_FAILURE
         print(f"{out}: {len(files)} files, {len(objects.all())} objects")
         return EXIT_OK
     sys.stdout.write("".join(files.values()))
@@ -67,8 +83,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "quotas, node labels and taints, GPU sharing configs, storage, the mesh topology, "
         "RayClusters) as YAML, one file per kind, for GitOps tools and `kubectl apply "
         "--server-side -f DIR`. Without --out or --check, the YAML goes to stdout. " + FLEET_HELP,
-        epilog="Exit codes: 0 ok (or, with --check, up to date); 1 --check found differences; "
-        "2 invalid fleet or sites. Example: swarm render --fleet example --out deploy/example",
+        epilog="Exit codes: 0 ok (or, with --check, up to date); 1 --check found differences, or "
+        "writing --out failed part way; 2 nothing was done: an invalid fleet or sites, or an --out or "
+        "--check that is not a directory. Example: swarm render --fleet example --out deploy/example",
     )
     p.add_argument("paths", nargs="*", metavar="PATHS", help="fleet YAML files or directories")
     p.add_argument("--fleet", default="lab", help="fleet name used when no PATHS are given (default: lab)")

@@ -19,7 +19,7 @@ from ..fleet.sources import FLEET_NAME
 from ..review import GitError, review, summarize
 from ..review.git import fleet_names, resolve_ref, toplevel, tree_files, uncommitted, worktree_commit
 from ..review.markdown import GITHUB_LIMIT, render
-from .common import EXIT_INVALID, emit
+from .common import EXIT_INVALID, emit, output_problem
 
 
 def _fail(args: argparse.Namespace, message: str) -> int:
@@ -38,6 +38,14 @@ def _fail(args: argparse.Namespace, message: str) -> int:
 
 
 def cmd_review(args: argparse.Namespace) -> int:
+    # The files are written last: one that cannot be is said before the review, not after it.
+    for option in ("out", "full"):
+        path = getattr(args, option)
+        problem = output_problem(f"--{option}", path, directory=False) if path else None
+        if problem:
+            if option == "out":
+                args.out = None  # the error's JSON document goes to stdout instead
+            return _fail(args, problem)
     fleets = args.fleet or None
     try:
         repo = toplevel(Path.cwd())
@@ -115,7 +123,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "reviewed (a warning says so) unless --worktree.",
         epilog="Exit codes: 0 no blocking flag (warnings allowed); 1 blocking flags; 2 an invalid head "
         "(the validator's file:line diagnostics are the report), an unknown ref or fleet, not a Git "
-        "repository (with --format json, stdout is then a JSON document with an error key). "
+        "repository, an --out or --full that cannot be written (with --format json, stdout is then a "
+        "JSON document with an error key). "
         "Example: swarm review --base origin/main --head HEAD --out review.md --full review-full.md",
     )
     p.add_argument(

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from swarm_infra.metrics import gpu_health
 from swarm_infra.metrics.measurement import Measurement
 
+NOT_MEASURED = "not measured"
 NOT_SIMULATED = "not measured (simulated)"
 THE_HUB = "the site's hub itself"
 
@@ -121,7 +122,10 @@ def evaluate(
     (``min_tflops`` and :data:`swarm_infra.metrics.gpu_health.THRESHOLDS`) on a node with
     simulated GPUs fails with note "not measured (simulated)" and no value, never a number;
     ``min_mesh_bandwidth_to_hub_mbit`` on the hub itself passes with note "the site's hub
-    itself" and no value (it has no hub to send to; its figures are the other nodes').
+    itself" and no value (it has no hub to send to; its figures are the other nodes'), and
+    ``max_rtt_to_head_ms`` on the head itself passes with value 0 -- both only when the
+    node is in the measurements at all (a ``node``, ``src`` or ``dst`` label): a node the run
+    has no figure of fails them "not measured" too, so that it is never accepted unmeasured.
 
     Every node with real (nvml) GPUs that a rule matches also gets a ``gpu_identity`` verdict
     first, whatever the rules say: the GPUs nvidia-smi reported must be the declared ones
@@ -129,12 +133,15 @@ def evaluate(
     problems, its threshold 0, its note the problems (or "not measured").
     """
     out: list[Verdict] = []
+    in_run = {
+        name for m in measurements for key in ("node", "src", "dst") if (name := m.label(key)) is not None
+    }
     for node in nodes:
         matched = [thresholds for match, thresholds in rules if matches(match, node)]
         if matched and node.gpus and not node.simulated_gpu:
             problems = gpu_health.identity_problems(node.name, node.gpus, measurements)
             if problems is None:
-                out.append(Verdict(node.name, "gpu_identity", 0.0, None, False, "not measured"))
+                out.append(Verdict(node.name, "gpu_identity", 0.0, None, False, NOT_MEASURED))
             else:
                 out.append(
                     Verdict(
@@ -151,12 +158,19 @@ def evaluate(
                 if node.simulated_gpu and (name == "min_tflops" or name in gpu_health.THRESHOLDS):
                     out.append(Verdict(node.name, name, limit, None, False, NOT_SIMULATED))
                     continue
+                if node.name not in in_run and (
+                    (name == "min_mesh_bandwidth_to_hub_mbit" and node.hub == node.name)
+                    or (name == "max_rtt_to_head_ms" and node.head == node.name)
+                ):
+                    # True of the node by its place, not by a figure: not without any figure of it.
+                    out.append(Verdict(node.name, name, limit, None, False, NOT_MEASURED))
+                    continue
                 if name == "min_mesh_bandwidth_to_hub_mbit" and node.hub == node.name:
                     out.append(Verdict(node.name, name, limit, None, True, THE_HUB))
                     continue
                 value = _value(name, node, measurements)
                 if value is None:
-                    out.append(Verdict(node.name, name, limit, None, False, "not measured"))
+                    out.append(Verdict(node.name, name, limit, None, False, NOT_MEASURED))
                 else:
                     ok = value >= limit if name.startswith("min_") else value <= limit
                     note = ""
@@ -199,3 +213,80 @@ def uncovered(
                 for missing in sorted(need - measured):
                     gaps.add(f"the run did not measure {missing}, which {name} of {node.name} needs")
     return sorted(gaps)
+
+
+NO_MEASUREMENT = "\u2014"
+"""A table cell whose threshold has no measurement (the node is not accepted)."""
+
+
+def _cell(v: Verdict) -> str:
+    if v.value is not None:
+        return f"{'pass' if v.passed else 'FAIL'} {v.value:.4g}"
+    if v.note == THE_HUB:
+        return "pass (hub)"
+    return f"{NO_MEASUREMENT} simulated" if v.note == NOT_SIMULATED else NO_MEASUREMENT
+
+
+def _wrapped(name: str, width: int) -> list[str]:
+    """A threshold's name in lines of at most ``width`` characters, cut after an ``_``
+    (each line but the last ends with it: the lines concatenated are the name)."""
+    lines: list[str] = []
+    for word in name.split("_"):
+        if lines and len(lines[-1]) + len(word) + 1 <= width:
+            lines[-1] += word + "_"
+        else:
+            lines.append(word + "_")
+    lines[-1] = lines[-1][:-1]
+    return lines
+
+
+def verdict_table(verdicts: list[Verdict], header_width: int = 14) -> list[str]:
+    """The verdicts as one table, one row per node and one column per threshold (in the
+    order they first come), then a line per failure whose reason does not fit a cell.
+
+    Shape: the header (``NODE`` and each threshold's name, cut after an ``_`` into lines of
+    at most ``header_width`` characters), a ``limit`` row (``>= N`` for a ``min_`` threshold,
+    ``<= N`` otherwise; ``>= N M`` where rules give nodes different limits, each cell then
+    saying its own), and a row per node whose cells are ``pass VALUE``, ``FAIL VALUE``,
+    ``pass (hub)`` (:data:`THE_HUB`), :data:`NO_MEASUREMENT` (not measured: fails) or
+    ``NO_MEASUREMENT simulated`` (:data:`NOT_SIMULATED`), or blank where no rule gives the
+    node the threshold; values have 4 significant digits, in the threshold's unit. Where
+    two rules give one node the same threshold its failing verdict is shown. The failure
+    lines: ``NODE: THRESHOLD = VALUE, threshold LIMIT (NOTE)``, for failed verdicts with a
+    value and a note (the GPUs' identity problems, DCGM's failed tests). Lines without
+    trailing blanks; [] for no verdicts.
+    """
+    if not verdicts:
+        return []
+    columns = list(dict.fromkeys(v.threshold_name for v in verdicts))
+    rows: dict[str, dict[str, Verdict]] = {}
+    for v in verdicts:
+        shown = rows.setdefault(v.node, {}).get(v.threshold_name)
+        if shown is None or (shown.passed and not v.passed):
+            rows[v.node][v.threshold_name] = v
+
+    def op(name: str) -> str:
+        return ">=" if name.startswith("min_") else "<="
+
+    limits = {c: sorted({v.threshold for v in verdicts if v.threshold_name == c}) for c in columns}
+    heads = [_wrapped(c, header_width) for c in columns]
+    height = max(len(h) for h in heads)
+    table = [["NODE" if i == 0 else "", *(h[i] if i < len(h) else "" for h in heads)] for i in range(height)]
+    table.append(["limit", *(f"{op(c)} {' '.join(f'{x:g}' for x in limits[c])}" for c in columns)])
+    for node, cells in rows.items():
+        row = [node]
+        for c in columns:
+            cell = cells.get(c)
+            text = "" if cell is None else _cell(cell)
+            if cell is not None and len(limits[c]) > 1:
+                text += f" ({op(c)} {cell.threshold:g})"
+            row.append(text)
+        table.append(row)
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in table]
+    for v in verdicts:
+        if not v.passed and v.value is not None and v.note:
+            lines.append(
+                f"{v.node}: {v.threshold_name} = {v.value:.4g}, threshold {v.threshold:g} ({v.note})"
+            )
+    return lines
