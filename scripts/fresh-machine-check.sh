@@ -30,12 +30,17 @@ if [ ! -x "$tree/usr/bin/python3" ]; then
 fi
 rm -rf "$tree/root/swarm"
 git clone -q "$repo" "$tree/root/swarm"
+# The site's own certificate authorities (an egress proxy's, say), as a new server of this
+# network would be given them: network configuration, not a project tool.
+mkdir -p "$tree/usr/local/share/ca-certificates"
+cp /usr/local/share/ca-certificates/*.crt "$tree/usr/local/share/ca-certificates/" 2>/dev/null || true
 echo "== inside the fresh tree: bash scripts/install.sh, then the host-tool tests"
 # --pipe: no console; the host's network (apt and pip reach their registries as here); the
 # host's resolv.conf copied in. PIP_* of this host stay outside (a clean environment).
 systemd-nspawn --quiet --pipe --register=no --resolv-conf=copy-host -D "$tree" \
   --setenv=PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin --chdir=/root/swarm \
   /bin/bash -c 'set -e
+    update-ca-certificates >/dev/null
     for c in wg wireguard-go; do ! command -v $c >/dev/null || { echo "$c is already in the fresh tree"; exit 1; }; done
     ! python3 -c "import ensurepip" 2>/dev/null || { echo "python3-venv is already in the fresh tree"; exit 1; }
     bash scripts/install.sh
