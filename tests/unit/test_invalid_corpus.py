@@ -1,5 +1,9 @@
 """Every file in tests/data/invalid/ breaks one rule; the validator must report exactly that
-error at the line its ``# <- RULE PATH`` marker is on (and nothing else)."""
+error at the line its ``# <- RULE PATH`` marker is on (and nothing else).
+
+A file that shows errors reported together (two at one path, or one in each of two
+documents) has a marker for each: several on a line (``# <- RULE PATH <- RULE PATH``) or
+on several lines; the validator must report exactly those."""
 
 from __future__ import annotations
 
@@ -12,22 +16,33 @@ from swarm_infra import cli, validate
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 CORPUS = sorted((DATA / "invalid").glob("*.yaml"))
-MARKER = re.compile(r"#\s*<-\s*(?P<rule>\S+)\s+(?P<path>\S+)\s*$")
+MARKER = re.compile(r"#\s*<-\s*(?P<rule>\S+)\s+(?P<path>\S+)(?P<more>(?:\s+<-\s*\S+\s+\S+)*)\s*$")
+MORE = re.compile(r"<-\s*(\S+)\s+(\S+)")
 
 
-def expectation(path: Path) -> tuple[int, str, str, bool]:
-    """The marked line, rule and path, and whether the file stands alone. A file whose error
-    is in a file it names (a RayCluster's lock, ``<stem>.lock``) has the marker there."""
+def expectations(path: Path) -> tuple[list[tuple[int, str, str]], bool]:
+    """Every marked (line, rule, path), in line order, and whether the file stands alone. A
+    file whose error is in a file it names (a RayCluster's lock, ``<stem>.lock``) has the
+    marker there."""
     text = path.read_text()
+    found: list[tuple[int, str, str]] = []
     for number, line in enumerate(text.splitlines(), start=1):
         m = MARKER.search(line)
         if m:
-            return number, m["rule"], m["path"], text.startswith("# standalone")
+            found.append((number, m["rule"], m["path"]))
+            found += [(number, rule, json_path) for rule, json_path in MORE.findall(m["more"])]
+    if found:
+        return found, text.startswith("# standalone")
     named = path.with_suffix(".lock")
     if named.exists():
-        number, rule, json_path, _ = expectation(named)
-        return number, rule, json_path, text.startswith("# standalone")
+        return expectations(named)[0], text.startswith("# standalone")
     raise AssertionError(f"{path} has no '# <- rule path' marker")
+
+
+def expectation(path: Path) -> tuple[int, str, str, bool]:
+    """The first marked line, rule and path, and whether the file stands alone."""
+    found, standalone = expectations(path)
+    return (*found[0], standalone)
 
 
 def marked_file(path: Path) -> Path:
@@ -40,7 +55,7 @@ def inputs(path: Path, standalone: bool) -> list[str]:
 
 
 def test_corpus_covers_every_rule_family() -> None:
-    rules = {expectation(p)[1] for p in CORPUS}
+    rules = {rule for p in CORPUS for _, rule, _ in expectations(p)[0]}
     assert len(CORPUS) >= 45
     for family in (
         "yaml.",
@@ -68,12 +83,12 @@ def test_base_fleet_is_valid() -> None:
 
 @pytest.mark.parametrize("path", CORPUS, ids=[p.stem for p in CORPUS])
 def test_reports_exactly_the_marked_error(path: Path) -> None:
-    line, rule, json_path, standalone = expectation(path)
+    expected, standalone = expectations(path)
     errors = validate(inputs(path, standalone)).report.errors
-    assert [(e.file, e.line, e.path, e.rule) for e in errors] == [
-        (str(marked_file(path)), line, json_path, rule)
-    ]
-    assert errors[0].col >= 1 and errors[0].message
+    assert sorted((e.file, e.line, e.path, e.rule) for e in errors) == sorted(
+        (str(marked_file(path)), line, json_path, rule) for line, rule, json_path in expected
+    )
+    assert all(e.col >= 1 and e.message for e in errors)
 
 
 @pytest.mark.parametrize("path", CORPUS[:3] + CORPUS[-3:], ids=lambda p: p.stem)

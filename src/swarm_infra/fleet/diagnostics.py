@@ -12,10 +12,11 @@ whole file: it could not be read, or it breaks a limit that no single line does.
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
@@ -55,6 +56,18 @@ def excerpt(value: object, limit: int = EXCERPT_CHARS) -> str:
         # repr the head only: the value may be megabytes
         return f"{one_line(repr(value[:limit]))[: limit - 1]}… ({len(value)} characters)"
     return _clip(one_line(repr(value)), limit)
+
+
+def close_names(word: str, names: Iterable[str], n: int = 1) -> list[str]:
+    """The ``names`` closest to ``word`` (a misspelt key or kind), best first; none when no
+    name is close. Case is ignored (``node`` is close to ``Node``); a long ``word`` is not
+    compared (it is no typo, and comparing costs its length squared)."""
+    if len(word) > 64:
+        return []
+    by_folded: dict[str, str] = {}
+    for name in names:
+        by_folded.setdefault(name.casefold(), name)
+    return [by_folded[m] for m in difflib.get_close_matches(word.casefold(), by_folded, n=n, cutoff=0.7)]
 
 
 def json_path(parts: Sequence[PathPart]) -> str:

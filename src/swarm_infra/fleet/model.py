@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Literal
 
-from .diagnostics import Finding, Source
+from .diagnostics import Finding, Source, close_names
 from .loader import RawDocument
 from .lockfile import Pin
 
@@ -483,8 +483,9 @@ class Fleet:
     latency: LatencyMatrix | None = None
     acceptance: NodeAcceptance | None = None
     mesh_addresses: MeshAddresses | None = None
-    # Names of documents that failed schema validation, by kind: references to them are
-    # not reported again as unresolved.
+    # Names of documents that failed schema validation, by kind (UNKNOWN_KIND: of a kind
+    # that is not known, so of any kind): references to them are not reported again as
+    # unresolved.
     invalid_names: Mapping[str, frozenset[str]] = field(default_factory=lambda: _EMPTY)
     # Kinds of documents that failed (UNKNOWN_KIND for one whose kind is not known, or a
     # file that could not be read at all), and those of which a failed one had no name.
@@ -499,10 +500,12 @@ class Fleet:
         return kind not in self.invalid_kinds and UNKNOWN_KIND not in self.invalid_kinds
 
     def may_declare(self, kind: str, name: str) -> bool:
-        """``name`` may be declared as ``kind`` by a document that failed: one of that name,
-        or one whose name (or kind, or whole file) could not be read."""
+        """``name`` may be declared as ``kind`` by a document that failed: one of that name
+        (of that kind, or of a kind not known), or one whose name (or kind and name, or
+        whole file) could not be read."""
         return (
             name in self.invalid_names.get(kind, ())
+            or name in self.invalid_names.get(UNKNOWN_KIND, ())
             or kind in self.unnamed_kinds
             or UNKNOWN_KIND in self.unnamed_kinds
         )
@@ -939,6 +942,19 @@ _FIELD = {
 _KNOWN_KINDS = frozenset(_BUILDERS)
 
 
+def _meant_kinds(kind: object) -> tuple[str, ...]:
+    """The kinds a document that failed may have been meant as: its own, when known; the
+    known kind its misspelt one is close to (``Nod``, ``node``: Node, which the schema step's
+    "did you mean" names too); else UNKNOWN_KIND, any kind. Only those kinds are incomplete
+    (:meth:`Fleet.complete`) and may hold its name (:meth:`Fleet.may_declare`), so one
+    misspelt kind does not silence every check of the fleet."""
+    if not isinstance(kind, str):
+        return (UNKNOWN_KIND,)
+    if kind in _KNOWN_KINDS:
+        return (kind,)
+    return tuple(close_names(kind, sorted(_KNOWN_KINDS))) or (UNKNOWN_KIND,)
+
+
 def build_fleet(
     valid: list[RawDocument], invalid: list[RawDocument], unread: bool = False
 ) -> tuple[Fleet, list[Finding]]:
@@ -986,18 +1002,17 @@ def build_fleet(
     unnamed_kinds: set[str] = {UNKNOWN_KIND} if unread else set()
     for doc in invalid:
         data = doc.data
-        kind = data.get("kind") if isinstance(data, dict) else None
-        kind = kind if isinstance(kind, str) and kind in _KNOWN_KINDS else UNKNOWN_KIND
-        invalid_kinds.add(kind)
         name = (
             data["metadata"].get("name")
             if isinstance(data, dict) and isinstance(data.get("metadata"), dict)
             else None
         )
-        if kind != UNKNOWN_KIND and isinstance(name, str):
-            invalid_names.setdefault(kind, set()).add(name)
-        else:
-            unnamed_kinds.add(kind)
+        for kind in _meant_kinds(data.get("kind") if isinstance(data, dict) else None):
+            invalid_kinds.add(kind)
+            if isinstance(name, str):
+                invalid_names.setdefault(kind, set()).add(name)
+            else:
+                unnamed_kinds.add(kind)
 
     def first(kind: str) -> Any:
         return next(iter(by_kind[kind].values()), None)

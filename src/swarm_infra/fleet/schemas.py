@@ -18,7 +18,7 @@ from typing import Any, cast
 
 import jsonschema_rs
 
-from .diagnostics import Finding, PathPart, excerpt
+from .diagnostics import Finding, PathPart, close_names, excerpt, json_path
 from .loader import RawDocument
 
 API_VERSION = "swarm.io/v1alpha1"
@@ -44,9 +44,24 @@ KINDS: dict[str, str] = {
 }
 SHARED = ("common.schema.json",)
 MAX_ERRORS_PER_DOCUMENT = 100  # schema findings listed for one document; the rest are counted
-# One value, one finding: when a value breaks several keywords (too long *and* the wrong
-# characters), the one that says most about what the field is comes first.
+# Every problem at a path is reported. A mapping's are findings of their own (keys missing,
+# one of several alternatives missing, key names). A value's are one finding, one line per
+# value: the keyword that says most about what the field is names it, and its message adds
+# the others (too long *and* of the wrong characters). A value of the wrong type is that
+# alone: the keywords that judge a value of another type would only repeat it.
 _RANK = {k: i for i, k in enumerate(("type", "const", "enum", "format", "pattern", "propertyNames", "anyOf"))}
+_OF_THE_MAPPING = frozenset(
+    (
+        "required",
+        "dependentRequired",
+        "propertyNames",
+        "minProperties",
+        "maxProperties",
+        "additionalProperties",
+    )
+)
+NAMED_UNKNOWN_KEYS = 5  # unknown keys of one mapping named each at its key; more: one finding at the mapping
+_FIELDS_SHOWN = 12  # the most of a mapping's fields a message about an unknown key lists
 
 
 def schema_dir() -> Path:
@@ -95,6 +110,32 @@ def _describe_alternative(alt: dict[str, Any]) -> str:
     return {"integer": "an integer", "string": "a string"}.get(kind, kind)
 
 
+def _fitting_branch(error: Any) -> tuple[int, list[Any]] | None:
+    """(index, errors) of the one ``anyOf``/``oneOf`` branch whose type the value has (the
+    others fail on ``type`` at the value itself): what it says is the useful part, the
+    others' "not an integer", "not a list" are noise. None when no branch, or several, fit."""
+    try:
+        branches = error.kind.as_dict().get("context") or []
+    except Exception:  # a kind without parameters
+        return None
+    here = list(error.instance_path)
+    fitting = [
+        (i, list(branch))
+        for i, branch in enumerate(branches)
+        if branch
+        and not any(
+            list(e.instance_path) == here and e.schema_path and e.schema_path[-1] == "type" for e in branch
+        )
+    ]
+    return fitting[0] if len(fitting) == 1 else None
+
+
+def _branch_message(kind: str, outer: Any, error: Any) -> str:
+    """One error of a fitting branch, prefixed with where it is below the value when deeper."""
+    below = list(error.instance_path)[len(outer.instance_path) :]
+    return (f"at {json_path(below)[1:]}: " if below else "") + _message(kind, error)
+
+
 _ARTICLE = {"integer": "an integer", "object": "a mapping", "array": "a list", "string": "a string"}
 
 
@@ -119,13 +160,20 @@ def _message(kind: str, error: Any) -> str:
     value cut short (the validator's own message repeats the whole value)."""
     keyword = error.schema_path[-1] if error.schema_path else ""
     instance = error.instance
-    if keyword == "anyOf":
+    if keyword in ("anyOf", "oneOf"):
         alternatives = _subschema(kind, list(error.schema_path))
         if isinstance(alternatives, list):
             options = [_describe_alternative(a) for a in alternatives]
             if all("required" in a for a in alternatives):
                 return "expected at least one of: " + "; ".join(options)
-            return f"{excerpt(instance)} is not valid: expected " + " or ".join(options)
+            text = f"{excerpt(instance)} is not valid: expected " + " or ".join(options)
+            fitting = _fitting_branch(error)
+            if fitting is not None and fitting[0] < len(options):
+                index, branch = fitting
+                text += f"; as {options[index]}: " + "; ".join(
+                    _branch_message(kind, error, e) for e in branch
+                )
+            return text
     if keyword == "enum":
         allowed = _subschema(kind, list(error.schema_path))
         if isinstance(allowed, list):
@@ -256,6 +304,127 @@ def _float_findings(doc: RawDocument, validator: Any) -> tuple[list[Finding], se
     return findings, covered
 
 
+def _unknown_keys(doc: RawDocument, kind: str, error: Any) -> tuple[list[Finding], set[str]]:
+    """``additionalProperties: false``: a finding at each unknown key (the line a user has to
+    fix), saying which field it is close to (``did you mean 'memory_gib'?``) or which fields
+    there are; and the names suggested, whose own ``required`` finding would repeat it.
+    More than :data:`NAMED_UNKNOWN_KEYS` unknown keys are one finding at the mapping that
+    names a few: the mapping is not what it was meant to be (a wrong indentation, say)."""
+    path = tuple(error.instance_path)
+    try:
+        unexpected = [str(k) for k in error.kind.as_dict().get("unexpected", [])]
+    except Exception:  # a kind without parameters
+        unexpected = []
+    if not unexpected or len(unexpected) > NAMED_UNKNOWN_KEYS:
+        return [Finding(doc.source, path, "schema.additionalProperties", _message(kind, error))], set()
+    where = _subschema(kind, list(error.schema_path)[:-1])
+    where = where if isinstance(where, dict) else {}
+    fields = [str(k) for k in where.get("properties", {})]
+    given = set(error.instance) if isinstance(error.instance, dict) else set()
+    required = {str(k) for k in where.get("required", [])} - given
+    candidates = [f for f in fields if f not in given]
+    findings: list[Finding] = []
+    suggested: set[str] = set()
+    for key in unexpected:
+        message = f"unexpected key {excerpt(key, 40)}: not a field of this object"
+        guess = close_names(key, candidates)
+        if guess:
+            message += f"; did you mean {excerpt(guess[0])}?"
+            if guess[0] in required:
+                message += " (a required field, not given)"
+                suggested.add(guess[0])
+        elif fields:
+            more = f" and {len(fields) - _FIELDS_SHOWN} more" if len(fields) > _FIELDS_SHOWN else ""
+            message += f" (its fields: {', '.join(fields[:_FIELDS_SHOWN])}{more})"
+        findings.append(Finding(doc.source, (*path, key), "schema.additionalProperties", message))
+    return findings, suggested
+
+
+def _findings(
+    doc: RawDocument, kind: str, errors: list[Any], covered: set[tuple[PathPart, ...]]
+) -> list[Finding]:
+    """The findings of a document's schema errors, every problem at each path (see
+    :data:`_RANK`): the keys a mapping lacks in one finding, unknown keys at the keys
+    (:func:`_unknown_keys`), what is wrong with a value in one finding."""
+    # path -> (rank, keyword, finding, whether it is about the mapping rather than the value)
+    at: dict[tuple[PathPart, ...], list[tuple[int, str, Finding, bool]]] = {}
+    missing: dict[tuple[PathPart, ...], list[str]] = {}  # required properties not given
+    suggested: dict[tuple[PathPart, ...], set[str]] = {}  # ... that a "did you mean" names
+    for error in errors:
+        path = tuple(error.instance_path)
+        if path in covered:
+            continue  # the float finding says what is wrong there
+        keyword = next((p for p in reversed(error.schema_path) if isinstance(p, str)), "schema")
+        rank = _RANK.get(keyword, len(_RANK))
+        name = type(error.kind).__name__
+        if name == "AdditionalProperties":
+            unknown, guessed = _unknown_keys(doc, kind, error)
+            suggested.setdefault(path, set()).update(guessed)
+            for f in unknown:
+                at.setdefault(f.path, []).append((rank, keyword, f, True))
+            continue
+        required = _required(error) if name == "Required" else None
+        if required is not None:
+            if not missing.get(path):
+                placeholder = Finding(doc.source, path, "schema.required", "")
+                at.setdefault(path, []).append((rank, keyword, placeholder, True))
+            missing.setdefault(path, []).append(required)
+            continue
+        finding = Finding(doc.source, path, f"schema.{keyword}", _message(kind, error))
+        of_mapping = keyword in _OF_THE_MAPPING or _alternative_keys(kind, error)
+        at.setdefault(path, []).append((rank, keyword, finding, of_mapping))
+    out: list[Finding] = []
+    for path, entries in at.items():
+        if any(keyword == "type" for _, keyword, _, _ in entries):
+            entries = [x for x in entries if x[1] == "type"]
+        value: Finding | None = None  # the one finding about the value itself
+        seen: set[tuple[str, str]] = set()
+        for _, keyword, f, of_mapping in sorted(entries, key=lambda x: x[0]):
+            if keyword == "required":
+                left = [n for n in missing[path] if n not in suggested.get(path, ())]
+                if not left:
+                    continue  # each is named by an unknown key's "did you mean"
+                f.message = _missing_message(left)
+            if not of_mapping:
+                if value is None:
+                    value = f
+                    out.append(f)
+                elif f.message not in value.message:
+                    value.message += f"; also {f.message}"
+            elif (f.rule, f.message) not in seen:
+                seen.add((f.rule, f.message))
+                out.append(f)
+    return out
+
+
+def _alternative_keys(kind: str, error: Any) -> bool:
+    """An ``anyOf``/``oneOf`` of keys (``gpu_profile`` or ``host_profile``): about the mapping."""
+    if not error.schema_path or error.schema_path[-1] not in ("anyOf", "oneOf"):
+        return False
+    alternatives = _subschema(kind, list(error.schema_path))
+    return isinstance(alternatives, list) and all(
+        isinstance(a, dict) and "required" in a for a in alternatives
+    )
+
+
+def _required(error: Any) -> str | None:
+    """The property a ``required`` error names (None if it cannot be read)."""
+    try:
+        return str(error.kind.as_dict()["property"])
+    except Exception:  # a kind without parameters
+        return None
+
+
+def _missing_message(names: list[str]) -> str:
+    """``"a" is a required property``, ``"a" and "b" are required properties`` (the names
+    are the schema's own)."""
+    quoted = [f'"{n}"' for n in dict.fromkeys(names)]
+    if len(quoted) == 1:
+        return f"{quoted[0]} is a required property"
+    shown = quoted[:8] + ([f"{len(quoted) - 8} more"] if len(quoted) > 8 else [])
+    return f"{', '.join(shown[:-1])} and {shown[-1]} are required properties"
+
+
 def check_document(doc: RawDocument) -> Iterator[Finding]:
     """Every schema finding for one document (empty when it is valid).
 
@@ -275,11 +444,15 @@ def check_document(doc: RawDocument) -> Iterator[Finding]:
     kind = data.get("kind")
     if not isinstance(kind, str) or kind not in KINDS:
         where: tuple[PathPart, ...] = ("kind",) if "kind" in data else ()
+        guess = close_names(kind, KINDS) if isinstance(kind, str) else []
         yield Finding(
             doc.source,
             where,
             "schema.kind",
-            f"unknown kind {excerpt(kind)}; expected one of: " + ", ".join(KINDS),
+            f"unknown kind {excerpt(kind)}"
+            + (f"; did you mean {excerpt(guess[0])}?" if guess else "")
+            + "; expected one of: "
+            + ", ".join(KINDS),
         )
         return
     validator = _validators()[kind]
@@ -291,18 +464,7 @@ def check_document(doc: RawDocument) -> Iterator[Finding]:
         path, message = found if found else ((), "document holds a value that is not JSON")
         yield Finding(doc.source, path, "schema.type", message)
         return
-    findings = list(floats)
-    best: dict[tuple[PathPart, ...], tuple[int, Any, str]] = {}
-    for error in errors:
-        path = tuple(error.instance_path)
-        if path in covered:
-            continue  # the float finding says what is wrong there
-        keyword = next((p for p in reversed(error.schema_path) if isinstance(p, str)), "schema")
-        rank = _RANK.get(keyword, len(_RANK))
-        if path not in best or rank < best[path][0]:
-            best[path] = (rank, error, keyword)
-    for path, (_, error, keyword) in best.items():
-        findings.append(Finding(doc.source, path, f"schema.{keyword}", _message(kind, error)))
+    findings = [*floats, *_findings(doc, kind, errors, covered)]
     if len(findings) > MAX_ERRORS_PER_DOCUMENT:
         last = findings[MAX_ERRORS_PER_DOCUMENT - 1]
         findings[MAX_ERRORS_PER_DOCUMENT - 1] = Finding(

@@ -48,7 +48,10 @@ def validate(paths: Iterable[str | os.PathLike[str]], load: DocumentLoader = loa
     that does not exist is a ``file.missing`` diagnostic, a file that cannot be read a
     ``file.*`` one (see :func:`swarm_infra.fleet.loader.find_files`). Documents that fail
     their schema (or hold a duplicate key) are left out of the semantic checks (their names
-    still count as declared, so one mistake is not reported twice).
+    still count as declared, so one mistake is not reported twice); every other document is
+    checked. A check over a whole kind waits only while a document of that kind is left out
+    (one of a misspelt kind counts as the kind it is close to, else as any kind), and only
+    where the left-out document could change its finding.
     """
     paths = list(paths)
     files, unreadable = find_files(paths)

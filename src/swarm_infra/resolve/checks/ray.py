@@ -54,8 +54,12 @@ def ray_cluster(a: Analysis) -> Iterator[Finding]:
     if ray is None:
         return
     yield from _ports(ray)
-    if a.fleet.complete("Node"):
-        yield from _ssh_ports(ray, a)
+    # With a Node document left out (its own error reported), the nodes that match are only
+    # some of the members: what is wrong with them stays wrong whatever the one left out
+    # declares (a member's SSH port, its memory, a second head); what is missing (no head,
+    # no worker) or true of exactly one head may be the left-out node's, and waits.
+    complete = a.fleet.complete("Node")
+    yield from _ssh_ports(ray, a)
     if ray.object_store_memory_mib is not None and "object_store_percent" in ray.declared_keys:
         yield Finding(
             ray.source,
@@ -63,10 +67,8 @@ def ray_cluster(a: Analysis) -> Iterator[Finding]:
             "ray.object-store-conflict",
             "give object_store_percent or object_store_memory_mib, not both",
         )
-    if not a.fleet.complete("Node"):
-        return  # which nodes match is not known: a Node document failed (its error is reported)
     heads, workers = members(ray, a.fleet)
-    if len(heads) != 1:
+    if len(heads) > 1 or (not heads and complete):
         yield Finding(
             ray.source,
             ("spec", "head", "selector"),
@@ -74,14 +76,14 @@ def ray_cluster(a: Analysis) -> Iterator[Finding]:
             f"the head selector must match exactly one node; it matches {len(heads)}"
             + (f" ({', '.join(heads[:5])}{', ...' if len(heads) > 5 else ''})" if heads else ""),
         )
-    if len(heads) == 1 and not workers:
+    if len(heads) == 1 and not workers and complete:
         yield Finding(
             ray.source,
             ("spec", "workers", "selector") if "workers" in ray.declared_keys else ("spec",),
             "ray.workers-match-nothing",
             "no node other than the head matches the workers' selector",
         )
-    if len(heads) == 1:
+    if len(heads) == 1 and complete:
         head = a.fleet.nodes[heads[0]]
         away = sorted(w for w in workers if a.fleet.nodes[w].site != head.site)
         if head.nat and away:
