@@ -10,7 +10,7 @@
 # or the registry changes; the figure is in docs/benchmarks.md.
 #
 # Usage: sudo bash scripts/fresh-machine-check.sh [WORKDIR]   (default: a new temporary one,
-# removed at the end; a given one is kept for a look)
+# removed at the end; a given one is kept afterwards for a look, and made anew each run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -20,14 +20,13 @@ if [ -z "$work" ]; then
   trap 'rm -rf "$work"' EXIT
 fi
 tree="$work/root"
+rm -rf "$tree"  # always a new tree: install.sh has put WireGuard and ensurepip into an old one
 mirror=$(PYTHONPATH="$repo/src" python3 -c 'from swarm_infra.lab.image import host_mirror; print(host_mirror())' 2>/dev/null \
   || echo http://deb.debian.org/debian)
 started=$(date +%s)
-if [ ! -x "$tree/usr/bin/python3" ]; then
-  echo "== debootstrap bookworm (minbase + python3 git make ca-certificates) from $mirror"
-  debootstrap --variant=minbase --include=python3,git,make,ca-certificates bookworm "$tree" "$mirror" \
-    >"$work/debootstrap.log" 2>&1 || { tail -20 "$work/debootstrap.log"; exit 1; }
-fi
+echo "== debootstrap bookworm (minbase + python3 git make ca-certificates) from $mirror"
+debootstrap --variant=minbase --include=python3,git,make,ca-certificates bookworm "$tree" "$mirror" \
+  >"$work/debootstrap.log" 2>&1 || { tail -20 "$work/debootstrap.log"; exit 1; }
 rm -rf "$tree/root/swarm"
 git clone -q "$repo" "$tree/root/swarm"
 # The site's own certificate authorities (an egress proxy's, say), as a new server of this

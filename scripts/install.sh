@@ -6,6 +6,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PY=${PYTHON:-python3}
+# python3 itself is Priority optional in Debian: a minimal server may lack it, and the
+# registry below is read with it.
+if ! command -v "$PY" >/dev/null; then
+  echo "== apt-get install python3"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3 >/dev/null
+fi
 # The host's packages are the registry's (src/swarm_infra/hosttools.py: every command the
 # controller side runs, with its Debian package), read with the standard library only, before
 # the project is installed; a tool a change adds joins the registry, and so this list.
@@ -31,7 +38,8 @@ fi
 # (tests/unit/test_metrics_prometheus.py). It comes from Debian's prometheus package,
 # unpacked into .venv/bin: installing the package would also enable and start a Prometheus
 # server (port 9090) and pull in its web assets.
-if ! command -v promtool >/dev/null && [ ! -x .venv/bin/promtool ]; then
+# Always the virtualenv's (the registry says so), even where a promtool is on PATH.
+if [ ! -x .venv/bin/promtool ]; then
   echo "== promtool from Debian's prometheus package, into .venv/bin"
   tmp=$(mktemp -d)
   (cd "$tmp" && { apt-get download -qq prometheus 2>/dev/null || { apt-get update -qq && apt-get download -qq prometheus; }; })

@@ -37,8 +37,12 @@ OPERATOR = "operator"
 Debian 12's kubernetes-client is 1.20): install.sh does not install it; the command that
 needs it asks for it (area ``kubernetes``)."""
 
-AREAS = ("lab", "converge", "verify", "metrics", "mesh", "review", "kubernetes", "tests")
-"""Who runs a tool on the controller: the ``swarm`` commands that start host programs, and
+AREAS = (
+    "lab", "lab-access", "converge", "verify", "metrics", "mesh", "mesh-key", "review", "kubernetes", "tests",
+)  # fmt: skip
+"""Who runs a tool on the controller: the ``swarm`` commands that start host programs
+(``lab``: lab up and down; ``lab-access``: lab status, ssh and stop on a running lab;
+``mesh-key``: the controller's key alone), and
 ``kubernetes`` (a converge whose Rollout drains through kubectl), and ``tests``, the test
 suite's own host tools (the probes run on loopback, promtool, the
 stand-in apt repository): ``swarm`` never asks for those, install.sh installs them all."""
@@ -49,10 +53,14 @@ INSTALL_HINT = "bash scripts/install.sh"
 @dataclass(frozen=True)
 class HostTool:
     """One external command: the Debian package that ships it (``package``; :data:`VENV`
-    for the project's virtualenv) and the areas (:data:`AREAS`) whose commands run it."""
+    for the project's virtualenv, :data:`OPERATOR` for the operator's own) and the areas
+    (:data:`AREAS`) whose commands run it. ``userspace_wireguard``: needed only where the
+    kernel has no WireGuard (the code tries the kernel's first), so not asked for there;
+    install.sh installs it everywhere."""
 
     package: str
     areas: tuple[str, ...]
+    userspace_wireguard: bool = False
 
 
 # command -> package, areas. The package is the one `dpkg -S` names for the program's path
@@ -60,12 +68,12 @@ class HostTool:
 REGISTRY: dict[str, HostTool] = {
     # iproute2: namespaces, veth, bridges, routes (lab); the controller's wg0 link (mesh);
     # tc shapes the lab's WAN.
-    "ip": HostTool("iproute2", ("lab", "mesh")),
+    "ip": HostTool("iproute2", ("lab", "lab-access", "mesh")),
     "tc": HostTool("iproute2", ("lab",)),
     # The lab sites' NAT and the host's forwarding rules.
     "iptables": HostTool("iptables", ("lab",)),
     # util-linux: entering a node's namespaces, private mount namespaces, detached processes.
-    "nsenter": HostTool("util-linux", ("lab",)),
+    "nsenter": HostTool("util-linux", ("lab", "lab-access")),
     "unshare": HostTool("util-linux", ("lab",)),
     "setsid": HostTool("util-linux", ("lab",)),
     # Debian 12 ships losetup, mount and umount in `mount` (split from util-linux): the lab's
@@ -83,11 +91,11 @@ REGISTRY: dict[str, HostTool] = {
     "apt-cacher-ng": HostTool("apt-cacher-ng", ("lab",)),
     # The controller's WireGuard interface (cli/mesh.py, the lab host's peer): wg(8), and
     # wireguard-go where the kernel has no WireGuard module (this lab host's kernel has none).
-    "wg": HostTool("wireguard-tools", ("lab", "mesh")),
-    "wireguard-go": HostTool("wireguard-go", ("lab", "mesh")),
+    "wg": HostTool("wireguard-tools", ("lab", "mesh", "mesh-key")),
+    "wireguard-go": HostTool("wireguard-go", ("lab", "mesh"), userspace_wireguard=True),
     # OpenSSH's client: the engines, testinfra and the metrics probes reach nodes over SSH;
     # ssh-keygen makes the lab's keys and checks commit signatures (review, pull).
-    "ssh": HostTool("openssh-client", ("lab", "converge", "verify", "metrics")),
+    "ssh": HostTool("openssh-client", ("lab", "lab-access", "converge", "verify", "metrics")),
     "ssh-keygen": HostTool("openssh-client", ("lab", "review")),
     # Git: the review's trees, the lab's fleet repository served over smart HTTP.
     "git": HostTool("git", ("lab", "review")),
@@ -146,18 +154,44 @@ def locate(command: str) -> str | None:
     return None
 
 
+def kernel_wireguard(sys_module: Path = Path("/sys/module/wireguard"), modules: Path | None = None) -> bool:
+    """Whether this kernel has WireGuard: loaded or built in (``/sys/module/wireguard``), or
+    a module modprobe can load (named in ``/lib/modules/$(uname -r)/modules.dep``, the file
+    ``ip link add ... type wireguard`` has modprobe read)."""
+    if sys_module.exists():
+        return True
+    if modules is None:
+        import os
+
+        modules = Path("/lib/modules") / os.uname().release
+    try:
+        dep = (modules / "modules.dep").read_text()
+    except OSError:
+        return False
+    return any(
+        line.split(":", 1)[0].rsplit("/", 1)[-1].startswith("wireguard.ko") for line in dep.splitlines()
+    )
+
+
 def missing(areas: Iterable[str] = AREAS) -> list[tuple[str, str]]:
     """``[(command, package)]`` of the registry's commands for ``areas`` that are not
-    installed, sorted by command. Raises ValueError on an unknown area."""
+    installed, sorted by command; a userspace WireGuard tool only where the kernel has
+    none. Raises ValueError on an unknown area."""
     wanted = set(areas)
     unknown = wanted - set(AREAS)
     if unknown:
         raise ValueError(f"unknown host-tool areas: {sorted(unknown)}; known: {list(AREAS)}")
-    return [
-        (cmd, tool.package)
-        for cmd, tool in sorted(REGISTRY.items())
-        if wanted & set(tool.areas) and locate(cmd) is None
-    ]
+    kernel = None
+    out = []
+    for cmd, tool in sorted(REGISTRY.items()):
+        if not wanted & set(tool.areas) or locate(cmd) is not None:
+            continue
+        if tool.userspace_wireguard:
+            kernel = kernel_wireguard() if kernel is None else kernel
+            if kernel:
+                continue
+        out.append((cmd, tool.package))
+    return out
 
 
 class HostToolMissing(Exception):

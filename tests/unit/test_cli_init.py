@@ -194,7 +194,7 @@ def test_a_failed_write_removes_what_it_wrote(
         return real_open(path, *args, **kwargs)
 
     monkeypatch.setattr(init, "open", failing_open, raising=False)
-    assert run_init(NAME, "--dir", str(tmp_path)) == 1
+    assert run_init(NAME, "--dir", str(tmp_path)) == 2  # what it wrote is removed: nothing was done
     assert "No space left on device" in capsys.readouterr().err
     assert tree(tmp_path) == {"inventory": None}
 

@@ -242,9 +242,11 @@ def test_install_sh_installs_exactly_the_registrys_packages():
     assert printed == hosttools.debian_packages()
     script = (ROOT / "scripts" / "install.sh").read_text()
     assert "src/swarm_infra/hosttools.py packages" in script
-    # No second list: the only apt-get install is of what the registry's check found missing.
+    # No second list: apt-get installs what the registry's check found missing, and before
+    # it python3 alone (where it is absent), which reads the registry.
     installs = [line for line in script.splitlines() if "apt-get install" in line and "echo" not in line]
-    assert installs and all(line.rstrip().endswith("$missing >/dev/null") for line in installs), installs
+    ends = ("$missing >/dev/null", '"python3" >/dev/null', " python3 >/dev/null")
+    assert len(installs) == 2 and all(line.rstrip().endswith(ends) for line in installs), installs
 
 
 def _dpkg_owner(path: str) -> str | None:
@@ -317,3 +319,40 @@ def test_commands_without_host_tools_do_not_ask_for_them(tmp_path, monkeypatch, 
     monkeypatch.chdir(ROOT)
     assert main(["validate", "--fleet", "lab"]) == 0
     assert "not installed" not in capsys.readouterr().err
+
+
+def test_converge_whose_rollout_drains_through_kubectl_asks_for_kubectl_first(tmp_path, monkeypatch, capsys):
+    # The example fleet's Rollout names a kubeconfig context: without kubectl on this host
+    # the drivers' reboot would take every node for "not a Kubernetes node" and reboot it
+    # undrained, so converge refuses before any work.
+    monkeypatch.setenv("PATH", _path_without(tmp_path, "kubectl"))
+    monkeypatch.chdir(ROOT)
+    rc = main(["converge", "--fleet", "example", "--limit", "fra1-gpu-01"])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert "'kubectl' is not installed" in err and "nothing was run" in err, err
+
+
+def test_userspace_wireguard_is_asked_for_only_where_the_kernel_has_none(tmp_path, monkeypatch):
+    loaded, modules = tmp_path / "sys-module-wireguard", tmp_path / "modules"
+    modules.mkdir()
+    (modules / "modules.dep").write_text("kernel/net/core/pktgen.ko:\n")
+    assert not hosttools.kernel_wireguard(loaded, modules)
+    (modules / "modules.dep").write_text(
+        "kernel/drivers/net/wireguard/wireguard.ko.xz: kernel/net/ipv4/udp_tunnel.ko.xz\n"
+    )
+    assert hosttools.kernel_wireguard(loaded, modules)  # a module modprobe can load
+    loaded.mkdir()
+    assert hosttools.kernel_wireguard(loaded, tmp_path / "none")  # loaded or built in
+    # The mesh commands: without wireguard-go, refused on a kernel without WireGuard only.
+    monkeypatch.setenv("PATH", _path_without(tmp_path, "wireguard-go"))
+    monkeypatch.setattr(hosttools, "kernel_wireguard", lambda: False)
+    assert hosttools.missing(("mesh",)) == [("wireguard-go", "wireguard-go")]
+    monkeypatch.setattr(hosttools, "kernel_wireguard", lambda: True)
+    assert hosttools.missing(("mesh",)) == []
+
+
+def test_the_controllers_key_asks_for_wg_alone(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", _path_without(tmp_path, "ip"))
+    assert hosttools.missing(("mesh-key",)) == []
+    assert ("ip", "iproute2") in hosttools.missing(("mesh",))

@@ -8,6 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from .. import hosttools
 from ..engines import keyrecord
 from ..engines.ansible.progress import Progress
 from ..engines.ansible.runner import LAYERS, run_playbook
@@ -20,6 +21,17 @@ def cmd_converge(args: argparse.Namespace) -> int:
     if isinstance(found, int):
         return found
     inventory, state = found
+    if state["rollout"]["kubernetes_context"] and not args.check:
+        # The drivers' reboot drains through kubectl on this host: without it, a node would
+        # be taken for "not a Kubernetes node" and reboot undrained.
+        absent = hosttools.missing(("kubernetes",))
+        if absent:
+            for line in hosttools.missing_message(absent).splitlines():
+                print(
+                    f"swarm converge: {line} (Rollout spec.kubernetes_context); nothing was run",
+                    file=sys.stderr,
+                )
+            return EXIT_INVALID
     keys = _key_check(args, inventory, state)
     if isinstance(keys, int):
         return keys

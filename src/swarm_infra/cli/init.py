@@ -31,7 +31,7 @@ from typing import Any
 import yaml
 
 from ..fleet.diagnostics import excerpt, one_line
-from .common import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, emit
+from .common import EXIT_INVALID, EXIT_OK, emit
 
 PLACEHOLDER = "__FLEET__"
 # The templates, by directory ("inventory" or "policies", each written to DIR/NAME/) and
@@ -205,12 +205,12 @@ def cmd_init(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     except OSError as exc:  # the package's templates, or ROOT, unreadable
         emit(f"swarm init: {one_line(str(exc))}; nothing was written", sys.stderr)
-        return EXIT_FAILURE
+        return EXIT_INVALID
     try:
         write(root, files)
-    except OSError as exc:
+    except OSError as exc:  # what it wrote is removed again: nothing was done
         emit(f"swarm init: {one_line(str(exc))}; nothing was written", sys.stderr)
-        return EXIT_FAILURE
+        return EXIT_INVALID
     emit(f"swarm init: wrote fleet {args.name} under {_shown(root)}:")
     for path in files:
         emit(f"  {path.as_posix()}")

@@ -308,7 +308,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         epilog="Exit codes: 0 every node is running or degraded (or no lab is up); 1 a node is not.",
     )
     p.add_argument("--format", choices=("text", "json"), default="text")
-    p.set_defaults(func=_guarded(cmd_status), host_tools=("lab",))
+    p.set_defaults(func=_guarded(cmd_status), host_tools=("lab-access",))
     p = labsub.add_parser(
         "ssh",
         help="open a shell (or run a command) on a lab node as its SSH user",
@@ -327,7 +327,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "address; without the path, the lab's connection file alone)",
     )
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND")
-    p.set_defaults(func=_guarded(cmd_ssh), host_tools=("lab",))
+    p.set_defaults(func=_guarded(cmd_ssh), host_tools=("lab-access",))
     p = labsub.add_parser(
         "stop",
         help="power one node off, as a failed node (`swarm lab up` starts it again)",
@@ -339,7 +339,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("node", metavar="NODE")
     p.add_argument("--kill", action="store_true", help="SIGKILL at once (a crash), not a poweroff")
-    p.set_defaults(func=_guarded(cmd_stop), host_tools=("lab",))
+    p.set_defaults(func=_guarded(cmd_stop), host_tools=("lab-access",))
     p = labsub.add_parser(
         "down",
         help="stop every node and remove everything the lab made (the image cache stays)",

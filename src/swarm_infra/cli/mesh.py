@@ -256,7 +256,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "to record in the fleet's Mesh as spec.controller.public_key.",
     )
     p.add_argument("--key", metavar="FILE", help="the private key file (default: see controller-up)")
-    p.set_defaults(func=cmd_controller_key, host_tools=("mesh",))
+    p.set_defaults(func=cmd_controller_key, host_tools=("mesh-key",))
     p = mesh.add_parser(
         "controller-up",
         help="bring this controller's mesh interface to the fleet's declaration (root)",

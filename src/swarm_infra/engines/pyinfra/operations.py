@@ -595,13 +595,18 @@ def controller_command(
     changing()
 
     def run(state: Any, host: Any) -> bool:
-        if when_ok is not None and subprocess.run(when_ok, capture_output=True, check=False).returncode:
-            what = " ".join(argv[2:4])
-            _NOTES.setdefault(state, {}).setdefault(host.name, []).append(
-                f"not a Kubernetes node ({' '.join(when_ok)} failed): no {what}"
-            )
-            return True
-        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        try:
+            member = None if when_ok is None else subprocess.run(when_ok, capture_output=True, check=False)
+            if member is not None and member.returncode:
+                what = " ".join(argv[2:4])
+                _NOTES.setdefault(state, {}).setdefault(host.name, []).append(
+                    f"not a Kubernetes node ({' '.join(when_ok or ())} failed): no {what}"
+                )
+                return True
+            done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        except OSError as exc:  # kubectl missing: a failure, never "not a node" (an undrained reboot)
+            logger.error(f"{host.name}: {' '.join(argv)}: {exc}")
+            return False
         if done.returncode:
             logger.error(f"{host.name}: {' '.join(argv)}: {done.stderr.strip()[-500:]}")
         return done.returncode == 0
