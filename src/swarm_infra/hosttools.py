@@ -125,6 +125,7 @@ REGISTRY: dict[str, HostTool] = {
     "grep": HostTool("grep", ("tests",)),
     "sleep": HostTool("coreutils", ("tests",)),
     "uname": HostTool("coreutils", ("tests",)),
+    "renice": HostTool("bsdutils", ("tests",)),  # .ci/run: the background lint and unit tests
     "ansible-playbook": HostTool(VENV, ("converge", "lab")),
     "ansible-inventory": HostTool(VENV, ("tests",)),
     "pyinfra": HostTool(VENV, ("converge",)),

@@ -165,6 +165,7 @@ NOT_SCANNED = {
     "iperf3": "src/swarm_infra/metrics/probes.py",  # probe commands, run on loopback by tests
     "fio": "src/swarm_infra/metrics/probes.py",
     "pyinfra": "src/swarm_infra/engines/pyinfra/runner.py",  # pyinfra's API, in process
+    "renice": ".ci/run",
 }
 
 
