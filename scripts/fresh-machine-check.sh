@@ -19,6 +19,7 @@ if [ -z "$work" ]; then
   work=$(mktemp -d /var/tmp/swarm-fresh.XXXXXX)
   trap 'rm -rf "$work"' EXIT
 fi
+mkdir -p "$work"
 tree="$work/root"
 rm -rf "$tree"  # always a new tree: install.sh has put WireGuard and ensurepip into an old one
 mirror=$(PYTHONPATH="$repo/src" python3 -c 'from swarm_infra.lab.image import host_mirror; print(host_mirror())' 2>/dev/null \
