@@ -37,7 +37,10 @@ cp /usr/local/share/ca-certificates/*.crt "$tree/usr/local/share/ca-certificates
 echo "== inside the fresh tree: bash scripts/install.sh, then the host-tool tests"
 # --pipe: no console; the host's network (apt and pip reach their registries as here); the
 # host's resolv.conf copied in. PIP_* of this host stay outside (a clean environment).
-systemd-nspawn --quiet --pipe --register=no --resolv-conf=copy-host -D "$tree" \
+# --register=no --keep-unit: this host's PID 1 need not be systemd (as lab/node.py runs them).
+trap 'rm -rf /run/systemd/nspawn/propagate/swarm-fresh' EXIT
+[ -z "${1:-}" ] && trap 'rm -rf "$work" /run/systemd/nspawn/propagate/swarm-fresh' EXIT
+systemd-nspawn --quiet --pipe --register=no --keep-unit --machine=swarm-fresh --resolv-conf=copy-host -D "$tree" \
   --setenv=PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin --chdir=/root/swarm \
   /bin/bash -c 'set -e
     update-ca-certificates >/dev/null

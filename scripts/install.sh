@@ -50,6 +50,9 @@ fi
 echo "== install -e '.[dev]' into .venv (uv; pip if uv cannot)"
 # uv resolves the same ranges as pip, with parallel downloads: about 6 s here where pip takes
 # about 50 s (the dev extra includes Ray). Where uv cannot be had or fails, pip does the work.
+# uv trusts its own bundled roots unless told to use the system's store, which pip uses: a
+# site's own CA (an egress proxy's) is only there (UV_SYSTEM_CERTS; UV_NATIVE_TLS before 0.9).
+export UV_SYSTEM_CERTS=1 UV_NATIVE_TLS=1
 if .venv/bin/python -m pip install -q "uv>=0.5,<1" && .venv/bin/uv pip install -q --python .venv/bin/python -e '.[dev]'; then
   :
 else
