@@ -65,7 +65,7 @@ class HostTool:
 
 # command -> package, areas. The package is the one `dpkg -S` names for the program's path
 # on Debian 12 (usr-merged: /sbin/ip is recorded, /usr/sbin/ip is found on PATH).
-REGISTRY: dict[str, HostTool] = {
+HOST_TOOLS: dict[str, HostTool] = {
     # iproute2: namespaces, veth, bridges, routes (lab); the controller's wg0 link (mesh);
     # tc shapes the lab's WAN.
     "ip": HostTool("iproute2", ("lab", "lab-access", "mesh")),
@@ -134,9 +134,9 @@ REGISTRY: dict[str, HostTool] = {
 
 
 def debian_packages() -> list[str]:
-    """The Debian packages that provide :data:`REGISTRY`'s commands, sorted, once each
+    """The Debian packages that provide :data:`HOST_TOOLS`'s commands, sorted, once each
     (what ``scripts/install.sh`` installs)."""
-    return sorted({t.package for t in REGISTRY.values() if t.package not in (VENV, OPERATOR)})
+    return sorted({t.package for t in HOST_TOOLS.values() if t.package not in (VENV, OPERATOR)})
 
 
 def _venv_bin() -> Path:
@@ -184,7 +184,7 @@ def missing(areas: Iterable[str] = AREAS) -> list[tuple[str, str]]:
         raise ValueError(f"unknown host-tool areas: {sorted(unknown)}; known: {list(AREAS)}")
     kernel = None
     out = []
-    for cmd, tool in sorted(REGISTRY.items()):
+    for cmd, tool in sorted(HOST_TOOLS.items()):
         if not wanted & set(tool.areas) or locate(cmd) is not None:
             continue
         if tool.userspace_wireguard:

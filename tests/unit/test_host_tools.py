@@ -207,9 +207,9 @@ def test_the_scan_finds_the_commands_known_to_be_started():
 
 def test_every_command_the_controller_side_starts_is_in_the_registry():
     found = started_commands()
-    unregistered = {cmd: sorted(mods) for cmd, mods in found.items() if cmd not in hosttools.REGISTRY}
+    unregistered = {cmd: sorted(mods) for cmd, mods in found.items() if cmd not in hosttools.HOST_TOOLS}
     assert not unregistered, (
-        "commands started by the code but not in swarm_infra.hosttools.REGISTRY (add each with "
+        "commands started by the code but not in swarm_infra.hosttools.HOST_TOOLS (add each with "
         f"its Debian package, so scripts/install.sh installs it): {unregistered}"
     )
 
@@ -217,7 +217,7 @@ def test_every_command_the_controller_side_starts_is_in_the_registry():
 def test_every_registry_command_is_started_somewhere():
     found = started_commands()
     stale = {}
-    for cmd in hosttools.REGISTRY:
+    for cmd in hosttools.HOST_TOOLS:
         if cmd in found:
             continue
         where = NOT_SCANNED.get(cmd)
@@ -228,7 +228,7 @@ def test_every_registry_command_is_started_somewhere():
 
 def test_a_command_left_out_of_the_registry_fails_the_scan(monkeypatch):
     # The guard guards: without wg in the registry, the scan names it.
-    monkeypatch.delitem(hosttools.REGISTRY, "wg")
+    monkeypatch.delitem(hosttools.HOST_TOOLS, "wg")
     with pytest.raises(AssertionError, match="'wg'"):
         test_every_command_the_controller_side_starts_is_in_the_registry()
 
@@ -269,7 +269,7 @@ def _dpkg_owner(path: str) -> str | None:
 @pytest.mark.skipif(shutil.which("dpkg-query") is None, reason="not a Debian host (no dpkg)")
 def test_each_registry_command_is_installed_from_the_package_it_names():
     wrong = {}
-    for cmd, tool in sorted(hosttools.REGISTRY.items()):
+    for cmd, tool in sorted(hosttools.HOST_TOOLS.items()):
         where = hosttools.locate(cmd)
         if where is None and tool.package == hosttools.OPERATOR:
             continue  # asked for only by the fleets that need it
@@ -293,7 +293,7 @@ def _path_without(tmp_path: Path, absent: str) -> str:
     """A PATH of links to every registry command found here except ``absent``."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for cmd in hosttools.REGISTRY:
+    for cmd in hosttools.HOST_TOOLS:
         where = hosttools.locate(cmd)
         if cmd != absent and where:
             (bin_dir / cmd).symlink_to(where)

@@ -1,6 +1,6 @@
 """Running the host's own tools (iproute2, tc, iptables, debootstrap, ssh-keygen) for the lab.
 
-Which tools those are, and the package of each, is ``swarm_infra.hosttools.REGISTRY``
+Which tools those are, and the package of each, is ``swarm_infra.hosttools.HOST_TOOLS``
 (area ``lab``): ``swarm lab`` checks them before any work.
 
 Every command is an argument list, never a shell string: names that reach a command come
