@@ -1,14 +1,15 @@
 """The one registry of the external commands the controller side runs, and the package of each.
 
-Every program that ``swarm`` (lab, converge, verify, metrics, mesh, review) starts on the
-controller's own host is listed here with the Debian 12 package that ships it, or with
-``venv`` for a program the project installs into its virtualenv (``pip``, or promtool
-unpacked from Debian's ``prometheus`` by ``scripts/install.sh``). ``scripts/install.sh``
+Every program that ``swarm`` (lab, converge, verify, metrics, mesh, review) or the test
+suite starts on the controller's own host is listed here with the Debian 12 package that
+ships it, or with ``venv`` for a program the project installs into its virtualenv (``pip``,
+or promtool unpacked from Debian's ``prometheus`` by ``scripts/install.sh``), or with
+``operator`` for kubectl. ``scripts/install.sh``
 installs exactly :func:`debian_packages` (it runs this file as a script, before the
 project is installed, so this module imports the standard library only and nothing of
-the package); ``tests/unit/test_host_tools.py`` finds every command the code starts (the
-argv of ``subprocess`` and of the project's runners, ``shutil.which``) and fails on one
-that is not here, and, on Debian, checks with ``dpkg -S`` that each command is owned by
+the package); ``tests/unit/test_host_tools.py`` finds every command the code and the tests
+start (the argv of ``subprocess`` and of the project's runners, ``shutil.which``) and fails
+on one that is not here, and, on Debian, checks with ``dpkg -S`` that each command is owned by
 the package named here. Commands that run *on a node* (``nodeside/``, ``agent/``, the
 engines' remote operations, the lab's calls through ``nsenter`` into a node) come from
 the node's packages (``resolve/packages.py``), not from here.
@@ -42,10 +43,10 @@ AREAS = (
 )  # fmt: skip
 """Who runs a tool on the controller: the ``swarm`` commands that start host programs
 (``lab``: lab up and down; ``lab-access``: lab status, ssh and stop on a running lab;
-``mesh-key``: the controller's key alone), and
-``kubernetes`` (a converge whose Rollout drains through kubectl), and ``tests``, the test
-suite's own host tools (the probes run on loopback, promtool, the
-stand-in apt repository): ``swarm`` never asks for those, install.sh installs them all."""
+``mesh-key``: the controller's key alone; ``kubernetes``: a converge whose Rollout drains
+through kubectl), and ``tests``, the test suite's own host tools (the probes run on
+loopback, promtool, the stand-in apt repository), which ``swarm`` never asks for.
+install.sh installs every area's packages."""
 
 INSTALL_HINT = "bash scripts/install.sh"
 
