@@ -82,6 +82,15 @@ def test_converge_repairs_the_drift_and_verify_passes(lab, tmp_path: Path) -> No
     members = {n for n, r in RAY.items() if r}
     assert set(alive_within(members, 90)) == members
     rc, out, drift = verify(tmp_path)
+    if rc == 1 and drift and all(d["layer"] == "ray" and "not running" in json.dumps(d) for d in drift):
+        # The raylet's exit and restart (above) landed after the members were seen alive: the
+        # GCS marked it dead only then (seen once in a clean-clone run). Its unit restarts it;
+        # the converge's repair is what this test checks, so verify again once Ray is back.
+        for node in {d["node"] for d in drift}:
+            unit = UNITS["ray_" + RAY[node]["role"]]
+            assert on_node(node, f"systemctl is-enabled {unit}").stdout.strip() == "enabled", node
+        assert set(alive_within(members, 90)) == members
+        rc, out, drift = verify(tmp_path)
     assert rc == 0 and drift == [], out
 
 
