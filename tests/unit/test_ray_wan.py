@@ -43,10 +43,16 @@ RTT_MS = 250  # head <-> worker, as the issue states it
 
 
 def _lab(
-    tmp_path: Path, one_way_b: float, jitter_b: float = 0, measured: float | None = None
+    tmp_path: Path,
+    one_way_b: float,
+    jitter_b: float = 0,
+    measured: float | None = None,
+    health_check: dict[str, int] | None = None,
 ) -> dict[str, Any]:
-    """The lab fleet's desired nodes, with lab-b's wan declared as given (lab-a declares 0) and,
-    when ``measured`` is set, a LatencyMatrix holding that RTT between lab-a and lab-b."""
+    """The lab fleet's desired nodes, with lab-b's wan declared as given (lab-a declares 0),
+    when ``measured`` is set a LatencyMatrix holding that RTT between lab-a and lab-b, and the
+    RayCluster's ``health_check`` as given (None: none declared, Ray's defaults; the lab's
+    own declaration is replaced)."""
     dirs = []
     for d in fleet_dirs("lab"):
         copy = tmp_path / d.relative_to(ROOT)
@@ -66,6 +72,12 @@ def _lab(
             "spec": {"pairs": [{"a": "lab-a", "b": "lab-b", "rtt_ms": measured}]},
         }
         (tmp_path / "policies" / "lab" / "latency.yaml").write_text(yaml.safe_dump(matrix))
+    ray_file = tmp_path / "policies" / "lab" / "ray.yaml"
+    ray = yaml.safe_load(ray_file.read_text())
+    ray["spec"].pop("health_check", None)
+    if health_check is not None:
+        ray["spec"]["health_check"] = health_check
+    ray_file.write_text(yaml.safe_dump(ray))
     return desired_state(load_fleet([str(p) for p in dirs]))["nodes"]
 
 
@@ -155,3 +167,38 @@ def test_the_pinned_rays_defaults_and_environment_are_what_the_decision_assumes(
         } == {f"RAY_{k}" for k in config}
         read = _read_by_ray({k: v for k, v in env.items() if k.startswith("RAY_health_check")})
         assert read == {k: config[k] for k in read}
+
+
+def _silence_ms(config: dict[str, int]) -> int:
+    """How long the GCS keeps a member that answers nothing (gcs_health_check_manager.cc, as
+    restated in the module's docstring)."""
+    threshold = config["health_check_failure_threshold"]
+    return threshold * config["health_check_timeout_ms"] + (threshold - 1) * config["health_check_period_ms"]
+
+
+def _config(nodes: dict[str, Any]) -> dict[str, int]:
+    return next(n["ray"]["config"] for n in nodes.values() if n["ray"])
+
+
+def test_a_declared_health_check_shortens_detection_on_a_lan_and_is_raised_on_a_wan(tmp_path: Path) -> None:
+    """A RayCluster's declared health check replaces Ray's defaults where the WAN allows it
+    (the lab's three nodes share one host: a lost node is dead after 14 s, not 62 s); across a
+    WAN too long for the declared timeout, the timeout is raised until the members stay, and
+    the period and threshold stay as declared."""
+    declared = {"period_ms": 1000, "timeout_ms": 4000, "failure_threshold": 3}
+    assert _silence_ms(dict(RAY_DEFAULTS)) == 62_000  # Ray 2.60's: 5 x 10 s + 4 x 3 s
+    near = _config(_lab(tmp_path / "n", 2, health_check=declared))
+    assert {k: near[f"health_check_{k}"] for k in declared} == declared
+    assert _silence_ms(near) == 3 * 4000 + 2 * 1000
+    assert _stays(near, 4) == []
+    far = _config(_lab(tmp_path / "f", 1000, health_check=declared))
+    assert far["health_check_timeout_ms"] > declared["timeout_ms"]
+    assert far["health_check_period_ms"] == 1000 and far["health_check_failure_threshold"] == 3
+    assert _stays(far, 2000) == []
+    # The lab fleet declares it; a fleet that declares none keeps Ray's defaults.
+    lab = desired_state(load_fleet([str(d) for d in fleet_dirs("lab")]))["nodes"]
+    assert _silence_ms(_config(lab)) < 20_000
+    undeclared = _config(_lab(tmp_path / "u", 2))
+    assert {k: undeclared[k] for k in RAY_DEFAULTS if k.startswith("health_check")} == {
+        k: v for k, v in RAY_DEFAULTS.items() if k.startswith("health_check")
+    }

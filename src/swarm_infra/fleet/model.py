@@ -411,6 +411,9 @@ class RayCluster:
     dashboard_enabled: bool = True
     dashboard_port: int = RAY_DASHBOARD_PORT
     dashboard_clients: tuple[str, ...] = ()  # CIDRs besides the members allowed to the dashboard
+    # Ray's health_check_<name> settings the document declares (period_ms, timeout_ms,
+    # failure_threshold, under their Ray names); the rest are Ray's (resolve.ray.wan_config).
+    health_check: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     ports: Mapping[str, int] = field(default_factory=lambda: MappingProxyType(RAY_PORTS))
     package_index: str  # https:// only (the schema refuses http)
     packages: tuple[str, ...] = ()
@@ -665,6 +668,9 @@ def _ray_cluster(doc: _Doc) -> RayCluster:
         ),
         **_given(spec.get("dashboard", {}), dashboard_enabled="enabled", dashboard_port="port"),
         dashboard_clients=tuple(spec.get("dashboard", {}).get("clients", ())),
+        health_check=MappingProxyType(
+            {f"health_check_{k}": v for k, v in sorted(spec.get("health_check", {}).items())}
+        ),
     )
 
 

@@ -325,21 +325,25 @@ def wan_rtt_ms(fleet: Fleet, head_site: str, member_sites: Sequence[str]) -> flo
     return worst
 
 
-def wan_config(rtt_ms: float) -> dict[str, int]:
+def wan_config(rtt_ms: float, declared: Mapping[str, int] | None = None) -> dict[str, int]:
     """Ray's health check and GCS connection settings for members ``rtt_ms`` apart (ms),
-    sorted by name, never below Ray's defaults (:data:`RAY_DEFAULTS`):
+    sorted by name, from Ray's defaults (:data:`RAY_DEFAULTS`) with the RayCluster's
+    ``declared`` health check settings (``health_check_<name>``: ms, or a count) over them:
 
     - ``gcs_grpc_min_reconnect_backoff_ms`` (gRPC's connect timeout to the GCS):
       :data:`RECONNECT_RTTS` round trips, where Ray's header asks for more than 4;
       ``gcs_grpc_max_reconnect_backoff_ms`` at least that (gRPC's backoff cap);
-    - ``health_check_timeout_ms``: a check that meets a dropped channel reconnects, then
-      makes its call, :data:`CHECK_RTTS` round trips;
+    - ``health_check_timeout_ms``: at least what a check that meets a dropped channel needs
+      (it reconnects, then makes its call, :data:`CHECK_RTTS` round trips), whatever was
+      declared: a declaration can shorten how long a lost member is kept, never make the WAN
+      drop a live one;
     - ``gcs_rpc_server_reconnect_timeout_s``: a raylet keeps trying to reach the GCS at least
       as long as the GCS keeps it (:func:`tolerated_silence_ms`), rounded up to seconds;
-    - the initial delay, period and failure threshold stay Ray's.
+    - the initial delay stays Ray's; the period and failure threshold are the declared ones,
+      else Ray's.
     """
     rtt = math.ceil(rtt_ms)
-    config = dict(RAY_DEFAULTS)
+    config = {**RAY_DEFAULTS, **(declared or {})}
     backoff = max(config["gcs_grpc_min_reconnect_backoff_ms"], RECONNECT_RTTS * rtt)
     config["gcs_grpc_min_reconnect_backoff_ms"] = backoff
     config["gcs_grpc_max_reconnect_backoff_ms"] = max(config["gcs_grpc_max_reconnect_backoff_ms"], backoff)
@@ -523,8 +527,9 @@ def bare_node_ray(
     worker; ``node_ip``/``head_ip``: mesh addresses, which Ray advertises and joins on;
     ``head``: the head's name; ``members``: every member's mesh address, for the firewall;
     ``ray_version``: the fleet's Ray release, :func:`fleet_ray_version`; ``wan_rtt``: the
-    worst RTT between the head's site and a member's, ms, :func:`wan_rtt_ms`, from which the
-    health check and GCS timeouts follow, :func:`wan_config`; ``token_clients``: on the head,
+    worst RTT between the head's site and a member's, ms, :func:`wan_rtt_ms`, from which (and
+    the cluster's declared health check) the health check and GCS timeouts follow,
+    :func:`wan_config`; ``token_clients``: on the head,
     the mesh addresses of the pull workers it serves the token to, :func:`token_admission`;
     ``token_by_pull``: on a worker, it reads the token from the head's token port over the
     mesh, not through the controller).
@@ -568,7 +573,7 @@ def bare_node_ray(
         "firewall": firewall_rule(ray, interface, members, role == "head", token_clients),
         "token_source": token_source(head_ip, ports["token"]) if role == "worker" and token_by_pull else None,
         "wan_rtt_ms": round(wan_rtt, 3),
-        "config": wan_config(wan_rtt),
+        "config": wan_config(wan_rtt, ray.health_check),
         "start_args": [],
     }
     state["start_args"] = start_args(state)
