@@ -39,6 +39,7 @@ successfully (the node's state, kept when a run fails or refuses).
 
 from __future__ import annotations
 
+import http.client
 import json
 import math
 import re
@@ -47,7 +48,7 @@ import urllib.request
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, NoReturn
 
 from .decide import RESULTS
 
@@ -278,7 +279,15 @@ def parse_node_report(page: str) -> NodeReport:
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     # A node's answer must not send the reader anywhere else (a healthy peer's page, a
     # service on the reader's network): a redirect is an error.
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: http.client.HTTPMessage,
+        newurl: str,
+    ) -> NoReturn:
         raise urllib.error.HTTPError(req.full_url, code, f"redirect to {newurl[:100]} refused", headers, fp)
 
 

@@ -211,7 +211,7 @@ def review_fleet(
     fleet: str,
     base: str,
     head: str,
-    files: tuple[dict, dict],
+    files: tuple[dict[str, TreeFile], dict[str, TreeFile]],
     tmp: Path,
     cache: ParseCache,
     head_schemas: bool = False,
