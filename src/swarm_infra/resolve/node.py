@@ -13,7 +13,7 @@ from .labels import FLAVOR_LABEL, NODE_CLASS_LABEL, SITE_LABEL
 from .layout import node_layout
 from .mesh import ssh_over_mesh
 from .pull import pull_state
-from .ray import bare_node_ray, fleet_ray_version, token_admission, wan_rtt_ms
+from .ray import RayMember, bare_node_ray, fleet_ray_version, token_admission, wan_rtt_ms
 from .ray import members as ray_members
 from .types import (
     GpuDevice,
@@ -194,21 +194,20 @@ class NodeResolver:
         role = self.ray_roles.get(node.name)
         if role and fleet.ray is not None and fleet.mesh is not None:
             head = next(n for n, r in self.ray_roles.items() if r == "head")
-            state["ray"] = bare_node_ray(
-                fleet.ray,
-                node,
-                role,
-                str(a.addresses[node.name]),
-                str(a.addresses[head]),
-                fleet.sites[node.site].region,
-                fleet.mesh.interface,
-                head,
-                [str(a.addresses[n]) for n in self.ray_roles],
-                fleet_ray_version(fleet),
-                self.ray_rtt,
-                token_clients=list(self.token_clients.values()) if role == "head" else [],
+            member = RayMember(
+                role=role,
+                node_ip=str(a.addresses[node.name]),
+                head_ip=str(a.addresses[head]),
+                region=fleet.sites[node.site].region,
+                interface=fleet.mesh.interface,
+                head=head,
+                members=tuple(str(a.addresses[n]) for n in self.ray_roles),
+                ray_version=fleet_ray_version(fleet),
+                wan_rtt=self.ray_rtt,
+                token_clients=tuple(self.token_clients.values()) if role == "head" else (),
                 token_by_pull=node.name in self.token_clients,
             )
+            state["ray"] = bare_node_ray(fleet.ray, node, member)
         scratch = fleet.storage.scratch if fleet.storage is not None else None
         if scratch is not None and node.nvme:
             devices = [d for d, _ in node.nvme]

@@ -508,31 +508,42 @@ def token_source(head_ip: str, port: int) -> RayTokenSourceState:
     return {"host": head_ip, "port": port}
 
 
-def bare_node_ray(
-    ray: RayCluster,
-    node: Node,
-    role: Literal["head", "worker"],
-    node_ip: str,
-    head_ip: str,
-    region: str,
-    interface: str,
-    head: str,
-    members: Sequence[str],
-    ray_version: str,
-    wan_rtt: float = 0.0,
-    token_clients: Sequence[str] = (),
-    token_by_pull: bool = False,
-) -> RayNodeState:
-    """NodeState.ray of ``node`` in the bare-node Ray cluster ``ray`` (``role``: head or
-    worker; ``node_ip``/``head_ip``: mesh addresses, which Ray advertises and joins on;
-    ``head``: the head's name; ``members``: every member's mesh address, for the firewall;
-    ``ray_version``: the fleet's Ray release, :func:`fleet_ray_version`; ``wan_rtt``: the
-    worst RTT between the head's site and a member's, ms, :func:`wan_rtt_ms`, from which (and
-    the cluster's declared health check) the health check and GCS timeouts follow,
-    :func:`wan_config`; ``token_clients``: on the head,
-    the mesh addresses of the pull workers it serves the token to, :func:`token_admission`;
-    ``token_by_pull``: on a worker, it reads the token from the head's token port over the
-    mesh, not through the controller).
+@dataclass(frozen=True, slots=True)
+class RayMember:
+    """One node's place in the fleet's bare-node Ray cluster (kind RayCluster), decided by
+    the node resolver from the cluster's members and the mesh; :func:`bare_node_ray` turns
+    it with the node and the cluster into NodeState.ray.
+
+    ``role``: head or worker; ``node_ip``/``head_ip``: the node's and the head's mesh
+    addresses (dotted IPv4), which Ray advertises and joins on; ``region``: the node's
+    site's region (a Ray node label); ``interface``: the mesh interface (``wg0``), the only
+    one the firewall admits members on; ``head``: the head's node name; ``members``: every
+    member's mesh address, for the firewall; ``ray_version``: the fleet's Ray release,
+    :func:`fleet_ray_version`; ``wan_rtt``: the worst RTT between the head's site and a
+    member's, in ms, :func:`wan_rtt_ms` (0 on a LAN); ``token_clients``: on the head, the
+    mesh addresses of the pull workers it serves the token to, :func:`token_admission`
+    (empty on a worker); ``token_by_pull``: on a worker, it reads the token from the head's
+    token port over the mesh, not through the controller.
+    """
+
+    role: Literal["head", "worker"]
+    node_ip: str
+    head_ip: str
+    region: str
+    interface: str
+    head: str
+    members: tuple[str, ...]
+    ray_version: str
+    wan_rtt: float = 0.0
+    token_clients: tuple[str, ...] = ()
+    token_by_pull: bool = False
+
+
+def bare_node_ray(ray: RayCluster, node: Node, member: RayMember) -> RayNodeState:
+    """NodeState.ray of ``node`` in the bare-node Ray cluster ``ray``, in the place
+    ``member`` gives it (:class:`RayMember`: its role, the mesh addresses, the WAN RTT from
+    which with the cluster's declared health check the health check and GCS timeouts follow,
+    :func:`wan_config`, and who reads the token how).
 
     GPUs are declared to Ray as logical GPUs (``--num-gpus``), simulated ones too (the
     state says so); the object store is the policy's size, else its percent of the node's
@@ -549,31 +560,35 @@ def bare_node_ray(
     ports = dict(sorted(ray.ports.items()))
     state: RayNodeState = {
         "cluster": ray.name,
-        "role": role,
-        "head": head,
+        "role": member.role,
+        "head": member.head,
         "user": RAY_USER,
-        "version": ray_version,
+        "version": member.ray_version,
         "requirements": [p.requirement for p in ray.lock],
         "lock": [{"requirement": p.requirement, "hashes": list(p.hashes)} for p in ray.lock],
         "package_index": ray.package_index,
         "index_ca": ray.index_ca,
-        "node_ip": node_ip,
-        "head_ip": head_ip,
-        "gcs_address": f"{head_ip}:{ports['gcs']}",
+        "node_ip": member.node_ip,
+        "head_ip": member.head_ip,
+        "gcs_address": f"{member.head_ip}:{ports['gcs']}",
         "num_cpus": node.cpus,
         "num_gpus": sum(s.count for s in node.gpus),
         "simulated_gpus": bool(node.gpus) and node.gpu_backend == "simulated",
         "resources": accelerator_resources(node.gpu_models),
-        "labels": ray_node_labels(node.site, region, flavor),
+        "labels": ray_node_labels(node.site, member.region, flavor),
         "object_store_bytes": store,
         "ports": ports,
-        "dashboard": {"host": head_ip, "port": ray.dashboard_port}
-        if role == "head" and ray.dashboard_enabled
+        "dashboard": {"host": member.head_ip, "port": ray.dashboard_port}
+        if member.role == "head" and ray.dashboard_enabled
         else None,
-        "firewall": firewall_rule(ray, interface, members, role == "head", token_clients),
-        "token_source": token_source(head_ip, ports["token"]) if role == "worker" and token_by_pull else None,
-        "wan_rtt_ms": round(wan_rtt, 3),
-        "config": wan_config(wan_rtt, ray.health_check),
+        "firewall": firewall_rule(
+            ray, member.interface, member.members, member.role == "head", member.token_clients
+        ),
+        "token_source": token_source(member.head_ip, ports["token"])
+        if member.role == "worker" and member.token_by_pull
+        else None,
+        "wan_rtt_ms": round(member.wan_rtt, 3),
+        "config": wan_config(member.wan_rtt, ray.health_check),
         "start_args": [],
     }
     state["start_args"] = start_args(state)
