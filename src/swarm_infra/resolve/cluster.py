@@ -12,6 +12,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, cast
 
+from ..fleet.model import Allocation, Fleet, Queue, Storage, Tenant
 from . import ray
 from .analysis import Analysis
 from .capacity import gpu_capacity
@@ -28,6 +29,7 @@ from .flavors import (
 )
 from .labels import FLAVOR_LABEL, NODE_CLASS_LABEL, SITE_LABEL
 from .types import (
+    CapacityState,
     CapsState,
     ClusterQueueState,
     ClusterSettingsState,
@@ -38,8 +40,10 @@ from .types import (
     CpuQuotaState,
     FlavorState,
     GpuSharingClusterState,
+    GpuSharingState,
     MeshTopologyState,
     PeerState,
+    PriorityState,
     QuotaState,
     RayClusterState,
     RelayRouteState,
@@ -282,6 +286,10 @@ def _cpu_quota(flavor: str, millicores: int, mib: int, *, lend: bool) -> CpuQuot
     }
 
 
+# Ray heads on CPU flavors, per queue: site -> (millicores, MiB) of the heads placed there.
+HeadNeed = dict[str, dict[str, tuple[int, int]]]
+
+
 def cluster_state(a: Analysis, peers: Mapping[str, list[PeerState]] | None = None) -> ClusterState:
     """The cluster's desired state for a checked fleet (shapes in :mod:`.types`).
 
@@ -294,16 +302,63 @@ def cluster_state(a: Analysis, peers: Mapping[str, list[PeerState]] | None = Non
     goes to its workers' site (:func:`~swarm_infra.resolve.flavors.head_placement`); its
     queue gets a quota of exactly its heads on that site's CPU flavor.
     """
-    fleet, catalog = a.fleet, gpu_catalog()
+    fleet, alloc = a.fleet, a.fleet.allocation
     settings = settings_state(a)
     capacity = gpu_capacity(fleet)
     sharing = node_sharing(a)
+    flavors = _flavor_states(a, settings, capacity, sharing)
+    heads, head_need = _ray_heads(a)
+    queues: list[ClusterQueueState] = []
+    tenants: list[TenantState] = []
+    ray_clusters: list[RayClusterState] = []
+    if alloc is not None:
+        queues = [_cluster_queue(q, flavors, head_need) for q in sorted(alloc.queues, key=lambda q: q.name)]
+        gpu_units = units_per_gpu(a, sharing)
+        by_queue = {q["name"]: q for q in queues}
+        tenants = [
+            _tenant(a, t, gpu_units, by_queue.get(t.queue), flavors)
+            for t in sorted(alloc.tenants, key=lambda t: t.name)
+        ]
+        ray_clusters = _ray_clusters(a, alloc, sharing, gpu_units, heads)
+    namespaces = {t["name"]: t["namespace"] for t in tenants}
+    return {
+        "settings": settings,
+        "fair_sharing": alloc.fair_sharing if alloc else False,
+        "flavors": list(flavors.values()),
+        "cpu_flavors": _cpu_flavors(head_need),
+        "cohorts": sorted({q["cohort"] for q in queues if q["cohort"]}),
+        "cohort_objects": [
+            {"name": c.name, "parent": c.parent, "fair_sharing_weight": c.fair_sharing_weight}
+            for c in sorted(alloc.cohorts if alloc else (), key=lambda c: c.name)
+        ],
+        "cluster_queues": queues,
+        "tenants": tenants,
+        "priorities": _priorities(fleet),
+        "storage": _storage(fleet.storage, namespaces) if fleet.storage is not None else None,
+        "capacity": _capacity(capacity, queues, flavors),
+        "gpu_sharing": gpu_sharing_state(a, sharing),
+        "ray_clusters": ray_clusters,
+        "mesh": mesh_topology(a, peers or {}),
+    }
+
+
+def _flavor_states(
+    a: Analysis,
+    settings: ClusterSettingsState,
+    capacity: Mapping[str, int],
+    sharing: dict[str, GpuSharingState],
+) -> dict[str, FlavorState]:
+    """``{flavor: FlavorState}`` of every GPU flavor, in the fleet's flavor order: its model
+    and product name, node label, the GPU taint's toleration (when GPU nodes are tainted),
+    its GPUs on gpu-worker nodes (``capacity``), device units per GPU (None when its nodes
+    disagree; 1 with no node) and its nodes' CPUs and memory (GiB)."""
+    catalog = gpu_catalog()
     by_flavor = flavor_nodes(a, sharing)
-    flavor_states: dict[str, FlavorState] = {}
+    out: dict[str, FlavorState] = {}
     for f, m in a.flavors().items():
         members = by_flavor.get(f, [])
         units = {u for _, u in members}
-        flavor_states[f] = {
+        out[f] = {
             "name": f,
             "gpu_model": m,
             "product_name": catalog[m]["product_name"],
@@ -314,16 +369,17 @@ def cluster_state(a: Analysis, peers: Mapping[str, list[PeerState]] | None = Non
             "cpus": sum(n.cpus for n, _ in members),
             "memory_gib": sum(n.memory_gib for n, _ in members),
         }
-    nominal: dict[str, int] = defaultdict(int)
-    queues: list[ClusterQueueState] = []
-    tenants: list[TenantState] = []
-    cohorts: set[str] = set()
-    ray_clusters: list[RayClusterState] = []
-    default_priority = next((p.name for p in fleet.priorities.values() if p.global_default), None)
-    alloc = fleet.allocation
-    # Ray heads: where each goes, and the CPU flavors (and per-queue quotas) that holds.
+    return out
+
+
+def _ray_heads(a: Analysis) -> tuple[dict[str, dict[str, str]], HeadNeed]:
+    """Where each tenant's Ray head goes, and what that asks of the CPU flavors:
+    ``({tenant: node labels}, {queue: {site: (millicores, MiB)}})``. A head placed on a
+    site's CPU nodes is labelled with the site and counted in its queue's need; one placed
+    on a GPU flavor is labelled with the flavor; one with no place gets no labels."""
     heads: dict[str, dict[str, str]] = {}
-    head_need: dict[str, dict[str, list[int]]] = defaultdict(dict)  # queue -> site -> [m, MiB]
+    need: HeadNeed = defaultdict(dict)
+    alloc = a.fleet.allocation
     for t in alloc.tenants if alloc else ():
         if not t.ray:
             continue
@@ -332,159 +388,182 @@ def cluster_state(a: Analysis, peers: Mapping[str, list[PeerState]] | None = Non
             heads[t.name] = {}
         elif place[0] == "cpu":
             heads[t.name] = {SITE_LABEL: place[1]}
-            need = head_need[t.queue].setdefault(place[1], [0, 0])
-            need[0] += t.ray.head_cpus * 1000
-            need[1] += t.ray.head_memory_gib * 1024
+            millicores, mib = need[t.queue].get(place[1], (0, 0))
+            need[t.queue][place[1]] = (
+                millicores + t.ray.head_cpus * 1000,
+                mib + t.ray.head_memory_gib * 1024,
+            )
         else:
             heads[t.name] = {FLAVOR_LABEL: place[1]}
+    return heads, need
+
+
+def _cpu_flavors(head_need: HeadNeed) -> list[CpuFlavorState]:
+    """One CPU flavor per site where a Ray head goes, in site order."""
     # The site's nodes without GPUs, by the node class NodeState.labels gives them: a head
     # admitted to cpu-<site> never lands on a GPU node of that site (Kueue injects the
     # flavor's nodeLabels into the pod's node selector), whether or not GPU nodes are tainted.
-    cpu_flavors: list[CpuFlavorState] = [
+    return [
         {"name": cpu_flavor(site), "site": site, "node_labels": {NODE_CLASS_LABEL: "cpu", SITE_LABEL: site}}
         for site in sorted({site for need in head_need.values() for site in need})
     ]
-    if alloc is not None:
-        for q in sorted(alloc.queues, key=lambda q: q.name):
-            if q.cohort:
-                cohorts.add(q.cohort)
-            quotas: list[QuotaState] = []
-            # The policy's order: Kueue tries a resource group's flavors in order (preference).
-            for quota in q.quotas:
-                nominal[quota.flavor] += quota.nominal_quota
-                quotas.append(
-                    {
-                        "flavor": quota.flavor,
-                        "resource": GPU_RESOURCE,
-                        "nominal_quota": quota.nominal_quota,
-                        "borrowing_limit": quota.borrowing_limit,
-                        "lending_limit": quota.lending_limit,
-                        "resources": quota_resources(
-                            quota.nominal_quota,
-                            quota.borrowing_limit,
-                            quota.lending_limit,
-                            flavor_states[quota.flavor],
-                        ),
-                    }
-                )
-            queues.append(
-                {
-                    "name": q.name,
-                    "cohort": q.cohort,
-                    "fair_sharing_weight": q.fair_sharing_weight,
-                    "preemption": {
-                        "within_cluster_queue": q.within_cluster_queue,
-                        "reclaim_within_cohort": q.reclaim_within_cohort,
-                        "borrow_within_cohort": q.borrow_within_cohort,
-                    },
-                    "quotas": quotas,
-                    "cpu_quotas": [
-                        _cpu_quota(cpu_flavor(site), millicores, mib, lend=q.cohort is None)
-                        for site, (millicores, mib) in sorted(head_need.get(q.name, {}).items())
-                    ],
-                }
-            )
-        shapes = flavor_shapes(a, sharing) if any(t.ray for t in alloc.tenants) else {}
-        by_queue = {q["name"]: q for q in queues}
-        gpu_units = units_per_gpu(a, sharing)
-        for t in sorted(alloc.tenants, key=lambda t: t.name):
-            caps = caps_state(t.caps, queue_gpu_units(a, gpu_units, t.queue))
-            tenants.append(
-                {
-                    "name": t.name,
-                    "namespace": t.namespace,
-                    "local_queue": t.name,
-                    "cluster_queue": t.queue,
-                    "priorities": sorted(t.priorities)
-                    if t.priorities is not None
-                    else sorted(fleet.priorities),
-                    "caps": caps,
-                    "gpu_quota": gpu_quota(caps, by_queue.get(t.queue), flavor_states),
-                    "ray_cluster": t.name if t.ray else None,
-                }
-            )
-            if t.ray:
-                ray_clusters.append(
-                    ray.ray_cluster(
-                        t.name,
-                        t.namespace,
-                        ray_request_in_device_units(t.ray, gpu_units),
-                        shapes,
-                        priority=t.ray.priority or default_priority,
-                        local_queue=t.name,
-                        ray_version=ray.fleet_ray_version(fleet),
-                        tenant=t.name,
-                        head_node_labels=heads.get(t.name),
-                    )
-                )
-    namespaces = {t["name"]: t["namespace"] for t in tenants}
-    storage: ClusterStorageState | None = None
-    if fleet.storage is not None:
-        st = fleet.storage
-        storage = {
-            "scratch": cast(ScratchPolicy, dict(st.scratch)) if st.scratch else None,
-            "classes": sorted(
-                (
-                    {
-                        "name": c["name"],
-                        "provisioner": c["provisioner"],
-                        "parameters": dict(sorted(c["parameters"].items())),
-                        "reclaim_policy": c["reclaim_policy"],
-                        "volume_binding_mode": c["volume_binding_mode"],
-                        "default": c["default"],
-                    }
-                    for c in st.classes
-                ),
-                key=lambda c: c["name"],
-            ),
-            "volumes": sorted(
-                (
-                    {
-                        "name": v["name"],
-                        "tenant": v["tenant"],
-                        "namespace": namespaces[v["tenant"]],
-                        "class": v["class"],
-                        "size_gib": v["size_gib"],
-                        "purpose": v["purpose"],
-                        "access_modes": list(v["access_modes"]),
-                    }
-                    for v in st.volumes
-                ),
-                key=lambda v: (v["namespace"], v["name"]),
+
+
+def _cluster_queue(q: Queue, flavors: Mapping[str, FlavorState], head_need: HeadNeed) -> ClusterQueueState:
+    """The ClusterQueue of ``q``: its GPU quotas in the policy's order, each with every
+    covered resource (:func:`quota_resources`), and the CPU quotas of its Ray heads."""
+    quotas: list[QuotaState] = [
+        {
+            "flavor": quota.flavor,
+            "resource": GPU_RESOURCE,
+            "nominal_quota": quota.nominal_quota,
+            "borrowing_limit": quota.borrowing_limit,
+            "lending_limit": quota.lending_limit,
+            "resources": quota_resources(
+                quota.nominal_quota, quota.borrowing_limit, quota.lending_limit, flavors[quota.flavor]
             ),
         }
+        # The policy's order: Kueue tries a resource group's flavors in order (preference).
+        for quota in q.quotas
+    ]
     return {
-        "settings": settings,
-        "fair_sharing": alloc.fair_sharing if alloc else False,
-        "flavors": list(flavor_states.values()),
-        "cpu_flavors": cpu_flavors,
-        "cohorts": sorted(cohorts),
-        "cohort_objects": [
-            {"name": c.name, "parent": c.parent, "fair_sharing_weight": c.fair_sharing_weight}
-            for c in sorted(alloc.cohorts if alloc else (), key=lambda c: c.name)
-        ],
-        "cluster_queues": queues,
-        "tenants": tenants,
-        "priorities": [
-            {
-                "name": p.name,
-                "value": p.value,
-                "preemption_policy": p.preemption_policy,
-                "global_default": p.global_default,
-                "description": p.description,
-            }
-            for p in sorted(fleet.priorities.values(), key=lambda p: (-p.value, p.name))
-        ],
-        "storage": storage,
-        "capacity": {
-            f: {
-                "gpus": capacity.get(f, 0),
-                "nominal_quota": nominal.get(f, 0),
-                "unallocated": capacity.get(f, 0) - nominal.get(f, 0),
-            }
-            for f in flavor_states
+        "name": q.name,
+        "cohort": q.cohort,
+        "fair_sharing_weight": q.fair_sharing_weight,
+        "preemption": {
+            "within_cluster_queue": q.within_cluster_queue,
+            "reclaim_within_cohort": q.reclaim_within_cohort,
+            "borrow_within_cohort": q.borrow_within_cohort,
         },
-        "gpu_sharing": gpu_sharing_state(a, sharing),
-        "ray_clusters": sorted(ray_clusters, key=lambda r: (r["namespace"], r["name"])),
-        "mesh": mesh_topology(a, peers or {}),
+        "quotas": quotas,
+        "cpu_quotas": [
+            _cpu_quota(cpu_flavor(site), millicores, mib, lend=q.cohort is None)
+            for site, (millicores, mib) in sorted(head_need.get(q.name, {}).items())
+        ],
+    }
+
+
+def _tenant(
+    a: Analysis,
+    t: Tenant,
+    gpu_units: dict[str, int],
+    queue: ClusterQueueState | None,
+    flavors: Mapping[str, FlavorState],
+) -> TenantState:
+    """The tenant ``t``: its namespace, LocalQueue (its name) and ClusterQueue, allowed
+    priorities (every one when it names none), caps in base units with GPUs in its queue's
+    device units (``gpu_units``: flavor -> units per GPU) and the GPU quota of its namespace
+    (:func:`gpu_quota`)."""
+    caps = caps_state(t.caps, queue_gpu_units(a, gpu_units, t.queue))
+    return {
+        "name": t.name,
+        "namespace": t.namespace,
+        "local_queue": t.name,
+        "cluster_queue": t.queue,
+        "priorities": sorted(t.priorities) if t.priorities is not None else sorted(a.fleet.priorities),
+        "caps": caps,
+        "gpu_quota": gpu_quota(caps, queue, flavors),
+        "ray_cluster": t.name if t.ray else None,
+    }
+
+
+def _ray_clusters(
+    a: Analysis,
+    alloc: Allocation,
+    sharing: dict[str, GpuSharingState],
+    gpu_units: dict[str, int],
+    heads: Mapping[str, Mapping[str, str]],
+) -> list[RayClusterState]:
+    """The KubeRay cluster of each tenant that requests Ray (:func:`.ray.ray_cluster`), its
+    request in device units, at its priority (else the fleet's default), its head at
+    ``heads``' labels; by (namespace, name)."""
+    fleet = a.fleet
+    shapes = flavor_shapes(a, sharing) if any(t.ray for t in alloc.tenants) else {}
+    default_priority = next((p.name for p in fleet.priorities.values() if p.global_default), None)
+    out = [
+        ray.ray_cluster(
+            t.name,
+            t.namespace,
+            ray_request_in_device_units(t.ray, gpu_units),
+            shapes,
+            priority=t.ray.priority or default_priority,
+            local_queue=t.name,
+            ray_version=ray.fleet_ray_version(fleet),
+            tenant=t.name,
+            head_node_labels=heads.get(t.name),
+        )
+        for t in sorted(alloc.tenants, key=lambda t: t.name)
+        if t.ray
+    ]
+    return sorted(out, key=lambda r: (r["namespace"], r["name"]))
+
+
+def _priorities(fleet: Fleet) -> list[PriorityState]:
+    """The fleet's priorities, highest value first (then by name)."""
+    return [
+        {
+            "name": p.name,
+            "value": p.value,
+            "preemption_policy": p.preemption_policy,
+            "global_default": p.global_default,
+            "description": p.description,
+        }
+        for p in sorted(fleet.priorities.values(), key=lambda p: (-p.value, p.name))
+    ]
+
+
+def _storage(st: Storage, namespaces: Mapping[str, str]) -> ClusterStorageState:
+    """The Storage document's scratch policy, StorageClasses (by name, parameters sorted) and
+    volumes (by namespace then name), each volume in its tenant's namespace
+    (``namespaces``: tenant -> namespace)."""
+    return {
+        "scratch": cast(ScratchPolicy, dict(st.scratch)) if st.scratch else None,
+        "classes": sorted(
+            (
+                {
+                    "name": c["name"],
+                    "provisioner": c["provisioner"],
+                    "parameters": dict(sorted(c["parameters"].items())),
+                    "reclaim_policy": c["reclaim_policy"],
+                    "volume_binding_mode": c["volume_binding_mode"],
+                    "default": c["default"],
+                }
+                for c in st.classes
+            ),
+            key=lambda c: c["name"],
+        ),
+        "volumes": sorted(
+            (
+                {
+                    "name": v["name"],
+                    "tenant": v["tenant"],
+                    "namespace": namespaces[v["tenant"]],
+                    "class": v["class"],
+                    "size_gib": v["size_gib"],
+                    "purpose": v["purpose"],
+                    "access_modes": list(v["access_modes"]),
+                }
+                for v in st.volumes
+            ),
+            key=lambda v: (v["namespace"], v["name"]),
+        ),
+    }
+
+
+def _capacity(
+    gpus: Mapping[str, int], queues: Iterable[ClusterQueueState], flavors: Iterable[str]
+) -> dict[str, CapacityState]:
+    """Per flavor: its GPUs (``gpus``), the sum of the queues' nominal quotas on it, and the
+    difference (negative when the quotas promise more than the flavor has)."""
+    nominal: dict[str, int] = defaultdict(int)
+    for q in queues:
+        for quota in q["quotas"]:
+            nominal[quota["flavor"]] += quota["nominal_quota"]
+    return {
+        f: {
+            "gpus": gpus.get(f, 0),
+            "nominal_quota": nominal.get(f, 0),
+            "unallocated": gpus.get(f, 0) - nominal.get(f, 0),
+        }
+        for f in flavors
     }
