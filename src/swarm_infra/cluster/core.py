@@ -11,7 +11,7 @@ import yaml
 
 from ..resolve.addons import LOCAL_PATH_NAMESPACE
 from ..resolve.provisioners import LOCAL_PATH
-from ..resolve.types import CapsState, ClusterState, ComputeState, NodeState
+from ..resolve.types import CapsState, ClusterSettingsState, ClusterState, ComputeState, NodeState
 from .admission import ALLOWED
 from .meta import PRIORITY_LABEL_PREFIX, TENANT_LABEL, K8sObject, cpu, k8s_object, memory
 
@@ -251,24 +251,52 @@ def local_path_provisioner(cluster: ClusterState, scratch_nodes: list[NodeState]
     Raises ValueError when the ConfigMap's data (the config in compact JSON: about 35 bytes per
     node plus its name and mount path) exceeds what a ConfigMap can hold (1 MiB)."""
     s = cluster["settings"]
-    labels, ns, account = s["labels"], LOCAL_PATH_NAMESPACE, LOCAL_PATH_ACCOUNT
-    subject = [{"kind": "ServiceAccount", "name": account, "namespace": ns}]
-    rbac = "rbac.authorization.k8s.io"
+    labels, ns = s["labels"], LOCAL_PATH_NAMESPACE
+    return [
+        k8s_object("Namespace", ns, {**labels, "pod-security.kubernetes.io/enforce": "privileged"}),
+        k8s_object("ServiceAccount", LOCAL_PATH_ACCOUNT, labels, ns),
+        *_local_path_rbac(labels),
+        k8s_object("ConfigMap", LOCAL_PATH_CONFIGMAP, labels, ns, data=_local_path_config(s, scratch_nodes)),
+        _local_path_deployment(labels),
+    ]
+
+
+def _local_path_config(settings: ClusterSettingsState, scratch_nodes: list[NodeState]) -> dict[str, str]:
+    """The provisioner's ConfigMap data: ``config.json`` (``nodePathMap``: each node of
+    ``scratch_nodes`` with its scratch mount path, in their order), the helper pod's
+    ``setup``/``teardown`` scripts and ``helperPod.yaml`` (:func:`_local_path_helper_pod`).
+
+    Raises ValueError when the values' bytes sum above :data:`CONFIGMAP_MAX_BYTES`."""
     paths = {n["name"]: [n["storage"]["scratch"]["mount_path"]] for n in scratch_nodes if n["storage"]}
     config = {"nodePathMap": [{"node": name, "paths": p} for name, p in paths.items()]}
     data = {
         "config.json": json.dumps(config, sort_keys=True, separators=(",", ":")),
         "setup": '#!/bin/sh\nset -eu\nmkdir -m 0777 -p "$VOL_DIR"\n',
         "teardown": '#!/bin/sh\nset -eu\nrm -rf "$VOL_DIR"\n',
+        "helperPod.yaml": _dump(_local_path_helper_pod(settings)),
     }
+    # The API server sums the bytes of a ConfigMap's values (kubernetes
+    # pkg/apis/core/validation/validation.go, ValidateConfigMap: totalSize > MaxSecretSize).
+    size = sum(len(v.encode()) for v in data.values())
+    if size > CONFIGMAP_MAX_BYTES:
+        raise ValueError(
+            f"the local-path config (scratch paths of {len(paths)} nodes) is {size} bytes, "
+            "above a ConfigMap's 1 MiB"
+        )
+    return data
+
+
+def _local_path_helper_pod(settings: ClusterSettingsState) -> dict[str, Any]:
+    """The Pod the provisioner runs on a node to make or delete a volume's directory:
+    system-node-critical, :data:`LOCAL_PATH_HELPER_IMAGE`, tolerating disk pressure and, when
+    GPU nodes are tainted, the GPU taint (any value)."""
     tolerations: list[dict[str, str]] = [
         {"key": "node.kubernetes.io/disk-pressure", "operator": "Exists", "effect": "NoSchedule"}
     ]
-    if s["gpu_taint"] is not None:
-        tolerations.append(
-            {"key": s["gpu_taint"]["key"], "operator": "Exists", "effect": s["gpu_taint"]["effect"]}
-        )
-    helper = {
+    taint = settings["gpu_taint"]
+    if taint is not None:
+        tolerations.append({"key": taint["key"], "operator": "Exists", "effect": taint["effect"]})
+    return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": "helper-pod"},
@@ -284,43 +312,19 @@ def local_path_provisioner(cluster: ClusterState, scratch_nodes: list[NodeState]
             ],
         },
     }
-    data["helperPod.yaml"] = _dump(helper)
-    # The API server sums the bytes of a ConfigMap's values (kubernetes
-    # pkg/apis/core/validation/validation.go, ValidateConfigMap: totalSize > MaxSecretSize).
-    size = sum(len(v.encode()) for v in data.values())
-    if size > CONFIGMAP_MAX_BYTES:
-        raise ValueError(
-            f"the local-path config (scratch paths of {len(paths)} nodes) is {size} bytes, "
-            "above a ConfigMap's 1 MiB"
-        )
-    probe = {"httpGet": {"path": "/health", "port": "health"}}
-    container = {
-        "name": LOCAL_PATH_NAME,
-        "image": LOCAL_PATH_IMAGE,
-        "imagePullPolicy": "IfNotPresent",
-        "command": ["local-path-provisioner", "start", "--config", "/etc/config/config.json"],
-        "ports": [{"name": "health", "containerPort": 8080, "protocol": "TCP"}],
-        "startupProbe": {**probe, "initialDelaySeconds": 5, "periodSeconds": 5, "failureThreshold": 12},
-        "livenessProbe": {**probe, "initialDelaySeconds": 10, "periodSeconds": 10},
-        "readinessProbe": {
-            "httpGet": {"path": "/ready", "port": "health"},
-            "initialDelaySeconds": 5,
-            "periodSeconds": 5,
-        },
-        "volumeMounts": [{"name": "config-volume", "mountPath": "/etc/config/"}],
-        "env": [
-            {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-            {"name": "CONFIG_MOUNT_PATH", "value": "/etc/config/"},
-            {"name": "HEALTH_PORT", "value": "8080"},
-        ],
-    }
-    app = {"app": LOCAL_PATH_NAME}
+
+
+def _local_path_rbac(labels: dict[str, str]) -> list[K8sObject]:
+    """The provisioner's Role (pods in its namespace), ClusterRole (read nodes, claims,
+    ConfigMaps, pods and their logs; manage PersistentVolumes; write events; read
+    StorageClasses) and their bindings to its service account, as upstream's manifest."""
+    ns, rbac = LOCAL_PATH_NAMESPACE, "rbac.authorization.k8s.io"
+    role, binding = LOCAL_PATH_NAME + "-role", LOCAL_PATH_NAME + "-bind"
+    subject = [{"kind": "ServiceAccount", "name": LOCAL_PATH_ACCOUNT, "namespace": ns}]
     return [
-        k8s_object("Namespace", ns, {**labels, "pod-security.kubernetes.io/enforce": "privileged"}),
-        k8s_object("ServiceAccount", account, labels, ns),
         k8s_object(
             "Role",
-            LOCAL_PATH_NAME + "-role",
+            role,
             labels,
             ns,
             rules=[
@@ -333,7 +337,7 @@ def local_path_provisioner(cluster: ClusterState, scratch_nodes: list[NodeState]
         ),
         k8s_object(
             "ClusterRole",
-            LOCAL_PATH_NAME + "-role",
+            role,
             labels,
             rules=[
                 {
@@ -356,45 +360,66 @@ def local_path_provisioner(cluster: ClusterState, scratch_nodes: list[NodeState]
         ),
         k8s_object(
             "RoleBinding",
-            LOCAL_PATH_NAME + "-bind",
+            binding,
             labels,
             ns,
-            roleRef={"apiGroup": rbac, "kind": "Role", "name": LOCAL_PATH_NAME + "-role"},
+            roleRef={"apiGroup": rbac, "kind": "Role", "name": role},
             subjects=subject,
         ),
         k8s_object(
             "ClusterRoleBinding",
-            LOCAL_PATH_NAME + "-bind",
+            binding,
             labels,
-            roleRef={"apiGroup": rbac, "kind": "ClusterRole", "name": LOCAL_PATH_NAME + "-role"},
+            roleRef={"apiGroup": rbac, "kind": "ClusterRole", "name": role},
             subjects=subject,
         ),
-        k8s_object(
-            "ConfigMap",
-            LOCAL_PATH_CONFIGMAP,
-            labels,
-            ns,
-            data=data,
-        ),
-        k8s_object(
-            "Deployment",
-            LOCAL_PATH_NAME,
-            labels,
-            ns,
-            spec={
-                "replicas": 1,
-                "selector": {"matchLabels": app},
-                "template": {
-                    "metadata": {"labels": app},
-                    "spec": {
-                        "serviceAccountName": account,
-                        "containers": [container],
-                        "volumes": [{"name": "config-volume", "configMap": {"name": LOCAL_PATH_CONFIGMAP}}],
-                    },
+    ]
+
+
+def _local_path_deployment(labels: dict[str, str]) -> K8sObject:
+    """The provisioner's Deployment: one replica of :data:`LOCAL_PATH_IMAGE` under its service
+    account, reading its config from the ConfigMap, with upstream's health probes (port
+    8080: startup, liveness, readiness)."""
+    probe = {"httpGet": {"path": "/health", "port": "health"}}
+    container = {
+        "name": LOCAL_PATH_NAME,
+        "image": LOCAL_PATH_IMAGE,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["local-path-provisioner", "start", "--config", "/etc/config/config.json"],
+        "ports": [{"name": "health", "containerPort": 8080, "protocol": "TCP"}],
+        "startupProbe": {**probe, "initialDelaySeconds": 5, "periodSeconds": 5, "failureThreshold": 12},
+        "livenessProbe": {**probe, "initialDelaySeconds": 10, "periodSeconds": 10},
+        "readinessProbe": {
+            "httpGet": {"path": "/ready", "port": "health"},
+            "initialDelaySeconds": 5,
+            "periodSeconds": 5,
+        },
+        "volumeMounts": [{"name": "config-volume", "mountPath": "/etc/config/"}],
+        "env": [
+            {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+            {"name": "CONFIG_MOUNT_PATH", "value": "/etc/config/"},
+            {"name": "HEALTH_PORT", "value": "8080"},
+        ],
+    }
+    app = {"app": LOCAL_PATH_NAME}
+    return k8s_object(
+        "Deployment",
+        LOCAL_PATH_NAME,
+        labels,
+        LOCAL_PATH_NAMESPACE,
+        spec={
+            "replicas": 1,
+            "selector": {"matchLabels": app},
+            "template": {
+                "metadata": {"labels": app},
+                "spec": {
+                    "serviceAccountName": LOCAL_PATH_ACCOUNT,
+                    "containers": [container],
+                    "volumes": [{"name": "config-volume", "configMap": {"name": LOCAL_PATH_CONFIGMAP}}],
                 },
             },
-        ),
-    ]
+        },
+    )
 
 
 def storage(cluster: ClusterState, states: Iterable[NodeState]) -> list[K8sObject]:
