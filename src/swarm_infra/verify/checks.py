@@ -448,7 +448,8 @@ def check_waves(state: DesiredState, nodes: list[str] | None = None) -> list[lis
     same node (``args["on"]``, else its node), so each node's checks of a wave may run
     one after another while the nodes run at once (verify/runner.py).
 
-    1. each node's own state;
+    1. each node's own state, layer by layer in the registry's order (host, drivers, gpu,
+       storage, mesh, ray);
     2. each node's peers, judged from its ``wg show dump`` (after every node's ``wg-quick``
        check: a peer whose tunnel is down is not judged, :func:`judge_peers`);
     3. the sample's pings (from nodes behind NAT first), each blocked when either end's
@@ -464,67 +465,9 @@ def check_waves(state: DesiredState, nodes: list[str] | None = None) -> list[lis
     for name, node in state["nodes"].items():
         if nodes is not None and name not in nodes:
             continue
-        h, files, units = node["host"], node["layout"]["files"], node["layout"]["units"]
-        # No HostProfile: none of its files, so no value the project set; no package cache:
-        # none of its files.
-        local += _removed(name, node, "host")
-        cache = node["package_cache"]
-        if cache:
-            detect = files["apt_cache_detect"]
-            local.append(_file_check(name, "host", detect))
-            # What apt asks before each http fetch: the site's cache while it answers.
-            needs = (f"{name}/host/file {detect['path']}",)
-            local.append(Check(name, "host", "apt uses the site's package cache", "apt_proxy",
-                               cache["apt_proxy"], {"detect": detect["path"]}, needs))  # fmt: skip
-        if h:
-            sysctl_conf = files["sysctl_conf"]
-            local.append(_file_check(name, "host", sysctl_conf))
-            keys = list(h["sysctls"])
-            # Exactly the declared keys: one removed from the profile is gone from the file too.
-            local.append(Check(name, "host", f"keys of {sysctl_conf['path']}", "conf_keys", sorted(keys),
-                               {"path": sysctl_conf["path"]}))  # fmt: skip
-            value: Any  # a sysctl's value here, a GPU setting's below (JSON data)
-            for key, value in h["sysctls"].items():
-                args: dict[str, Any] = {"key": key, "all_keys": keys, "path": sysctl_conf["path"]}
-                local.append(Check(name, "host", f"sysctl {key}", "sysctl", value, args))
-            for item in h["sysfs"]:
-                args = {**item, "tmpfiles": files["tmpfiles_conf"]["path"]}
-                local.append(Check(name, "host", item["name"], "sysfs", item["value"], args))
-        g = node["gpu"]
-        if g and g["backend"] == "nvml" and g["driver"]:
-            # The resolver's pin glob (570.86.15-*): Debian versions carry a revision. Every
-            # package of the declared source's pinned set, Fabric Manager included.
-            pin = g["driver"]["apt_version"]
-            for package in g["driver"]["packages"]:
-                local.append(
-                    Check(name, "drivers", f"package {package}", "package", pin, {"package": package})
-                )
-            for key in ("persistenced", *(("fabricmanager",) if g["driver"]["fabric_manager"] else ())):
-                unit = units[key]
-                local.append(Check(name, "drivers", f"service {unit.removesuffix('.service')}", "service",
-                                   "enabled, running", {"unit": unit}))  # fmt: skip
-            # The drivers layer's pending-reboot marker: a driver installed but not running yet.
-            marker = files["reboot_required"]["path"]
-            local.append(
-                Check(name, "drivers", f"pending reboot ({marker})", "absent", "absent", {"path": marker})
-            )
-        if not g:  # no GPUs: none of the GPU layer's files
-            local += _removed(name, node, "gpu")
-        if g:
-            unit = units["gpu_apply"]
-            local.append(Check(name, "gpu", f"service {unit}", "service", "enabled", {"unit": unit}))
-            for dev in g["devices"]:
-                for key, value in sorted(dev["settings"].items()):
-                    args = {"index": dev["index"], "setting": key, "code": files["gpu_code"]["path"]}
-                    if key == "mig":
-                        local.append(Check(name, "gpu", f"gpu{dev['index']} mig", "gpu",
-                                           {"enabled": value["enabled"]}, args))  # fmt: skip
-                        if value["enabled"]:
-                            geometry = {**args, "setting": "mig_geometry"}
-                            local.append(Check(name, "gpu", f"gpu{dev['index']} mig geometry", "gpu",
-                                               sorted(value["profiles"]), geometry))  # fmt: skip
-                        continue
-                    local.append(Check(name, "gpu", f"gpu{dev['index']} {key}", "gpu", value, args))
+        local += _host_checks(name, node)
+        local += _driver_checks(name, node)
+        local += _gpu_checks(name, node)
         local += _storage_checks(name, node)
         if node["mesh"]:
             mine, peers = _mesh_checks(name, node, fresh[name], state)
@@ -538,6 +481,89 @@ def check_waves(state: DesiredState, nodes: list[str] | None = None) -> list[lis
     # endpoint wait for.
     pings.sort(key=lambda c: not c.args["behind_nat"])
     return [local, wg_peers, pings + remote]
+
+
+def _host_checks(name: str, node: NodeState) -> list[Check]:
+    """The host layer on ``node``: the site's package cache (its detect script's file, and
+    apt asking the cache through it), the HostProfile's sysctl.d file with exactly the
+    declared keys, each sysctl and each sysfs item; without a profile or a cache, none of
+    their files."""
+    h, files = node["host"], node["layout"]["files"]
+    # No HostProfile: none of its files, so no value the project set; no package cache:
+    # none of its files.
+    out = _removed(name, node, "host")
+    cache = node["package_cache"]
+    if cache:
+        detect = files["apt_cache_detect"]
+        out.append(_file_check(name, "host", detect))
+        # What apt asks before each http fetch: the site's cache while it answers.
+        needs = (f"{name}/host/file {detect['path']}",)
+        out.append(Check(name, "host", "apt uses the site's package cache", "apt_proxy",
+                         cache["apt_proxy"], {"detect": detect["path"]}, needs))  # fmt: skip
+    if h:
+        sysctl_conf = files["sysctl_conf"]
+        out.append(_file_check(name, "host", sysctl_conf))
+        keys = list(h["sysctls"])
+        # Exactly the declared keys: one removed from the profile is gone from the file too.
+        out.append(Check(name, "host", f"keys of {sysctl_conf['path']}", "conf_keys", sorted(keys),
+                         {"path": sysctl_conf["path"]}))  # fmt: skip
+        value: Any  # a sysctl's value (JSON data)
+        for key, value in h["sysctls"].items():
+            args: dict[str, Any] = {"key": key, "all_keys": keys, "path": sysctl_conf["path"]}
+            out.append(Check(name, "host", f"sysctl {key}", "sysctl", value, args))
+        for item in h["sysfs"]:
+            args = {**item, "tmpfiles": files["tmpfiles_conf"]["path"]}
+            out.append(Check(name, "host", item["name"], "sysfs", item["value"], args))
+    return out
+
+
+def _driver_checks(name: str, node: NodeState) -> list[Check]:
+    """The drivers layer on ``node``, where its GPUs are real (NVML) and a driver is
+    declared: every package of the source's pinned set at the pin, nvidia-persistenced (and
+    Fabric Manager where declared) enabled and running, and no pending reboot; else none."""
+    g = node["gpu"]
+    if not (g and g["backend"] == "nvml" and g["driver"]):
+        return []
+    units = node["layout"]["units"]
+    out: list[Check] = []
+    # The resolver's pin glob (570.86.15-*): Debian versions carry a revision. Every
+    # package of the declared source's pinned set, Fabric Manager included.
+    pin = g["driver"]["apt_version"]
+    for package in g["driver"]["packages"]:
+        out.append(Check(name, "drivers", f"package {package}", "package", pin, {"package": package}))
+    for key in ("persistenced", *(("fabricmanager",) if g["driver"]["fabric_manager"] else ())):
+        unit = units[key]
+        out.append(Check(name, "drivers", f"service {unit.removesuffix('.service')}", "service",
+                         "enabled, running", {"unit": unit}))  # fmt: skip
+    # The drivers layer's pending-reboot marker: a driver installed but not running yet.
+    marker = node["layout"]["files"]["reboot_required"]["path"]
+    out.append(Check(name, "drivers", f"pending reboot ({marker})", "absent", "absent", {"path": marker}))
+    return out
+
+
+def _gpu_checks(name: str, node: NodeState) -> list[Check]:
+    """The gpu layer on ``node``: its boot-time apply unit enabled and each device's settings,
+    read back through the node-side GPU code (MIG: its mode, and with MIG on its geometry,
+    the sorted profiles); without GPUs, none of the layer's files."""
+    g = node["gpu"]
+    if not g:  # no GPUs: none of the GPU layer's files
+        return _removed(name, node, "gpu")
+    files, unit = node["layout"]["files"], node["layout"]["units"]["gpu_apply"]
+    out = [Check(name, "gpu", f"service {unit}", "service", "enabled", {"unit": unit})]
+    value: Any  # a GPU setting's value (JSON data)
+    for dev in g["devices"]:
+        for key, value in sorted(dev["settings"].items()):
+            args = {"index": dev["index"], "setting": key, "code": files["gpu_code"]["path"]}
+            if key == "mig":
+                out.append(Check(name, "gpu", f"gpu{dev['index']} mig", "gpu",
+                                 {"enabled": value["enabled"]}, args))  # fmt: skip
+                if value["enabled"]:
+                    geometry = {**args, "setting": "mig_geometry"}
+                    out.append(Check(name, "gpu", f"gpu{dev['index']} mig geometry", "gpu",
+                                     sorted(value["profiles"]), geometry))  # fmt: skip
+                continue
+            out.append(Check(name, "gpu", f"gpu{dev['index']} {key}", "gpu", value, args))
+    return out
 
 
 def checks_for(state: DesiredState, nodes: list[str] | None = None) -> list[Check]:
