@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..nodeside.files import write_atomic
+from ..nodeside.atomic import write_atomic
 from . import decide, git
 from .config import AgentConfig, Paths
 from .engine import ApplyResult, apply_local, library_env
@@ -123,8 +123,8 @@ def run_once(
             reboot_required=paths.reboot_required.exists(),
             paused=paths.pause.exists(),
         )
-        write_atomic(paths.status, status.to_json())
-        write_atomic(paths.textfile, textfile(status))
+        write_atomic(paths.status, status.to_json(), 0o644)
+        write_atomic(paths.textfile, textfile(status), 0o644)
         return status
 
 
