@@ -145,7 +145,7 @@ def _steps(config: AgentConfig, paths: Paths, out: Outcome, apply: Apply, read: 
             paths.deploy_key if paths.deploy_key.is_file() else None,
             paths.known_hosts if paths.known_hosts.is_file() else None,
         )
-    except (git.GitError, ValueError, OSError, subprocess.TimeoutExpired) as exc:
+    except (git.GitError, ValueError, OSError) as exc:
         out.result, out.reason = "fetch-failed", f"{config.ref} of {config.remote}: {exc}"
         return None
     if not paths.allowed_signers.is_file():
@@ -154,7 +154,7 @@ def _steps(config: AgentConfig, paths: Paths, out: Outcome, apply: Apply, read: 
         return None
     try:
         sig = git.signature(paths.clone, out.commit, paths.allowed_signers)
-    except (git.GitError, OSError, subprocess.TimeoutExpired) as exc:
+    except (git.GitError, OSError) as exc:
         out.result, out.reason = (
             "refused",
             f"commit {out.commit[:12]}: its signature could not be read ({exc})",
@@ -170,7 +170,7 @@ def _steps(config: AgentConfig, paths: Paths, out: Outcome, apply: Apply, read: 
         return _stop(out, stop)
     try:
         tree = git.checkout(paths.clone, paths.trees, out.commit)
-    except (git.GitError, OSError, subprocess.TimeoutExpired) as exc:
+    except (git.GitError, OSError) as exc:
         out.result, out.reason = "invalid", f"commit {out.commit[:12]}: no work tree ({exc}); nothing applied"
         return None
     plan = node_plan(tree, config.fleet, config.node, config.status_port)
