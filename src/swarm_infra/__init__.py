@@ -3,8 +3,8 @@
 Data flows one way, and the subpackages follow it: ``fleet`` (declare: files, YAML,
 schemas, the typed model) -> ``resolve`` (decide: validation and the desired state) ->
 consumers (``engines``, ``verify``, ``lab``) -> ``cli``; ``nodeside`` is the code that runs
-on the nodes. The names below are re-exported lazily, so ``import swarm_infra.lab.wanlink``
-does not load the validator.
+on the nodes, ``gitrun`` the one way the review and the agent run git. The names below are
+re-exported lazily, so ``import swarm_infra.lab.wanlink`` does not load the validator.
 """
 
 from __future__ import annotations

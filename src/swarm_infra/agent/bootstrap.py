@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from ..nodeside.atomic import write_atomic
 from ..resolve.files import agent_config_text, agent_service_text, agent_timer_text
 from ..resolve.keys import wireguard_key_problem
 from ..resolve.layout import AGENT_LOCAL, node_layout
@@ -122,13 +123,6 @@ def _write_new(path: Path, data: bytes, mode: int) -> None:
         out.write(data)
 
 
-def _replace(path: Path, data: bytes, mode: int) -> None:
-    tmp = path.with_name(f".{path.name}.new")
-    tmp.unlink(missing_ok=True)
-    _write_new(tmp, data, mode)
-    os.replace(tmp, path)
-
-
 def wireguard_key(path: Path) -> tuple[str, bool]:
     """(the public key, made now) of the node's WireGuard key at ``path``: an existing key
     is kept (a node bootstrapped again keeps its identity), else one is made, 0600 in a
@@ -206,7 +200,6 @@ def install(req: Request, signers: str, root: Path = Path("/")) -> dict[str, Pat
     out = {}
     for name, data in written.items():
         path = at(name)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _replace(path, data, int(f[name]["mode"], 8))
+        write_atomic(path, data, int(f[name]["mode"], 8))
         out[name] = path
     return out

@@ -16,21 +16,16 @@ so a refused commit's files never reach the disk as files.
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..gitrun import GitError as GitError  # re-exported: the agent's callers catch it here
+from ..gitrun import git
 from ..resolve.pull import ref_name, remote_scheme
 
 FETCHED = "refs/swarm/fetched"
-TIMEOUT_S = 300  # one git command; a stuck remote must not hold the timer's unit forever
-
-
-class GitError(RuntimeError):
-    """A git command failed; the message holds its argv's verb and git's last stderr line."""
 
 
 @dataclass(frozen=True)
@@ -48,39 +43,13 @@ class Signature:
         return self.status if self.verified or self.status != "G" else "B"
 
 
-def _env() -> dict[str, str]:
-    # No user or system configuration (an includeIf, a credential helper, a url.insteadOf
-    # could change what is fetched or how it is verified); no prompts.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(
-        GIT_CONFIG_NOSYSTEM="1",
-        GIT_CONFIG_GLOBAL=os.devnull,
-        GIT_TERMINAL_PROMPT="0",
-        LC_ALL="C",
-    )
-    return env
-
-
-def run_git(args: list[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """``git`` with ``args`` (an argv list), text output captured; raises :class:`GitError`
-    when ``check`` and git exits non-zero."""
-    done = subprocess.run(
-        ["git", *args], capture_output=True, text=True, env=_env(), timeout=TIMEOUT_S, check=False
-    )
-    if check and done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["(no message)"])[-1]
-        verb = next((a for a in args if not a.startswith("-") and "=" not in a and "/" not in a), "git")
-        raise GitError(f"git {verb} exited {done.returncode}: {last[:300]}")
-    return done
-
-
 def ensure_clone(clone: Path) -> None:
     """Make ``clone`` a bare repository (mode 0700) unless it is one already."""
     if (clone / "HEAD").is_file():
         return
     clone.mkdir(parents=True, exist_ok=True)
     clone.chmod(0o700)
-    run_git(["init", "--quiet", "--bare", str(clone)])
+    git(["init", "--quiet", "--bare", str(clone)])
 
 
 def ssh_command(deploy_key: Path | None, known_hosts: Path | None) -> str:
@@ -128,8 +97,8 @@ def fetch(
     Raises :class:`GitError` (unreachable remote, no such ref) or ValueError (a remote or
     ref that is not one, :mod:`swarm_infra.resolve.pull`)."""
     ensure_clone(clone)
-    run_git(fetch_argv(clone, remote, ref, deploy_key, known_hosts))
-    return run_git(["-C", str(clone), "rev-parse", "--verify", f"{FETCHED}^{{commit}}"]).stdout.strip()
+    git(fetch_argv(clone, remote, ref, deploy_key, known_hosts))
+    return git(["-C", str(clone), "rev-parse", "--verify", f"{FETCHED}^{{commit}}"]).stdout.decode().strip()
 
 
 def remote_head(remote: str, ref: str, timeout_s: float = 30) -> str:
@@ -142,17 +111,8 @@ def remote_head(remote: str, ref: str, timeout_s: float = 30) -> str:
     if scheme == "ssh":
         config += ["-c", f"core.sshCommand={ssh_command(None, None)}"]
     full = ref_name(ref)
-    try:
-        done = subprocess.run(
-            ["git", *config, "ls-remote", "--", remote, full],
-            capture_output=True, text=True, env=_env(), timeout=timeout_s, check=False,
-        )  # fmt: skip
-    except subprocess.TimeoutExpired:
-        raise GitError(f"git ls-remote: no answer in {timeout_s:.0f} s") from None
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["(no message)"])[-1]
-        raise GitError(f"git ls-remote exited {done.returncode}: {last[:300]}")
-    heads = [line.split("\t") for line in done.stdout.splitlines()]
+    listed = git([*config, "ls-remote", "--", remote, full], timeout_s=timeout_s).stdout
+    heads = [line.split("\t") for line in listed.decode("utf-8", "replace").splitlines()]
     found = [c for c, *name in heads if name == [full]]
     if len(found) != 1 or not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", found[0]):
         raise GitError(f"{remote} has no branch {ref}")
@@ -178,16 +138,16 @@ def _verify_config(allowed_signers: Path) -> list[str]:
 def signature(clone: Path, commit: str, allowed_signers: Path) -> Signature:
     """git's verdict on ``commit``'s signature against ``allowed_signers``."""
     config = _verify_config(allowed_signers)
-    shown = run_git([*config, "-C", str(clone), "log", "-1", "--format=%G?%x00%GF", commit, "--"]).stdout
-    status, _, fingerprint = shown.strip().partition("\0")
-    verified = run_git([*config, "-C", str(clone), "verify-commit", "--", commit], check=False)
+    shown = git([*config, "-C", str(clone), "log", "-1", "--format=%G?%x00%GF", commit, "--"]).stdout
+    status, _, fingerprint = shown.decode("utf-8", "replace").strip().partition("\0")
+    verified = git([*config, "-C", str(clone), "verify-commit", "--", commit], check=False)
     return Signature(status or "N", fingerprint, verified.returncode == 0)
 
 
 def descends(clone: Path, ancestor: str, commit: str) -> bool:
     """Whether ``commit`` descends from ``ancestor`` (or is it); False when ``ancestor`` is
     not in the clone (nothing proves the new commit comes after it)."""
-    done = run_git(["-C", str(clone), "merge-base", "--is-ancestor", ancestor, commit], check=False)
+    done = git(["-C", str(clone), "merge-base", "--is-ancestor", ancestor, commit], check=False)
     return done.returncode == 0
 
 
@@ -198,8 +158,8 @@ def checkout(clone: Path, trees: Path, commit: str) -> Path:
     if (tree / ".git").exists():
         return tree
     trees.mkdir(parents=True, exist_ok=True)
-    run_git(["-C", str(clone), "worktree", "prune"])
-    run_git(["-C", str(clone), "worktree", "add", "--quiet", "--detach", "--force", "--", str(tree), commit])
+    git(["-C", str(clone), "worktree", "prune"])
+    git(["-C", str(clone), "worktree", "add", "--quiet", "--detach", "--force", "--", str(tree), commit])
     return tree
 
 
@@ -209,5 +169,5 @@ def prune(clone: Path, trees: Path, keep: set[str]) -> None:
         return
     for tree in trees.iterdir():
         if tree.name not in keep:
-            run_git(["-C", str(clone), "worktree", "remove", "--force", "--", str(tree)], check=False)
-    run_git(["-C", str(clone), "worktree", "prune"], check=False)
+            git(["-C", str(clone), "worktree", "remove", "--force", "--", str(tree)], check=False)
+    git(["-C", str(clone), "worktree", "prune"], check=False)

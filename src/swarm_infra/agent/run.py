@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..nodeside.files import write_atomic
+from ..nodeside.atomic import write_atomic
 from . import decide, git
 from .config import AgentConfig, Paths
 from .engine import ApplyResult, apply_local, library_env
@@ -123,8 +123,8 @@ def run_once(
             reboot_required=paths.reboot_required.exists(),
             paused=paths.pause.exists(),
         )
-        write_atomic(paths.status, status.to_json())
-        write_atomic(paths.textfile, textfile(status))
+        write_atomic(paths.status, status.to_json(), 0o644)
+        write_atomic(paths.textfile, textfile(status), 0o644)
         return status
 
 
@@ -145,7 +145,7 @@ def _steps(config: AgentConfig, paths: Paths, out: Outcome, apply: Apply, read: 
             paths.deploy_key if paths.deploy_key.is_file() else None,
             paths.known_hosts if paths.known_hosts.is_file() else None,
         )
-    except (git.GitError, ValueError, OSError, subprocess.TimeoutExpired) as exc:
+    except (git.GitError, ValueError, OSError) as exc:
         out.result, out.reason = "fetch-failed", f"{config.ref} of {config.remote}: {exc}"
         return None
     if not paths.allowed_signers.is_file():
@@ -154,7 +154,7 @@ def _steps(config: AgentConfig, paths: Paths, out: Outcome, apply: Apply, read: 
         return None
     try:
         sig = git.signature(paths.clone, out.commit, paths.allowed_signers)
-    except (git.GitError, OSError, subprocess.TimeoutExpired) as exc:
+    except (git.GitError, OSError) as exc:
         out.result, out.reason = (
             "refused",
             f"commit {out.commit[:12]}: its signature could not be read ({exc})",
@@ -170,7 +170,7 @@ def _steps(config: AgentConfig, paths: Paths, out: Outcome, apply: Apply, read: 
         return _stop(out, stop)
     try:
         tree = git.checkout(paths.clone, paths.trees, out.commit)
-    except (git.GitError, OSError, subprocess.TimeoutExpired) as exc:
+    except (git.GitError, OSError) as exc:
         out.result, out.reason = "invalid", f"commit {out.commit[:12]}: no work tree ({exc}); nothing applied"
         return None
     plan = node_plan(tree, config.fleet, config.node, config.status_port)

@@ -12,7 +12,6 @@ mesh member (Mesh ``spec.controller``; engines/controller.py).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import yaml
 from ..engines import controller, keyrecord
 from ..fleet.diagnostics import FleetInvalid, Report
 from ..fleet.sources import fleet_paths as inventory_fleet_paths
+from ..nodeside.atomic import write_atomic
 from ..resolve import load_fleet, validate
 from ..resolve.analysis import Analysis
 from ..resolve.controller import controller_peer_keys, controller_state
@@ -99,12 +99,9 @@ def cmd_allocate(args: argparse.Namespace) -> int:
     if out.exists() and out.read_text() == text:
         emit(f"{out}: {len(addresses)} address(es), unchanged")
         return EXIT_OK
-    tmp = out.with_name(out.name + ".tmp")
     try:
-        tmp.write_text(text)
-        os.replace(tmp, out)
+        write_atomic(out, text, 0o644)
     except OSError as exc:  # the record is as it was (the new one goes in by rename, or not at all)
-        tmp.unlink(missing_ok=True)
         emit(f"swarm mesh allocate: {exc.filename}: {exc.strerror}; {out} was not changed", sys.stderr)
         return EXIT_INVALID
     for line in changes:

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..nodeside.files import write_atomic
+from ..nodeside.atomic import write_atomic
 from ..resolve.controller import (
     ControllerState,
     controller_key_missing,

@@ -19,7 +19,7 @@ from typing import Any
 
 from ..fleet.diagnostics import FleetInvalid, excerpt
 from ..fleet.sources import fleet_paths
-from ..nodeside.files import write_atomic
+from ..nodeside.atomic import write_atomic
 from ..resolve import desired_state, load_fleet
 from ..resolve.keys import SSH_LIVENESS_OPTIONS, known_hosts_text, strict_ssh_options
 from ..resolve.types import DesiredState, NodeState

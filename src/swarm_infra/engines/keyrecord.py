@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..nodeside.files import write_atomic
+from ..nodeside.atomic import write_atomic
 from ..resolve.keys import wireguard_key_problem
 
 FILE_NAME = "wireguard-keys.json"

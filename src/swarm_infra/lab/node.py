@@ -27,6 +27,7 @@ import time
 from importlib import resources
 from pathlib import Path
 
+from ..nodeside.atomic import write_atomic
 from .network import wait_exit
 from .plan import LabNode
 from .state import state_dir
@@ -124,11 +125,7 @@ def _mkdirs_like(lower: Path, upper: Path, rel: str) -> Path:
 
 def _write(lower: Path, upper: Path, rel: str, text: str, mode: int = 0o644) -> None:
     parent = _mkdirs_like(lower, upper, str(Path(rel).parent))
-    path = parent / Path(rel).name
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.chmod(path, mode)
+    write_atomic(parent / Path(rel).name, text, mode)
 
 
 PIP_CA = "etc/ssl/certs/swarm-lab-index-ca.pem"

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..nodeside.atomic import write_atomic
 from ..resolve.keys import SSH_LIVENESS_OPTIONS, known_hosts_text, strict_ssh_options
 from .system import run
 
@@ -64,9 +65,8 @@ class LabState:
         d = state_dir()
         d.mkdir(parents=True, exist_ok=True)
         os.chmod(d, 0o700)
-        tmp = d / "state.json.tmp"
-        tmp.write_text(json.dumps({"sites": self.sites, "nodes": self.nodes, "host": self.host}, indent=2))
-        tmp.replace(d / "state.json")
+        state = {"sites": self.sites, "nodes": self.nodes, "host": self.host}
+        write_atomic(d / "state.json", json.dumps(state, indent=2), 0o644)
         self._write_connections()
 
     def _write_connections(self) -> None:

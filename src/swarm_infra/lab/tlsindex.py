@@ -32,6 +32,8 @@ from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from ..nodeside.atomic import write_atomic
+
 CA_NAME = "swarm lab package index CA"
 CA_DAYS = 3650
 SERVER_DAYS = 825
@@ -45,13 +47,6 @@ class TlsFiles:
     ca: Path
     cert: Path
     key: Path
-
-
-def _write_private(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-    os.chmod(path, 0o600)
 
 
 def ensure_tls(directory: Path, address: str) -> TlsFiles:
@@ -88,10 +83,8 @@ def ensure_tls(directory: Path, address: str) -> TlsFiles:
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
             .sign(ca_key, hashes.SHA256())
         )
-        _write_private(
-            ca_key_path,
-            ca_key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()),
-        )
+        private = ca_key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        write_atomic(ca_key_path, private, 0o600)
         files.ca.write_bytes(ca.public_bytes(pem))
         files.cert.unlink(missing_ok=True)
     ca = x509.load_pem_x509_certificate(files.ca.read_bytes())
@@ -117,9 +110,8 @@ def ensure_tls(directory: Path, address: str) -> TlsFiles:
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .sign(loaded, hashes.SHA256())
     )
-    _write_private(
-        files.key, key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
+    private = key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    write_atomic(files.key, private, 0o600)
     files.cert.write_bytes(cert.public_bytes(pem))
     return files
 

@@ -15,13 +15,13 @@ None keeps the node's content, the file must exist), "owner": str, "group": str,
 
 from __future__ import annotations
 
+import contextlib
 import grp
 import os
 import pwd
 import shutil
 import stat
 import tempfile
-from pathlib import Path
 from typing import Any
 
 
@@ -79,8 +79,22 @@ def plan(items: list[dict[str, Any]], root: str = "/") -> list[dict[str, Any]]:
     return out
 
 
+def _ids(item: dict[str, Any]) -> tuple[int, int]:
+    """The uid and gid of ``item``'s owner and group (names); LookupError for an unknown one,
+    as :func:`shutil.chown` raises."""
+    try:
+        uid = pwd.getpwnam(item["owner"]).pw_uid
+    except KeyError:
+        raise LookupError(f"no such user: {item['owner']!r}") from None
+    try:
+        gid = grp.getgrnam(item["group"]).gr_gid
+    except KeyError:
+        raise LookupError(f"no such group: {item['group']!r}") from None
+    return uid, gid
+
+
 def _attributes(path: str, item: dict[str, Any]) -> None:
-    shutil.chown(path, item["owner"], item["group"])
+    os.chown(path, *_ids(item))
     os.chmod(path, int(item["mode"], 8))
 
 
@@ -113,28 +127,55 @@ def converge(items: list[dict[str, Any]], check_mode: bool = False, root: str = 
             os.makedirs(path, exist_ok=True)
             _attributes(path, item)
         elif item["state"] == "file":
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            tmp = f"{path}.swarm-tmp"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, int(item["mode"], 8))
-            with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as fh:
-                fh.write(item["content"])
-            _attributes(tmp, item)
-            os.replace(tmp, path)
+            write_atomic(path, item["content"], int(item["mode"], 8), *_ids(item))
     real = [c for c in changes if c["action"] != "missing"]
     return {"changed": bool(real), "changes": changes, "changed_paths": [c["path"] for c in real]}
 
 
-def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
-    """``text`` into ``path`` whole, with ``mode`` (a temporary file in the same directory,
-    renamed over it: readers never see half a file, and a secret is never readable with a
-    wider mode first); the directory is made when missing. Raises OSError."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+# >>> write_atomic: verbatim from swarm_infra/nodeside/atomic.py (tests/unit/test_atomic_write.py)
+def write_atomic(
+    path: str | os.PathLike[str], data: bytes | str, mode: int, uid: int = -1, gid: int = -1
+) -> None:
+    """``data`` (bytes, or text written as UTF-8) into the file ``path``, whole, with the
+    permission bits ``mode`` and, where given, the owner ``uid`` and group ``gid`` (``-1``:
+    the writer's own); a missing parent directory is made (with the umask's mode).
+
+    Readers see the old file or the new one, never a part. A temporary file is made in the
+    same directory under a random name (:func:`tempfile.mkstemp`, which opens it with
+    ``O_CREAT|O_EXCL|O_NOFOLLOW``, mode 0600: a file or symbolic link planted in advance is
+    never written through), given its owner and then ``mode`` (so ``mode`` holds whatever
+    the umask, and a secret is never readable more widely) before any byte is written; it is
+    written, ``fsync``-ed, renamed over ``path`` (:func:`os.replace`: a symbolic link at
+    ``path`` is replaced, not followed), and the directory is ``fsync``-ed so that the
+    rename survives a crash. On any error the temporary file is removed and the error
+    raised (OSError, or TypeError for ``data`` of another type); ``path`` is then as it was.
+    """
+    directory, name = os.path.split(os.fspath(path))
+    directory = directory or "."
+    os.makedirs(directory, exist_ok=True)
+    blob = data.encode("utf-8", "surrogateescape") if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".swarm-tmp", dir=directory)
     try:
-        with os.fdopen(fd, "w") as out:
-            os.fchmod(out.fileno(), mode)
-            out.write(text)
+        try:
+            if uid != -1 or gid != -1:
+                os.fchown(fd, uid, gid)  # before the mode: a change of owner clears set-id bits
+            os.fchmod(fd, mode)
+            view = memoryview(blob)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
         raise
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+# <<< write_atomic

@@ -20,6 +20,7 @@ import contextlib
 import os
 import socket
 import stat
+import tempfile
 import time
 
 MAX_BYTES = 1024  # a token file is 65 bytes; anything longer than this is not one
@@ -77,23 +78,53 @@ def _holds(path: str, data: bytes) -> bool:
         return fh.read(MAX_BYTES + 1) == data
 
 
-def _write(path: str, data: bytes) -> None:
-    """``data`` into ``path`` atomically, mode 0600 from the start (a temporary file beside
-    it, created 0600 exclusively, synced, renamed over ``path``)."""
-    directory, name = os.path.split(path)
-    tmp = os.path.join(directory, f".{name}.swarm-{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+# >>> write_atomic: verbatim from swarm_infra/nodeside/atomic.py (tests/unit/test_atomic_write.py)
+def write_atomic(
+    path: str | os.PathLike[str], data: bytes | str, mode: int, uid: int = -1, gid: int = -1
+) -> None:
+    """``data`` (bytes, or text written as UTF-8) into the file ``path``, whole, with the
+    permission bits ``mode`` and, where given, the owner ``uid`` and group ``gid`` (``-1``:
+    the writer's own); a missing parent directory is made (with the umask's mode).
+
+    Readers see the old file or the new one, never a part. A temporary file is made in the
+    same directory under a random name (:func:`tempfile.mkstemp`, which opens it with
+    ``O_CREAT|O_EXCL|O_NOFOLLOW``, mode 0600: a file or symbolic link planted in advance is
+    never written through), given its owner and then ``mode`` (so ``mode`` holds whatever
+    the umask, and a secret is never readable more widely) before any byte is written; it is
+    written, ``fsync``-ed, renamed over ``path`` (:func:`os.replace`: a symbolic link at
+    ``path`` is replaced, not followed), and the directory is ``fsync``-ed so that the
+    rename survives a crash. On any error the temporary file is removed and the error
+    raised (OSError, or TypeError for ``data`` of another type); ``path`` is then as it was.
+    """
+    directory, name = os.path.split(os.fspath(path))
+    directory = directory or "."
+    os.makedirs(directory, exist_ok=True)
+    blob = data.encode("utf-8", "surrogateescape") if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".swarm-tmp", dir=directory)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o600)
+        try:
+            if uid != -1 or gid != -1:
+                os.fchown(fd, uid, gid)  # before the mode: a change of owner clears set-id bits
+            os.fchmod(fd, mode)
+            view = memoryview(blob)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+# <<< write_atomic
 
 
 def fetch(host: str, port: int, path: str, check_mode: bool = False) -> dict[str, object]:
@@ -119,7 +150,7 @@ def fetch(host: str, port: int, path: str, check_mode: bool = False) -> dict[str
         return {"changed": False}
     if not check_mode:
         try:
-            _write(path, data)
+            write_atomic(path, data, 0o600)
         except OSError as exc:
             return {"error": f"{path}: {exc.strerror or exc}"}
     return {"changed": True}

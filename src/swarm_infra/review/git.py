@@ -18,13 +18,14 @@ from __future__ import annotations
 import fnmatch
 import os
 import posixpath
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..fleet.diagnostics import Diagnostic, excerpt
 from ..fleet.sources import FLEET_NAME
+from ..gitrun import GitError as GitError  # re-exported: the review's callers catch it here
+from ..gitrun import git as gitrun
 
 ROOTS = ("inventory", "policies")
 REGULAR_MODES = ("100644", "100755")
@@ -50,27 +51,11 @@ RULE_PATTERNS = (
 )
 
 
-class GitError(Exception):
-    """A git command failed (not a repository, an unknown ref); the message says which."""
-
-
 def git(repo: Path, *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None) -> bytes:
-    """The stdout of ``git -C repo ARGS`` (``env``: variables added to the environment);
-    raises :class:`GitError` with git's message."""
-    try:
-        done = subprocess.run(
-            ["git", "-C", str(repo), *args],
-            input=stdin,
-            capture_output=True,
-            check=False,
-            env={**os.environ, **env} if env else None,
-        )
-    except OSError as exc:
-        raise GitError(f"cannot run git: {exc}") from None
-    if done.returncode != 0:
-        message = done.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise GitError(f"git {args[0]}: {excerpt(message[-1] if message else 'failed', 300)}")
-    return done.stdout
+    """The stdout of ``git -C repo ARGS``, run by :func:`swarm_infra.gitrun.git`: a clean
+    environment (no ``GIT_*`` variable or user configuration of the caller's; ``env``: the
+    variables added), a time limit. Raises :class:`GitError` with git's message."""
+    return gitrun(["-C", str(repo), *args], stdin=stdin, env=env).stdout
 
 
 def resolve_ref(repo: Path, ref: str) -> str:
