@@ -421,7 +421,7 @@ def _pyinfra(
             if reported
             else {}
         )
-        mp.setattr(O, "peer_keys", lambda n: O.wireguard_peer_keys(n, {}, peers))
+        mp.setattr(O.mesh, "peer_keys", lambda n: O.wireguard_peer_keys(n, {}, peers))
         mp.setattr(O.managed_file, "_inner", lambda **kw: iter([recorder.managed_file(**kw)]))
         L.layer(layer)
     return managed

@@ -26,7 +26,7 @@ import swarm as swarm_filters  # noqa: E402  (the Ansible filter plugin, as Ansi
 
 
 class _State:
-    """Stands for pyinfra's State (the operations keep per-state data in weak maps)."""
+    """Stands for pyinfra's State (the operations keep each State's Run in a weak map)."""
 
 
 def test_the_wireguard_role_fails_the_node_that_reports_a_poisoned_key() -> None:
@@ -71,8 +71,8 @@ def test_pyinfra_refuses_the_key_naming_the_node(monkeypatch: pytest.MonkeyPatch
 
 def test_pyinfra_refuses_a_poisoned_key_read_from_the_snapshot(monkeypatch: pytest.MonkeyPatch) -> None:
     path = NODES["lab-gpu-2"]["layout"]["files"]["wireguard_key"]["path"]
-    monkeypatch.setattr(O, "snapshot", lambda: {"public_keys": {path: POISONED}})
-    monkeypatch.setattr(O, "host", SimpleNamespace(state=_State(), name="lab-gpu-2"))
+    monkeypatch.setattr(O.mesh, "snapshot", lambda: {"public_keys": {path: POISONED}})
+    monkeypatch.setattr(O.mesh, "host", SimpleNamespace(state=_State(), name="lab-gpu-2"))
     with pytest.raises(O.OperationError, match="lab-gpu-2"):
         list(O.wireguard_key._inner(path=path))
 
@@ -166,8 +166,9 @@ def test_pyinfra_refuses_a_heads_token_that_is_not_one(monkeypatch: pytest.Monke
     state = _State()
     state.inventory = [head]  # type: ignore[attr-defined]
     state.active_hosts = [head]  # type: ignore[attr-defined]
-    monkeypatch.setattr(O, "host", SimpleNamespace(state=state, name="lab-gpu-1"))
-    monkeypatch.setattr(O, "snapshot", lambda: {"paths": {}})
+    for module in (O.ray, O.run):  # the operation's module, and changing()'s
+        monkeypatch.setattr(module, "host", SimpleNamespace(state=state, name="lab-gpu-1"))
+    monkeypatch.setattr(O.ray, "snapshot", lambda: {"paths": {}})
     head_out[:] = BAD_TOKEN.splitlines()
     with pytest.raises(
         O.OperationError, match="lab-gpu-1: the Ray token read from lab-head-1 is refused"

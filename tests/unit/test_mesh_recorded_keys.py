@@ -221,7 +221,7 @@ def test_the_peer_keys_filter_uses_the_recorded_key_over_the_plays_hostvars(keye
 
 
 class _State:
-    """Stands for pyinfra's State (the operations keep per-state data in weak maps)."""
+    """Stands for pyinfra's State (the operations keep each State's Run in a weak map)."""
 
 
 def test_pyinfra_refuses_a_node_holding_another_key_than_recorded() -> None:
@@ -242,8 +242,8 @@ def test_pyinfra_checks_the_key_read_from_the_node_against_the_recorded_one(
 ) -> None:
     node = keyed["lab-gpu-2"]
     path = node["layout"]["files"]["wireguard_key"]["path"]
-    monkeypatch.setattr(O, "snapshot", lambda: {"public_keys": {path: OTHER}})
-    monkeypatch.setattr(O, "host", SimpleNamespace(state=_State(), name="lab-gpu-2"))
+    monkeypatch.setattr(O.mesh, "snapshot", lambda: {"public_keys": {path: OTHER}})
+    monkeypatch.setattr(O.mesh, "host", SimpleNamespace(state=_State(), name="lab-gpu-2"))
     with pytest.raises(O.OperationError, match="recorded in the fleet"):
         list(O.wireguard_key._inner(path=path, declared=node["mesh"]["public_key"]))
 

@@ -120,7 +120,7 @@ class Run:
     fact_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
     def snapshot_cached(self) -> bool:
-        return HOST in ops._SNAPSHOTS.get(self.state, {})
+        return HOST in ops.run_of(self.state).snapshots
 
 
 class Node:
@@ -202,7 +202,7 @@ def test_operation_case(op_name: str, case: dict[str, Any]) -> None:
     node = Node(parse_value(case.get("facts", {})))
     # As read by an earlier operation of the run: the case's operation must use it (the
     # fact is not given again) and drop it exactly when it changes something.
-    ops._SNAPSHOTS[node.state] = {HOST: parse_value(full_snapshot(case.get("snapshot")))}
+    ops.run_of(node.state).snapshots = {HOST: parse_value(full_snapshot(case.get("snapshot")))}
     op = getattr(ops, op_name)
     kwargs = parse_value(case.get("kwargs", {}))
     if "exception" in case:
@@ -308,7 +308,7 @@ def test_the_snapshot_is_read_once_and_again_after_a_change() -> None:
 )
 def test_unit_state_reads_systemctl_show(enabled: str, active: str, want: dict[str, bool]) -> None:
     node = Node({})
-    ops._SNAPSHOTS[node.state] = {
+    ops.run_of(node.state).snapshots = {
         HOST: full_snapshot({"units": {"x.service": {"enabled": enabled, "active": active}}})
     }
     with ctx_state.use(node.state), ctx_host.use(node.host):
@@ -327,7 +327,7 @@ def test_unit_state_reads_systemctl_show(enabled: str, active: str, want: dict[s
 )
 def test_storage_record(text: str | None, want: dict[str, Any]) -> None:
     node = Node({})
-    ops._SNAPSHOTS[node.state] = {HOST: full_snapshot({"texts": {f"{L['storage_record']}": text}})}
+    ops.run_of(node.state).snapshots = {HOST: full_snapshot({"texts": {f"{L['storage_record']}": text}})}
     with ctx_state.use(node.state), ctx_host.use(node.host):
         assert ops.storage_record() == want
 
@@ -381,7 +381,7 @@ def test_a_new_file_in_a_new_directory_shows_its_diff_before_the_first_command(c
         },
         diff=True,
     )
-    ops._SNAPSHOTS[node.state] = {HOST: full_snapshot({})}
+    ops.run_of(node.state).snapshots = {HOST: full_snapshot({})}
     with caplog.at_level(logging.INFO), ctx_state.use(node.state), ctx_host.use(node.host):
         first = next(ops.managed_file._inner(path=f"{L['etc_dir']}/a.conf", text="a = 1\n", **ROOT_0644))
     # A check run stops at the first command (mkdir): the diff must be logged by then.
@@ -398,7 +398,7 @@ ROOT_0644 = {"owner": "root", "group": "root", "mode": "0644"}
 
 def test_wireguard_key_callback_keeps_the_public_key_made_on_the_node() -> None:
     node = Node({})
-    ops._SNAPSHOTS[node.state] = {HOST: full_snapshot({"public_keys": {f"{L['wireguard_key']}": None}})}
+    ops.run_of(node.state).snapshots = {HOST: full_snapshot({"public_keys": {f"{L['wireguard_key']}": None}})}
     run = node(ops.wireguard_key, path=f"{L['wireguard_key']}")
     read = run.commands[1].function
     asked = []
@@ -419,7 +419,7 @@ def test_wireguard_key_callback_keeps_the_public_key_made_on_the_node() -> None:
 
 def test_wireguard_key_found_is_kept_for_the_peers() -> None:
     node = Node({})
-    ops._SNAPSHOTS[node.state] = {HOST: full_snapshot({"public_keys": {"/k": wgkey("pub")}})}
+    ops.run_of(node.state).snapshots = {HOST: full_snapshot({"public_keys": {"/k": wgkey("pub")}})}
     assert node(ops.wireguard_key, path="/k").commands == []
     assert ops.public_keys(node.state) == {HOST: wgkey("pub")}
 
@@ -457,7 +457,7 @@ def test_wireguard_peers_file(gpu1: dict[str, Any], recorded: str | None, want: 
         },
     }
     node = Node(facts, node=gpu1)
-    ops._SNAPSHOTS[node.state] = {HOST: full_snapshot({"texts": {peers: recorded}})}
+    ops.run_of(node.state).snapshots = {HOST: full_snapshot({"texts": {peers: recorded}})}
     ops.public_keys(node.state).update({"lab-gpu-2": wgkey("new2"), "lab-gpu-1": wgkey("self")})
     run = node(ops.wireguard_file, node=gpu1, which="peers")
     upload, *rest = [render(c) for c in run.commands]
@@ -469,7 +469,9 @@ def test_wireguard_peers_file(gpu1: dict[str, Any], recorded: str | None, want: 
     found = {"type": "file", "sha1": hashlib.sha1(upload[1].encode()).hexdigest()} | {
         "owner": "root", "group": "root", "mode": "0644",
     }  # fmt: skip
-    ops._SNAPSHOTS[again.state] = {HOST: full_snapshot({"texts": {peers: recorded}, "paths": {peers: found}})}
+    ops.run_of(again.state).snapshots = {
+        HOST: full_snapshot({"texts": {peers: recorded}, "paths": {peers: found}})
+    }
     ops.public_keys(again.state).update({"lab-gpu-2": wgkey("new2"), "lab-gpu-1": wgkey("self")})
     assert again(ops.wireguard_file, node=gpu1, which="peers").commands == []
 
@@ -484,7 +486,7 @@ def test_wireguard_conf_holds_the_known_peers_and_never_a_private_key(gpu1: dict
         },
         node=gpu1,
     )
-    ops._SNAPSHOTS[node.state] = {
+    ops.run_of(node.state).snapshots = {
         HOST: full_snapshot({"texts": {peers: json.dumps({"lab-head-1": wgkey("head")})}})
     }
     ops.public_keys(node.state).update({"lab-gpu-2": wgkey("new2"), "lab-gpu-1": wgkey("self")})
@@ -502,7 +504,7 @@ SYNC_NODE_PEERS = json.dumps({"node-2": P2, "node-3": P3})
 
 def sync_case(running: str | None, meta: Meta) -> Run:
     node = Node({})
-    ops._SNAPSHOTS[node.state] = {
+    ops.run_of(node.state).snapshots = {
         HOST: full_snapshot(
             {"wireguard": {"wg0": running}, "texts": {f"{L['wireguard_peers']}": SYNC_NODE_PEERS}}
         )
@@ -564,7 +566,7 @@ def test_wireguard_sync_script_splices_the_key_from_its_file_under_the_interface
     node_data = node_fixture()
     node_data["layout"]["files"]["wireguard_key"]["path"] = str(key)
     node = Node({}, node=node_data)
-    ops._SNAPSHOTS[node.state] = {HOST: full_snapshot({"wireguard": {"wg0": ""}})}
+    ops.run_of(node.state).snapshots = {HOST: full_snapshot({"wireguard": {"wg0": ""}})}
     (command,) = node(ops.wireguard_sync, node=node_data, when_config_changed=Meta(True, True)).commands
     env = {"PATH": f"{bin_}:/usr/bin:/bin"}
     proc = subprocess.run(["sh", "-c", command.get_raw_value()], env=env, capture_output=True, text=True)
@@ -589,7 +591,7 @@ def test_mount_fstab_script_replaces_the_mount_points_line_and_keeps_the_rest(tm
     )
     fstab.write_text(before)
     node = Node({})
-    ops._SNAPSHOTS[node.state] = {
+    ops.run_of(node.state).snapshots = {
         HOST: full_snapshot({"texts": {"/etc/fstab": before}, "mounts": {"/scratch": None}})
     }
     kw = {"source": "LABEL=swarmscratch", "path": "/scratch", "fstype": "xfs", "options": ["noatime"]}
@@ -626,7 +628,7 @@ def test_mdadm_conf_script_keeps_other_arrays_and_replaces_its_own(tmp_path: Pat
         if before is not None:
             conf.write_text(before)
         node = Node({"facts.MdadmBrief": {"array=/dev/md/scratch": line}})
-        ops._SNAPSHOTS[node.state] = {HOST: full_snapshot({"texts": {str(conf): before}})}
+        ops.run_of(node.state).snapshots = {HOST: full_snapshot({"texts": {str(conf): before}})}
         (command,) = node(ops.mdadm_conf, array="/dev/md/scratch", path=str(conf)).commands
         subprocess.run(["sh", "-c", render(command)["sh -c"]], check=True)
         assert conf.read_text() == after

@@ -63,10 +63,7 @@ def test_no_python_code_builds_a_key_into_argv() -> None:
 def test_wireguard_private_key_never_leaves_the_node_in_pyinfra() -> None:
     """The pyinfra engine makes the key on the node with umask 077 and reads back only the
     public half (the same one task as the wireguard role)."""
-    text = (ROOT / "src/swarm_infra/engines/pyinfra/operations.py").read_text()
-    mesh = text[
-        text.index("# ------------------------------------------------------------------------------- mesh") :
-    ]
+    mesh = (ROOT / "src/swarm_infra/engines/pyinfra/operations/mesh.py").read_text()
     assert '"umask", "077", "&&", "wg", "genkey"' in mesh and '"wg", "pubkey", "<"' in mesh
     assert "wg showconf" not in mesh and "cat " not in mesh and '"cat"' not in mesh
 
@@ -78,5 +75,5 @@ def test_the_ray_token_is_never_logged_nor_in_argv() -> None:
     tasks = yaml.safe_load((ROOT / "roles/ray/tasks/main.yml").read_text())
     touching = [t for t in tasks if any(m in t for m in ("ansible.builtin.slurp", "ansible.builtin.copy"))]
     assert touching and all(t.get("no_log") is True for t in touching), [t["name"] for t in touching]
-    text = (ROOT / "src/swarm_infra/engines/pyinfra/operations.py").read_text()
+    text = (ROOT / "src/swarm_infra/engines/pyinfra/operations/ray.py").read_text()
     assert '"umask 077 && cat > {shlex.quote(path)}"), _stdin=text)' in text

@@ -317,7 +317,7 @@ def _run_batch(
                 data = state.get_op_data_for_host(h, op_hash)
                 ifs = data.global_arguments.get("_if")
                 ifs = ifs if isinstance(ifs, list) else [ifs] if ifs else []
-                would = bool(data.operation_meta._maybe_is_change) and all(f() for f in ifs)
+                would = ops.would_change(data.operation_meta) and all(f() for f in ifs)
                 reporter.result(h.name, "ok", names, changed=would, op=op_hash)
             continue
 
