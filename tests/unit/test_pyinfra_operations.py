@@ -633,3 +633,25 @@ def test_mdadm_conf_script_keeps_other_arrays_and_replaces_its_own(tmp_path: Pat
         subprocess.run(["sh", "-c", render(command)["sh -c"]], check=True)
         assert conf.read_text() == after
         assert oct(conf.stat().st_mode & 0o777) == "0o644"
+
+
+def test_mdadm_conf_script_does_not_write_through_a_link_at_the_old_temporary_name(tmp_path: Path) -> None:
+    """The script wrote ``path.swarm-tmp`` with the shell's ``>`` (O_TRUNC, no O_EXCL): a link
+    planted there sent the file's text to the link's target. It now writes a ``mktemp`` file
+    (operations/storage.py replace_script) and leaves nothing else behind."""
+    victim = tmp_path / "victim"
+    victim.write_text("untouched\n")
+    conf = tmp_path / "mdadm" / "mdadm.conf"
+    conf.parent.mkdir()
+    Path(f"{conf}.swarm-tmp").symlink_to(victim)
+    line = "ARRAY /dev/md/scratch metadata=1.2 name=node-1:scratch UUID=a:b:c:d"
+    node = Node({"facts.MdadmBrief": {"array=/dev/md/scratch": line}})
+    ops.run_of(node.state).snapshots = {HOST: full_snapshot({"texts": {str(conf): None}})}
+    (command,) = node(ops.mdadm_conf, array="/dev/md/scratch", path=str(conf)).commands
+    subprocess.run(["sh", "-c", render(command)["sh -c"]], check=True)
+    assert victim.read_text() == "untouched\n" and conf.read_text() == line + "\n"
+    assert sorted(p.name for p in conf.parent.iterdir()) == ["mdadm.conf", "mdadm.conf.swarm-tmp"]
+    # A step that fails removes its temporary file and fails the command.
+    failing = render(command)["sh -c"].replace("chmod 0644", "false && chmod 0644")
+    assert subprocess.run(["sh", "-c", failing]).returncode == 1
+    assert sorted(p.name for p in conf.parent.iterdir()) == ["mdadm.conf", "mdadm.conf.swarm-tmp"]

@@ -54,11 +54,9 @@ def mdadm_conf(array: str, path: str) -> Generator[StringCommand, None, None]:
     prefix = f"ARRAY {array} "
     if [ln for ln in text_lines(snapshot()["texts"].get(path)) if ln.startswith(prefix)] == [line]:
         return
-    p, tmp = shlex.quote(path), shlex.quote(f"{path}.swarm-tmp")
-    script = (
-        f"mkdir -p {shlex.quote(str(Path(path).parent))} && touch {p} && "
-        f"{{ grep -v {shlex.quote('^' + prefix)} {p}; echo {shlex.quote(line)}; }} > {tmp} && "
-        f"chmod 0644 {tmp} && mv {tmp} {p}"
+    p = shlex.quote(path)
+    script = f"mkdir -p {shlex.quote(str(Path(path).parent))} && touch {p} && " + replace_script(
+        path, f"{{ grep -v {shlex.quote('^' + prefix)} {p}; echo {shlex.quote(line)}; }}"
     )
     changing()
     yield StringCommand("sh", "-c", QuoteString(script))
@@ -95,10 +93,23 @@ def _fstab_mine(path: str) -> list[str]:
     ]
 
 
+def replace_script(path: str, produce: str) -> str:
+    """A POSIX sh command that replaces ``path`` (0644) with what the shell command
+    ``produce`` prints: into a new file of a random name beside it (``mktemp``: O_EXCL, mode
+    0600, so nothing planted at a predictable name is followed), then renamed over ``path``;
+    the temporary file is removed when a step fails. The node-side counterpart of
+    ``nodeside.atomic.write_atomic`` for files a pyinfra command computes on the node."""
+    tmp = shlex.quote(f"{path}.XXXXXXXX")
+    return (
+        f'tmp=$(mktemp {tmp}) && {{ {produce} > "$tmp" && chmod 0644 "$tmp" && '
+        f'mv "$tmp" {shlex.quote(path)}; }} || {{ rm -f "$tmp"; exit 1; }}'
+    )
+
+
 def _fstab_script(path: str, line: str | None) -> str:
-    keep = f"awk -v p={shlex.quote(path)} '$1 ~ /^#/ || $2 != p' /etc/fstab > /etc/fstab.swarm-tmp"
-    add = f" && echo {shlex.quote(line)} >> /etc/fstab.swarm-tmp" if line else ""
-    return keep + add + " && chmod 0644 /etc/fstab.swarm-tmp && mv /etc/fstab.swarm-tmp /etc/fstab"
+    keep = f"awk -v p={shlex.quote(path)} '$1 ~ /^#/ || $2 != p' /etc/fstab"
+    add = f" && echo {shlex.quote(line)}" if line else ""
+    return replace_script("/etc/fstab", f"{{ {keep}{add}; }}")
 
 
 @operation()
