@@ -15,7 +15,7 @@ import pytest
 from swarm_infra.engines.inventory import inventory_hosts
 from swarm_infra.engines.pyinfra import layers as L
 from swarm_infra.engines.pyinfra.inventory import inventory_groups
-from swarm_infra.engines.pyinfra.runner import plan, select
+from swarm_infra.engines.pyinfra.runner import plan
 from swarm_infra.resolve import desired_state, load_fleet
 from swarm_infra.resolve.rollout import batch_failed, rollout_batches
 
@@ -137,19 +137,6 @@ def test_the_run_follows_the_playbooks_keys_first_and_the_ray_head_before_its_wo
     )
     assert not ray[0].batched and ray[1].batched
     assert [s.functions for s in plan("host", hosts)] == [L.LAYERS["host"]]
-
-
-def test_limit_takes_hosts_and_groups_with_globs() -> None:
-    hosts = inventory_hosts(state_of("lab"))
-    names = {h.name for h in hosts}
-    assert {h.name for h in select(hosts, None)} == names
-    assert {h.name for h in select(hosts, "lab-gpu-1")} == {"lab-gpu-1"}
-    by_group = {h.name for h in hosts if "site_lab_a" in h.groups}
-    assert {h.name for h in select(hosts, "site_lab_a")} == by_group
-    assert {h.name for h in select(hosts, "lab-gpu-*,lab-head-1")} == names & (
-        {"lab-head-1"} | {n for n in names if n.startswith("lab-gpu-")}
-    )
-    assert select(hosts, "nothing-like-this") == []
 
 
 def test_inventory_groups_put_data_on_all_only() -> None:

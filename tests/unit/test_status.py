@@ -30,6 +30,7 @@ from swarm_infra.agent.report import (
 )
 from swarm_infra.agent.status import CONVERGED, judge, stale_after_s
 from swarm_infra.cli import build_parser
+from swarm_infra.cli.common import exit_code
 from swarm_infra.cli.status import cmd_status
 from swarm_infra.resolve import desired_state, load_fleet
 from swarm_infra.resolve.files import AGENT_RUN_TIMEOUT_S
@@ -229,8 +230,11 @@ def _run(pages: dict[str, str], *argv: str) -> int:
             raise ReportInvalid(f"{where}: cannot be read (timed out)")
         return parse_node_report(pages[where])
 
-    args = build_parser().parse_args(["status", "--fleet", "lab", *argv])
-    return cmd_status(args, read=read, clock=lambda: NOW)
+    try:  # a refused argument or fleet exits 2 as `swarm` does (cli.main returns the code)
+        args = build_parser().parse_args(["status", "--fleet", "lab", *argv])
+        return cmd_status(args, read=read, clock=lambda: NOW)
+    except SystemExit as exc:
+        return exit_code(exc)
 
 
 def test_status_shows_each_pull_node_and_exits_0_when_all_hold_the_tracked_commit(

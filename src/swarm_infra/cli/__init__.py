@@ -3,7 +3,10 @@
 One module per command group: ``init`` (a new fleet), ``fleet`` (validate, plan), ``mesh``
 (allocate), ``render``, ``review``, ``converge``, ``verify``, ``lab``, ``metrics``, ``pull``
 (agent run, node bootstrap), ``status`` (the pull agents' reports, read over the mesh).
-Exit codes: :data:`.common.EXIT_CODES`, the same for every command.
+Exit codes: :data:`.common.EXIT_CODES`, the same for every command. What every command
+shares is in :mod:`.common`: the output path (:func:`.common.output`), the fleet loader
+(:func:`.common.load`), ``--limit`` and ``--format``, argument types, and the parser whose
+usage errors are one line (:class:`.common.Parser`).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from importlib import metadata
 
 from .. import hosttools
 from . import converge, fleet, init, lab, mesh, metrics, pull, render, review, status, verify
-from .common import EXIT_CODES, EXIT_FAILURE, EXIT_INVALID, silence
+from .common import EXIT_CODES, EXIT_INVALID, Parser, exit_code, output
 
 
 def _version() -> str:
@@ -26,7 +29,7 @@ def _version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="swarm",
         description="Swarm infrastructure pipeline: validate the declared fleet and show the "
         "desired state it resolves to, render the cluster's Kubernetes objects, review a "
@@ -51,19 +54,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    # A command that starts host programs names their areas (hosttools.AREAS): one missing is
-    # said before any work, with its package and the install step, never as a bare
-    # "[Errno 2]" minutes in.
-    absent = hosttools.missing(getattr(args, "host_tools", ()))
-    if absent:
-        for line in hosttools.missing_message(absent).splitlines():
-            print(f"swarm {args.command}: {line}", file=sys.stderr)
-        return EXIT_INVALID
-    try:
-        return args.func(args)
-    except BrokenPipeError:
-        # Output the command did not expect to lose (its results go through common.emit,
-        # which keeps their exit code when the reader leaves early): never a success.
-        silence(sys.stdout)
-        return EXIT_FAILURE
+    """Run ``swarm ARGV`` (default: ``sys.argv[1:]``) and return its exit code (a usage
+    error's, ``--help``'s and ``--version``'s included); everything written goes through
+    :func:`.common.output`."""
+    with output():
+        try:
+            args = build_parser().parse_args(argv)
+            # A command that starts host programs names their areas (hosttools.AREAS): one
+            # missing is said before any work, with its package and the install step, never
+            # as a bare "[Errno 2]" minutes in.
+            absent = hosttools.missing(getattr(args, "host_tools", ()))
+            if absent:
+                for line in hosttools.missing_message(absent).splitlines():
+                    print(f"swarm {args.command}: {line}", file=sys.stderr)
+                return EXIT_INVALID
+            return int(args.func(args))
+        except SystemExit as exc:  # argparse, and the loader's and --limit's refusals
+            return exit_code(exc)

@@ -13,7 +13,16 @@ from ..engines import keyrecord
 from ..engines.ansible.progress import Progress
 from ..engines.ansible.runner import LAYERS, run_playbook
 from ..resolve.types import DesiredState
-from .common import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, fleet_inventory, inventory_args, simulated_nodes
+from .common import (
+    EXIT_FAILURE,
+    EXIT_INVALID,
+    EXIT_OK,
+    fleet_inventory,
+    inventory_args,
+    limit_arg,
+    limited,
+    simulated_nodes,
+)
 
 
 def cmd_converge(args: argparse.Namespace) -> int:
@@ -21,6 +30,8 @@ def cmd_converge(args: argparse.Namespace) -> int:
     if isinstance(found, int):
         return found
     inventory, state = found
+    # The one --limit grammar, resolved here: both engines get the names it selects.
+    hosts = limited(args.limit, state["nodes"], "converge")
     if state["rollout"]["kubernetes_context"] and not args.check:
         # The drivers' reboot drains through kubectl on this host: without it, a node would
         # be taken for "not a Kubernetes node" and reboot undrained.
@@ -47,7 +58,7 @@ def cmd_converge(args: argparse.Namespace) -> int:
     if simulated:
         print(f"note: {len(simulated)} node(s) use the SIMULATED NVML backend (no real GPU is touched)")
     if args.engine == "pyinfra":
-        rc = _converge_pyinfra(args, state, simulated, keys)
+        rc = _converge_pyinfra(args, state, hosts, simulated, keys)
         _record_keys(args, inventory, state, keys)
         return rc
     progress = Progress(sys.stdout, verbose=args.verbose, show_diff=args.diff)
@@ -57,7 +68,7 @@ def cmd_converge(args: argparse.Namespace) -> int:
         inventory,
         check=args.check,
         diff=args.diff,
-        limit=args.limit,
+        limit=",".join(hosts) if hosts is not None else None,
         extravars={
             "wireguard_key_record": dict(keys.recorded),
             "wireguard_key_change_accepted": sorted(keys.accepted),
@@ -156,17 +167,19 @@ def _record_keys(
 
 
 def _converge_pyinfra(
-    args: argparse.Namespace, state: DesiredState, simulated: list[str], keys: keyrecord.KeyCheck
+    args: argparse.Namespace,
+    state: DesiredState,
+    names: list[str] | None,
+    simulated: list[str],
+    keys: keyrecord.KeyCheck,
 ) -> int:
+    """Converge the nodes ``names`` (None: every node) with pyinfra; the exit code."""
     from ..engines.inventory import inventory_hosts
-    from ..engines.pyinfra.runner import Reporter, run, select
+    from ..engines.pyinfra.runner import Reporter, run
     from ..lab.state import read_connections
 
     inventory = Path(args.inventory or f"inventory/{args.fleet}")
-    hosts = select(inventory_hosts(state, read_connections()), args.limit)
-    if not hosts:
-        print(f"swarm converge: --limit {args.limit} matches no host", file=sys.stderr)
-        return EXIT_INVALID
+    hosts = [h for h in inventory_hosts(state, read_connections()) if names is None or h.name in names]
     reporter = Reporter(sys.stdout, verbose=args.verbose, show_diff=args.diff)
     rc = run(
         args.layer,
@@ -208,19 +221,17 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     inventory_args(p)
     p.add_argument(
-        "--layer", choices=LAYERS, default="site", help="node layer, or site for all (default: site)"
+        "--layer", choices=LAYERS, default="site", help="node layer, or site for all (default: %(default)s)"
     )
     p.add_argument(
         "--engine",
         choices=("ansible", "pyinfra"),
         default="ansible",
-        help="ansible (ansible-playbook) or pyinfra (its Python API); the same result (default: ansible)",
+        help="ansible (ansible-playbook) or pyinfra (its Python API); the same result (default: %(default)s)",
     )
     p.add_argument("--check", action="store_true", help="report what would change, change nothing")
     p.add_argument("--diff", action="store_true", help="show file and setting differences")
-    p.add_argument(
-        "--limit", metavar="PATTERN", help="hosts or groups (site_X, gpu), comma-separated; globs allowed"
-    )
+    limit_arg(p)
     p.add_argument(
         "--accept-key-change",
         action="append",

@@ -7,18 +7,14 @@ import json
 import sys
 from typing import Any
 
-from ..fleet.diagnostics import FleetInvalid
-from ..resolve import desired_state, load_fleet, validate
+from ..resolve import desired_state
 from ..resolve.keys import ssh_host_key_fingerprint
 from ..resolve.types import ClusterState, GpuSettings, NodeState
-from .common import EXIT_INVALID, EXIT_OK, FLEET_HELP, emit, fleet_args, fleet_paths, simulated_nodes
+from .common import EXIT_INVALID, EXIT_OK, FLEET_HELP, emit, fleet_args, load, simulated_nodes, validation
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    try:
-        report = validate(fleet_paths(args)).report
-    except FleetInvalid as exc:  # an unknown --fleet
-        report = exc.report
+    report = validation(args).report  # the report is the output, also of an unknown --fleet
     emit(report.json() if args.format == "json" else report.text())
     return EXIT_OK if report.ok else EXIT_INVALID
 
@@ -148,12 +144,8 @@ def render_cluster(cluster: ClusterState) -> str:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    try:
-        analysis = load_fleet(fleet_paths(args))
-    except FleetInvalid as exc:
-        print(exc.report.text(), file=sys.stderr)
-        return EXIT_INVALID
-    state: dict[str, Any] = dict(desired_state(analysis))  # narrowed to the nodes asked for below
+    # Narrowed to the nodes asked for below.
+    state: dict[str, Any] = dict(desired_state(load(args, "plan", None)))
     if args.node:
         unknown = [n for n in args.node if n not in state["nodes"]]
         if unknown:
@@ -188,7 +180,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "file:line:col: severity[rule]: $.json.path: message. " + FLEET_HELP,
         epilog="Example: swarm validate inventory/example policies/example policies/shared",
     )
-    fleet_args(p)
+    fleet_args(p, "text", "json")
     p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser(
@@ -199,6 +191,6 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "queues and quotas. JSON output is stable (sorted) for diffing. " + FLEET_HELP,
         epilog="Example: swarm plan --fleet example --node fra1-gpu-01 --format json",
     )
-    fleet_args(p)
+    fleet_args(p, "text", "json")
     p.add_argument("--node", action="append", metavar="NODE", help="only this node (repeatable)")
     p.set_defaults(func=cmd_plan)

@@ -12,14 +12,22 @@ from pathlib import Path
 
 from ..engines import controller, keyrecord
 from ..engines.inventory import InventorySourceError, fleet_state, inventory_hosts, ssh_argv
-from ..fleet.diagnostics import FleetInvalid
 from ..lab import join, manager
 from ..lab.state import LabState, connection_file, read_connections, ssh_command
 from ..lab.system import LabError, require_root
-from ..resolve import desired_state, load_fleet
+from ..resolve import desired_state
 from ..resolve.analysis import Analysis
 from ..resolve.controller import controller_peer_keys, controller_state
-from .common import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, fleet_args, fleet_paths
+from .common import (
+    EXIT_FAILURE,
+    EXIT_INVALID,
+    EXIT_OK,
+    fleet_args,
+    fleet_paths,
+    format_arg,
+    invalid_fleet_exits,
+    load,
+)
 
 LAB_HELP = """\
 A fleet of real Linux nodes on this machine, to converge and verify without a cloud.
@@ -34,12 +42,7 @@ WireGuard runs in userspace (wireguard-go). Needs root.
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    try:
-        analysis = load_fleet(fleet_paths(args))
-    except FleetInvalid as exc:
-        print(exc.report.text(), file=sys.stderr)
-        print("swarm lab up: the fleet is invalid; nothing was created", file=sys.stderr)
-        return EXIT_INVALID
+    analysis = load(args, "lab up", "nothing was created")
     try:
         outcome = manager.up(analysis, log=_log, unseeded=args.unseeded)
     except ValueError as exc:
@@ -176,14 +179,13 @@ def cmd_fleet(args: argparse.Namespace) -> int:
               file=sys.stderr)  # fmt: skip
         return EXIT_INVALID
     try:
-        written = write_lab_fleet(Path.cwd(), args.nodes, ray=not args.no_ray)
+        # The lab fleet it copies from may be invalid.
+        with invalid_fleet_exits(
+            "lab fleet", "nothing was written", "the lab fleet (inventory/lab, policies/lab)"
+        ):
+            written = write_lab_fleet(Path.cwd(), args.nodes, ray=not args.no_ray)
     except (ValueError, FileNotFoundError) as exc:
         print(f"swarm lab fleet: {exc} (run it from the repository root)", file=sys.stderr)
-        return EXIT_INVALID
-    except FleetInvalid as exc:  # the lab fleet it copies from
-        print(exc.report.text(), file=sys.stderr)
-        print("swarm lab fleet: the lab fleet (inventory/lab, policies/lab) is invalid; nothing was written",
-              file=sys.stderr)  # fmt: skip
         return EXIT_INVALID
     for d in written:
         print(f"wrote  {d.relative_to(Path.cwd())}/")
@@ -307,7 +309,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "in it and whether SSH answers; then the connection file the inventory reads.",
         epilog="Exit codes: 0 every node is running or degraded (or no lab is up); 1 a node is not.",
     )
-    p.add_argument("--format", choices=("text", "json"), default="text")
+    format_arg(p, "text", "json")
     p.set_defaults(func=_guarded(cmd_status), host_tools=("lab-access",))
     p = labsub.add_parser(
         "ssh",

@@ -18,15 +18,26 @@ from pathlib import Path
 import yaml
 
 from ..engines import controller, keyrecord
-from ..fleet.diagnostics import FleetInvalid, Report
+from ..fleet.diagnostics import Report
 from ..fleet.sources import fleet_paths as inventory_fleet_paths
 from ..nodeside.atomic import write_atomic
-from ..resolve import load_fleet, validate
+from ..resolve import load_fleet
 from ..resolve.analysis import Analysis
 from ..resolve.controller import controller_peer_keys, controller_state
 from ..resolve.files import UnsafeValue
 from ..resolve.mesh import allocate, record_yaml
-from .common import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, FLEET_HELP, emit, fleet_paths, output_problem
+from .common import (
+    EXIT_FAILURE,
+    EXIT_INVALID,
+    EXIT_OK,
+    FLEET_HELP,
+    emit,
+    fleet_args,
+    invalid_fleet_exits,
+    inventory_args,
+    output_problem,
+    validation,
+)
 
 RECORD_FILE = "mesh-addresses.yaml"
 # What allocate exists to repair; any other error stops it (a Node document that failed its
@@ -40,11 +51,7 @@ def cmd_allocate(args: argparse.Namespace) -> int:
     if problem:
         emit(f"swarm mesh allocate: {problem}", sys.stderr)
         return EXIT_INVALID
-    try:
-        result = validate(fleet_paths(args))
-    except FleetInvalid as exc:  # an unknown --fleet
-        emit(exc.report.text(), sys.stderr)
-        return EXIT_INVALID
+    result = validation(args)  # an unknown --fleet: its report, below
     analysis = result.analysis
     fleet = analysis.fleet if analysis else None
     if fleet is None or fleet.mesh is None:
@@ -145,13 +152,10 @@ def _controller_fleet(args: argparse.Namespace, command: str) -> tuple[Path, Ana
             why = "is not a fleet inventory (inventory/NAME, or a *.swarm.yml)"
             emit(f"swarm mesh {command}: {inventory} {why}", sys.stderr)
             return EXIT_INVALID
-        return inventory, load_fleet(paths)
+        with invalid_fleet_exits(f"mesh {command}", "nothing was changed"):
+            return inventory, load_fleet(paths)
     except (OSError, ValueError) as exc:
         emit(f"swarm mesh {command}: {exc}", sys.stderr)
-        return EXIT_INVALID
-    except FleetInvalid as exc:
-        emit(exc.report.text(), sys.stderr)
-        emit(f"swarm mesh {command}: the fleet is invalid; nothing was changed", sys.stderr)
         return EXIT_INVALID
 
 
@@ -212,8 +216,7 @@ def cmd_controller_down(args: argparse.Namespace) -> int:
 
 
 def _controller_args(p: argparse.ArgumentParser, key: bool = True) -> None:
-    p.add_argument("--fleet", default="lab", help="fleet name: inventory/NAME (default: lab)")
-    p.add_argument("-i", "--inventory", metavar="PATH", help="inventory source (default inventory/FLEET)")
+    inventory_args(p)
     if key:
         p.add_argument(
             "--key",
@@ -241,8 +244,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "errors. " + FLEET_HELP,
         epilog="Example: swarm mesh allocate --fleet example && git diff inventory/example",
     )
-    p.add_argument("paths", nargs="*", metavar="PATHS", help="fleet YAML files or directories")
-    p.add_argument("--fleet", default="lab", help="fleet name used when no PATHS are given (default: lab)")
+    fleet_args(p)
     p.add_argument("--output", metavar="FILE", help="where to write the record (default: see above)")
     p.set_defaults(func=cmd_allocate)
     p = mesh.add_parser(

@@ -21,7 +21,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ..engines.inventory import Connection, inventory_hosts, ssh_argv
-from ..fleet.diagnostics import FleetInvalid
 from ..fleet.model import Fleet
 from ..lab.state import read_connections
 from ..metrics import fleetrun, probes
@@ -35,10 +34,28 @@ from ..metrics.measurement import Measurement, MeasurementParseError
 from ..metrics.ping import parse_ping
 from ..metrics.prometheus import LEGACY_TEXTFILE, TEXTFILE_DIR, node_textfiles, render_textfile, textfile_path
 from ..metrics.report import to_json, to_table
-from ..metrics.targets import NodeTarget, fleet_targets, ray_target
-from ..resolve import desired_state, load_fleet
+from ..metrics.targets import NodeTarget, RayTarget, fleet_targets, ray_target
+from ..resolve import desired_state
+from ..resolve.analysis import Analysis
 from ..resolve.mesh import site_representatives
-from .common import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, emit, fleet_paths, output_problem, simulated_nodes
+from ..resolve.types import DesiredState
+from .common import (
+    EXIT_FAILURE,
+    EXIT_INVALID,
+    EXIT_OK,
+    LIMIT_HELP,
+    at_least,
+    emit,
+    fleet_args,
+    format_arg,
+    fraction,
+    limit_arg,
+    limited,
+    load,
+    output_problem,
+    positive,
+    simulated_nodes,
+)
 
 
 def parse_output(text: str, **labels: str) -> list[Measurement]:
@@ -75,14 +92,31 @@ def file_version(text: str) -> tuple[str, str] | None:
     return ("iperf3", version) if isinstance(version, str) else None
 
 
-def _labels(pairs: list[str]) -> dict[str, str] | str:
-    out: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.isidentifier():
-            return f"--label {pair!r}: expected KEY=VALUE with KEY a name"
-        out[key] = value
-    return out
+def _label(pair: str) -> tuple[str, str]:
+    """An argparse ``type``: ``KEY=VALUE`` with KEY a name."""
+    key, sep, value = pair.partition("=")
+    if not sep or not key.isidentifier():
+        raise argparse.ArgumentTypeError(f"{pair!r}: expected KEY=VALUE with KEY a name")
+    return key, value
+
+
+def _started_at(text: str) -> str:
+    """An argparse ``type``: an ISO 8601 time (recorded as given, it would only be refused
+    later, by ``swarm metrics accept``)."""
+    if run_age_hours(text, datetime.now(UTC)) is None:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected an ISO 8601 time (2025-01-31T12:00:00+00:00)")
+    return text
+
+
+def _parts(text: str) -> str:
+    """An argparse ``type``: comma-separated parts of a run (:data:`fleetrun.PARTS`)."""
+    parts = [p for p in text.split(",") if p]
+    if not parts or set(parts) - set(fleetrun.PARTS):
+        raise argparse.ArgumentTypeError(f"{text!r}: choose from {', '.join(fleetrun.PARTS)}")
+    return text
+
+
+_label.__name__, _started_at.__name__, _parts.__name__ = "label", "time", "parts"
 
 
 def _outputs_problem(args: argparse.Namespace) -> str | None:
@@ -114,18 +148,7 @@ def _db_problem(db: str) -> str | None:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    labels = _labels(args.label)
-    if isinstance(labels, str):
-        print(f"swarm metrics import: {labels}", file=sys.stderr)
-        return EXIT_INVALID
-    if not args.threshold >= 0:
-        print("swarm metrics import: --threshold must not be negative", file=sys.stderr)
-        return EXIT_INVALID
-    if args.started_at is not None and run_age_hours(args.started_at, datetime.now(UTC)) is None:
-        # Recorded as given, it would only be refused later, by swarm metrics accept.
-        print(f"swarm metrics import: --started-at {args.started_at!r}: expected an ISO 8601 time "
-              "(2025-01-31T12:00:00+00:00)", file=sys.stderr)  # fmt: skip
-        return EXIT_INVALID
+    labels = dict(args.label)
     problem = _outputs_problem(args)
     if problem:
         print(f"swarm metrics import: {problem}", file=sys.stderr)
@@ -151,12 +174,9 @@ def cmd_import(args: argparse.Namespace) -> int:
     site_of: dict[str, str] = {}
     relays: dict[tuple[str, str], str] = {}
     if args.write_latency_matrix:
-        try:
-            analysis = load_fleet(fleet_paths(argparse.Namespace(paths=[], fleet=args.fleet)))
-        except FleetInvalid as exc:
-            print(exc.report.text(), file=sys.stderr)
-            print("swarm metrics import: the fleet is invalid; nothing was recorded", file=sys.stderr)
-            return EXIT_INVALID
+        analysis = load(
+            argparse.Namespace(paths=[], fleet=args.fleet), "metrics import", "nothing was recorded"
+        )
         site_of = {n.name: n.site for n in analysis.fleet.nodes.values()}
         relays = current_relays(analysis.topology)  # hysteresis holds on to them
     # An imported run covers the parts its files measured; the nodes are whatever they hold.
@@ -165,16 +185,12 @@ def cmd_import(args: argparse.Namespace) -> int:
         options={"import": [str(p) for p in args.files], "labels": labels},
         tool_versions=versions,
     )
-    try:
-        history = History(args.db)
-        at = args.started_at or datetime.now(UTC).isoformat()
-        run_id = history.record(args.fleet, at, measurements, info)
-        previous = history.previous(args.fleet, run_id)
-        changes = compare(measurements, history.measurements(previous), args.threshold) if previous else []
-        history.close()
-    except (sqlite3.Error, OSError) as exc:
-        print(f"{args.db}: not a usable metrics database ({exc})", file=sys.stderr)
+    at = args.started_at or datetime.now(UTC).isoformat()
+    recorded = _record(args.db, args.fleet, at, measurements, args.threshold, info)
+    if isinstance(recorded, str):
+        print(recorded, file=sys.stderr)
         return EXIT_INVALID
+    run_id, previous, changes = recorded
     if args.write_latency_matrix:
         rtt = site_rtt_ms(measurements, site_of)
         Path(args.write_latency_matrix).write_text(latency_matrix_yaml(rtt, relays=relays), encoding="utf-8")
@@ -292,67 +308,17 @@ def _mesh_rtt(
     return {}
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    started = time.monotonic()
-
-    def progress(line: str) -> None:
-        print(f"[{time.monotonic() - started:6.1f}s] {line}", file=sys.stderr, flush=True)
-
-    parts = [p for p in (args.only or ",".join(fleetrun.PARTS)).split(",") if p]
-    unknown = sorted(set(parts) - set(fleetrun.PARTS))
-    if unknown or not parts:
-        print(
-            f"swarm metrics run: --only {args.only!r}: choose from {', '.join(fleetrun.PARTS)}",
-            file=sys.stderr,
-        )
-        return EXIT_INVALID
-    numbers = {
-        "--duration": args.duration,
-        "--ping-count": args.ping_count,
-        "--parallel": args.parallel,
-        "--matmul-seconds": args.matmul_seconds,
-        "--inference-requests": args.inference_requests,
-        "--allreduce-max-mib": args.allreduce_max_mib,
-        "--training-steps": args.training_steps,
-        "--training-repeats": args.training_repeats,
-    }
-    bad = [k for k, v in numbers.items() if v < 1] + (["--threshold"] if not args.threshold >= 0 else [])
-    bad += ["--repeats (0: no iperf3, pings only)"] if args.repeats < 0 else []
-    bad += [] if 0 <= args.max_error_rate <= 1 else ["--max-error-rate (0..1)"]
-    bad += [] if args.training_workers >= 0 else ["--training-workers (0: every GPU worker)"]
-    if bad:
-        print(f"swarm metrics run: {', '.join(bad)} must be positive", file=sys.stderr)
-        return EXIT_INVALID
-    # Where the run goes, checked before minutes of measuring: the history, the outputs.
-    problem = _db_problem(args.db) or _outputs_problem(args)
-    if problem:
-        print(f"swarm metrics run: {problem}; nothing was measured", file=sys.stderr)
-        return EXIT_INVALID
-    try:
-        loaded = load_fleet(fleet_paths(args))
-        state = desired_state(loaded)
-    except FleetInvalid as exc:
-        print(exc.report.text(), file=sys.stderr)
-        print("swarm metrics run: the fleet is invalid; nothing was measured", file=sys.stderr)
-        return EXIT_INVALID
+def _targets(args: argparse.Namespace, loaded: Analysis, state: DesiredState) -> list[NodeTarget]:
+    """The nodes a run measures: the fleet's, narrowed by ``--limit`` (exit 2 for a term
+    that selects none)."""
     targets = fleet_targets(loaded.fleet, state)
-    if args.limit:
-        wanted = [n for n in args.limit.split(",") if n]
-        missing = sorted(set(wanted) - {t.name for t in targets})
-        if missing:
-            print(f"swarm metrics run: no node named {', '.join(missing)}", file=sys.stderr)
-            return EXIT_INVALID
-        targets = [t for t in targets if t.name in wanted]
-    try:
-        connections = {h.name: h.connection for h in inventory_hosts(state, read_connections())}
-    except (OSError, ValueError) as exc:
-        print(f"swarm metrics run: cannot read the lab's connection file: {exc}", file=sys.stderr)
-        return EXIT_INVALID
-    simulated = [n for n in simulated_nodes(state["nodes"]) if n in {t.name for t in targets}]
-    progress(f"measuring {', '.join(parts)} on {len(targets)} node(s) of fleet {args.fleet}")
-    if simulated and "gpu" in parts:
-        progress(f"note: {', '.join(simulated)} have SIMULATED GPUs: not measured (simulated)")
-    options = fleetrun.Options(
+    chosen = limited(args.limit, {t.name: state["nodes"][t.name] for t in targets}, "metrics run")
+    return targets if chosen is None else [t for t in targets if t.name in chosen]
+
+
+def _options(args: argparse.Namespace, fleet: Fleet) -> fleetrun.Options:
+    """The run's options, from the command line and the fleet's NodeAcceptance."""
+    return fleetrun.Options(
         ping_count=args.ping_count,
         iperf3_duration_s=args.duration,
         iperf3_repeats=args.repeats,
@@ -360,7 +326,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         max_parallel=args.parallel,
         matmul_python=args.matmul_python,
         matmul_seconds=args.matmul_seconds,
-        dcgm_diag_level=_dcgm_diag_level(loaded.fleet),
+        dcgm_diag_level=_dcgm_diag_level(fleet),
         allreduce_max_mib=args.allreduce_max_mib,
         inference_rates=args.inference_rates,
         inference_requests=args.inference_requests,
@@ -371,39 +337,39 @@ def cmd_run(args: argparse.Namespace) -> int:
         training_steps=args.training_steps,
         training_repeats=args.training_repeats,
     )
-    started_at = datetime.now(UTC).replace(microsecond=0)
-    at = started_at.isoformat()
-    ray = ray_target(state)
-    shell = _ssh_shell(connections)
-    versions = _tool_versions(targets, shell)
-    # One part at a time, so each part's figures and failures are known apart (its textfiles).
+
+
+def _measure(
+    args: argparse.Namespace,
+    parts: list[str],
+    targets: list[NodeTarget],
+    shell: fleetrun.Shell,
+    options: fleetrun.Options,
+    ray: RayTarget | None,
+    progress: Callable[[str], None],
+) -> dict[str, fleetrun.Outcome]:
+    """Each part's outcome, measured one part at a time, so that each part's figures and
+    failures are known apart (its textfiles)."""
     by_part: dict[str, fleetrun.Outcome] = {}
     for p in (p for p in fleetrun.PARTS if p in parts):
         rtt = None
         if p == "training" and options.training_workers:
             rtt = _mesh_rtt(args, by_part.get("network"), progress)
         by_part[p] = fleetrun.measure(targets, shell, [p], options, progress, ray, rtt)
-    outcome = fleetrun.Outcome(
-        [m for o in by_part.values() for m in o.measurements],
-        [n for o in by_part.values() for n in o.not_measured],
-    )
-    info = RunInfo(
-        parts=tuple(by_part),
-        nodes=tuple(t.name for t in targets),
-        options={**asdict(options), "limit": args.limit, "only": args.only},
-        tool_versions=versions,
-        fleet_commit=fleet_commit(args.paths),
-        not_measured=tuple(asdict(n) for n in outcome.not_measured),
-    )
-    recorded = _record(args.db, args.fleet, at, outcome.measurements, args.threshold, info)
-    if isinstance(recorded, str):
-        print(recorded, file=sys.stderr)
-        return EXIT_INVALID
-    run_id, previous, changes = recorded
-    # node_exporter's textfile collector: a file per node and part, replacing only this run's parts.
-    files = node_textfiles(
-        by_part, [t.name for t in targets], ray.head if ray else None, started_at.timestamp()
-    )
+    return by_part
+
+
+def _write_textfiles(
+    by_part: dict[str, fleetrun.Outcome],
+    outcome: fleetrun.Outcome,
+    targets: list[NodeTarget],
+    shell: fleetrun.Shell,
+    head: str | None,
+    at: float,
+) -> None:
+    """node_exporter's textfile collector: a file per node and part, replacing only this
+    run's parts; a node where one cannot be written is a failed ``output`` of the run."""
+    files = node_textfiles(by_part, [t.name for t in targets], head, at)
     for (node, part), text in files.items():
         command = f"{probes.textfile_upload(textfile_path(part))} && rm -f {LEGACY_TEXTFILE}"
         written = shell(node, command, 30, text)
@@ -413,7 +379,17 @@ def cmd_run(args: argparse.Namespace) -> int:
                     node, "output", f"write {textfile_path(part)}", fleetrun.why(written), True
                 )
             )
-    site_of = {t.name: t.site for t in targets}
+
+
+def _write_outputs(
+    args: argparse.Namespace,
+    outcome: fleetrun.Outcome,
+    loaded: Analysis,
+    site_of: dict[str, str],
+    at: str,
+    progress: Callable[[str], None],
+) -> None:
+    """``--write-latency-matrix`` and ``--plots`` (checked writable before the run)."""
     if args.write_latency_matrix:
         rtt = site_rtt_ms(outcome.measurements, site_of)
         # The routes the fleet had when measured (resolved before this run): hysteresis holds on to them.
@@ -433,21 +409,84 @@ def cmd_run(args: argparse.Namespace) -> int:
             inference_latency(outcome.measurements, out / "inference.png"),
         ]
         progress(f"plots: {', '.join(str(p) for p in drawn if p) or 'nothing to draw'}")
+
+
+def _report_run(
+    args: argparse.Namespace,
+    run_id: int,
+    previous: int | None,
+    changes: list[Change],
+    outcome: fleetrun.Outcome,
+) -> None:
+    """The run's report on stdout, in ``--format``."""
     if args.format == "json":
         emit(
             to_json(run_id, outcome.measurements, changes, [asdict(n) for n in outcome.not_measured]).rstrip()
         )
-    else:
-        emit(to_table(outcome.measurements, changes).rstrip("\n"))
-        for n in outcome.not_measured:
-            emit(f"{'FAILED' if n.failed else 'not measured'}: {n.node}: {n.what}: {n.why}")
-        flagged = sum(c.regression for c in changes)
-        emit(
-            f"run {run_id}: {len(outcome.measurements)} measurement(s), {len(outcome.failed)} failed, "
-            f"{flagged} regression(s) beyond {args.threshold:.0%}"
-            + (f" vs run {previous}" if previous else " (first run)")
-            + f"; history {args.db}; textfiles {TEXTFILE_DIR}/swarm_metrics_<part>.prom"
-        )
+        return
+    emit(to_table(outcome.measurements, changes).rstrip("\n"))
+    for n in outcome.not_measured:
+        emit(f"{'FAILED' if n.failed else 'not measured'}: {n.node}: {n.what}: {n.why}")
+    flagged = sum(c.regression for c in changes)
+    emit(
+        f"run {run_id}: {len(outcome.measurements)} measurement(s), {len(outcome.failed)} failed, "
+        f"{flagged} regression(s) beyond {args.threshold:.0%}"
+        + (f" vs run {previous}" if previous else " (first run)")
+        + f"; history {args.db}; textfiles {TEXTFILE_DIR}/swarm_metrics_<part>.prom"
+    )
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+
+    def progress(line: str) -> None:
+        print(f"[{time.monotonic() - started:6.1f}s] {line}", file=sys.stderr, flush=True)
+
+    parts = [p for p in (args.only or ",".join(fleetrun.PARTS)).split(",") if p]
+    # Where the run goes, checked before minutes of measuring: the history, the outputs.
+    problem = _db_problem(args.db) or _outputs_problem(args)
+    if problem:
+        print(f"swarm metrics run: {problem}; nothing was measured", file=sys.stderr)
+        return EXIT_INVALID
+    loaded = load(args, "metrics run", "nothing was measured")
+    state = desired_state(loaded)
+    targets = _targets(args, loaded, state)
+    try:
+        connections = {h.name: h.connection for h in inventory_hosts(state, read_connections())}
+    except (OSError, ValueError) as exc:
+        print(f"swarm metrics run: cannot read the lab's connection file: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    simulated = [n for n in simulated_nodes(state["nodes"]) if n in {t.name for t in targets}]
+    progress(f"measuring {', '.join(parts)} on {len(targets)} node(s) of fleet {args.fleet}")
+    if simulated and "gpu" in parts:
+        progress(f"note: {', '.join(simulated)} have SIMULATED GPUs: not measured (simulated)")
+    options = _options(args, loaded.fleet)
+    started_at = datetime.now(UTC).replace(microsecond=0)
+    at = started_at.isoformat()
+    ray = ray_target(state)
+    shell = _ssh_shell(connections)
+    versions = _tool_versions(targets, shell)
+    by_part = _measure(args, parts, targets, shell, options, ray, progress)
+    outcome = fleetrun.Outcome(
+        [m for o in by_part.values() for m in o.measurements],
+        [n for o in by_part.values() for n in o.not_measured],
+    )
+    info = RunInfo(
+        parts=tuple(by_part),
+        nodes=tuple(t.name for t in targets),
+        options={**asdict(options), "limit": args.limit, "only": args.only},
+        tool_versions=versions,
+        fleet_commit=fleet_commit(args.paths),
+        not_measured=tuple(asdict(n) for n in outcome.not_measured),
+    )
+    recorded = _record(args.db, args.fleet, at, outcome.measurements, args.threshold, info)
+    if isinstance(recorded, str):
+        print(recorded, file=sys.stderr)
+        return EXIT_INVALID
+    run_id, previous, changes = recorded
+    _write_textfiles(by_part, outcome, targets, shell, ray.head if ray else None, started_at.timestamp())
+    _write_outputs(args, outcome, loaded, {t.name: t.site for t in targets}, at, progress)
+    _report_run(args, run_id, previous, changes, outcome)
     return EXIT_FAILURE if outcome.failed else EXIT_OK
 
 
@@ -471,23 +510,14 @@ def run_age_hours(started_at: str, now: datetime) -> float | None:
 
 
 def cmd_accept(args: argparse.Namespace) -> int:
-    try:
-        loaded = load_fleet(fleet_paths(args))
-        state = desired_state(loaded)
-    except FleetInvalid as exc:
-        print(exc.report.text(), file=sys.stderr)
-        print("swarm metrics accept: the fleet is invalid; nothing was judged", file=sys.stderr)
-        return EXIT_INVALID
+    loaded = load(args, "metrics accept", "nothing was judged")
+    state = desired_state(loaded)
     fleet = loaded.fleet
     acceptance = fleet.acceptance
     if acceptance is None:
         print("swarm metrics accept: the fleet declares no NodeAcceptance", file=sys.stderr)
         return EXIT_INVALID
-    limit = [n for n in (args.limit or "").split(",") if n]
-    unknown = sorted(set(limit) - set(fleet.nodes))
-    if unknown:
-        print(f"swarm metrics accept: --limit: no node named {', '.join(unknown)}", file=sys.stderr)
-        return EXIT_INVALID
+    limit = limited(args.limit, state["nodes"], "metrics accept")
     # Judging reads the history, never makes one (History() would make an empty database).
     runs: list[tuple[int, str]] = []
     measurements: list[Measurement] = []
@@ -526,7 +556,7 @@ def cmd_accept(args: argparse.Namespace) -> int:
             gpus=tuple((g.model, g.count) for g in n.gpus),
         )
         for n in fleet.nodes.values()
-        if not limit or n.name in limit
+        if limit is None or n.name in limit
     ]
     run_id, started_at = runs[-1]
     age = run_age_hours(started_at, datetime.now(UTC))
@@ -572,29 +602,55 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         description="Fleet measurements (iperf3, fio, ping) kept in SQLite, compared with the previous run.",
     )
     msub = p.add_subparsers(dest="metrics_command", required=True, metavar="SUBCOMMAND")
+    _run_parser(msub)
+    _import_parser(msub)
+    _accept_parser(msub)
+
+
+_HISTORY_KEY = "fleet name used when no PATHS are given (default: %(default)s); also the history's run key"
+
+
+def _history_args(p: argparse.ArgumentParser, threshold: bool = True) -> None:
+    """--db, and the regression --threshold of the commands that compare runs."""
+    p.add_argument("--db", default=str(DEFAULT_DB), help="history database (default: %(default)s)")
+    if threshold:
+        p.add_argument(
+            "--threshold",
+            type=at_least(0, float, said="0 or more"),
+            default=DEFAULT_THRESHOLD,
+            help="regression threshold as a fraction (default: %(default)s)",
+        )
+
+
+_RUN_HELP = (
+    "Measure the fleet's nodes over SSH with the tools the node layer installs. "
+    "network: ping from every node to every other (mesh and underlay; p50, p99, loss), iperf3 "
+    "single stream and -P 4 on one pair per site pair, one inside each site and one per node to "
+    "its site's representative (rounds share no node or link; 3 s omitted, --repeats runs per "
+    "test, the paths alternating), WireGuard overhead from the medians. storage: fio on the "
+    "scratch mount (direct I/O, a 3 s ramp, then 4 KiB random read QD32, 1 MiB sequential read "
+    "and write). gpu: NVML "
+    "telemetry (nvidia-smi), the GPUs' identity, remapped rows and XID errors, a bf16 matmul "
+    "on every GPU for --matmul-seconds sampling PCIe link state and clock event reasons under load, and "
+    "dcgmi diag where DCGM is installed; simulated GPUs are "
+    "'not measured (simulated)'. training: Ray Train data-parallel training (gloo or NCCL on the "
+    "mesh interface), weak and strong scaling over 1..N GPU workers with their spread, and an "
+    "all-reduce sweep (algbw, busbw). inference: Ray Serve under open-loop load at fixed rates, "
+    "latency p50/p90/p99 from the intended send times; an error rate above --max-error-rate "
+    "fails the run. The run is stored "
+    "in the history (with its options, tool versions, the fleet's commit and what was not "
+    "measured) and compared with the previous one; each node gets its figures as "
+    f"{TEXTFILE_DIR}/swarm_metrics_<part>.prom, one file per part measured, with "
+    "swarm_metrics_last_run_timestamp_seconds and swarm_metrics_last_run_success (node_exporter "
+    "textfile collector)."
+)
+
+
+def _run_parser(msub: argparse._SubParsersAction) -> None:
     r = msub.add_parser(
         "run",
         help="measure the fleet over SSH: network, storage, GPU; record, compare, write outputs",
-        description="Measure the fleet's nodes over SSH with the tools the node layer installs. "
-        "network: ping from every node to every other (mesh and underlay; p50, p99, loss), iperf3 "
-        "single stream and -P 4 on one pair per site pair, one inside each site and one per node to "
-        "its site's representative (rounds share no node or link; 3 s omitted, --repeats runs per "
-        "test, the paths alternating), WireGuard overhead from the medians. storage: fio on the "
-        "scratch mount (direct I/O, a 3 s ramp, then 4 KiB random read QD32, 1 MiB sequential read "
-        "and write). gpu: NVML "
-        "telemetry (nvidia-smi), the GPUs' identity, remapped rows and XID errors, a bf16 matmul "
-        "on every GPU for --matmul-seconds sampling PCIe link state and clock event reasons under load, and "
-        "dcgmi diag where DCGM is installed; simulated GPUs are "
-        "'not measured (simulated)'. training: Ray Train data-parallel training (gloo or NCCL on the "
-        "mesh interface), weak and strong scaling over 1..N GPU workers with their spread, and an "
-        "all-reduce sweep (algbw, busbw). inference: Ray Serve under open-loop load at fixed rates, "
-        "latency p50/p90/p99 from the intended send times; an error rate above --max-error-rate "
-        "fails the run. The run is stored "
-        "in the history (with its options, tool versions, the fleet's commit and what was not "
-        "measured) and compared with the previous one; each node gets its figures as "
-        f"{TEXTFILE_DIR}/swarm_metrics_<part>.prom, one file per part measured, with "
-        "swarm_metrics_last_run_timestamp_seconds and swarm_metrics_last_run_success (node_exporter "
-        "textfile collector).",
+        description=_RUN_HELP,
         epilog="Examples: swarm metrics run --fleet lab --plots docs/img | swarm metrics run --only "
         "network --limit lab-head-1,lab-gpu-2 --format json | swarm metrics run --only network "
         "--write-latency-matrix policies/lab/latency.yaml (commit it through a pull request). "
@@ -603,14 +659,17 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "error; each named), 2 invalid input (nothing measured). Progress goes to stderr, the report "
         "to stdout.",
     )
-    r.add_argument("paths", nargs="*", metavar="PATHS", help="fleet YAML files or directories")
-    r.add_argument("--fleet", default="lab", help="fleet name (default: lab); also the history's run key")
+    fleet_args(r, fleet_help=_HISTORY_KEY)
+    r.set_defaults(func=cmd_run, host_tools=("metrics",))
     r.add_argument(
-        "--only", metavar="PARTS", help=f"comma-separated, from {','.join(fleetrun.PARTS)} (default: all)"
+        "--only",
+        metavar="PARTS",
+        type=_parts,
+        help=f"comma-separated, from {','.join(fleetrun.PARTS)} (default: all)",
     )
-    r.add_argument("--limit", metavar="NODES", help="comma-separated node names (default: all)")
-    r.add_argument("--db", default=str(DEFAULT_DB), help=f"history database (default: {DEFAULT_DB})")
-    r.add_argument("--format", choices=("table", "json"), default="table")
+    limit_arg(r)
+    _history_args(r)
+    format_arg(r, "text", "json")
     r.add_argument(
         "--plots",
         metavar="DIR",
@@ -619,54 +678,63 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     r.add_argument(
         "--write-latency-matrix", metavar="FILE", help="write the measured site RTT as a LatencyMatrix"
     )
+    _network_args(r)
+    _gpu_args(r)
+    _training_args(r)
+    _inference_args(r)
+
+
+def _network_args(r: argparse.ArgumentParser) -> None:
     r.add_argument(
         "--duration",
-        type=int,
+        type=positive,
         default=10,
-        help="measured seconds per iperf3 test and per fio job, after 3 s left out (default: 10)",
+        help="measured seconds per iperf3 test and per fio job, after 3 s left out (default: %(default)s)",
     )
     r.add_argument(
         "--repeats",
-        type=int,
+        type=at_least(0),
         default=3,
-        help="runs of each iperf3 test, paths alternating (default: 3; 0: no iperf3, the network "
+        help="runs of each iperf3 test, paths alternating (default: %(default)s; 0: no iperf3, the network "
         "part pings only, enough for --write-latency-matrix)",
     )
-    r.add_argument("--ping-count", type=int, default=20, help="pings per node pair and path (default: 20)")
-    r.add_argument("--parallel", type=int, default=4, help="most tests at once (default: 4)")
+    r.add_argument(
+        "--ping-count", type=positive, default=20, help="pings per node pair and path (default: %(default)s)"
+    )
+    r.add_argument("--parallel", type=positive, default=4, help="most tests at once (default: %(default)s)")
+
+
+def _gpu_args(r: argparse.ArgumentParser) -> None:
     r.add_argument(
         "--matmul-python",
         default="python3",
         metavar="PATH",
-        help="the nodes' Python with PyTorch for the matmul FLOP/s probe (default: python3)",
+        help="the nodes' Python with PyTorch for the matmul FLOP/s probe (default: %(default)s)",
     )
     r.add_argument(
         "--matmul-seconds",
-        type=int,
+        type=positive,
         default=int(probes.MATMUL_SECONDS),
-        help="seconds the matmul probe loads every GPU, to expose throttling "
-        f"(default: {int(probes.MATMUL_SECONDS)})",
+        help="seconds the matmul probe loads every GPU, to expose throttling (default: %(default)s)",
     )
-    r.add_argument(
-        "--threshold",
-        type=float,
-        default=DEFAULT_THRESHOLD,
-        help="regression threshold as a fraction (default: 0.10)",
-    )
+
+
+def _training_args(r: argparse.ArgumentParser) -> None:
     r.add_argument(
         "--training-workers",
-        type=int,
+        type=at_least(0),
         default=0,
         metavar="K",
         help="train on the K GPU workers with the lowest highest mesh RTT between them and to the head "
-        "(this run's pings, else the latest recorded run's), pinned; default 0: every GPU worker",
+        "(this run's pings, else the latest recorded run's), pinned; default %(default)s: every GPU worker",
     )
     r.add_argument(
         "--training-data",
         choices=("memory", "stream"),
         default=fleetrun.Options.training_data,
-        help="memory: each worker samples the digits set it holds (default); stream: a Ray Dataset "
-        "streamed to the workers through the object store (rows, bytes and waits per worker)",
+        help="memory: each worker samples the digits set it holds; stream: a Ray Dataset "
+        "streamed to the workers through the object store (rows, bytes and waits per worker) "
+        "(default: %(default)s)",
     )
     r.add_argument(
         "--training-pipeline",
@@ -676,43 +744,49 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     r.add_argument(
         "--training-steps",
-        type=int,
+        type=positive,
         default=fleetrun.Options.training_steps,
-        help=f"training steps per timed window (default: {fleetrun.Options.training_steps})",
+        help="training steps per timed window (default: %(default)s)",
     )
     r.add_argument(
         "--training-repeats",
-        type=int,
+        type=positive,
         default=fleetrun.Options.training_repeats,
-        help="timed training windows per run, reported as min/median/max "
-        f"(default: {fleetrun.Options.training_repeats})",
+        help="timed training windows per run, reported as min/median/max (default: %(default)s)",
     )
     r.add_argument(
         "--allreduce-max-mib",
-        type=int,
+        type=positive,
         default=fleetrun.Options.allreduce_max_mib,
-        help="the all-reduce sweep's largest message, MiB (from 1 KiB by 4; default: 64)",
+        help="the all-reduce sweep's largest message, MiB (from 1 KiB by 4; default: %(default)s)",
     )
+
+
+def _inference_args(r: argparse.ArgumentParser) -> None:
     r.add_argument(
         "--inference-rates",
         type=_rates,
-        default=fleetrun.Options.inference_rates,
+        # A string default goes through type=, as a typed one would: the help shows it as typed.
+        default=",".join(f"{rate:g}" for rate in fleetrun.Options.inference_rates),
         metavar="R,R,...",
-        help="offered inference loads, requests/s, open loop (default: 10,20,40)",
+        help="offered inference loads, requests/s, open loop (default: %(default)s)",
     )
     r.add_argument(
         "--inference-requests",
-        type=int,
+        type=positive,
         default=fleetrun.Options.inference_requests,
-        help="requests per rate (default: 1000; p99 is reported from 1000 successes on)",
+        help="requests per rate (default: %(default)s; p99 is reported from 1000 successes on)",
     )
     r.add_argument(
         "--max-error-rate",
-        type=float,
+        type=fraction,
         default=fleetrun.Options.max_error_rate,
-        help="most failed inference requests per rate, a fraction, before the run fails (default: 0.01)",
+        help="most failed inference requests per rate, a fraction, before the run fails "
+        "(default: %(default)s)",
     )
-    r.set_defaults(func=cmd_run, host_tools=("metrics",))
+
+
+def _import_parser(msub: argparse._SubParsersAction) -> None:
     q = msub.add_parser(
         "import",
         help="record saved iperf3/fio/ping output as a run and compare it with the previous run",
@@ -722,24 +796,23 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         epilog="Exit codes: 0 ok (regressions are reported, not fatal), 2 invalid input (nothing recorded).",
     )
     q.add_argument("files", nargs="+", metavar="FILE", help="iperf3 -J, fio JSON or ping output")
-    q.add_argument("--fleet", default="lab", help="the fleet the run belongs to (default: lab)")
-    q.add_argument("--db", default=str(DEFAULT_DB), help=f"history database (default: {DEFAULT_DB})")
-    q.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="label every record")
+    q.add_argument("--fleet", default="lab", help="the fleet the run belongs to (default: %(default)s)")
+    _history_args(q)
     q.add_argument(
-        "--threshold",
-        type=float,
-        default=DEFAULT_THRESHOLD,
-        help="regression threshold as a fraction (default: 0.10)",
+        "--label", action="append", type=_label, default=[], metavar="KEY=VALUE", help="label every record"
     )
-    q.add_argument("--format", choices=("table", "json", "prometheus"), default="table")
+    format_arg(q, "text", "json", "prometheus")
     q.add_argument("--plots", metavar="DIR", help="write bandwidth.png (mesh vs underlay) here")
     q.add_argument(
         "--write-latency-matrix",
         metavar="FILE",
         help="write a LatencyMatrix (site-to-site RTT from ping src/dst labels; the --fleet's sites)",
     )
-    q.add_argument("--started-at", help="ISO 8601 time of the run (default: now, UTC)")
+    q.add_argument("--started-at", type=_started_at, help="ISO 8601 time of the run (default: now, UTC)")
     q.set_defaults(func=cmd_import)
+
+
+def _accept_parser(msub: argparse._SubParsersAction) -> None:
     a = msub.add_parser(
         "accept",
         help="judge the latest run against the fleet's NodeAcceptance thresholds",
@@ -753,8 +826,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "that did not measure a part or a node a threshold needs (a --only or --limit run; each "
         "gap named).",
     )
-    a.add_argument("paths", nargs="*", metavar="PATHS", help="fleet YAML files or directories")
-    a.add_argument("--fleet", default="lab", help="fleet name (default: lab); also the history's run key")
-    a.add_argument("--db", default=str(DEFAULT_DB), help=f"history database (default: {DEFAULT_DB})")
-    a.add_argument("--limit", help="comma-separated node names to judge (default: all)")
+    fleet_args(a, fleet_help=_HISTORY_KEY)
+    _history_args(a, threshold=False)
+    limit_arg(a, "the nodes to judge: " + LIMIT_HELP.removeprefix("the nodes to act on: "))
     a.set_defaults(func=cmd_accept)

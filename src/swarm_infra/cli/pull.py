@@ -136,12 +136,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     boot.add_argument("--nat", action="store_true", help="the node is behind NAT")
     boot.add_argument("--fleet", required=True, help="the fleet's name (inventory/NAME)")
     boot.add_argument("--remote", required=True, help="the fleet repository: https://, ssh:// or file:// URL")
-    boot.add_argument("--ref", default="main", help="the branch to track (default: main)")
+    boot.add_argument("--ref", default="main", help="the branch to track (default: %(default)s)")
     boot.add_argument("--allowed-signers", required=True, help="allowed signers file from the operator")
     boot.add_argument("--deploy-key", help="private key for an ssh:// remote (copied, 0600)")
     boot.add_argument("--known-hosts", help="the Git server's host key, known_hosts format (ssh://)")
-    boot.add_argument("--status-port", type=int, default=9100, help="node_exporter's port (default 9100)")
-    boot.add_argument("--interface", default="wg0", help="the mesh interface (default wg0)")
+    boot.add_argument(
+        "--status-port", type=int, default=9100, help="node_exporter's port (default: %(default)s)"
+    )
+    boot.add_argument("--interface", default="wg0", help="the mesh interface (default: %(default)s)")
     boot.add_argument("--no-start", action="store_true", help="write the files, do not start the timer")
     boot.add_argument("--root", default="/", help=argparse.SUPPRESS)
     boot.set_defaults(func=cmd_node_bootstrap)

@@ -19,7 +19,7 @@ from ..fleet.sources import FLEET_NAME
 from ..review import GitError, review, summarize
 from ..review.git import fleet_names, resolve_ref, toplevel, tree_files, uncommitted, worktree_commit
 from ..review.markdown import GITHUB_LIMIT, render
-from .common import EXIT_INVALID, emit, output_problem
+from .common import EXIT_INVALID, at_least, emit, format_arg, output_problem
 
 
 def _fail(args: argparse.Namespace, message: str) -> int:
@@ -152,9 +152,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="review this fleet (a directory name in inventory/; repeatable; "
         "default: every fleet the change touches)",
     )
-    p.add_argument(
-        "--format", choices=("markdown", "json"), default="markdown", help="output format (default: markdown)"
-    )
+    format_arg(p, "markdown", "json", default="markdown")
     p.add_argument(
         "--out", metavar="FILE", help="write the report to FILE (the summary line still goes to stderr)"
     )
@@ -163,10 +161,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--max-chars",
-        type=int,
+        type=at_least(0),
         default=GITHUB_LIMIT,
         metavar="N",
-        help=f"cut the Markdown report to N characters (default {GITHUB_LIMIT}, GitHub's comment limit; "
+        help="cut the Markdown report to N characters (default %(default)s, GitHub's comment limit; "
         "0: no limit)",
     )
     p.add_argument(

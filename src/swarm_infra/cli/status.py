@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -19,11 +18,10 @@ from ..agent import git
 from ..agent.plan import status_url
 from ..agent.report import NodeReport, ReportInvalid, read_node_report
 from ..agent.status import CONVERGED, judge, stale_after_s
-from ..fleet.diagnostics import FleetInvalid
-from ..resolve import desired_state, load_fleet
+from ..resolve import desired_state
 from ..resolve.files import AGENT_RUN_TIMEOUT_S
 from ..resolve.types import NodeState
-from .common import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, FLEET_HELP, emit, fleet_args, fleet_paths
+from .common import EXIT_FAILURE, EXIT_OK, FLEET_HELP, at_least, emit, fleet_args, load
 
 _COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 
@@ -97,18 +95,7 @@ def cmd_status(
     read: Callable[[str], NodeReport] = read_node_report,
     clock: Callable[[], float] = time.time,
 ) -> int:
-    if args.forks < 1:
-        print(f"swarm status: --forks must be at least 1, not {args.forks}", file=sys.stderr)
-        return EXIT_INVALID
-    if args.commit is not None and not _COMMIT.fullmatch(args.commit):
-        print(f"swarm status: --commit {args.commit!r} is not a full commit id", file=sys.stderr)
-        return EXIT_INVALID
-    try:
-        state = desired_state(load_fleet(fleet_paths(args)))
-    except FleetInvalid as exc:
-        print(exc.report.text(), file=sys.stderr)
-        print("swarm status: the fleet is invalid; nothing was read", file=sys.stderr)
-        return EXIT_INVALID
+    state = desired_state(load(args, "status", "nothing was read"))
     nodes = {name: n for name, n in sorted(state["nodes"].items()) if n["pull"]}
     if not nodes:
         emit("no pull-mode node in the fleet (Node spec.convergence: pull): nothing to read")
@@ -142,6 +129,16 @@ def cmd_status(
     return EXIT_OK if all(r["state"] == CONVERGED for r in rows) else EXIT_FAILURE
 
 
+def _commit(text: str) -> str:
+    """An argparse ``type``: a full commit id (SHA-1 or SHA-256, lower-case hex)."""
+    if not _COMMIT.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a full commit id")
+    return text
+
+
+_commit.__name__ = "commit"
+
+
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "status",
@@ -157,7 +154,17 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "(or the fleet has no pull node), 1 a node did not, its report is unreadable or stale, "
         "or the tracked commit is unknown, 2 invalid fleet or arguments.",
     )
-    fleet_args(p)
-    p.add_argument("--commit", help="the commit to judge against (default: the remote's ref, git ls-remote)")
-    p.add_argument("--forks", type=int, default=32, metavar="N", help="most nodes read at once (default: 32)")
+    fleet_args(p, "text", "json")
+    p.add_argument(
+        "--commit",
+        type=_commit,
+        help="the full commit id to judge against (default: the remote's ref, git ls-remote)",
+    )
+    p.add_argument(
+        "--forks",
+        type=at_least(1),
+        default=32,
+        metavar="N",
+        help="most nodes read at once (default: %(default)s)",
+    )
     p.set_defaults(func=cmd_status)

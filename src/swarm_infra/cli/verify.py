@@ -10,7 +10,16 @@ from ..engines.ansible.runner import path_with_ansible
 from ..verify import report as verify_report
 from ..verify.checks import LAYERS
 from ..verify.runner import DEFAULT_FORKS
-from .common import EXIT_FAILURE, EXIT_INVALID, EXIT_OK, fleet_inventory, inventory_args, simulated_nodes
+from .common import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    at_least,
+    fleet_inventory,
+    inventory_args,
+    limit_arg,
+    limited,
+    simulated_nodes,
+)
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -18,14 +27,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if isinstance(found, int):
         return found
     inventory, state = found
-    if args.forks < 1:
-        print(f"swarm verify: --forks must be at least 1, not {args.forks}", file=sys.stderr)
-        return EXIT_INVALID
-    nodes = [n for n in (args.limit or "").split(",") if n]
-    unknown = [n for n in nodes if n not in state["nodes"]]
-    if unknown:
-        print(f"swarm verify: no node named {', '.join(unknown)}", file=sys.stderr)
-        return EXIT_INVALID
+    nodes = limited(args.limit, state["nodes"], "verify") or []
     simulated = simulated_nodes(state["nodes"])
     print(f"verify: {len(nodes) or len(state['nodes'])} node(s) of {inventory} against the declared state")
     if simulated:
@@ -75,7 +77,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "fleet or arguments.",
     )
     inventory_args(p)
-    p.add_argument("--limit", metavar="NODES", help="comma-separated node names (default: every node)")
+    limit_arg(p)
     p.add_argument(
         "--layer",
         action="append",
@@ -85,7 +87,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--forks",
-        type=int,
+        type=at_least(1),
         default=DEFAULT_FORKS,
         metavar="N",
         help="most nodes read at once (default: %(default)s, as ansible.cfg's forks)",

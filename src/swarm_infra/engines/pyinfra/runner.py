@@ -16,7 +16,6 @@ note, pyinfra's file diffs with ``diff``, and the same summary table as the Ansi
 
 from __future__ import annotations
 
-import fnmatch
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -65,15 +64,6 @@ def plan(layer: str, hosts: list[InventoryHost]) -> list[Step]:
         else:
             steps.append(Step(L.LAYERS[name], names, True))
     return [s for s in steps if s.hosts]
-
-
-def select(hosts: list[InventoryHost], pattern: str | None) -> list[InventoryHost]:
-    """The hosts a ``--limit`` pattern names: host or group names (shell globs allowed),
-    separated by ``,`` or ``:``, as Ansible's and pyinfra's ``--limit`` take them."""
-    if not pattern:
-        return hosts
-    terms = [t for t in pattern.replace(":", ",").split(",") if t]
-    return [h for h in hosts if any(fnmatch.fnmatchcase(n, t) for t in terms for n in (h.name, *h.groups))]
 
 
 class Reporter:
