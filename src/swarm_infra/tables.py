@@ -12,13 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from tabulate import tabulate
-
 
 def table_lines(rows: Iterable[Sequence[object]], right: Iterable[int] = (), indent: str = "") -> list[str]:
     """``rows`` (the header row first, if any; a cell is written with ``str``) as aligned
     lines: each column left-aligned, or right-aligned for the column indexes in ``right``;
     ``indent`` before each line; trailing blanks removed. [] for no rows."""
+    # Imported here: every `swarm` command loads the modules that print tables, the pull
+    # agent's `swarm agent run` too, whose node-side virtualenv has no tabulate
+    # (lab/agentpkg.py ROOTS) and prints none.
+    from tabulate import tabulate
+
     cells = [[str(c) for c in row] for row in rows]
     if not cells:
         return []
