@@ -173,10 +173,11 @@ def run_agent(pid: int) -> tuple[int, dict, str]:
 
 def report_info(textfile: str) -> dict[str, str]:
     """The ``swarm_agent_report_info`` sample's labels of an agent's textfile."""
-    m = re.search(r'^swarm_agent_report_info\{commit="(\w*)",result="([\w-]+)",applied_commit="(\w*)"\} 1$',
-                  textfile, re.M)  # fmt: skip
+    # Labels in name order, the value as a float: as prometheus_client writes them.
+    info = r'^swarm_agent_report_info\{applied_commit="(\w*)",commit="(\w*)",result="([\w-]+)"\} 1\.0$'
+    m = re.search(info, textfile, re.M)
     assert m, textfile
-    return {"commit": m[1], "result": m[2], "applied_commit": m[3]}
+    return {"commit": m[2], "result": m[3], "applied_commit": m[1]}
 
 
 def mesh_address(inventory: Path, name: str) -> str:

@@ -170,11 +170,11 @@ def test_outputs_history_plots_latency_matrix_and_textfiles_on_each_node(run) ->
             assert ok.labels == {"part": part} and ok.value == 1.0, (node, part)
             assert "swarm_metrics_last_run_timestamp_seconds" in parts[part]
         network = parts["network"]
-        assert "swarm_ping_rtt_p50_seconds" in network, node  # base units: seconds, not ms
-        samples = network["swarm_ping_rtt_p50_seconds"].samples
+        assert "swarm_ping_rtt_seconds" in network, node  # base units: seconds, not ms
+        samples = [s for s in network["swarm_ping_rtt_seconds"].samples if s.labels["quantile"] == "0.5"]
         assert {s.labels["src"] for s in samples} == {node}  # each node holds its own figures
         assert all(s.value < 1.0 for s in samples)  # seconds: the lab's RTTs are tens of ms
-        assert ("swarm_fio_read_iops" in parts["storage"]) == bool(TARGETS[node].scratch)
+        assert ("swarm_fio_read_operations_per_second" in parts["storage"]) == bool(TARGETS[node].scratch)
         assert not any("job" in s.labels for f in parts["storage"].values() for s in f.samples)
     # Training and inference ran on the Ray cluster: their figures are in the head's files.
     for part in ("training", "inference"):

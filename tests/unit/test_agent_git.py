@@ -137,7 +137,7 @@ def test_a_commit_signed_by_an_allowed_signer_is_applied_with_ansible_locally(
     assert env["PYTHONPATH"].split(":")[0] == str(tree / "src")  # the commit's own library
     assert (tree / "policies/lab/rollout.yaml").is_file()
     assert json.loads(node.status.read_text())["applied_commit"] == c1
-    assert f'swarm_agent_report_info{{commit="{c1}",result="applied",applied_commit="{c1}"}} 1' in (
+    assert f'swarm_agent_report_info{{applied_commit="{c1}",commit="{c1}",result="applied"}} 1.0' in (
         node.textfile.read_text()
     )
 
@@ -177,7 +177,7 @@ def test_a_commit_signed_by_an_unknown_key_is_refused(
     assert (status.result, status.commit, status.applied_commit) == ("refused", c2, c1)
     assert "not in the allowed signers file" in status.reason
     assert len(eng.calls) == 1 and not (node.trees / c2).exists()
-    assert 'result="refused",applied_commit="' + c1 in node.textfile.read_text()
+    assert f'applied_commit="{c1}",commit="{c2}",result="refused"' in node.textfile.read_text()
 
 
 def test_a_first_run_with_no_good_commit_refuses_and_holds_nothing(

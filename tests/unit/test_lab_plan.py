@@ -128,6 +128,12 @@ def test_host_mirror_reads_deb822_and_one_line_sources(tmp_path: Path, monkeypat
     assert image.host_mirror(tmp_path) == "http://other.example/debian"
     (tmp_path / "sources.list").write_text("")
     assert image.host_mirror(tmp_path) == "http://deb.debian.org/debian"
+    # sources.list(5): deb822 field names are case-insensitive; '#' lines are comments.
+    (tmp_path / "sources.list.d" / "debian.sources").write_text(
+        "# the host's mirror\ntypes: deb\n# a comment inside the stanza\nuris: http://lower.example/debian\n"
+        "suites: bookworm\ncomponents: main\n"
+    )
+    assert image.host_mirror(tmp_path) == "http://lower.example/debian"
     monkeypatch.setenv("SWARM_LAB_MIRROR", "http://env.example/debian/")
     assert image.host_mirror(tmp_path) == "http://env.example/debian"
 

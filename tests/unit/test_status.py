@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from swarm_infra.agent.decide import RESULTS
 from swarm_infra.agent.git import GitError, remote_head
@@ -82,6 +83,20 @@ def test_what_the_agent_wrote_is_read_back_field_by_field(s: Status) -> None:
     ) == expected(s)
 
 
+def test_a_task_count_nothing_applied_has_no_sample_and_an_older_agents_minus_one_still_reads() -> None:
+    unapplied = status(result="fetch-failed", commit="", applied_commit=None, changed=None, failed=None)
+    page = textfile(unapplied)
+    families = {f.name: f for f in text_string_to_metric_families(page)}
+    assert "swarm_agent_changed_tasks" not in families and "swarm_agent_failed_tasks" not in families
+    assert not [s for f in families.values() for s in f.samples if s.value == -1]
+    # The page of an agent before #37: -1 for "nothing applied".
+    older = page + "".join(
+        f"# HELP {n} Tasks (-1: nothing applied).\n# TYPE {n} gauge\n{n} -1\n"
+        for n in ("swarm_agent_changed_tasks", "swarm_agent_failed_tasks")
+    )
+    assert parse_node_report(older) == expected(unapplied)
+
+
 def test_every_result_the_agent_can_report_is_read() -> None:
     assert [parse_node_report(textfile(status(result=r))).result for r in RESULTS] == list(RESULTS)
 
@@ -106,13 +121,13 @@ INFO_LINE = next(line for line in GOOD.splitlines() if line.startswith("swarm_ag
         (_swap('result="applied"', 'result="owned"'), "result 'owned' is not one of"),
         (_swap(f'commit="{B}",result', 'commit="../../etc",result'), "commit '../../etc' is not a commit id"),
         (_swap(f'applied_commit="{B}"', 'applied_commit="HEAD"'), "applied_commit 'HEAD'"),
-        (_swap('result="applied",', 'result="applied",node="x",'), "labels"),
-        (_swap("} 1\n", "} 0\n"), "swarm_agent_report_info: value 0.0, expected 1"),
-        (_swap("swarm_agent_last_run_duration_seconds 42.500", "swarm_agent_last_run_duration_seconds NaN"),
+        (_swap('result="applied"}', 'result="applied",node="x"}'), "labels"),
+        (_swap("} 1.0\n", "} 0.0\n"), "swarm_agent_report_info: value 0.0, expected 1"),
+        (_swap("swarm_agent_last_run_duration_seconds 42.5\n", "swarm_agent_last_run_duration_seconds NaN\n"),
          "swarm_agent_last_run_duration_seconds: nan is not a finite number"),
-        (_swap("swarm_agent_changed_tasks 3", "swarm_agent_changed_tasks 2.5"), "not a task count"),
-        (_swap("swarm_agent_failed_tasks 0", "swarm_agent_failed_tasks -7"), "not a task count"),
-        (_swap("swarm_agent_reboot_required 0", "swarm_agent_reboot_required 2"), "expected 0 or 1"),
+        (_swap("swarm_agent_changed_tasks 3.0", "swarm_agent_changed_tasks 2.5"), "not a task count"),
+        (_swap("swarm_agent_failed_tasks 0.0", "swarm_agent_failed_tasks -7"), "not a task count"),
+        (_swap("swarm_agent_reboot_required 0.0", "swarm_agent_reboot_required 2"), "expected 0 or 1"),
         (_swap("# TYPE swarm_agent_paused gauge", "# TYPE swarm_agent_paused untyped"),
          "of type unknown, not gauge"),
         (_swap("# TYPE swarm_agent_paused gauge", "# TYPE swarm_agent_paused counter"),

@@ -16,9 +16,9 @@ later batch someone else's success) nor through a proxy the environment names
 (``http_proxy``: the page must come from the node's own mesh address, not from whatever
 answers for a proxy), parsed by Prometheus' own text parser (``prometheus_client.parser``,
 text format 0.0.4) and every metric the agent writes (:func:`textfile`) is checked for
-exactly one sample, its type, its labels and its value's range (the type is the textfile's:
-node_exporter's textfile collector re-exposes a gauge as a gauge, with the file's HELP, and
-its labels as written; prometheus/node_exporter ``collector/textfile.go``
+exactly one sample (the task counts: at most one), its type, its labels and its value's
+range (the type is the textfile's: node_exporter's textfile collector re-exposes a gauge as
+a gauge, with the file's HELP, and its labels as written; prometheus/node_exporter ``collector/textfile.go``
 ``convertMetricFamily``, read at commit 020ffc1; the project pins no node_exporter). A page
 that fails any check is a :class:`ReportInvalid` whose message says which and why, never a
 partial report.
@@ -28,7 +28,8 @@ Textfile metrics (all gauges)::
     swarm_agent_report_info{commit, result, applied_commit}   1
     swarm_agent_last_run_timestamp_seconds                     Unix time the run ended
     swarm_agent_last_run_duration_seconds                      seconds the run took
-    swarm_agent_changed_tasks / swarm_agent_failed_tasks       counts of the last apply
+    swarm_agent_changed_tasks / swarm_agent_failed_tasks       counts of the last apply (no
+                                                               sample when nothing was applied)
     swarm_agent_reboot_required                                1: a reboot is pending
     swarm_agent_paused                                         1: the pause file exists
 
@@ -95,54 +96,51 @@ def load_status(path: Path) -> Status | None:
     return status
 
 
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
 def textfile(status: Status) -> str:
-    """The textfile of ``status`` (module documentation), ending with a newline."""
-    info = (
-        f'swarm_agent_report_info{{commit="{_label(status.commit)}",result="{_label(status.result)}",'
-        f'applied_commit="{_label(status.applied_commit or "")}"}} 1'
-    )
-    rows = [
-        (
-            "swarm_agent_report_info",
-            "The pull agent's last run: the commit, its result, the last good commit.",
-            info,
-        ),
+    """The textfile of ``status`` (module documentation), ending with a newline: the text
+    format 0.0.4 as prometheus_client writes it (``generate_latest``). A task count that is
+    unknown (nothing applied) has no sample, never ``-1``."""
+    # Imported here: every `swarm` command loads this module (prometheus_client takes ~0.1 s).
+    from prometheus_client import CollectorRegistry, Gauge, Info, generate_latest
+
+    registry = CollectorRegistry(auto_describe=False)
+    Info(
+        "swarm_agent_report",
+        "The pull agent's last run: the commit, its result, the last good commit.",
+        registry=registry,
+    ).info({"commit": status.commit, "result": status.result, "applied_commit": status.applied_commit or ""})
+    gauges: list[tuple[str, str, float | None]] = [
         (
             "swarm_agent_last_run_timestamp_seconds",
             "When the pull agent's last run ended, in Unix time.",
-            f"swarm_agent_last_run_timestamp_seconds {status.finished_at:.3f}",
+            round(status.finished_at, 3),
         ),
         (
             "swarm_agent_last_run_duration_seconds",
             "How long the pull agent's last run took.",
-            f"swarm_agent_last_run_duration_seconds {status.duration_s:.3f}",
+            round(status.duration_s, 3),
         ),
         (
             "swarm_agent_changed_tasks",
-            "Tasks the last apply changed (-1: nothing applied).",
-            f"swarm_agent_changed_tasks {-1 if status.changed is None else status.changed}",
+            "Tasks the last apply changed (no sample: nothing applied).",
+            status.changed,
         ),
         (
             "swarm_agent_failed_tasks",
-            "Tasks the last apply failed (-1: nothing applied).",
-            f"swarm_agent_failed_tasks {-1 if status.failed is None else status.failed}",
+            "Tasks the last apply failed (no sample: nothing applied).",
+            status.failed,
         ),
         (
             "swarm_agent_reboot_required",
             "1 when the node has a pending reboot (the layout's reboot_required marker).",
-            f"swarm_agent_reboot_required {int(status.reboot_required)}",
+            int(status.reboot_required),
         ),
-        (
-            "swarm_agent_paused",
-            "1 when the pull agent is paused on this node.",
-            f"swarm_agent_paused {int(status.paused)}",
-        ),
+        ("swarm_agent_paused", "1 when the pull agent is paused on this node.", int(status.paused)),
     ]
-    return "".join(f"# HELP {name} {text}\n# TYPE {name} gauge\n{sample}\n" for name, text, sample in rows)
+    for name, text, value in gauges:
+        if value is not None:
+            Gauge(name, text, registry=registry).set(value)
+    return generate_latest(registry).decode("utf-8")
 
 
 # The agent's report metrics (report.textfile) and the labels each sample carries.
@@ -227,6 +225,9 @@ def _value(samples: Mapping[str, list[Any]], name: str) -> float:
 
 
 def _count(samples: Mapping[str, list[Any]], name: str) -> int | None:
+    # No sample: nothing applied. -1 said the same in the pages of agents before #37.
+    if not samples[name]:
+        return None
     value = _value(samples, name)
     if not value.is_integer() or not -1 <= value <= MAX_TASKS:
         raise ReportInvalid(f"{name}: {value} is not a task count (-1 to {MAX_TASKS})")

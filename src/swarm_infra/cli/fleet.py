@@ -10,6 +10,7 @@ from typing import Any
 from ..resolve import desired_state
 from ..resolve.keys import ssh_host_key_fingerprint
 from ..resolve.types import ClusterState, GpuSettings, NodeState
+from ..tables import table_lines
 from .common import EXIT_INVALID, EXIT_OK, FLEET_HELP, emit, fleet_args, load, simulated_nodes, validation
 
 
@@ -97,9 +98,11 @@ def render_node(state: NodeState) -> str:
 def render_cluster(cluster: ClusterState) -> str:
     """ClusterState as readable text: capacity per flavor, queues, tenants, Ray clusters,
     priorities, storage."""
-    lines = ["cluster", "  flavor                    GPUs  nominal  unallocated"]
-    for name, cap in cluster["capacity"].items():
-        lines.append(f"  {name:<24} {cap['gpus']:>5}  {cap['nominal_quota']:>7}  {cap['unallocated']:>11}")
+    capacity: list[list[object]] = [["flavor", "GPUs", "nominal", "unallocated"]]
+    capacity += [
+        [name, c["gpus"], c["nominal_quota"], c["unallocated"]] for name, c in cluster["capacity"].items()
+    ]
+    lines = ["cluster", *table_lines(capacity, right=(1, 2, 3), indent="  ")]
     for q in cluster["cluster_queues"]:
         quotas = ", ".join(
             f"{x['flavor']}={x['nominal_quota']}"

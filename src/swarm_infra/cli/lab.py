@@ -18,6 +18,7 @@ from ..lab.system import LabError, require_root
 from ..resolve import desired_state
 from ..resolve.analysis import Analysis
 from ..resolve.controller import controller_peer_keys, controller_state
+from ..tables import table_lines
 from .common import (
     EXIT_FAILURE,
     EXIT_INVALID,
@@ -209,12 +210,21 @@ def cmd_status(args: argparse.Namespace) -> int:
     elif not rows:
         print("no lab is up (swarm lab up creates one)")
     else:
-        print(f"{'NODE':<16} {'SITE':<10} {'ADDRESS':<18} {'NAT':<4} {'PID':>8}  {'SYSTEMD':<10} SSH")
-        for r in rows:
-            print(
-                f"{r['name']:<16} {r['site']:<10} {r['address']:<18} {'yes' if r['nat'] else 'no':<4} "
-                f"{r['pid'] or '-':>8}  {r['state']:<10} {r['ssh']}"
-            )
+        table = [["NODE", "SITE", "ADDRESS", "NAT", "PID", "SYSTEMD", "SSH"]]
+        table += [
+            [
+                r["name"],
+                r["site"],
+                r["address"],
+                "yes" if r["nat"] else "no",
+                r["pid"] or "-",
+                r["state"],
+                r["ssh"],
+            ]
+            for r in rows
+        ]
+        for line in table_lines(table, right=(4,)):
+            print(line)
         print(f"connections: {connection_file()}")
     return EXIT_OK if all(r["state"] in ("running", "degraded") for r in rows) else EXIT_FAILURE
 

@@ -21,6 +21,7 @@ from ..agent.status import CONVERGED, judge, stale_after_s
 from ..resolve import desired_state
 from ..resolve.files import AGENT_RUN_TIMEOUT_S
 from ..resolve.types import NodeState
+from ..tables import table_lines
 from .common import EXIT_FAILURE, EXIT_OK, FLEET_HELP, at_least, emit, fleet_args, load
 
 _COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
@@ -63,10 +64,8 @@ def _age(seconds: float) -> str:
 
 def _table(rows: list[dict[str, Any]], ref: str, current: str | None, why: str) -> str:
     head = f"tracked ref {ref}: " + (current[:12] if current else f"unknown ({_shown(why)})")
-    lines = [
-        head,
-        f"{'NODE':<20} {'APPLIED':<12} {'RESULT':<12} {'CHANGED':>7} {'FAILED':>6} "
-        f"{'DURATION':>8} {'REBOOT':<6} {'AGE':>6} {'CURRENT':<7} STATE",
+    table: list[list[str]] = [
+        ["NODE", "APPLIED", "RESULT", "CHANGED", "FAILED", "DURATION", "REBOOT", "AGE", "CURRENT", "STATE"]
     ]
 
     def n(value: int | None) -> str:
@@ -76,15 +75,14 @@ def _table(rows: list[dict[str, Any]], ref: str, current: str | None, why: str) 
         rep = r["report"]
         at = {True: "yes", False: "no", None: "?"}[r["at_current"]]
         if rep is None:
-            lines.append(f"{r['node']:<20} {'?':<12} {'?':<12} {'?':>7} {'?':>6} {'?':>8} {'?':<6} {'?':>6} "
-                         f"{at:<7} {_shown(r['state'])}")  # fmt: skip
+            table.append([r["node"], "?", "?", "?", "?", "?", "?", "?", at, _shown(r["state"])])
             continue
-        lines.append(
-            f"{r['node']:<20} {(rep['applied_commit'] or '-')[:12]:<12} {rep['result']:<12} "
-            f"{n(rep['changed']):>7} {n(rep['failed']):>6} {rep['duration_s']:>7.0f}s "
-            f"{'yes' if rep['reboot_required'] else 'no':<6} {_age(rep['age_s']):>6} {at:<7} "
-            + _shown(r["state"])
-        )
+        table.append([
+            r["node"], (rep["applied_commit"] or "-")[:12], rep["result"], n(rep["changed"]),
+            n(rep["failed"]), f"{rep['duration_s']:.0f}s", "yes" if rep["reboot_required"] else "no",
+            _age(rep["age_s"]), at, _shown(r["state"]),
+        ])  # fmt: skip
+    lines = [head, *table_lines(table, right=(3, 4, 5, 7))]
     done = sum(r["state"] == CONVERGED for r in rows)
     lines.append(f"{done} of {len(rows)} pull node(s) converged at the tracked ref's commit")
     return "\n".join(lines)

@@ -43,7 +43,9 @@ def result_line(elapsed_s: float, host: str, label: str, text: str) -> str:
 
 def summary_table(hosts: Mapping[str, HostTally], simulated: Collection[str]) -> str:
     """The per-host table printed at the end (host, status, ok/changed/failed/...), hosts
-    with simulated GPUs and hosts pending a reboot marked, then the hosts pending a reboot."""
+    with simulated GPUs and hosts pending a reboot marked, then the hosts pending a reboot.
+    Fixed widths, not :func:`swarm_infra.tables.table_lines`: the host column is as wide as
+    in the live lines above it (:func:`result_line`), printed before all hosts are known."""
     lines = [
         "",
         f"{'host':<20} {'status':<12} {'ok':>4} {'changed':>8} {'failed':>7} "

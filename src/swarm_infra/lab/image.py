@@ -45,7 +45,6 @@ MASKED_UNITS = ("console-getty.service", "getty@tty1.service", "systemd-udevd.se
 RECIPE_VERSION = "2"
 # apt's timeout (s) for a connection that sends nothing, and its retries of a failed fetch.
 APT_MIRROR_CONF = 'Acquire::http::Timeout "15";\nAcquire::Retries "5";\n'
-_DEB822_URI = re.compile(r"^URIs:\s*(\S+)", re.M)
 _ONE_LINE = re.compile(r"^deb\s+(?:\[[^\]]*\]\s+)?(\S+)\s+" + SUITE + r"\s", re.M)
 
 
@@ -64,16 +63,18 @@ def host_mirror(apt_dir: Path = Path("/etc/apt")) -> str:
         except (OSError, UnicodeDecodeError):
             continue
         if path.suffix == ".sources":
-            for stanza in text.split("\n\n"):
-                m = _DEB822_URI.search(stanza)
-                suites = re.search(r"^Suites:\s*(.*)$", stanza, re.M)
+            # deb822 (sources.list(5)), read by python-debian: field names case-insensitive,
+            # comments and continuation lines as apt reads them.
+            from debian.deb822 import Deb822
+
+            for stanza in Deb822.iter_paragraphs(text.splitlines()):
+                uris = stanza.get("URIs", "").split()
                 if (
-                    m
-                    and suites
-                    and SUITE in suites.group(1).split()
-                    and m.group(1).rstrip("/").endswith("/debian")
+                    uris
+                    and SUITE in stanza.get("Suites", "").split()
+                    and uris[0].rstrip("/").endswith("/debian")
                 ):
-                    return m.group(1).rstrip("/")
+                    return uris[0].rstrip("/")
         else:
             for uri in _ONE_LINE.findall(text):
                 if uri.rstrip("/").endswith("/debian"):

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from swarm_infra.metrics import gpu_health
 from swarm_infra.metrics.measurement import Measurement
+from swarm_infra.tables import table_lines
 
 NOT_MEASURED = "not measured"
 NOT_SIMULATED = "not measured (simulated)"
@@ -282,8 +283,7 @@ def verdict_table(verdicts: list[Verdict], header_width: int = 14) -> list[str]:
                 text += f" ({op(c)} {cell.threshold:g})"
             row.append(text)
         table.append(row)
-    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in table]
+    lines = table_lines(table)
     for v in verdicts:
         if not v.passed and v.value is not None and v.note:
             lines.append(

@@ -1,12 +1,23 @@
 """Measurements in the Prometheus text exposition format, for node_exporter's textfile collector.
 
-Names follow Prometheus's naming practices (https://prometheus.io/docs/practices/naming/):
-one application prefix (``swarm_``), base units in the name's suffix (``_seconds``,
-``_bytes``, ``_bytes_per_second``, ``_hertz``, ``_watts``, ``_celsius``, ``_ratio`` for a
-0-1 ratio instead of a percentage), the value converted to that unit, ``_total`` only on
-counters (every series here is a gauge: the figure of the last run). ``promtool check
-metrics`` (the Prometheus release's linter, ``client_golang``'s promlint) passes on what
-:func:`render_textfile` writes; tests/unit/test_metrics_prometheus.py runs it.
+Written by prometheus_client (``generate_latest``), the text format 0.0.4; the text goes to
+each node over SSH (``probes.textfile_upload``), so ``write_to_textfile``, which writes a
+local path, has no place here. Names follow
+Prometheus's naming practices (https://prometheus.io/docs/practices/naming/): one
+application prefix (``swarm_``), base units in the name's suffix, said once (``_seconds``,
+``_bytes``, ``_bytes_per_second``, ``_operations_per_second`` for IOPS, ``_hertz``,
+``_watts``, ``_celsius``, ``_ratio`` for a 0-1 ratio instead of a percentage), the value
+converted to that unit, ``_total`` only on counters (every series here is the figure of the
+last run: a gauge), no tool's JSON path (iperf3's ``end.sum_sent`` is ``sent``). A statistic
+of a distribution is not in the name but in the ``quantile`` label, as a summary's quantiles
+are (``swarm_ping_rtt_seconds{quantile="0.99"}``; the minimum and maximum over repeats are the
+0 and 1 quantiles), of type ``summary``, which promlint requires of a ``quantile`` label.
+Those summaries have no ``_sum`` or ``_count`` (the runs do not keep them); node_exporter's
+textfile collector re-exposes a summary with both, as 0 (``collector/textfile.go``,
+``MustNewConstSummary``): read the quantile series only. A figure that was not measured has
+no sample (never ``-1``). ``promtool check metrics`` (the Prometheus release's linter,
+``client_golang``'s promlint) finds nothing to report in what :func:`render_textfile`
+writes; tests/unit/test_metrics_prometheus.py runs it on every kind of measurement.
 
 Label names never collide with the target labels a scrape attaches: ``job`` and
 ``instance`` are renamed ``exported_job`` / ``exported_instance``, the names Prometheus
@@ -28,10 +39,14 @@ import math
 import re
 from collections.abc import Iterable
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
 from swarm_infra.metrics.fleetrun import Outcome
 from swarm_infra.metrics.measurement import Measurement, make_labels
 from swarm_infra.resolve.layout import TEXTFILE_DIR  # node_exporter's textfile directory, decided once
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
 
 LEGACY_TEXTFILE = f"{TEXTFILE_DIR}/swarm_metrics.prom"
 """The single file earlier versions wrote; removed when a part's file is written (its series
@@ -63,10 +78,11 @@ _UNITS: dict[str, tuple[str, Fraction]] = {
     "C": ("celsius", Fraction(1)),
     "TFLOP/s": ("flops", Fraction(10**12)),
     "FLOP/s": ("flops", Fraction(1)),
-    "IOPS": ("iops", Fraction(1)),
+    "IOPS": ("operations_per_second", Fraction(1)),
     "samples/s": ("samples_per_second", Fraction(1)),
     "requests/s": ("requests_per_second", Fraction(1)),
     "1/s": ("per_second", Fraction(1)),
+    "nats": ("nats", Fraction(1)),
     "count": ("", Fraction(1)),
     "bool": ("", Fraction(1)),
     # PCIe link generation and width, DCGM's diagnostic run level: plain numbers.
@@ -75,7 +91,7 @@ _UNITS: dict[str, tuple[str, Fraction]] = {
     "level": ("", Fraction(1)),
 }
 """A Measurement's unit -> (the name's base-unit suffix, the factor to that unit). A count has
-no suffix (a gauge's ``_total`` would claim a counter)."""
+no suffix (a gauge's ``_total`` would claim a counter); IOPS are I/O operations per second."""
 
 _ABBREVIATIONS = frozenset({"s", "ms", "us", "ns", "sec", "b", "kb", "mb", "gb", "tb", "pb", "m", "h", "d"})
 """Abbreviated units promlint refuses as parts of a name (client_golang
@@ -90,11 +106,27 @@ _UNIT_WORDS = (
     ("bytes",),
     ("tflops",),
     ("flops",),
+    ("iops",),
 )
-"""A field's own trailing unit words, which give way to the base-unit suffix."""
+"""A field's own unit words, wherever they stand in it (``matmul.flops.first_window``): they
+give way to the base-unit suffix, which the name carries once, at its end."""
+
+_RATIO_WORDS = frozenset({"rate", "ratio", "fraction", "percent"})
+"""A ratio field's last word that the ``_ratio`` suffix says again (``error_rate``)."""
 
 _RESERVED_ENDINGS = frozenset({"total", "count", "sum", "bucket"})
 """Endings promlint keeps for counters, histograms and summaries."""
+
+_JSON_PATHS = {"iperf3": "end.sum_"}
+"""The part of a tool's JSON path that names no quantity: iperf3's ``end.sum_sent`` and
+``end.sum_received`` (the whole test's totals, all streams) are ``sent`` and ``received``."""
+
+_QUANTILE = re.compile(r"^(?P<field>.+)\.(?:p(?P<p>\d+)|percentile\.(?P<whole>\d+)\.(?P<fraction>\d+))$")
+"""A percentile in a field (ping's ``rtt.p50``, fio's ``clat_ns.percentile.99.000000``)."""
+
+_SPREAD = frozenset({("ray", "training.samples_per_s"), ("ray", "pipeline.samples_per_s")})
+"""Fields measured over repeats: the field itself is the median, ``.min`` and ``.max`` the
+extremes (:mod:`.jobs`), i.e. the 0.5, 0 and 1 quantiles."""
 
 RENAMED_LABELS = {"job": "exported_job", "instance": "exported_instance"}
 """Labels a scrape sets on every series: a textfile's own are renamed as Prometheus would."""
@@ -116,34 +148,62 @@ def _unit(unit: str) -> tuple[str, Fraction]:
     return "_".join(w for w in words if w not in _ABBREVIATIONS), Fraction(1)
 
 
-def _percentile(match: re.Match[str]) -> str:
-    fraction = match.group(2).rstrip("0")
-    return f"p{match.group(1)}" + (f"_{fraction}" if fraction else "")
+def _quantile(text: str) -> str:
+    """A percentile's number (``99``, ``99.9``) as the quantile Prometheus writes (``0.99``)."""
+    return repr(float(Fraction(text) / 100))
+
+
+def _split(m: Measurement) -> tuple[str, str | None]:
+    """The field without its statistic, and the statistic as a ``quantile`` label value
+    (None: the field is no statistic of a distribution)."""
+    if (m.tool, m.field) in _SPREAD:
+        return m.field, "0.5"
+    for end, q in ((".min", "0"), (".max", "1")):
+        if m.field.endswith(end) and (m.tool, m.field.removesuffix(end)) in _SPREAD:
+            return m.field.removesuffix(end), q
+    match = _QUANTILE.match(m.field)
+    if match is None:
+        return m.field, None
+    number = match["p"] or f"{match['whole']}.{match['fraction']}"
+    return match["field"], _quantile(number)
+
+
+def _without(words: list[str], phrase: tuple[str, ...]) -> list[str]:
+    out: list[str] = []
+    i = 0
+    while i < len(words):
+        if tuple(words[i : i + len(phrase)]) == phrase and len(words) > len(phrase):
+            i += len(phrase)
+        else:
+            out.append(words[i])
+            i += 1
+    return out
 
 
 def metric_name(m: Measurement) -> str:
-    """``swarm_<tool>_<field>_<base unit>``: lower case, every run of characters outside
-    [a-z0-9] made ``_``; fio's ``percentile.99.000000`` written ``p99``; abbreviated units
-    (``clat_ns``'s ``ns``) and the field's own trailing unit words left out, and the base unit's
-    suffix appended once (``read.iops`` -> ``swarm_fio_read_iops``,
-    ``end.sum_received.bits_per_second`` -> ``swarm_iperf3_end_sum_received_bytes_per_second``,
-    ``read.clat_ns.percentile.99.000000`` -> ``swarm_fio_read_clat_p99_seconds``); no
-    ``_total``/``_count``/``_sum``/``_bucket`` ending; the tool ``swarm`` (this package's own
-    figures) is not repeated after the prefix."""
+    """``swarm_<tool>_<field>_<base unit>`` (Prometheus' naming practices,
+    https://prometheus.io/docs/practices/naming/): lower case, every run of characters outside
+    [a-z0-9] made ``_``; a statistic of the field left to the ``quantile`` label
+    (:func:`metric_labels`); a tool's JSON path reduced to the quantity it names
+    (:data:`_JSON_PATHS`); the field's own unit words and abbreviated units left out wherever
+    they stand, and the base unit's suffix appended once (``read.iops`` ->
+    ``swarm_fio_read_operations_per_second``, ``end.sum_received.bits_per_second`` ->
+    ``swarm_iperf3_received_bytes_per_second``, ``read.clat_ns.percentile.99.000000`` ->
+    ``swarm_fio_read_clat_seconds``, ``matmul.flops.first_window`` ->
+    ``swarm_torch_matmul_first_window_flops``); no ``_total``/``_count``/``_sum``/``_bucket``
+    ending; the tool ``swarm`` (this package's own figures) is not repeated after the prefix."""
     suffix = _unit(m.unit)[0]
-    field = re.sub(r"percentile\.(\d+)\.(\d+)", _percentile, m.field)
+    field = _split(m)[0]
+    prefix = _JSON_PATHS.get(m.tool)
+    if prefix and field.startswith(prefix):
+        field = field.removeprefix(prefix)
     words = [w for w in re.split(r"[^a-z0-9]+", f"{m.tool}.{field}".lower()) if w]
     if words and words[0] == "swarm":
         words = words[1:]
-    changed = True
-    while changed:
-        changed = False
-        for phrase in _UNIT_WORDS:
-            if len(words) > len(phrase) and tuple(words[-len(phrase) :]) == phrase:
-                words = words[: -len(phrase)]
-                changed = True
+    for phrase in _UNIT_WORDS:
+        words = _without(words, phrase)
     words = [w for w in words if w not in _ABBREVIATIONS]
-    while words and words[-1] in _RESERVED_ENDINGS:
+    while words and (words[-1] in _RESERVED_ENDINGS or (suffix == "ratio" and words[-1] in _RATIO_WORDS)):
         words = words[:-1]
     tail = suffix.split("_") if suffix else []
     overlap = next((k for k in range(len(tail), 0, -1) if words[-k:] == tail[:k]), 0)
@@ -168,6 +228,21 @@ def label_name(key: str) -> str:
     return RENAMED_LABELS.get(name, name)
 
 
+def metric_labels(m: Measurement) -> dict[str, str]:
+    """The sample's labels: the measurement's, named by :func:`label_name` (a later label
+    renamed onto an earlier one's name is left out), and ``quantile`` for a statistic of a
+    distribution (``0.5`` for ping's ``rtt.p50``, ``0.99`` for fio's
+    ``percentile.99.000000``, ``0``/``0.5``/``1`` for the minimum, median and maximum over
+    repeats), the label a Prometheus summary gives its quantiles."""
+    names: dict[str, str] = {}
+    for k, v in m.labels:
+        names.setdefault(label_name(k), v)
+    quantile = _split(m)[1]
+    if quantile is not None:
+        names["quantile"] = quantile
+    return names
+
+
 def run_status(part: str, started_at_s: float, success: bool) -> list[Measurement]:
     """The two series every run writes for each part it measured on a node:
     ``swarm_metrics_last_run_timestamp_seconds{part}`` (Unix time the run started) and
@@ -180,53 +255,60 @@ def run_status(part: str, started_at_s: float, success: bool) -> list[Measuremen
     ]
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
 def _help(m: Measurement) -> str:
     text = _HELP.get((m.tool, m.field))
     if text is None:
         suffix, scale = _unit(m.unit)
-        text = f"{m.tool} {m.field} ({m.unit}" + (f", here in {suffix})" if scale != 1 else ")")
-    return text.replace("\\", "\\\\").replace("\n", "\\n")
+        field = _split(m)[0]
+        text = f"{m.tool} {field} ({m.unit}" + (f", here in {suffix})" if scale != 1 else ")")
+    return text
 
 
-def _number(value: float) -> str:
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return repr(value)
+def _families(measurements: Iterable[Measurement]) -> list[Metric]:
+    from prometheus_client.metrics_core import Metric
 
-
-def render_textfile(measurements: Iterable[Measurement]) -> str:
-    """The text format: for each metric ``# HELP`` (tool, field and unit as measured) and
-    ``# TYPE name gauge``, then its samples with labels, values in the base unit.
-
-    Metric names sorted, samples in input order; label values escaped as the format requires;
-    a sample whose name and labels repeat an earlier one is left out (a file with a duplicate
-    series makes the collector fail the whole scrape).
-    """
     groups: dict[str, list[Measurement]] = {}
     for m in measurements:
         groups.setdefault(metric_name(m), []).append(m)
-    lines: list[str] = []
+    families: list[Metric] = []
     for name in sorted(groups):
-        lines.append(f"# HELP {name} {_help(groups[name][0])}")
-        lines.append(f"# TYPE {name} gauge")
-        seen: set[str] = set()
+        # A statistic of a distribution is a summary's quantile (promlint refuses a quantile
+        # label on any other type); every other figure is a gauge, the last run's.
+        kind = "summary" if _split(groups[name][0])[1] is not None else "gauge"
+        family = Metric(name, _help(groups[name][0]), kind)
+        seen: set[tuple[tuple[str, str], ...]] = set()
         for m in groups[name]:
-            names: dict[str, str] = {}  # a later label renamed onto an earlier one's name is left out
-            for k, v in m.labels:
-                names.setdefault(label_name(k), v)
-            labels = ",".join(f'{k}="{_escape(v)}"' for k, v in names.items())
-            if labels in seen:
+            labels = metric_labels(m)
+            key = tuple(labels.items())
+            if key in seen:
                 continue
-            seen.add(labels)
-            value = _number(metric_value(m))
-            lines.append(f"{name}{{{labels}}} {value}" if labels else f"{name} {value}")
-    return "\n".join(lines) + "\n" if lines else ""
+            seen.add(key)
+            family.add_sample(name, labels, metric_value(m))
+        families.append(family)
+    return families
+
+
+def render_textfile(measurements: Iterable[Measurement]) -> str:
+    """The text format (0.0.4), written by prometheus_client's ``generate_latest``: for each
+    metric ``# HELP`` (tool, field and unit as measured) and ``# TYPE name gauge``, then its
+    samples with labels (:func:`metric_labels`), values in the base unit (:func:`metric_value`).
+
+    Metric names sorted, samples in input order; a sample whose name and labels repeat an
+    earlier one is left out (a file with a duplicate series makes the collector fail the
+    whole scrape). No measurement, no text ("")."""
+    # Imported here: every `swarm` command loads this module (prometheus_client takes ~0.1 s).
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.registry import Collector
+
+    families = _families(measurements)
+
+    class Measured(Collector):
+        def collect(self) -> Iterable[Metric]:
+            return families
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Measured())
+    return generate_latest(registry).decode("utf-8")
 
 
 CLUSTER_PARTS = ("training", "inference")

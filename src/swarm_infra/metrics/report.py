@@ -6,6 +6,7 @@ import json
 
 from swarm_infra.metrics.compare import Change
 from swarm_infra.metrics.measurement import Measurement
+from swarm_infra.tables import table_lines
 
 
 def _labels(m: Measurement) -> str:
@@ -70,7 +71,4 @@ def to_table(measurements: list[Measurement], changes: list[Change]) -> str:
             judged = "  REGRESSION" if c.regression else "" if c.direction else "  direction unknown"
             delta = f"{c.change:+.1%}{judged}"
         rows.append((m.tool, m.field, _labels(m), f"{m.value:.4g}", m.unit, delta))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "".join(
-        "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() + "\n" for r in rows
-    )
+    return "".join(line + "\n" for line in table_lines(rows))

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..tables import table_lines
 from .checks import LAYERS
 from .runner import DEFAULT_FORKS
 
@@ -76,7 +77,7 @@ class Collector:
     def table(self) -> str:
         """Per node, per layer: "pass N", "FAIL k/N" (+ blocked), or "-" (nothing declared)."""
         nodes = sorted({r.node for r in self.results})
-        lines = [f"{'node':<20} " + " ".join(f"{layer:<16}" for layer in LAYERS)]
+        table = [["node", *LAYERS]]
         for node in nodes:
             cells = []
             for layer in LAYERS:
@@ -91,9 +92,9 @@ class Collector:
                     cell = f"blocked {blocked}/{len(rs)}"
                 else:
                     cell = f"pass {len(rs)}"
-                cells.append(f"{cell:<16}")
-            lines.append(f"{node:<20} " + " ".join(cells))
-        return "\n".join(lines)
+                cells.append(cell)
+            table.append([node, *cells])
+        return "\n".join(table_lines(table))
 
 
 def _drift_line(d: dict[str, Any]) -> str:
