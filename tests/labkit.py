@@ -140,6 +140,9 @@ def assert_nothing_left(before: dict[str, object]) -> None:
     for table in ("filter", "nat"):
         rules = subprocess.run(["iptables", "-t", table, "-S"], capture_output=True, text=True).stdout
         assert "SWARM-LAB" not in rules
+    # The controller's mesh filter (engines/controller.py apply_filter) goes with its interface.
+    nft = subprocess.run(["nft", "list", "table", "inet", "swarm"], capture_output=True, text=True)
+    assert nft.returncode != 0, nft.stdout
     mounts = Path("/proc/self/mountinfo").read_text()
     assert "swl-" not in mounts and "swarm-lab" not in mounts
     cmdlines = [p.read_bytes() for p in Path("/proc").glob("[0-9]*/cmdline") if p.exists()]

@@ -94,6 +94,8 @@ HOST_TOOLS: dict[str, HostTool] = {
     # wireguard-go where the kernel has no WireGuard module (this lab host's kernel has none).
     "wg": HostTool("wireguard-tools", ("lab", "mesh", "mesh-key")),
     "wireguard-go": HostTool("wireguard-go", ("lab", "mesh"), userspace_wireguard=True),
+    # nftables: the filter of the controller's mesh interface (engines/controller.py, lab down).
+    "nft": HostTool("nftables", ("lab", "mesh")),
     # OpenSSH's client: the engines, testinfra and the metrics probes reach nodes over SSH;
     # ssh-keygen makes the lab's keys and checks commit signatures (review, pull).
     "ssh": HostTool("openssh-client", ("lab", "lab-access", "converge", "verify", "metrics")),

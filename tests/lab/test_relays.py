@@ -66,13 +66,17 @@ spec:
   roles: [relay]
   hardware: {cpus: 2, memory_gib: 2}
 """
-# Claims lab-far is next to lab-b and lab-c: the resolver then relays through lab-far-relay.
+# Claims lab-far is next to lab-b and lab-c, measured from both ends (a leg one end measured
+# does not count, #38): the resolver then relays through lab-far-relay.
 WRONG = {
     "apiVersion": "swarm.io/v1alpha1",
     "kind": "LatencyMatrix",
     "metadata": {"name": "measured"},
     "spec": {
-        "pairs": [{"a": "lab-b", "b": "lab-far", "rtt_ms": 1}, {"a": "lab-c", "b": "lab-far", "rtt_ms": 1}]
+        "pairs": [
+            {"a": site, "b": "lab-far", "rtt_ms": 1, "a_to_b_ms": 1, "b_to_a_ms": 1}
+            for site in ("lab-b", "lab-c")
+        ]
     },
 }
 

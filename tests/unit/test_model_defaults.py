@@ -67,6 +67,7 @@ MODEL_DEFAULTS: dict[tuple[str, str], Callable[[], Any]] = {
     ("Mesh", "relays.max_site_pairs"): _field(model.Mesh, "relay_max_site_pairs"),
     ("Mesh", "relays.hysteresis_ms"): _field(model.Mesh, "relay_hysteresis_ms"),
     ("Mesh", "relays.hysteresis_percent"): _field(model.Mesh, "relay_hysteresis_percent"),
+    ("Mesh", "relays.allowed_providers"): _field(model.Mesh, "relay_allowed_providers"),
     ("Mesh", "controller.name"): _field(model.MeshController, "name"),
     ("Mesh", "controller.interface"): _field(model.MeshController, "interface"),
     ("Mesh", "controller.ssh_over_mesh"): _field(model.MeshController, "ssh_over_mesh"),

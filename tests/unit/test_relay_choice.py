@@ -1,7 +1,10 @@
 """Relays for NAT-to-NAT site pairs come from measurements, never from what a site declares
 (issue #22): a measured path beats an unmeasured one, an unmeasured choice prefers the
 pair's own sites and providers, hysteresis keeps a recorded relay unless a measured path is
-clearly faster, and a relay carries at most ``max_site_pairs`` pairs.
+clearly faster, and a relay carries at most ``max_site_pairs`` pairs. And (issue #38, item
+9) a leg counts as measured only when both of its sites measured it, at the higher of the
+two figures; a pair's relay is one of its own providers' (or an allowed provider's) whenever
+one exists, and another provider's relay is a warning.
 
 Each test writes a small fleet, loads it with the real loader and reads the relay from the
 desired state (the peer whose AllowedIPs hold the other node's mesh address), so it holds
@@ -32,7 +35,9 @@ class Fleet:
     sites: dict[str, tuple[str | None, float]]
     natted: dict[str, str]
     relays: dict[str, str]
-    measured: dict[tuple[str, str], float] = field(default_factory=dict)
+    measured: dict[tuple[str, str], float] = field(default_factory=dict)  # by both sites
+    one_sided: dict[tuple[str, str], float] = field(default_factory=dict)  # by the first site only
+    directed: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)  # a->b, b->a
     recorded: dict[tuple[str, str], str] = field(default_factory=dict)
     mesh_relays: dict[str, Any] = field(default_factory=dict)
 
@@ -64,15 +69,29 @@ class Fleet:
         if self.mesh_relays:
             mesh["relays"] = self.mesh_relays
         docs.append(_doc("Mesh", "m", mesh))
-        if self.measured or self.recorded:
-            matrix: dict[str, Any] = {
-                "pairs": [{"a": a, "b": b, "rtt_ms": ms} for (a, b), ms in self.measured.items()]
-            }
+        if self.measured or self.one_sided or self.directed or self.recorded:
+            # What `swarm metrics` measures: each site's nodes ping the other's (a_to_b_ms,
+            # b_to_a_ms); behind NAT, only the NAT'd side reaches the other.
+            pairs = [_pair(a, b, ms, ms) for (a, b), ms in self.measured.items()]
+            pairs += [_pair(a, b, ms, None) for (a, b), ms in self.one_sided.items()]
+            pairs += [_pair(a, b, ab, ba) for (a, b), (ab, ba) in self.directed.items()]
+            matrix: dict[str, Any] = {"pairs": pairs}
             if self.recorded:
                 matrix["relays"] = [{"a": a, "b": b, "relay": r} for (a, b), r in self.recorded.items()]
             docs.append(_doc("LatencyMatrix", "measured", matrix))
         (directory / "fleet.yaml").write_text(yaml.safe_dump_all(docs, sort_keys=False))
         return [directory]
+
+
+def _pair(a: str, b: str, a_to_b: float, b_to_a: float | None) -> dict[str, Any]:
+    """A LatencyMatrix pair; ``b_to_a`` None: b's nodes did not measure a's (the figure is
+    a's alone); inside one site, the site's LAN figure."""
+    entry: dict[str, Any] = {"a": a, "b": b, "rtt_ms": max(a_to_b, b_to_a or 0)}
+    if a != b:
+        entry["a_to_b_ms"] = a_to_b
+        if b_to_a is not None:
+            entry["b_to_a_ms"] = b_to_a
+    return entry
 
 
 def _doc(kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
@@ -324,3 +343,95 @@ def test_a_matrix_with_a_pair_twice_or_0_ms_across_sites_is_invalid(tmp_path: Pa
     (tmp_path / "lan").mkdir()
     lan = Fleet(sites={"s1": ("P1", 0), "s2": ("P2", 0)}, natted={}, relays={}, measured={("s1", "s1"): 0})
     assert validate(lan.write(tmp_path / "lan")).report.errors == []
+
+
+# ------------------------------------------------ both ends measure; the pair's own provider
+
+
+def test_a_leg_only_one_end_measured_counts_as_unmeasured(tmp_path: Path):
+    """The NAT'd sites alone measured their legs to ``fake`` (1 ms: a relay's root shapes
+    the replies the victims time, and no one else checked); ``honest``'s legs both ends
+    measured at 30 ms. By one-sided figures ``fake`` won (2 ms against 60)."""
+    fleet = Fleet(
+        sites={"s1": ("P1", 0), "s2": ("P2", 0), "fake": ("F", 0), "honest": ("H", 0)},
+        natted={"a": "s1", "b": "s2"},
+        relays={"fake-relay": "fake", "honest-relay": "honest"},
+        measured={("s1", "honest"): 30.0, ("s2", "honest"): 30.0},
+        one_sided={("s1", "fake"): 1.0, ("s2", "fake"): 1.0},
+    )
+    state = resolve(fleet, tmp_path)
+    assert relay_between(state, "a", "b") == "honest-relay"
+    (route,) = state["cluster"]["mesh"]["relay_routes"]
+    assert route["basis"] == "measured" and route["path_rtt_ms"] == 60.0
+
+
+def test_a_leg_counts_at_the_higher_of_its_two_directions(tmp_path: Path):
+    """``quick``'s legs: 5 ms from the NAT'd sites, 40 ms from the relay's site; ``even``'s
+    20 ms both ways. At the higher figure ``quick``'s path is 80 ms, ``even``'s 40."""
+    fleet = Fleet(
+        sites={"s1": ("P1", 0), "s2": ("P2", 0), "quick": ("Q", 0), "even": ("E", 0)},
+        natted={"a": "s1", "b": "s2"},
+        relays={"quick-relay": "quick", "even-relay": "even"},
+        directed={
+            ("s1", "quick"): (5.0, 40.0),
+            ("s2", "quick"): (5.0, 40.0),
+            ("s1", "even"): (20.0, 20.0),
+            ("even", "s2"): (20.0, 20.0),
+        },
+    )
+    state = resolve(fleet, tmp_path)
+    assert relay_between(state, "a", "b") == "even-relay"
+    (route,) = state["cluster"]["mesh"]["relay_routes"]
+    assert route["path_rtt_ms"] == 40.0
+
+
+def _two_providers(**kw: Any) -> Fleet:
+    """s1 (provider P) and s2 (Q) NAT'd; P runs a relay in p-dc, measured 100 ms a leg; a
+    third provider O's relay is measured 5 ms a leg (and sorts first by name)."""
+    return Fleet(
+        sites={"s1": ("P", 0), "s2": ("Q", 0), "p-dc": ("P", 0), "o-dc": ("O", 0)},
+        natted={"a": "s1", "b": "s2"},
+        relays={"p-relay": "p-dc", "a-o-relay": "o-dc"},
+        measured={("s1", "p-dc"): 100.0, ("s2", "p-dc"): 100.0, ("s1", "o-dc"): 5.0, ("s2", "o-dc"): 5.0},
+        **kw,
+    )
+
+
+def test_a_relay_of_the_pairs_provider_comes_before_a_faster_one_of_another(tmp_path: Path):
+    state = resolve(_two_providers(), tmp_path)
+    assert relay_between(state, "a", "b") == "p-relay"
+    (route,) = state["cluster"]["mesh"]["relay_routes"]
+    assert route["relay_provider"] in route["providers"]
+    assert not validate(_two_providers().write(tmp_path)).report.warnings
+    # A pair recorded on the other provider's relay is not held there.
+    (tmp_path / "held").mkdir()
+    held = resolve(_two_providers(recorded={("s1", "s2"): "a-o-relay"}), tmp_path / "held")
+    assert relay_between(held, "a", "b") == "p-relay"
+
+
+def test_an_allowed_provider_relay_competes_as_the_pairs_own(tmp_path: Path):
+    fleet = _two_providers(mesh_relays={"allowed_providers": ["O"]})
+    assert relay_between(resolve(fleet, tmp_path), "a", "b") == "a-o-relay"  # the faster
+    assert not validate(fleet.write(tmp_path)).report.warnings
+
+
+def test_another_providers_relay_only_when_the_pair_has_none_and_it_warns(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    fleet = Fleet(
+        sites={"s1": ("P1", 0), "s2": ("P2", 0), "core": ("Core", 0)},
+        natted={"a": "s1", "b": "s2"},
+        relays={"core-relay": "core"},
+    )
+    assert relay_between(resolve(fleet, tmp_path), "a", "b") == "core-relay"
+    report = validate(fleet.write(tmp_path)).report
+    assert report.ok  # a risk to see, not an error
+    (warning,) = report.warnings
+    assert warning.rule == "mesh.relay-other-provider" and warning.path == "$.spec.roles"
+    assert "'core-relay'" in warning.message and "s1-s2" in warning.message
+    text = (tmp_path / "fleet.yaml").read_text().splitlines()
+    assert text[warning.line - 1].strip() == "roles:" and "- relay" in text[warning.line]  # the relay's
+    from swarm_infra import cli
+
+    assert cli.main(["validate", str(tmp_path)]) == 0
+    assert "warning[mesh.relay-other-provider]" in capsys.readouterr().out

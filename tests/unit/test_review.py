@@ -783,11 +783,19 @@ def test_a_relay_of_the_pairs_own_provider_is_no_risk_flag(repo: Path) -> None:
 def test_a_measurement_that_moves_a_pair_to_another_providers_relay_is_a_risk_flag(repo: Path) -> None:
     rheinwerk = declared_providers(repo)["fra1"]
     nat_sites(repo, {"lon1": rheinwerk, "sea1": rheinwerk})
+    # A pair with a relay of its own provider leaves it only for a provider the Mesh allows
+    # (#38): the operator allows Polder's relays, which the review still flags.
+    polder = declared_providers(repo)["ams2"]
+    allowed = f"  topology: full-mesh\n  relays: {{allowed_providers: [{polder}]}}\n"
+    replace(repo, "policies/example/mesh.yaml", "  topology: full-mesh\n", allowed)
     commit(repo, "two NAT'd Rheinwerk sites")
     matrix = "policies/example/latency.yaml"
     figures = {("lon1", "fra1"): 50, ("fra1", "sea1"): 50, ("lon1", "ams2"): 10, ("ams2", "sea1"): 10}
     text = "apiVersion: swarm.io/v1alpha1\nkind: LatencyMatrix\nmetadata: {name: measured}\nspec:\n  pairs:\n"
-    text += "".join(f"    - {{a: {a}, b: {b}, rtt_ms: {ms}}}\n" for (a, b), ms in figures.items())
+    text += "".join(
+        f"    - {{a: {a}, b: {b}, rtt_ms: {ms}, a_to_b_ms: {ms}, b_to_a_ms: {ms}}}\n"  # both ends measured
+        for (a, b), ms in figures.items()
+    )
     before, after, r = change(repo, lambda: (repo / matrix).write_text(text))
     (old,), (new,) = before["cluster"]["mesh"]["relay_routes"], after["cluster"]["mesh"]["relay_routes"]
     hub = after["cluster"]["mesh"]["hubs"]["ams2"]  # the only relay of ams2

@@ -3,13 +3,15 @@
 The fleet declares the controller (Mesh ``spec.controller``) and decides its interface
 (:mod:`swarm_infra.resolve.controller`); this module applies it here: a kernel WireGuard
 link where the kernel has the module, else a userspace one (``wireguard-go``, as the lab's
-nodes run it), then ``wg setconf`` and the address, MTU and route with ``ip``.
+nodes run it), then ``wg setconf`` and the address, MTU and route with ``ip``; before the
+link carries a packet, its filter (:func:`swarm_infra.resolve.meshfilter.controller_mesh_ruleset`:
+a peer reaches only the replies to what the controller starts) with ``nft -f``.
 
 The private key lives in one file on the controller, mode 0600 in a 0700 directory, made
 by :func:`ensure_key` (``wg genkey``). It is never in an argument, the environment or Git:
 ``wg`` reads it on its standard input, and ``wg setconf`` reads the configuration with the
-key spliced in from a pipe. The configuration without the key is kept beside it (0600), so
-that a later run can show what changes (``--check``/``--diff``).
+key spliced in from a pipe. The configuration without the key and the filter's nft script
+are kept beside it (0600), so that a later run can show what changes (``--check``/``--diff``).
 
 Default key: ``$SWARM_STATE_DIR/controller/wireguard.key`` (default state directory
 ``$XDG_STATE_HOME/swarm``, else ``~/.local/state/swarm``), one per controller whatever the
@@ -37,6 +39,7 @@ from ..resolve.controller import (
     with_private_key,
 )
 from ..resolve.keys import wireguard_key_problem
+from ..resolve.meshfilter import TABLE, controller_mesh_ruleset
 from ..resolve.types import DesiredState
 
 Runner = Callable[[Sequence[str], str | None], subprocess.CompletedProcess[str]]
@@ -167,6 +170,34 @@ def conf_path(state: ControllerState) -> Path:
     return state_dir() / f"{state['interface']}.conf"
 
 
+def filter_path(state: ControllerState) -> Path:
+    return state_dir() / f"{state['interface']}.nft"
+
+
+def apply_filter(state: ControllerState, runner: Runner = run_command) -> None:
+    """Load the filter of the controller's mesh interface (table ``inet swarm``:
+    :func:`~swarm_infra.resolve.meshfilter.controller_mesh_ruleset`) with ``nft -f``, the
+    script on its standard input: one transaction that replaces the table whole, so running
+    it again changes nothing and a table flushed by hand is restored. Raises
+    :class:`ControllerError` when nft refuses it."""
+    _must(runner, ["nft", "-f", "/dev/stdin"], controller_mesh_ruleset(state))
+
+
+def remove_filter(runner: Runner = run_command) -> bool:
+    """Delete table ``inet swarm`` (the mesh interface's filter); False when there was none."""
+    if runner(["nft", "list", "table", "inet", TABLE], None).returncode != 0:
+        return False
+    _must(runner, ["nft", "delete", "table", "inet", TABLE])
+    return True
+
+
+def _diff(before: str, after: str, path: Path) -> str:
+    """Unified diff of a kept file and what the fleet makes of it."""
+    return "".join(
+        difflib.unified_diff(before.splitlines(True), after.splitlines(True), str(path), f"{path} (fleet)")
+    )
+
+
 def _link_exists(interface: str, runner: Runner) -> bool:
     return runner(["ip", "link", "show", "dev", interface], None).returncode == 0
 
@@ -196,7 +227,8 @@ def up(
     route to the mesh CIDR), ``ip link set ... mtu ... up``. Idempotent: a running interface
     whose configuration changed gets ``wg syncconf`` (unchanged peers keep their sessions and
     the endpoints learnt from nodes behind NAT), one whose configuration did not change is
-    left as it is.
+    left as it is. The filter (:func:`apply_filter`) is loaded first, on every run (the same
+    table again: it restores one flushed by hand); ``diff`` includes its script's.
     """
     iface = state["interface"]
     have = public_key(key_path, runner)
@@ -220,16 +252,22 @@ def up(
     conf = controller_wg_conf(state, peer_keys)
     path = conf_path(state)
     before = path.read_text() if path.exists() else ""
+    ruleset = controller_mesh_ruleset(state)
+    rules_path = filter_path(state)
+    rules_before = rules_path.read_text() if rules_path.exists() else ""
     out = Outcome()
-    out.diff = "".join(
-        difflib.unified_diff(before.splitlines(True), conf.splitlines(True), str(path), f"{path} (fleet)")
-    )
+    conf_diff, rules_diff = _diff(before, conf, path), _diff(rules_before, ruleset, rules_path)
+    out.diff = conf_diff + rules_diff
     exists = _link_exists(iface, runner)
+    if rules_diff or not exists:
+        out.steps.append(
+            f"nft -f: table inet {TABLE} drops what {iface}'s peers start (replies to the controller pass)"
+        )
     if not exists:
         out.steps.append(f"create {iface} (kernel WireGuard, else wireguard-go)")
     if not exists:
         out.steps.append(f"wg setconf {iface} ({len(state['peers'])} peer(s))")
-    elif out.diff:
+    elif conf_diff:
         out.steps.append(
             f"wg syncconf {iface} ({len(state['peers'])} peer(s); unchanged ones keep their sessions)"
         )
@@ -237,16 +275,20 @@ def up(
     out.changed = bool(out.diff) or not exists
     if check:
         return out
+    _private_dir(path.parent)
+    # The filter first: the interface never carries a peer's packet unfiltered (iifname
+    # matches a link that does not exist yet).
+    apply_filter(state, runner)
+    write_atomic(rules_path, ruleset, 0o600)
     if not exists and runner(["ip", "link", "add", "dev", iface, "type", "wireguard"], None).returncode != 0:
         # No kernel module (the lab's kernel): the userspace implementation makes a TUN link.
         _must(runner, ["wireguard-go", iface])
-    _private_dir(path.parent)
     write_atomic(path, conf, 0o600)
     if not exists:
         _must(
             runner, ["wg", "setconf", iface, "/dev/stdin"], with_private_key(conf, read_private_key(key_path))
         )
-    elif out.diff:
+    elif conf_diff:
         # syncconf, not setconf: setconf replaces every peer (WGDEVICE_REPLACE_PEERS), so the
         # sessions and the endpoints learnt from NAT'd nodes would go, and a node behind NAT
         # would not be reached until its own session expired (REJECT_AFTER_TIME, 180 s).
@@ -261,8 +303,9 @@ def up(
 
 
 def down(interface: str, runner: Runner = run_command) -> bool:
-    """Delete the controller's interface (a wireguard-go process exits with its link); False
-    when there was none."""
+    """Delete the controller's interface (a wireguard-go process exits with its link) and its
+    filter (:func:`remove_filter`); False when there was no interface."""
+    remove_filter(runner)
     if not _link_exists(interface, runner):
         return False
     _must(runner, ["ip", "link", "del", "dev", interface])

@@ -200,6 +200,8 @@ class Mesh:
     relay_max_site_pairs: int = 64  # site pairs one relay carries at most
     relay_hysteresis_ms: float = 5  # a pair leaves its relay only for a path faster by more
     relay_hysteresis_percent: float = 10  # ... than this many ms and this share of its RTT
+    # Providers whose relays may carry any pair, as the pair's own providers' do.
+    relay_allowed_providers: tuple[str, ...] = ()
     controller: MeshController | None = None  # spec.controller
 
     def site(self, name: str) -> MeshSite:
@@ -429,13 +431,16 @@ class RayCluster:
 @dataclass(frozen=True, kw_only=True)
 class LatencyMatrix:
     """Measured site-to-site RTT (kind LatencyMatrix): ``rtt_ms[(a, b)]`` in ms, both orders
-    present; ``relays[(a, b)]`` (a <= b) the relay the NAT'd site pair went through when the
-    matrix was written (what hysteresis holds on to; stale entries are ignored)."""
+    present; ``directed_ms[(src, dst)]`` in ms what ``src``'s nodes measured to ``dst``'s
+    (a pair's ``a_to_b_ms``, ``b_to_a_ms``: only those given); ``relays[(a, b)]`` (a <= b)
+    the relay the NAT'd site pair went through when the matrix was written (what hysteresis
+    holds on to; stale entries are ignored)."""
 
     name: str
     source: Source | None
     rtt_ms: Mapping[tuple[str, str], float]
     relays: Mapping[tuple[str, str], str] = field(default_factory=lambda: MappingProxyType({}))
+    directed_ms: Mapping[tuple[str, str], float] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -697,6 +702,7 @@ def _mesh(doc: _Doc) -> Mesh | None:
             relay_hysteresis_ms="hysteresis_ms",
             relay_hysteresis_percent="hysteresis_percent",
         ),
+        relay_allowed_providers=tuple(sorted(spec.get("relays", {}).get("allowed_providers", ()))),
     )
     ctl = spec.get("controller")
     if ctl is not None:
@@ -826,6 +832,7 @@ def _latency_matrix(doc: _Doc) -> LatencyMatrix:
     figure would count?), ``latency.rtt-implausible`` (0 ms between two different sites: a
     WAN round trip takes time, so 0 is a claim, not a measurement)."""
     rtt: dict[tuple[str, str], float] = {}
+    directed: dict[tuple[str, str], float] = {}
     for i, p in enumerate(doc.spec["pairs"]):
         a, b, ms = p["a"], p["b"], float(p["rtt_ms"])
         if (a, b) in rtt:
@@ -833,17 +840,22 @@ def _latency_matrix(doc: _Doc) -> LatencyMatrix:
                 Finding(doc.source, ("spec", "pairs", i), "latency.pair-duplicate", f"{a}-{b} is given twice")
             )
             continue
-        if a != b and ms == 0:
+        figures = (("rtt_ms", ms), ("a_to_b_ms", p.get("a_to_b_ms")), ("b_to_a_ms", p.get("b_to_a_ms")))
+        zero = next((key for key, figure in figures if figure == 0), None)
+        if a != b and zero is not None:  # the first 0 of the pair: one claim, one finding
             doc.findings.append(
                 Finding(
                     doc.source,
-                    ("spec", "pairs", i, "rtt_ms"),
+                    ("spec", "pairs", i, zero),
                     "latency.rtt-implausible",
                     f"{a}-{b}: 0 ms between two different sites is not a measurement "
                     "(swarm metrics writes the measured p50, above 0)",
                 )
             )
         rtt[(a, b)] = rtt[(b, a)] = ms
+        for key, src, dst in (("a_to_b_ms", a, b), ("b_to_a_ms", b, a)):
+            if key in p:
+                directed[(src, dst)] = float(p[key])
     relays: dict[tuple[str, str], str] = {}
     for i, r in enumerate(doc.spec.get("relays", ())):
         pair = (min(r["a"], r["b"]), max(r["a"], r["b"]))
@@ -859,7 +871,11 @@ def _latency_matrix(doc: _Doc) -> LatencyMatrix:
             continue
         relays[pair] = r["relay"]
     return LatencyMatrix(
-        name=doc.name, source=doc.source, rtt_ms=MappingProxyType(rtt), relays=MappingProxyType(relays)
+        name=doc.name,
+        source=doc.source,
+        rtt_ms=MappingProxyType(rtt),
+        relays=MappingProxyType(relays),
+        directed_ms=MappingProxyType(directed),
     )
 
 

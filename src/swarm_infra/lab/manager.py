@@ -21,6 +21,7 @@ from .. import hosttools
 from ..fleet.lockfile import lock_text
 from ..resolve import desired_state
 from ..resolve.analysis import Analysis
+from ..resolve.meshfilter import TABLE
 from . import mirror, network, node, pkgcache, rayvenv, services, tlsindex
 from .image import ensure_image, host_mirror
 from .plan import PREFIX, LabNode, LabSite, LabSpec, lab_spec
@@ -362,6 +363,10 @@ def down(log: Log = print) -> list[str]:
         ):
             run(["ip", "link", "del", "dev", controller_link], check=False)  # its wireguard-go exits
             log(f"mesh   the controller's {controller_link}: removed")
+        if controller_link and run(["nft", "list", "table", "inet", TABLE], check=False).returncode == 0:
+            # Its filter (engines/controller.py apply_filter), which `swarm mesh controller-up` made.
+            run(["nft", "delete", "table", "inet", TABLE], check=False)
+            log(f"mesh   the controller's filter (nft table inet {TABLE}): removed")
         network.remove_host_forwarding(state.host.get("ip_forward_before"))
         for root in node.cgroup_roots():
             node.remove_cgroup(root / "swarm-lab")

@@ -39,14 +39,21 @@ Topology
 
 Relays
     WireGuard decrypts at a relay: its provider can read, delay or drop what it carries. So
-    a relay is chosen from what the fleet *measured* (the LatencyMatrix), never from what a
-    site declares about itself (``wan.latency_ms`` is the lab's emulation input and a hint):
-    a new site declaring 0 ms cannot draw other providers' pairs. Without a measurement a
-    relay of the pair's own sites, then of their providers, is preferred; the rest is a
-    per-pair hash, so no name sorts first for every pair. A recorded relay is kept unless
-    a measured path is faster by more than a margin (hysteresis), and a relay carries at
-    most ``Mesh.relay_max_site_pairs`` pairs. ``swarm review`` flags a relay that starts
-    carrying another provider's pair (``relay-crosses-provider``).
+    a pair's relay is one of its own: in one of its two sites, or of one of their providers
+    (who sees the traffic at its own end anyway), or of a provider the Mesh allows
+    (``spec.relays.allowed_providers``); another provider's relay is used only when none of
+    those exists, and is a warning (``mesh.relay-other-provider``). Among them a relay is
+    chosen from what the fleet *measured* (the LatencyMatrix), never from what a site
+    declares about itself (``wan.latency_ms`` is the lab's emulation input and a hint): a
+    new site declaring 0 ms cannot draw other providers' pairs. A leg counts as measured
+    only when both of its sites measured it, at the higher of the two figures
+    (:func:`agreed_rtt_ms`): a ping's RTT is the pinging end's report, and the other end's
+    root can delay its replies, so one end's figure alone is one party's word. Without a
+    measurement a relay of the pair's own sites, then of their providers, is preferred;
+    the rest is a per-pair hash, so no name sorts first for every pair. A recorded relay is
+    kept unless a measured path is faster by more than a margin (hysteresis), and a relay
+    carries at most ``Mesh.relay_max_site_pairs`` pairs. ``swarm review`` flags a relay
+    that starts carrying another provider's pair (``relay-crosses-provider``).
 """
 
 from __future__ import annotations
@@ -60,7 +67,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from ..fleet.diagnostics import Finding
-from ..fleet.model import Fleet, Mesh, MeshAddresses, MeshController, Node
+from ..fleet.model import Fleet, LatencyMatrix, Mesh, MeshAddresses, MeshController, Node
 from .types import PeerState
 
 Member = Node | MeshController
@@ -370,7 +377,9 @@ def plan_topology(fleet: Fleet) -> tuple[Topology, list[Finding]]:
     ``mesh.hub-unreachable`` (the hub is behind NAT while other sites exist),
     ``reference.unresolved`` (a per-site override names an unknown site),
     ``mesh.relay-missing`` (NAT'd nodes in different sites and no relay to join them),
-    ``mesh.relay-capacity`` (site pairs no relay has room for; see ``plan_relays``).
+    ``mesh.relay-capacity`` (site pairs no relay has room for; see ``plan_relays``),
+    ``mesh.relay-other-provider`` (a warning: a pair goes through a relay of neither of its
+    providers nor of ``spec.relays.allowed_providers``, because none of those runs a relay).
     """
     mesh = fleet.mesh
     assert mesh is not None
@@ -462,13 +471,25 @@ def plan_topology(fleet: Fleet) -> tuple[Topology, list[Finding]]:
     pairs = [(a, b) for i, a in enumerate(natted_sites) for b in natted_sites[i + 1 :]]
     latency = fleet.latency
     routes, unplaced = plan_relays(
-        pairs,
-        candidates,
-        providers,
-        latency.rtt_ms if latency else {},
-        latency.relays if latency else {},
-        mesh,
+        pairs, candidates, providers, agreed_rtt_ms(latency), latency.relays if latency else {}, mesh
     )
+    by_name = {r.name: r for r in candidates}
+    for (a, b), route in sorted(routes.items()):
+        relay = by_name[route.relay]
+        if not own_relay(a, b, relay, providers, mesh.relay_allowed_providers):
+            pa, pb = providers.get(a, a), providers.get(b, b)
+            findings.append(
+                Finding(
+                    fleet.nodes[relay.name].source,
+                    ("spec", "roles"),
+                    "mesh.relay-other-provider",
+                    f"site pair {a}-{b} (providers {pa}, {pb}) goes through relay {relay.name!r} of "
+                    f"provider {relay.provider!r}, which can read, delay or drop their traffic: no relay "
+                    f"of {pa} or {pb} exists; add one, or allow {relay.provider!r} in the Mesh's "
+                    "spec.relays.allowed_providers",
+                    "warning",
+                )
+            )
     if unplaced and complete:
         shown = ", ".join(f"{a}-{b}" for a, b in unplaced[:5]) + (" ..." if len(unplaced) > 5 else "")
         findings.append(
@@ -476,9 +497,10 @@ def plan_topology(fleet: Fleet) -> tuple[Topology, list[Finding]]:
                 mesh.source,
                 ("spec", "relays", "max_site_pairs"),
                 "mesh.relay-capacity",
-                f"{len(unplaced)} NAT-to-NAT site pair(s) ({shown}) find no relay with room: each of "
-                f"the {len(candidates)} relay(s) already carries {mesh.relay_max_site_pairs} site pairs "
-                "(spec.relays.max_site_pairs); add a relay or raise the cap",
+                f"{len(unplaced)} NAT-to-NAT site pair(s) ({shown}) find no relay with room: each "
+                f"relay they may use (of the {len(candidates)}: their own providers' where one exists) "
+                f"already carries {mesh.relay_max_site_pairs} site pairs (spec.relays.max_site_pairs); "
+                "add a relay or raise the cap",
             )
         )
     return Topology(hubs, spokes, relay_names, MappingProxyType(routes)), findings
@@ -517,6 +539,39 @@ class Relay:
     provider: str
 
 
+def agreed_rtt_ms(matrix: LatencyMatrix | None) -> dict[tuple[str, str], float]:
+    """The site RTTs (ms) a relay may be chosen by, keyed (site, site) in both orders: for
+    two different sites, the higher of the two directions when both sites' nodes measured
+    the other (``directed_ms``: a pair's ``a_to_b_ms`` and ``b_to_a_ms``), else nothing (a
+    leg one end measured, or ``rtt_ms`` alone, which does not say who measured it, is
+    unmeasured); inside one site, its ``rtt_ms`` (the site's LAN, its own nodes both ends)."""
+    if matrix is None:
+        return {}
+    out: dict[tuple[str, str], float] = {}
+    for (src, dst), ms in matrix.directed_ms.items():
+        back = matrix.directed_ms.get((dst, src))
+        if src != dst and back is not None:
+            out[(src, dst)] = max(ms, back)
+    for (a, b), ms in matrix.rtt_ms.items():
+        if a == b:
+            out[(a, b)] = ms
+    return out
+
+
+def own_relay(
+    a: str, b: str, relay: Relay, providers: Mapping[str, str], allowed: Container[str] = ()
+) -> bool:
+    """Whether ``relay`` is one of site pair (``a``, ``b``)'s own: in ``a`` or ``b``, or of
+    one of their providers (``providers``: site -> provider; a site not in it is its own),
+    or of a provider in ``allowed`` (Mesh ``spec.relays.allowed_providers``). A relay of one
+    end's provider sees nothing that provider's own node at that end does not."""
+    return (
+        relay.site in (a, b)
+        or relay.provider in (providers.get(a, a), providers.get(b, b))
+        or relay.provider in allowed
+    )
+
+
 def path_rtt(a: str, b: str, via: str, rtt: SiteRtt) -> float | None:
     """Measured RTT (ms) from site ``a`` through a relay in site ``via`` to site ``b``:
     ``rtt(a, via) + rtt(via, b)``; None when a leg is not measured. A leg inside the relay's
@@ -539,16 +594,26 @@ def _spread(a: str, b: str, relay: str) -> bytes:
 
 
 def rank_relays(
-    a: str, b: str, relays: Iterable[Relay], providers: Mapping[str, str], rtt: SiteRtt
+    a: str,
+    b: str,
+    relays: Iterable[Relay],
+    providers: Mapping[str, str],
+    rtt: SiteRtt,
+    allowed: Container[str] = (),
 ) -> list[tuple[Relay, float | None]]:
-    """The relays for site pair (``a``, ``b``), best first, each with its measured path RTT.
+    """The relays site pair (``a``, ``b``) may use, best first, each with its measured path
+    RTT (``rtt``: :func:`agreed_rtt_ms`).
 
-    Order: measured paths by RTT (ms) before every unmeasured one; then a relay in ``a`` or
-    ``b`` itself, then one of their providers (``providers``: site -> provider; a site not
-    in it is its own provider), then the rest; then :func:`_spread`, then the name. The
-    sites' declared ``wan.latency_ms`` plays no part: a site could claim any figure.
+    Which: the pair's own relays (:func:`own_relay`, ``allowed`` the Mesh's
+    ``spec.relays.allowed_providers``) when there is one, else every relay. Order: measured
+    paths by RTT (ms) before every unmeasured one; then a relay in ``a`` or ``b`` itself,
+    then one of their providers (``providers``: site -> provider; a site not in it is its
+    own provider), then the rest; then :func:`_spread`, then the name. The sites' declared
+    ``wan.latency_ms`` plays no part: a site could claim any figure.
     """
     own = {providers.get(a, a), providers.get(b, b)}
+    relays = list(relays)
+    relays = [r for r in relays if own_relay(a, b, r, providers, allowed)] or relays
 
     def key(item: tuple[Relay, float | None]) -> tuple[bool, float, int, bytes, str]:
         r, ms = item
@@ -578,8 +643,11 @@ def plan_relays(
     """The relay of each NAT-to-NAT site pair, and the pairs no relay has room for.
 
     ``pairs``: (a, b) with a < b; ``relays``: the candidates (non-empty for any pair to be
-    placed); ``rtt``: measured site RTTs in ms (the LatencyMatrix); ``previous``: the relay
-    each pair went through when the matrix was written (LatencyMatrix ``relays``).
+    placed), of which each pair may use those :func:`rank_relays` gives it (its own, when
+    it has one: a pair whose own relays are full is not placed on another provider's);
+    ``rtt``: measured site RTTs in ms that both ends agree with (:func:`agreed_rtt_ms`);
+    ``previous``: the relay each pair went through when the matrix was written
+    (LatencyMatrix ``relays``).
 
     First, in pair order, each pair whose recorded relay is still a candidate with a
     measured path keeps it unless the best path (:func:`rank_relays`) is faster by more than
@@ -591,11 +659,13 @@ def plan_relays(
     cap = mesh.relay_max_site_pairs
     by_name = {r.name: r for r in relays}
     load: Counter[str] = Counter()
-    ranked = {p: rank_relays(p[0], p[1], relays, providers, rtt) for p in sorted(pairs)}
+    allowed = mesh.relay_allowed_providers
+    ranked = {p: rank_relays(p[0], p[1], relays, providers, rtt, allowed) for p in sorted(pairs)}
     out: dict[SitePair, RelayRoute] = {}
     for pair, ranking in ranked.items():
         held = by_name.get(previous.get(pair, ""))
-        if held is None or not ranking:
+        # A recorded relay the pair may no longer use (one of its own now exists) is not held.
+        if held is None or held not in [r for r, _ in ranking]:
             continue
         held_ms = path_rtt(pair[0], pair[1], held.site, rtt)
         best, best_ms = ranking[0]
