@@ -73,3 +73,35 @@ def test_the_matrix_records_the_fleets_current_relays_and_the_loader_reads_them(
     (tmp_path / "lm.yaml").write_text(latency_matrix_yaml({("a", "c"): 12.0}, relays=relays))
     fleet = load_fleet([tmp_path]).fleet
     assert fleet.latency is not None and dict(fleet.latency.relays) == {("a", "b"): "r1"}
+
+
+def test_a_nat_sites_legs_get_both_directions_from_the_mesh_where_the_underlay_has_one(tmp_path):
+    """Behind NAT, y's nodes ping the relay's site over the underlay, but nothing outside y
+    reaches y's underlay addresses: the relay's direction comes from its mesh pings (through
+    the tunnel y keeps open). Both directions are written, so the resolver counts the leg as
+    measured by both ends (resolve.mesh.agreed_rtt_ms), at the higher of the two; the
+    underlay figure wins over the mesh one where a direction has both."""
+    from swarm_infra.metrics.latency import site_directed_rtt_ms
+    from swarm_infra.resolve.mesh import agreed_rtt_ms
+
+    sites = {"relay-1": "r", "y1": "y", "x1": "x"}
+    ms = [
+        _rtt(17.0, "y1", "relay-1"),  # y -> r over the underlay (outbound through y's NAT)
+        _rtt(19.0, "relay-1", "y1", "mesh"),  # r -> y: only over the mesh
+        _rtt(40.0, "x1", "relay-1"),
+        _rtt(41.0, "x1", "relay-1", "mesh"),  # the underlay's 40 counts for x -> r
+        _rtt(0.4, "relay-1", "x1", "mesh"),
+        _rtt(39.0, "relay-1", "x1"),
+    ]
+    directed = site_directed_rtt_ms(ms, sites)
+    assert directed == {("r", "x"): 39.0, ("r", "y"): 19.0, ("x", "r"): 40.0, ("y", "r"): 17.0}
+    rtt = site_rtt_ms(ms, sites)
+    (tmp_path / "lm.yaml").write_text(latency_matrix_yaml(rtt, directed=directed))
+    _sites(tmp_path, ("r", "x", "y"))
+    fleet = load_fleet([tmp_path]).fleet
+    agreed = agreed_rtt_ms(fleet.latency)
+    assert agreed[("y", "r")] == agreed[("r", "y")] == 19.0  # both ends' figures, the higher
+    assert agreed[("x", "r")] == 40.0
+    # Without the mesh direction, y's leg is one end's word only: unmeasured for relays.
+    (tmp_path / "lm.yaml").write_text(latency_matrix_yaml(rtt))
+    assert ("y", "r") not in agreed_rtt_ms(load_fleet([tmp_path]).fleet.latency)

@@ -14,6 +14,7 @@ test declares (the margin from the Mesh model's own defaults), not from the reso
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -435,3 +436,7 @@ def test_another_providers_relay_only_when_the_pair_has_none_and_it_warns(
 
     assert cli.main(["validate", str(tmp_path)]) == 0
     assert "warning[mesh.relay-other-provider]" in capsys.readouterr().out
+    # `swarm plan` shows it too (on stderr: its JSON stays one document).
+    assert cli.main(["plan", "--format", "json", str(tmp_path)]) == 0
+    out = capsys.readouterr()
+    assert "warning[mesh.relay-other-provider]" in out.err and json.loads(out.out)["nodes"]

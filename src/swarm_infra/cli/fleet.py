@@ -147,8 +147,16 @@ def render_cluster(cluster: ClusterState) -> str:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    checked = validation(args)
+    if not checked.report.ok or checked.analysis is None:
+        load(args, "plan", None)  # exits 2 with the report, as every command does
+    assert checked.analysis is not None
+    # A plan is what a reviewer reads: the fleet's warnings (another provider's relay, say)
+    # go with it, on stderr so that --format json stays one document.
+    for warning in checked.report.warnings:
+        print(warning.text(), file=sys.stderr)
     # Narrowed to the nodes asked for below.
-    state: dict[str, Any] = dict(desired_state(load(args, "plan", None)))
+    state: dict[str, Any] = dict(desired_state(checked.analysis))
     if args.node:
         unknown = [n for n in args.node if n not in state["nodes"]]
         if unknown:

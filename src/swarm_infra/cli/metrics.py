@@ -29,7 +29,13 @@ from ..metrics.compare import DEFAULT_THRESHOLD, Change, compare
 from ..metrics.fio import parse_fio
 from ..metrics.history import DEFAULT_DB, History, RunInfo
 from ..metrics.iperf3 import parse_iperf3
-from ..metrics.latency import current_relays, latency_matrix_yaml, node_rtt_ms, site_rtt_ms
+from ..metrics.latency import (
+    current_relays,
+    latency_matrix_yaml,
+    node_rtt_ms,
+    site_directed_rtt_ms,
+    site_rtt_ms,
+)
 from ..metrics.measurement import Measurement, MeasurementParseError
 from ..metrics.ping import parse_ping
 from ..metrics.prometheus import LEGACY_TEXTFILE, TEXTFILE_DIR, node_textfiles, render_textfile, textfile_path
@@ -193,7 +199,9 @@ def cmd_import(args: argparse.Namespace) -> int:
     run_id, previous, changes = recorded
     if args.write_latency_matrix:
         rtt = site_rtt_ms(measurements, site_of)
-        Path(args.write_latency_matrix).write_text(latency_matrix_yaml(rtt, relays=relays), encoding="utf-8")
+        directed = site_directed_rtt_ms(measurements, site_of)
+        text = latency_matrix_yaml(rtt, relays=relays, directed=directed)
+        Path(args.write_latency_matrix).write_text(text, encoding="utf-8")
     if args.plots:
         from ..metrics.plots import bandwidth_bars
 
@@ -394,7 +402,8 @@ def _write_outputs(
         rtt = site_rtt_ms(outcome.measurements, site_of)
         # The routes the fleet had when measured (resolved before this run): hysteresis holds on to them.
         relays = current_relays(loaded.topology)
-        text = latency_matrix_yaml(rtt, measured_at=at, relays=relays)
+        directed = site_directed_rtt_ms(outcome.measurements, site_of)
+        text = latency_matrix_yaml(rtt, measured_at=at, relays=relays, directed=directed)
         Path(args.write_latency_matrix).write_text(text, encoding="utf-8")
         progress(f"wrote a LatencyMatrix of {len(rtt)} site pair(s) to {args.write_latency_matrix}")
     if args.plots:

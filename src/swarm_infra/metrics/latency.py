@@ -39,6 +39,31 @@ def site_rtt_ms(measurements: list[Measurement], site_of: Mapping[str, str]) -> 
     return out
 
 
+def site_directed_rtt_ms(
+    measurements: list[Measurement], site_of: Mapping[str, str]
+) -> dict[tuple[str, str], float]:
+    """Round-trip time (ms) per direction between two different sites, keyed (source site,
+    destination site): what the source site's nodes measured, the lowest ping ``rtt.p50``
+    over the underlay, else over the mesh (``path`` ``mesh``). The mesh figure fills a
+    direction the underlay cannot carry: nothing outside a NAT'd site pings its nodes'
+    underlay addresses, but its relays and peers reach them over the mesh, straight through
+    the tunnel the NAT'd node keeps open. The resolver chooses relays only on legs both
+    ends measured (``resolve.mesh.agreed_rtt_ms``), which this gives the LatencyMatrix as
+    ``a_to_b_ms`` and ``b_to_a_ms``."""
+    best: dict[str, dict[tuple[str, str], float]] = {"underlay": {}, "mesh": {}}
+    for m in measurements:
+        src, dst = m.label("src"), m.label("dst")
+        path = m.label("path") or "underlay"
+        if m.tool != "ping" or m.field != "rtt.p50" or path not in best:
+            continue
+        if src is None or dst is None or src not in site_of or dst not in site_of:
+            continue
+        key = (site_of[src], site_of[dst])
+        if key[0] != key[1]:
+            best[path][key] = min(best[path].get(key, m.value), m.value)
+    return dict(sorted({**best["mesh"], **best["underlay"]}.items()))
+
+
 def node_rtt_ms(measurements: list[Measurement], path: str = "mesh") -> dict[tuple[str, str], float]:
     """Round-trip time (ms) per unordered node pair, keyed (a, b) with a < b, over ``path``
     (the ping ``path`` label: ``mesh``, the data path of the fleet's Ray jobs, or
@@ -65,8 +90,13 @@ def latency_matrix_yaml(
     name: str = "measured",
     measured_at: str = "",
     relays: Mapping[tuple[str, str], str] | None = None,
+    directed: Mapping[tuple[str, str], float] | None = None,
 ) -> str:
     """The LatencyMatrix document (schemas/latencymatrix.schema.json) as YAML, pairs sorted.
+
+    ``directed``: per direction between two sites (:func:`site_directed_rtt_ms`), written as
+    each pair's ``a_to_b_ms`` and ``b_to_a_ms``; a pair measured only there gets the higher
+    of its directions as its ``rtt_ms``.
 
     ``relays``: the relay of each NAT-to-NAT site pair (a, b), a < b, as the fleet routes
     them now (``Topology.routes``), recorded so that the resolver's hysteresis keeps a pair
@@ -75,7 +105,19 @@ def latency_matrix_yaml(
     spec: dict[str, object] = {}
     if measured_at:
         spec["measured_at"] = measured_at
-    spec["pairs"] = [{"a": a, "b": b, "rtt_ms": round(ms, 3)} for (a, b), ms in sorted(rtt.items())]
+    directed = directed or {}
+    pairs = dict(rtt)
+    for src, dst in directed:
+        pair = (min(src, dst), max(src, dst))
+        figures = [directed[k] for k in (pair, pair[::-1]) if k in directed]
+        pairs.setdefault(pair, max(figures))
+    spec["pairs"] = []
+    for (a, b), ms in sorted(pairs.items()):
+        entry: dict[str, object] = {"a": a, "b": b, "rtt_ms": round(ms, 3)}
+        for key, k in (("a_to_b_ms", (a, b)), ("b_to_a_ms", (b, a))):
+            if k in directed:
+                entry[key] = round(directed[k], 3)
+        spec["pairs"].append(entry)
     if relays:
         spec["relays"] = [{"a": a, "b": b, "relay": r} for (a, b), r in sorted(relays.items())]
     doc = {
