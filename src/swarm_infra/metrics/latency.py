@@ -111,13 +111,14 @@ def latency_matrix_yaml(
         pair = (min(src, dst), max(src, dst))
         figures = [directed[k] for k in (pair, pair[::-1]) if k in directed]
         pairs.setdefault(pair, max(figures))
-    spec["pairs"] = []
+    entries: list[dict[str, object]] = []
     for (a, b), ms in sorted(pairs.items()):
         entry: dict[str, object] = {"a": a, "b": b, "rtt_ms": round(ms, 3)}
         for key, k in (("a_to_b_ms", (a, b)), ("b_to_a_ms", (b, a))):
             if k in directed:
                 entry[key] = round(directed[k], 3)
-        spec["pairs"].append(entry)
+        entries.append(entry)
+    spec["pairs"] = entries
     if relays:
         spec["relays"] = [{"a": a, "b": b, "relay": r} for (a, b), r in sorted(relays.items())]
     doc = {
