@@ -142,6 +142,61 @@ def underlay(a: Analysis) -> Iterator[Finding]:
             seen[key] = f"node {node.name!r}"
 
 
+# The widest management network a site may declare. A Site's management network is where
+# the controller may SSH to that site's nodes besides the underlay (a node's ssh.host must
+# lie in one of the two), so it is address space one provider's document claims as its own
+# machines. A /16 (65,534 hosts) is 256 times the /24 LANs the examples' and the lab's sites
+# use, room for any one site's management network; a wider claim reaches into blocks every
+# provider uses at once (a /12 is all of 172.16.0.0/12, RFC 1918), and 0.0.0.0/0 admits
+# every address: other providers' nodes, the controller, loopback, the metadata service.
+MANAGEMENT_MIN_PREFIXLEN = 16
+
+
+def management(a: Analysis) -> Iterator[Finding]:
+    """A Site's ``management`` network (issue #38): ``network.management-unusable`` (it
+    overlaps loopback, link-local with the metadata address 169.254.169.254, ``0.0.0.0/8``
+    with the unspecified address, multicast or reserved blocks: :func:`unusable`);
+    ``network.management-too-wide`` (wider than /:data:`MANAGEMENT_MIN_PREFIXLEN`, e.g.
+    ``0.0.0.0/0``); ``network.management-overlap`` (it overlaps another site's underlay or
+    the mesh: those are other machines, not this site's)."""
+    where = ("spec", "management", "cidr")
+    mesh = a.fleet.mesh
+    for site in a.fleet.sites.values():
+        net = site.management
+        if net is None:
+            continue
+        if net.prefixlen < MANAGEMENT_MIN_PREFIXLEN:
+            yield Finding(
+                site.source,
+                where,
+                "network.management-too-wide",
+                f"management network {net} is wider than /{MANAGEMENT_MIN_PREFIXLEN}: SSH targets there "
+                "could be any provider's machines; declare the site's own management LAN",
+            )
+            continue
+        why = unusable(net)
+        if why:
+            yield Finding(
+                site.source, where, "network.management-unusable", f"management network {net} overlaps {why}"
+            )
+            continue
+        others = [
+            f"site {o.name!r}'s underlay {o.underlay}"
+            for o in a.fleet.sites.values()
+            if o.name != site.name and net.overlaps(o.underlay)
+        ]
+        if mesh is not None and net.overlaps(mesh.cidr):
+            others.append(f"the mesh {mesh.cidr}")
+        if others:
+            yield Finding(
+                site.source,
+                where,
+                "network.management-overlap",
+                f"management network {net} overlaps {', '.join(others)}: an SSH target there would be "
+                "another machine than this site's",
+            )
+
+
 def mesh_network(a: Analysis) -> Iterator[Finding]:
     """The Mesh exists when there are nodes, its CIDR holds every node and overlaps no
     site underlay, and no node is both behind NAT and given an endpoint."""
@@ -318,4 +373,4 @@ def controller(a: Analysis) -> Iterator[Finding]:
             )
 
 
-CHECKS = (underlay, mesh_network, endpoints, mesh_interface, mesh_size, controller)
+CHECKS = (underlay, management, mesh_network, endpoints, mesh_interface, mesh_size, controller)
