@@ -24,6 +24,7 @@ from ..resolve import desired_state, load_fleet
 from ..resolve.keys import SSH_LIVENESS_OPTIONS, known_hosts_text, strict_ssh_options
 from ..resolve.types import DesiredState, NodeState
 from . import controller
+from .endpoints import endpoint_resolution_problems
 
 _UNSAFE = re.compile(r"[^a-z0-9_]")
 
@@ -200,8 +201,10 @@ def fleet_state(source: str | Path) -> tuple[list[str], DesiredState]:
     """The fleet paths an inventory source stands for, and their desired state.
 
     Raises :class:`InventorySourceError`: the source is not a fleet (``inventory/NAME`` or a
-    ``*.swarm.yml``), the fleet is invalid (nothing downstream may run), or resolving it
-    failed (a bug: the validator should have refused the fleet).
+    ``*.swarm.yml``), the fleet is invalid (nothing downstream may run), resolving it
+    failed (a bug: the validator should have refused the fleet), or a node's mesh endpoint
+    name resolves to loopback, link-local or another address that is not a peer's
+    (:func:`.endpoints.endpoint_resolution_problems`).
     """
     try:
         paths = fleet_paths(source)
@@ -222,6 +225,11 @@ def fleet_state(source: str | Path) -> tuple[list[str], DesiredState]:
             f"swarm: internal error while resolving the fleet ({', '.join(paths)}): "
             f"{type(exc).__name__}: {excerpt(str(exc), 300)} (a validator gap: please report it)"
         ) from None
+    refused = endpoint_resolution_problems(state["nodes"])
+    if refused:
+        raise InventorySourceError(
+            "\n".join(f"swarm: {why}" for why in refused.values()) + "\nswarm: nothing was run"
+        )
     # A controller the fleet declares without its key: this controller's own (push mode).
     try:
         return paths, controller.with_own_key(state)

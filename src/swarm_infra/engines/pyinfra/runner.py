@@ -25,6 +25,7 @@ from typing import Any, TextIO
 
 from ...resolve.rollout import batch_failed, rollout_batches
 from ...resolve.types import RolloutState
+from ..endpoints import endpoint_resolution_problems
 from ..inventory import InventoryHost
 from ..keyrecord import KeyCheck
 from ..report import HostTally, result_line, summary_table
@@ -153,7 +154,15 @@ def run(
     Returns 0 when every host converged (or, with ``check``, could be checked), 1 when a
     host failed or was unreachable (the others carry on, within the Rollout's tolerance).
     Nothing runs on a host whose connection failed; in ``check`` mode nothing runs at all.
+    Nothing runs anywhere when a peer's mesh endpoint name resolves to an address that is
+    no peer's (:func:`..endpoints.endpoint_resolution_problems`, as the Ansible inventory
+    refuses the fleet): the node it names is reported failed.
     """
+    refused_endpoints = endpoint_resolution_problems({h.name: h.state for h in hosts})
+    if refused_endpoints:
+        for name, why in sorted(refused_endpoints.items()):
+            reporter.result(name, "failed", "mesh endpoint", message=why)
+        return 1
     import pyinfra
     from pyinfra.api import Config, State
     from pyinfra.api.connect import connect_all, disconnect_all

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import socket
 from collections.abc import Iterator
 
 from ...fleet.diagnostics import Finding, excerpt
@@ -33,23 +34,82 @@ def split_endpoint(text: str) -> tuple[str, int | None]:
     return (host, int(port)) if sep else (text, None)
 
 
+# Names that stand for the machine itself wherever they are resolved: RFC 6761 6.3
+# (``localhost`` and every name under ``.localhost``), and the loopback names Debian's and
+# Red Hat's /etc/hosts give ::1 and 127.0.0.1.
+LOOPBACK_NAMES = frozenset(
+    {
+        "localhost",
+        "ip6-localhost",
+        "ip6-loopback",
+        "localhost.localdomain",
+        "localhost4",
+        "localhost4.localdomain4",
+        "localhost6",
+        "localhost6.localdomain6",
+    }
+)
+
+
+def address_problem(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
+    """Why ``ip`` is no address of another machine a peer could reach (loopback,
+    unspecified, link-local, multicast, IPv4's reserved blocks), or None."""
+    if isinstance(ip, ipaddress.IPv4Address):
+        return unusable(ipaddress.IPv4Network(ip))
+    if ip.ipv4_mapped is not None:
+        return address_problem(ip.ipv4_mapped)
+    for test, why in (
+        (ip.is_loopback, "loopback (::1)"),
+        (ip.is_unspecified, "unspecified (::)"),
+        (ip.is_link_local, "link-local (fe80::/10)"),
+        (ip.is_multicast, "multicast (ff00::/8)"),
+    ):
+        if test:
+            return why
+    return None
+
+
+def numeric_host(host: str) -> ipaddress.IPv4Address | None:
+    """The IPv4 address ``host`` stands for when it is numeric in any spelling the C
+    library's resolver takes (``inet_aton(3)``: ``127.1``, ``0x7f000001``, ``2130706433``,
+    octal ``0177.0.0.1``), or None for a host name."""
+    try:
+        return ipaddress.IPv4Address(socket.inet_aton(host))
+    except (OSError, ValueError):
+        return None
+
+
 def endpoint_problem(text: str) -> str | None:
     """Why an endpoint (``host`` or ``host:port``) cannot be reached, or None: a port
-    outside 1..65535, a dotted-quad host that is not an IPv4 address or not a unicast one,
-    a host name with an empty or over-long label (RFC 1035: 63 per label, 253 in all)."""
+    outside 1..65535; a numeric host (any spelling :func:`numeric_host` takes) that is not a
+    unicast address of another machine (loopback, unspecified, link-local, multicast:
+    :func:`address_problem`) or is not written as a dotted quad (the review shows what peers
+    connect to); a name of the machine itself (:data:`LOOPBACK_NAMES`, ``*.localhost``); a
+    host name with an empty or over-long label (RFC 1035: 63 per label, 253 in all). A name
+    that resolves to such an address is refused where it is resolved, at converge time
+    (``swarm_infra.engines.endpoints``)."""
     try:
         host, port = split_endpoint(text)
     except ValueError:
         return "the port is not a number"
     if port is not None and not 1 <= port <= 65535:
         return f"port {port} is outside 1..65535"
+    ip = numeric_host(host)
+    if ip is not None:
+        why = address_problem(ip)
+        if why:
+            return f"{excerpt(host)} is {ip}, {why}: peers would send this node's tunnel to themselves"
+        if host != str(ip):
+            return f"{excerpt(host)} is {ip} written another way; write {ip}"
+        return None
     if host.replace(".", "").isdigit():
-        try:
-            ip = ipaddress.IPv4Address(host)
-        except ValueError:
-            return f"{excerpt(host)} is not an IPv4 address"
-        why = unusable(ipaddress.IPv4Network(ip))
-        return f"{ip} is {why}" if why else None
+        return f"{excerpt(host)} is not an IPv4 address"
+    name = host.lower().rstrip(".")
+    if name in LOOPBACK_NAMES or name.endswith(".localhost"):
+        return (
+            f"{excerpt(host)} names the machine itself (RFC 6761): peers would send this node's "
+            "tunnel to themselves"
+        )
     labels = host.split(".")
     if len(host) > 253 or any(not 1 <= len(label) <= 63 for label in labels):
         return f"{excerpt(host)} is not a host name (labels of 1 to 63 characters, 253 in all)"
