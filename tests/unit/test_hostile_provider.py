@@ -9,21 +9,29 @@ validation rules at their lines; these show what they say, and the converge-time
 from __future__ import annotations
 
 import io
+import json
 import shutil
 import socket
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from swarm_infra import validate
+from swarm_infra.engines import keyrecord
 from swarm_infra.engines.endpoints import endpoint_resolution_problems
 from swarm_infra.engines.inventory import InventorySourceError, fleet_state, inventory_hosts
-from swarm_infra.engines.pyinfra.runner import Reporter, run
+from swarm_infra.engines.pyinfra import operations as O
+from swarm_infra.engines.pyinfra.runner import Reporter, _key_taken, run
 from swarm_infra.resolve import desired_state, load_fleet
 from swarm_infra.resolve.checks.network import endpoint_problem
+from swarm_infra.resolve.controller import controller_peer_keys, controller_state
+from swarm_infra.resolve.files import wireguard_conf, wireguard_peer_keys
 
-from .conftest import ROOT
+from .conftest import ROOT, fleet_dirs
+from .role_reader import run_layer
+from .test_node_files import NODES, key
 
 BASE = ROOT / "tests" / "data" / "base" / "fleet.yaml"
 
@@ -153,3 +161,75 @@ def test_an_endpoint_name_that_resolves_to_a_peer_or_not_at_all_is_fine(
         monkeypatch.setattr(socket, "getaddrinfo", _getaddrinfo(table))
         _, state = fleet_state(fleet)
         assert endpoint_resolution_problems(state["nodes"]) == {}
+
+
+# ------------------------------------------- 4. a copied WireGuard key: the first binding
+# lab-gpu-2 (behind NAT, reached by the controller over the mesh) was recorded first with
+# its key; lab-gpu-1 stands for a newcomer whose root reports that same public key (a public
+# key is public: anyone can copy it). Before #38 the record took both and the controller's
+# peers and every node's peer list dropped both: the victim was cut off.
+VICTIM, NEWCOMER = "lab-gpu-2", "lab-gpu-1"
+STOLEN = key(VICTIM)
+
+
+def test_the_wireguard_role_refuses_the_newcomer_naming_both_nodes() -> None:
+    node = json.loads(json.dumps(NODES[NEWCOMER]))
+    registered = {
+        "wireguard_module": {"stat": {"exists": False}},
+        "wireguard_pubkey": {"stdout": STOLEN, "stderr": ""},
+    }
+    hostvars = {
+        "swarm": node,
+        "inventory_hostname": NEWCOMER,
+        "hostvars": {},
+        "wireguard_key_record": {VICTIM: STOLEN},
+    }
+    fails = [
+        c.args["msg"]
+        for c in run_layer("mesh", hostvars, {"all"}, registered)
+        if c.module == "ansible.builtin.fail"
+    ]
+    assert len(fails) == 1, fails
+    assert fails[0].startswith(
+        f"{NEWCOMER}: WireGuard public key refused: it reports the public key {STOLEN}"
+    )
+    assert f"node {VICTIM} holds (recorded first)" in fails[0] and f"{VICTIM} keeps it" in fails[0]
+    # Its own key passes.
+    registered["wireguard_pubkey"] = {"stdout": key(NEWCOMER), "stderr": ""}
+    assert not [
+        c for c in run_layer("mesh", hostvars, {"all"}, registered) if c.module == "ansible.builtin.fail"
+    ]
+
+
+class _State:
+    """Stands for pyinfra's State (the operations keep per-state data in weak maps)."""
+
+
+def test_pyinfra_takes_the_newcomers_key_back_before_any_peer_uses_it() -> None:
+    state = _State()
+    O.key_check(state).recorded = {VICTIM: STOLEN}
+    O._publish(state, NEWCOMER, STOLEN)  # the operation's own checks: no record for it
+    O._publish(state, VICTIM, STOLEN)
+    newcomer = SimpleNamespace(name=NEWCOMER, data={"swarm": NODES[NEWCOMER]})
+    victim = SimpleNamespace(name=VICTIM, data={"swarm": NODES[VICTIM]})
+    problem = _key_taken(state, newcomer)
+    assert problem and f"node {VICTIM} holds (recorded first)" in problem and NEWCOMER in problem
+    assert _key_taken(state, victim) is None
+    assert O.public_keys(state) == {VICTIM: STOLEN}
+
+
+def test_the_victim_keeps_its_key_in_the_record_at_the_controller_and_on_every_peer() -> None:
+    recorded = {VICTIM: STOLEN}
+    declared = sorted(NODES)
+    # The record: the newcomer's copy is not recorded; the victim keeps its binding.
+    record = keyrecord.updated(recorded, {NEWCOMER: STOLEN, VICTIM: STOLEN}, declared)
+    assert record == {VICTIM: STOLEN}
+    # The controller's peer of the victim stays (it reaches the NAT'd victim over the mesh).
+    ctl = controller_state(load_fleet([str(p) for p in fleet_dirs("lab")]))
+    assert ctl is not None and {VICTIM, NEWCOMER} <= {p["name"] for p in ctl["peers"]}
+    assert controller_peer_keys(ctl, record) == {VICTIM: STOLEN}
+    # A node that recorded the victim's key before keeps it when the newcomer reports it.
+    node = NODES["lab-head-1"]
+    peers = wireguard_peer_keys(node, {VICTIM: STOLEN}, {NEWCOMER: STOLEN})
+    assert peers == {VICTIM: STOLEN}
+    assert f"PublicKey = {STOLEN}" in wireguard_conf(node, peers)
