@@ -657,6 +657,17 @@ def agent_allowed_signers(node: NodeState) -> str:
     return text if text.endswith("\n") else text + "\n"
 
 
+def agent_revoked_signers(node: NodeState) -> str:
+    """The revoked signers file (git's ``gpg.ssh.revocationFile``, read by ``ssh-keygen -Y
+    verify -r``: one public key per line): the fleet's ``spec.pull.revoked_signers``, a
+    commit signed by one of them is refused whatever the allowed signers say."""
+    pull = node["pull"]
+    assert pull is not None
+    lines = "".join(f"{key}\n" for key in pull["revoked_signers"])
+    comment = "# Signers' keys revoked (Rollout spec.pull.revoked_signers).\n"
+    return _header("host layer: pull agent") + comment + lines
+
+
 def agent_service(node: NodeState) -> str:
     """systemd service (Type=oneshot) running one agent run (:func:`agent_service_text`)."""
     return agent_service_text(node["layout"])
@@ -723,6 +734,7 @@ def agent_items(node: NodeState) -> list[dict[str, Any]]:
         _item(f["agent_dir"], "directory"),
         _item(f["agent_config"], "file", agent_config(node)),
         _item(f["agent_allowed_signers"], "file", agent_allowed_signers(node)),
+        _item(f["agent_revoked_signers"], "file", agent_revoked_signers(node)),
         _item(f["agent_service"], "file", agent_service(node)),
         _item(f["agent_timer"], "file", agent_timer(node)),
     ]
