@@ -98,16 +98,19 @@ def swarm_wireguard_key_change_problem(
 ) -> str:
     """Why ``node``'s reported key differs from the key the fleet records for it
     (``declared``: NodeState ``mesh.public_key``), or, with none recorded there, from the
-    controller's record and is not accepted ("" otherwise; a malformed key is
-    :func:`swarm_wireguard_key_problem`'s to refuse)."""
-    from swarm_infra.resolve.keys import key_change_problem, wireguard_key_problem
+    controller's record and is not accepted, or is another node's in that record (the first
+    binding stands, unless the operator accepts this node's key) ("" otherwise; a malformed
+    key is :func:`swarm_wireguard_key_problem`'s to refuse)."""
+    from swarm_infra.resolve.keys import key_change_problem, key_taken_problem, wireguard_key_problem
 
     reported = str(value)
     if wireguard_key_problem(reported):
         return ""
-    recorded = dict(record or {}).get(node)
+    bindings = {str(k): str(v) for k, v in dict(record or {}).items()}
+    was_accepted = node in list(accepted or [])
     return (
-        key_change_problem(reported, recorded, node in list(accepted or []), str(declared or "") or None)
+        key_change_problem(reported, bindings.get(node), was_accepted, str(declared or "") or None)
+        or (None if was_accepted or declared else key_taken_problem(node, reported, bindings))
         or ""
     )
 

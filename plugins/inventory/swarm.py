@@ -35,9 +35,10 @@ description:
   - When a local lab is up (C(swarm lab up)), connection details (address, user, lab key,
     host keys) come from its connection file, C($SWARM_LAB_DIR/connection.json).
   - Host keys are checked strictly (C(StrictHostKeyChecking=yes), never trust on first
-    use), against a known_hosts file made from the nodes' declared C(spec.ssh.host_keys)
-    (or the lab's) in C($SWARM_KNOWN_HOSTS_DIR), default C(~/.cache/swarm/known_hosts);
-    a node without keys against the operator's own known_hosts.
+    use), each node against a known_hosts file of its own, made from its declared
+    C(spec.ssh.host_keys) (or the lab's) in C($SWARM_KNOWN_HOSTS_DIR), default
+    C(~/.cache/swarm/known_hosts), so one node's key never authenticates another; a node
+    without keys against the operator's own known_hosts.
 options:
   plugin:
     description: Must be C(swarm) in a C(*.swarm.yml) file.

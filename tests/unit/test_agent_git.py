@@ -22,6 +22,7 @@ import pytest
 from swarm_infra.agent import engine
 from swarm_infra.agent.config import AgentConfig, Paths
 from swarm_infra.agent.run import run_once
+from swarm_infra.resolve.pull import allowed_signers_problems
 
 from .pullfleet import copy_lab, declare_pull
 
@@ -178,6 +179,54 @@ def test_a_commit_signed_by_an_unknown_key_is_refused(
     assert "not in the allowed signers file" in status.reason
     assert len(eng.calls) == 1 and not (node.trees / c2).exists()
     assert f'applied_commit="{c1}",commit="{c2}",result="refused"' in node.textfile.read_text()
+
+
+def test_a_commit_signed_by_a_revoked_key_is_refused(
+    fleet: Fleet, node: Paths, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue #38: a key listed in the node's revoked signers file (Rollout
+    spec.pull.revoked_signers, git's gpg.ssh.revocationFile) signs nothing, even while the
+    allowed signers file the node holds still names it."""
+    c1 = fleet.commit("good", fleet.known)
+    fleet.push()
+    eng = Engine(monkeypatch)
+    assert run_once(config(fleet), node).result == "applied"
+    known_pub = " ".join(fleet.known.with_suffix(".pub").read_text().split()[:2])
+    node.revoked_signers.write_text(f"# Managed by swarm\n{known_pub}\n")
+    c2 = fleet.commit("by the retired key", fleet.known)
+    fleet.push()
+    status = run_once(config(fleet), node)
+    assert (status.result, status.commit, status.applied_commit) == ("refused", c2, c1)
+    assert len(eng.calls) == 1 and not (node.trees / c2).exists()
+    # The same commit, the key no longer revoked: applied (the revocation refused it).
+    node.revoked_signers.write_text("# Managed by swarm\n")
+    assert run_once(config(fleet), node).result == "applied"
+
+
+def test_a_retired_key_backdating_its_commit_is_refused_by_validation(fleet: Fleet, tmp_path: Path) -> None:
+    """Issue #38: ``valid-before`` in an allowed signers file is judged by git at the
+    signature's creation time, which the signer writes (git-config(1),
+    gpg.ssh.allowedSignersFile): a commit made today by the retired key with a 2019 committer
+    date verifies. So the fleet's validation refuses the option, at its line."""
+    retired = " ".join(fleet.known.with_suffix(".pub").read_text().split()[:2])
+    signers = tmp_path / "allowed_signers"
+    signers.write_text(
+        f'# retired\noperator@example.org namespaces="git",valid-before="20200101" {retired}\n'
+    )
+    (fleet.src / "CHANGES").open("a").write("backdated\n")
+    sh("git", "add", "-A", cwd=fleet.src)
+    dated = ["-c", "user.name=Operator", "-c", "user.email=operator@example.org"]
+    sign = ["-c", "gpg.format=ssh", "-c", f"user.signingkey={fleet.known}"]
+    env = {"GIT_COMMITTER_DATE": "2019-06-01T12:00:00Z", "GIT_AUTHOR_DATE": "2019-06-01T12:00:00Z"}
+    subprocess.run(
+        ["git", *dated, *sign, "commit", "-q", "-S", "-m", "backdated"],
+        cwd=fleet.src, env={**ISOLATED, "PATH": "/usr/bin:/bin", **env}, check=True,
+    )  # fmt: skip
+    verify = ["git", "-c", f"gpg.ssh.allowedSignersFile={signers}", "verify-commit", "HEAD"]
+    assert subprocess.run(verify, cwd=fleet.src, env={**ISOLATED, "PATH": "/usr/bin:/bin"}).returncode == 0
+    problems = allowed_signers_problems(signers.read_text())
+    assert [line for line, _ in problems] == [2]
+    assert "valid-before" in problems[0][1] and "revoked_signers" in problems[0][1]
 
 
 def test_a_first_run_with_no_good_commit_refuses_and_holds_nothing(

@@ -38,6 +38,7 @@ from swarm_infra.engines.inventory import (
     ansible_connection_vars,
     inventory_hosts,
     ssh_argv,
+    ssh_option_args,
 )
 from swarm_infra.engines.pyinfra.inventory import api_inventory, ssh_data
 from swarm_infra.lab.plan import lab_spec
@@ -222,24 +223,26 @@ def test_the_engines_get_the_known_hosts_made_from_the_fleets_declared_keys() ->
     declared = {n: s["ssh"]["host_keys"] for n, s in state["nodes"].items() if s["ssh"]["host_keys"]}
     assert declared, "the example fleet declares host keys"
     hosts = inventory_hosts(state)
-    files = {h.connection.known_hosts_file for h in hosts if h.name in declared}
-    assert len(files) == 1 and None not in files
-    (path,) = files
-    assert path is not None
-    expected = known_hosts_text(
-        (s["ssh"]["host"], s["ssh"]["port"], s["ssh"]["host_keys"]) for s in state["nodes"].values()
-    )
-    assert Path(path).read_text() == expected
-    assert all(
-        f"{state['nodes'][n]['ssh']['host']} {k}\n" in expected for n, ks in declared.items() for k in ks
-    )
-    assert stat.S_IMODE(Path(path).stat().st_mode) == 0o644
-    assert Path(path).parent == Path(os.environ["SWARM_KNOWN_HOSTS_DIR"])  # not in the repository
+    files = {h.name: h.connection.known_hosts_file for h in hosts if h.name in declared}
+    assert None not in files.values()
+    # One file per host (issue #38): each holds that node's target and keys, nothing else.
+    assert len(set(files.values())) == len(declared) > 1
+    for name, path in files.items():
+        assert path is not None
+        ssh = state["nodes"][name]["ssh"]
+        expected = known_hosts_text([(ssh["host"], ssh["port"], ssh["host_keys"])])
+        assert Path(path).read_text() == expected
+        assert expected == "".join(f"{ssh['host']} {k}\n" for k in declared[name])
+        assert stat.S_IMODE(Path(path).stat().st_mode) == 0o644
+        assert Path(path).parent == Path(os.environ["SWARM_KNOWN_HOSTS_DIR"])  # not in the repository
     assert all(h.connection.known_hosts_file is None for h in hosts if h.name not in declared)
     # Made again from the fleet on each run: a file changed since is written back.
-    Path(path).write_text(expected + "10.10.0.99 " + next(iter(declared.values()))[0] + "\n")
+    name, path = next(iter(files.items()))
+    assert path is not None
+    expected = Path(path).read_text()
+    Path(path).write_text(expected + "10.10.0.99 " + declared[name][0] + "\n")
     again = inventory_hosts(state)
-    assert {h.connection.known_hosts_file for h in again if h.name in declared} == {path}
+    assert {h.name: h.connection.known_hosts_file for h in again if h.name in declared} == files
     assert Path(path).read_text() == expected
 
 
@@ -334,8 +337,8 @@ def test_the_lab_hands_the_engines_its_host_keys_and_known_hosts_where_they_conn
     }
     hosts = inventory_hosts(desired_state(analysis), conns)
     lab_known = Path(conns[first]["known_hosts_file"])
-    (engines_known,) = {h.connection.known_hosts_file for h in hosts}
-    assert engines_known is not None
+    engines_known = {h.name: h.connection.known_hosts_file for h in hosts}
+    assert None not in engines_known.values() and len(set(engines_known.values())) == len(hosts)
     # Where the engines connect, from the declaration: the NAT'd nodes at their mesh address.
     mesh = analysis.fleet.mesh
     assert mesh is not None and mesh.controller is not None and mesh.controller.ssh_over_mesh == "nat"
@@ -343,9 +346,10 @@ def test_the_lab_hands_the_engines_its_host_keys_and_known_hosts_where_they_conn
     assert over_mesh == {"lab-gpu-2"}
     target = {n: str(analysis.addresses[n]) if n in over_mesh else c["host"] for n, c in conns.items()}
     assert {h.name: h.connection.host for h in hosts} == target
-    assert Path(engines_known).read_text() == known_hosts_text(
-        (target[h.name], conns[h.name]["port"], conns[h.name]["host_keys"]) for h in hosts
-    )
+    for h in hosts:  # each host's own file: its target and its keys only
+        assert Path(str(engines_known[h.name])).read_text() == known_hosts_text(
+            [(target[h.name], conns[h.name]["port"], conns[h.name]["host_keys"])]
+        )
     assert lab_known.read_text() == known_hosts_text(
         (c["host"], c["port"], c["host_keys"]) for c in conns.values()
     )
@@ -456,6 +460,66 @@ def test_ssh_and_pyinfra_accept_the_declared_key_and_refuse_any_other(
     # No declared key: the operator's known_hosts decides, and nothing is trusted on first use.
     assert "StrictPolicy: No host key" in pyinfra["none"], pyinfra["none"]
     assert not operator_known.exists() and not (tmp_path / ".ssh" / "known_hosts").exists()
+
+
+@pytest.mark.skipif(SSH is None, reason="needs OpenSSH's ssh")
+def test_one_nodes_key_never_authenticates_another_node_at_the_same_target(
+    key_dir: Path, keys: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue #38: two nodes whose targets meet (here both at one server, as a newcomer that
+    declares the head's address would be) with different records: the server proves it holds
+    A's key, so A's settings get past the host key, and B's never do, in ssh and pyinfra
+    alike. ``ssh -G`` (the options ssh takes) shows B's settings name a file holding B's key
+    only (``ssh-keygen -F``)."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    config, operator_known = operator_ssh_config(tmp_path)
+    host_key = paramiko.Ed25519Key.from_private_key_file(str(key_dir / "ed25519"))
+    state = desired_state(load_fleet([str(p) for p in fleet_dirs("lab")]))
+    record = {"lab-head-1": [keys["ed25519"]], "lab-gpu-1": [keys["other-ed25519"]]}
+    with ssh_server(host_key) as port:
+        overlay = {
+            n: {"host": "127.0.0.1", "port": port, "user": "root", "host_keys": ks}
+            for n, ks in record.items()
+        }
+        hosts = {h.name: h for h in inventory_hosts(state, overlay) if h.name in record}
+        ssh, pyinfra, files = {}, {}, {}
+        for name, host in hosts.items():
+            argv = ssh_argv(host.connection, "true")
+            argv[1:1] = ["-F", str(config)]
+            ssh[name] = subprocess.run(argv, capture_output=True, text=True, timeout=60).stderr
+            pyinfra[name] = _pyinfra_connect(host)
+            effective = subprocess.run(
+                [
+                    SSH,
+                    "-G",
+                    "-F",
+                    str(config),
+                    *ssh_option_args(host.connection),
+                    "-p",
+                    str(port),
+                    "127.0.0.1",
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.splitlines()
+            (files[name],) = [
+                line.split(" ", 1)[1] for line in effective if line.startswith("userknownhostsfile ")
+            ]
+    assert (
+        "Host key verification failed" in ssh["lab-gpu-1"] and "Permission denied" not in ssh["lab-gpu-1"]
+    ), ssh
+    assert "does not match" in pyinfra["lab-gpu-1"], pyinfra
+    assert "Permission denied" in ssh["lab-head-1"], ssh  # A: past the host key
+    assert "No authentication methods available" in pyinfra["lab-head-1"], pyinfra
+    assert files["lab-gpu-1"] == hosts["lab-gpu-1"].connection.known_hosts_file != files["lab-head-1"]
+    found = subprocess.run(
+        [KEYGEN, "-F", f"[127.0.0.1]:{port}", "-f", files["lab-gpu-1"]], capture_output=True, text=True
+    ).stdout
+    assert [line.split(" ", 1)[1] for line in found.splitlines() if not line.startswith("#")] == [
+        keys["other-ed25519"]
+    ]
+    assert not operator_known.exists()
 
 
 @pytest.mark.skipif(SSH is None, reason="needs OpenSSH's ssh")

@@ -95,6 +95,7 @@ MODEL_DEFAULTS: dict[tuple[str, str], Callable[[], Any]] = {
     ("Rollout", "pull.interval_s"): _field(model.PullSpec, "interval_s"),
     ("Rollout", "pull.randomized_delay_s"): _field(model.PullSpec, "randomized_delay_s"),
     ("Rollout", "pull.status_port"): _field(model.PullSpec, "status_port"),
+    ("Rollout", "pull.revoked_signers"): _field(model.PullSpec, "revoked_signers"),
     ("Rollout", "drain_grace_s"): _field(model.Rollout, "drain_grace_s"),
     ("Rollout", "kubernetes_context"): _field(model.Rollout, "kubernetes_context"),
     **{("Storage", f"scratch.{k}"): _entry(model.SCRATCH_DEFAULTS, k) for k in model.SCRATCH_DEFAULTS},

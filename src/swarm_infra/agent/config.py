@@ -75,6 +75,7 @@ class Paths:
     """Where the agent reads and writes on the node (layout's ``agent_*`` files)."""
 
     allowed_signers: Path
+    revoked_signers: Path
     deploy_key: Path
     known_hosts: Path
     pause: Path
@@ -101,6 +102,7 @@ class Paths:
 
         return cls(
             allowed_signers=at("agent_allowed_signers"),
+            revoked_signers=at("agent_revoked_signers"),
             deploy_key=at("agent_deploy_key"),
             known_hosts=at("agent_known_hosts"),
             pause=at("agent_pause"),

@@ -119,15 +119,18 @@ def remote_head(remote: str, ref: str, timeout_s: float = 30) -> str:
     return found[0]
 
 
-def _verify_config(allowed_signers: Path) -> list[str]:
+def _verify_config(allowed_signers: Path, revoked_signers: Path | None = None) -> list[str]:
     # gpg.minTrustLevel=fully: git verify-commit then also fails a good signature whose key
     # no principal of the file has (git-config(1), gpg.minTrustLevel; for SSH, a matched
-    # principal is "fully", an unmatched key "undefined").
+    # principal is "fully", an unmatched key "undefined"). gpg.ssh.revocationFile: git gives
+    # it to ssh-keygen -Y verify -r, which refuses a signature by any key listed there.
+    revoked = ["-c", f"gpg.ssh.revocationFile={revoked_signers}"] if revoked_signers is not None else []
     return [
         "-c",
         "gpg.minTrustLevel=fully",
         "-c",
         f"gpg.ssh.allowedSignersFile={allowed_signers}",
+        *revoked,
         "-c",
         "gpg.openpgp.program=false",
         "-c",
@@ -135,9 +138,12 @@ def _verify_config(allowed_signers: Path) -> list[str]:
     ]
 
 
-def signature(clone: Path, commit: str, allowed_signers: Path) -> Signature:
-    """git's verdict on ``commit``'s signature against ``allowed_signers``."""
-    config = _verify_config(allowed_signers)
+def signature(
+    clone: Path, commit: str, allowed_signers: Path, revoked_signers: Path | None = None
+) -> Signature:
+    """git's verdict on ``commit``'s signature against ``allowed_signers``, a key listed in
+    ``revoked_signers`` (when given: the node's revoked signers file) refused."""
+    config = _verify_config(allowed_signers, revoked_signers)
     shown = git([*config, "-C", str(clone), "log", "-1", "--format=%G?%x00%GF", commit, "--"]).stdout
     status, _, fingerprint = shown.decode("utf-8", "replace").strip().partition("\0")
     verified = git([*config, "-C", str(clone), "verify-commit", "--", commit], check=False)

@@ -153,7 +153,8 @@ def _steps(config: AgentConfig, paths: Paths, out: Outcome, apply: Apply, read: 
         out.reason = f"no allowed signers file at {paths.allowed_signers}: no commit can be verified"
         return None
     try:
-        sig = git.signature(paths.clone, out.commit, paths.allowed_signers)
+        revoked = paths.revoked_signers if paths.revoked_signers.is_file() else None
+        sig = git.signature(paths.clone, out.commit, paths.allowed_signers, revoked)
     except (git.GitError, OSError) as exc:
         out.result, out.reason = (
             "refused",

@@ -24,6 +24,7 @@ from ..resolve import desired_state, load_fleet
 from ..resolve.keys import SSH_LIVENESS_OPTIONS, known_hosts_text, strict_ssh_options
 from ..resolve.types import DesiredState, NodeState
 from . import controller
+from .endpoints import endpoint_resolution_problems
 
 _UNSAFE = re.compile(r"[^a-z0-9_]")
 
@@ -85,10 +86,13 @@ def inventory_hosts(
     node reached over the mesh (``ssh.via_mesh``: :func:`swarm_infra.resolve.mesh.ssh_over_mesh`)
     keeps its mesh address as the host: an override replaces the underlay address only.
 
-    The host keys of every host become one known_hosts file (:func:`write_known_hosts`,
-    the text made by :func:`swarm_infra.resolve.keys.known_hosts_text`), which each host
-    with keys names as its ``known_hosts_file``. Raises ValueError for an override's host
-    key that is not one (the fleet's keys were validated already).
+    Each host with keys gets a known_hosts file of its own (:func:`write_known_hosts`, the
+    text made by :func:`swarm_infra.resolve.keys.known_hosts_text` from that host's target
+    and keys alone) as its ``known_hosts_file``: one node's key never authenticates another
+    node, even where two targets meet (issue #38: with one file for every host, a newcomer
+    declaring the head's address would be accepted with the head's key and get the
+    newcomer's state applied to the head). Raises ValueError for an override's host key
+    that is not one (the fleet's keys were validated already).
     """
     conns = {}
     for name, node in state["nodes"].items():
@@ -104,17 +108,18 @@ def inventory_hosts(
         else:
             ssh = node["ssh"]
             conns[name] = Connection(ssh["host"], ssh["port"], ssh["user"], host_keys=tuple(ssh["host_keys"]))
-    text = known_hosts_text((c.host, c.port, c.host_keys) for c in conns.values())
-    known = write_known_hosts(text) if text else None
     return [
-        InventoryHost(
-            name,
-            node_groups(node),
-            replace(conns[name], known_hosts_file=known if conns[name].host_keys else None),
-            node,
-        )
+        InventoryHost(name, node_groups(node), _with_known_hosts(conns[name]), node)
         for name, node in state["nodes"].items()
     ]
+
+
+def _with_known_hosts(conn: Connection) -> Connection:
+    """``conn`` with the known_hosts file of its own keys, or as it is without keys."""
+    if not conn.host_keys:
+        return conn
+    text = known_hosts_text([(conn.host, conn.port, conn.host_keys)])
+    return replace(conn, known_hosts_file=write_known_hosts(text))
 
 
 def known_hosts_dir() -> Path:
@@ -131,8 +136,9 @@ def known_hosts_dir() -> Path:
 
 def write_known_hosts(text: str) -> str:
     """``text`` as a known_hosts file (mode 0644) in :func:`known_hosts_dir`, named by its
-    SHA-256; returns its path. The name follows the content, so runs of different fleets
-    (or of one fleet before and after a key change) never share a file, and a file is
+    SHA-256; returns its path. The name follows the content, so hosts with different
+    records, runs of different fleets (or of one fleet before and after a key change) never
+    share a file, and a file is
     written whole (a temporary file renamed over it) or left as it is when it already holds
     ``text``: whatever an engine reads is what this run made."""
     d = known_hosts_dir()
@@ -195,8 +201,10 @@ def fleet_state(source: str | Path) -> tuple[list[str], DesiredState]:
     """The fleet paths an inventory source stands for, and their desired state.
 
     Raises :class:`InventorySourceError`: the source is not a fleet (``inventory/NAME`` or a
-    ``*.swarm.yml``), the fleet is invalid (nothing downstream may run), or resolving it
-    failed (a bug: the validator should have refused the fleet).
+    ``*.swarm.yml``), the fleet is invalid (nothing downstream may run), resolving it
+    failed (a bug: the validator should have refused the fleet), or a node's mesh endpoint
+    name resolves to loopback, link-local or another address that is not a peer's
+    (:func:`.endpoints.endpoint_resolution_problems`).
     """
     try:
         paths = fleet_paths(source)
@@ -217,6 +225,11 @@ def fleet_state(source: str | Path) -> tuple[list[str], DesiredState]:
             f"swarm: internal error while resolving the fleet ({', '.join(paths)}): "
             f"{type(exc).__name__}: {excerpt(str(exc), 300)} (a validator gap: please report it)"
         ) from None
+    refused = endpoint_resolution_problems(state["nodes"])
+    if refused:
+        raise InventorySourceError(
+            "\n".join(f"swarm: {why}" for why in refused.values()) + "\nswarm: nothing was run"
+        )
     # A controller the fleet declares without its key: this controller's own (push mode).
     try:
         return paths, controller.with_own_key(state)

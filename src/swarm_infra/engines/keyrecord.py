@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..nodeside.atomic import write_atomic
-from ..resolve.keys import wireguard_key_problem
+from ..resolve.keys import key_holder, wireguard_key_problem
 
 FILE_NAME = "wireguard-keys.json"
 
@@ -92,9 +92,15 @@ def updated(
 ) -> dict[str, str]:
     """The record after a run: the keys ``published`` in it over those ``recorded``, for the
     ``declared`` mesh nodes only (a node removed from the fleet leaves the record; one
-    outside ``--limit`` keeps its entry)."""
+    outside ``--limit`` keeps its entry). The first binding stands (issue #38): a published
+    key that the record holds for another declared node is not recorded for this one (the
+    engines refused that node: :func:`swarm_infra.resolve.keys.key_taken_problem`)."""
     keep = set(declared)
-    merged = {**recorded, **published}
+    first = {name: key for name, key in recorded.items() if name in keep}
+    merged = dict(recorded)
+    for name, key in published.items():
+        if key_holder(name, key, first) is None:
+            merged[name] = key
     return {name: merged[name] for name in sorted(keep & set(merged))}
 
 

@@ -318,6 +318,7 @@ class PullSpec:
     fleet: str
     allowed_signers_file: str
     allowed_signers: str = ""
+    revoked_signers: tuple[str, ...] = ()  # "keytype base64": gpg.ssh.revocationFile on the nodes
     interval_s: int = 900
     randomized_delay_s: int = 300
     status_port: int = 9100
@@ -818,7 +819,10 @@ def _storage(doc: _Doc) -> Storage:
 def _rollout(doc: _Doc) -> Rollout:
     # The schema admits only the dataclass's fields.
     spec = dict(doc.spec)
-    pull = PullSpec(**spec.pop("pull")) if "pull" in spec else None
+    pull_spec = spec.pop("pull", None)
+    pull = None
+    if pull_spec is not None:
+        pull = PullSpec(**{**pull_spec, "revoked_signers": tuple(pull_spec.get("revoked_signers", ()))})
     return Rollout(name=doc.name, source=doc.source, pull=pull, **spec)
 
 

@@ -93,15 +93,24 @@ def controller_peer_keys(state: ControllerState, recorded: Mapping[str, str]) ->
     """The public key of each peer of the controller: the one the fleet records (Node
     ``spec.mesh.public_key``), else the one ``recorded`` holds (the controller's record of
     what each node reported at ``swarm converge``: engines/keyrecord.py, trust on first
-    use). A recorded key that is not a key, or that is another peer's or the controller's
-    own, is left out (that peer stays a comment). ``{name: key}`` in name order."""
-    keys: dict[str, str] = {}
+    use). The first binding stands (issue #38): a key the fleet records binds before any
+    the controller recorded, so a recorded key that is another peer's recorded one in the
+    fleet, or the controller's own, is left out for the peer that copied it (that peer stays
+    a comment) and the holder keeps its peer; two recorded keys alike (a record written
+    before the controller's record kept its first bindings) leave both out, as neither is
+    known to be first. A recorded key that is not a key is left out. ``{name: key}`` in name
+    order."""
+    in_fleet = {p["name"]: p["public_key"] for p in state["peers"] if p["public_key"]}
+    learnt: dict[str, str] = {}
     for peer in state["peers"]:
-        key = peer["public_key"] or recorded.get(peer["name"])
-        if key and not wireguard_key_problem(key):
-            keys[peer["name"]] = key
-    taken = [state["public_key"], *keys.values()]
-    return {n: k for n, k in sorted(keys.items()) if taken.count(k) == 1}
+        key = recorded.get(peer["name"])
+        if peer["name"] not in in_fleet and key and not wireguard_key_problem(key):
+            learnt[peer["name"]] = key
+    taken = {state["public_key"], *in_fleet.values()}
+    alike = list(learnt.values())
+    learnt = {n: k for n, k in learnt.items() if k not in taken and alike.count(k) == 1}
+    keys = {n: k for n, k in in_fleet.items() if k != state["public_key"]} | learnt
+    return dict(sorted(keys.items()))
 
 
 def controller_wg_conf(state: ControllerState, keys: Mapping[str, str] | None = None) -> str:

@@ -230,7 +230,8 @@ def wireguard_peer_keys(
     peers file), keeping declared peers only, so that a run limited to some hosts keeps the
     others' keys and a removed peer's key leaves the file. One that is not a WireGuard
     public key, that two peers share, or that is a key the fleet records for another node,
-    is left out (that peer stays a comment), never written."""
+    is left out (that peer stays a comment), never written; a fresh key recorded here for
+    another peer stays that peer's (the first binding) and only the newcomer is left out."""
     mesh = node["mesh"]
     assert mesh is not None
     declared = {p["name"] for p in mesh["peers"]}
@@ -241,6 +242,10 @@ def wireguard_peer_keys(
     # per node): a malformed or duplicated fresh key never replaces a good recorded one.
     good_recorded, _ = checked_keys({k: v for k, v in recorded.items() if k in learnt})
     good_fresh, _ = checked_keys({k: v for k, v in fresh.items() if k in learnt})
+    # The first binding stands (issue #38): a fresh key this node recorded for another peer
+    # is that peer's; the newcomer that copied it is left out, the holder keeps its key.
+    held = {v: k for k, v in good_recorded.items()}
+    good_fresh = {k: v for k, v in good_fresh.items() if held.get(v, k) == k}
     keys, _ = checked_keys({**good_recorded, **good_fresh})
     taken = set(in_fleet.values())
     keys = {name: key for name, key in keys.items() if key not in taken}
@@ -652,6 +657,17 @@ def agent_allowed_signers(node: NodeState) -> str:
     return text if text.endswith("\n") else text + "\n"
 
 
+def agent_revoked_signers(node: NodeState) -> str:
+    """The revoked signers file (git's ``gpg.ssh.revocationFile``, read by ``ssh-keygen -Y
+    verify -r``: one public key per line): the fleet's ``spec.pull.revoked_signers``, a
+    commit signed by one of them is refused whatever the allowed signers say."""
+    pull = node["pull"]
+    assert pull is not None
+    lines = "".join(f"{key}\n" for key in pull["revoked_signers"])
+    comment = "# Signers' keys revoked (Rollout spec.pull.revoked_signers).\n"
+    return _header("host layer: pull agent") + comment + lines
+
+
 def agent_service(node: NodeState) -> str:
     """systemd service (Type=oneshot) running one agent run (:func:`agent_service_text`)."""
     return agent_service_text(node["layout"])
@@ -718,6 +734,7 @@ def agent_items(node: NodeState) -> list[dict[str, Any]]:
         _item(f["agent_dir"], "directory"),
         _item(f["agent_config"], "file", agent_config(node)),
         _item(f["agent_allowed_signers"], "file", agent_allowed_signers(node)),
+        _item(f["agent_revoked_signers"], "file", agent_revoked_signers(node)),
         _item(f["agent_service"], "file", agent_service(node)),
         _item(f["agent_timer"], "file", agent_timer(node)),
     ]

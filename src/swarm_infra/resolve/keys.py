@@ -111,6 +111,30 @@ def key_change_problem(
     )
 
 
+def key_holder(name: str, reported: str, bindings: Mapping[str, str]) -> str | None:
+    """The node other than ``name`` that ``bindings`` ({node: public key}: the fleet's
+    recorded keys, the controller's record) binds ``reported`` to, or None (the first of
+    several, in name order)."""
+    return next((n for n, k in sorted(bindings.items()) if k == reported and n != name), None)
+
+
+def key_taken_problem(name: str, reported: str, bindings: Mapping[str, str]) -> str | None:
+    """Why node ``name`` may not use ``reported``: another node holds it in ``bindings``
+    (the controller's record of what each node reported first, or the fleet's recorded
+    keys), or None. The first binding stands, as OpenSSH keeps a known host's key (issue
+    #38): a newcomer that reports lab-gpu-2's public key (any provider can copy a public
+    key) is refused, and lab-gpu-2 keeps its key and its peers, the controller's among them;
+    before, both nodes lost their peers. An empty ``reported`` is no problem."""
+    holder = key_holder(name, reported, bindings) if reported else None
+    if holder is None:
+        return None
+    return (
+        f"it reports the public key {reported}, which node {holder} holds (recorded first): a node "
+        f"cannot take another node's key; {holder} keeps it and its peers, {name} stays out of the "
+        "mesh until it reports a key of its own"
+    )
+
+
 # ------------------------------------------------------------------------ SSH host keys
 # A node's SSH host key is declared in the fleet (Node spec.ssh.host_keys), reviewed like
 # any change, and both engines accept only a node that proves it holds one of them

@@ -26,7 +26,14 @@ from .types import NodeState
 # The pull agent's files the host layer writes on a pull node (Node spec.convergence: pull)
 # and removes on a push node. Its state directory, deploy key, known hosts and pause file
 # are the node's own (swarm node bootstrap, the provider): never written nor removed here.
-AGENT_FILES = ("agent_dir", "agent_config", "agent_allowed_signers", "agent_service", "agent_timer")
+AGENT_FILES = (
+    "agent_dir",
+    "agent_config",
+    "agent_allowed_signers",
+    "agent_revoked_signers",
+    "agent_service",
+    "agent_timer",
+)
 # What a push node must not hold (the directory stays: the deploy key lives there).
 AGENT_REMOVED = AGENT_FILES[1:]
 

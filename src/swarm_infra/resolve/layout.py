@@ -85,7 +85,9 @@ def node_layout(interface: str = "wg0") -> LayoutState:
       ``mdadm_conf``, ``storage_record``: the scratch array for boot, and what scratch the
       project made (so that removing the declaration unmounts it);
       ``agent_dir``, ``agent_config``, ``agent_allowed_signers`` (the signers the node
-      trusts: those of the last commit it applied), ``agent_service``, ``agent_timer``: the
+      trusts: those of the last commit it applied), ``agent_revoked_signers`` (the keys it
+      refuses whatever the signers say: git's gpg.ssh.revocationFile), ``agent_service``,
+      ``agent_timer``: the
       pull agent, written by the host layer on pull nodes (its own files: :data:`AGENT_LOCAL`).
     ``units``: ``gpu_apply``, ``wireguard`` (wg-quick@IFACE), ``persistenced``,
     ``fabricmanager``, ``ray_head``, ``ray_worker``, ``ray_firewall``, ``ray_token_socket``,
@@ -140,6 +142,7 @@ def node_layout(interface: str = "wg0") -> LayoutState:
             "agent_dir": _dir(AGENT_DIR, "0700"),
             "agent_config": _file(f"{AGENT_DIR}/agent.json"),
             "agent_allowed_signers": _file(f"{AGENT_DIR}/allowed_signers"),
+            "agent_revoked_signers": _file(f"{AGENT_DIR}/revoked_signers"),
             "agent_service": _file(f"{UNIT_DIR}/swarm-agent.service"),
             "agent_timer": _file(f"{UNIT_DIR}/swarm-agent.timer"),
         },

@@ -70,7 +70,9 @@ def ref_name(branch: str) -> str:
 # comment", space-separated; principals a comma-separated list of patterns; options (may be
 # absent) cert-authority, namespaces="...", valid-after="...", valid-before="...". Accepted
 # here: plain keys of the SSH signature types OpenSSH signs with (no certificates, no
-# cert-authority: a CA would let any key it certified sign the fleet).
+# cert-authority: a CA would let any key it certified sign the fleet), without valid-after
+# or valid-before (parsed, to say why they are refused: git checks them against the
+# signature's creation time, which the signer writes, issue #38).
 SIGNER_KEY_TYPES = (
     "ssh-ed25519",
     "ecdsa-sha2-nistp256",
@@ -87,6 +89,28 @@ _SIGNER_LINE = re.compile(
     r" (?P<type>[a-z0-9@.-]+) (?P<key>[A-Za-z0-9+/]+={0,2})(?: [ -~]*)?"
 )
 MAX_SIGNERS_BYTES = 64 * 1024
+
+
+def signer_key_problem(kind: str, data: str) -> str | None:
+    """Why ``kind data`` is not a public key of a signature type OpenSSH signs with
+    (:data:`SIGNER_KEY_TYPES`), or None: its base64 must decode and hold that type."""
+    if kind not in SIGNER_KEY_TYPES:
+        return f"key type {kind!r} is not one of {', '.join(SIGNER_KEY_TYPES)}"
+    try:
+        blob = base64.b64decode(data, validate=True)
+    except binascii.Error:
+        return "the key is not base64"
+    size = int.from_bytes(blob[:4], "big") if len(blob) >= 4 else -1
+    if blob[4 : 4 + size] != kind.encode():
+        return f"the key's data does not hold a {kind} key"
+    return None
+
+
+def revoked_signer_problem(value: str) -> str | None:
+    """Why a Rollout ``spec.pull.revoked_signers`` entry is not ``keytype base64`` of a
+    signer's key (:func:`signer_key_problem`), or None."""
+    kind, _, data = value.partition(" ")
+    return signer_key_problem(kind, data)
 
 
 def allowed_signers_problems(text: str) -> list[tuple[int, str]]:
@@ -106,17 +130,20 @@ def allowed_signers_problems(text: str) -> list[tuple[int, str]]:
                  "(ssh-keygen(1), ALLOWED SIGNERS; no cert-authority)")
             )  # fmt: skip
             continue
-        if m["type"] not in SIGNER_KEY_TYPES:
-            problems.append((number, f"key type {m['type']!r} is not one of {', '.join(SIGNER_KEY_TYPES)}"))
+        dated = sorted(set(re.findall(r"(valid-after|valid-before)=", m["options"] or "")))
+        if dated:
+            problems.append(
+                (
+                    number,
+                    f"{' and '.join(dated)}: git judges a signer's validity at the signature's creation "
+                    "time, which the signer writes (a retired key could sign by backdating); retire "
+                    "a key by removing its line, and list it in spec.pull.revoked_signers",
+                )
+            )
             continue
-        try:
-            blob = base64.b64decode(m["key"], validate=True)
-        except binascii.Error:
-            problems.append((number, "the key is not base64"))
-            continue
-        size = int.from_bytes(blob[:4], "big") if len(blob) >= 4 else -1
-        if blob[4 : 4 + size] != m["type"].encode():
-            problems.append((number, f"the key's data does not hold a {m['type']} key"))
+        problem = signer_key_problem(m["type"], m["key"])
+        if problem:
+            problems.append((number, problem))
             continue
         signers += 1
     if not problems and not signers:
@@ -137,6 +164,7 @@ def pull_state(node: Node, rollout: Rollout | None) -> PullState | None:
         "ref": p.ref,
         "engine": "ansible",
         "allowed_signers": p.allowed_signers,
+        "revoked_signers": list(p.revoked_signers),
         "interval_s": p.interval_s,
         "randomized_delay_s": p.randomized_delay_s,
         "status_port": p.status_port,

@@ -320,6 +320,7 @@ class PullState(TypedDict):
     ref: str  # the branch the agent tracks
     engine: Literal["ansible"]  # ansible-playbook -c local --limit <node>
     allowed_signers: str  # the allowed signers file's text (ssh-keygen(1) ALLOWED SIGNERS)
+    revoked_signers: list[str]  # "keytype base64" per revoked key (gpg.ssh.revocationFile)
     interval_s: int  # the timer's OnUnitActiveSec
     randomized_delay_s: int  # the timer's RandomizedDelaySec
     status_port: int  # where peers read the agent's report (node_exporter's port, over the mesh)

@@ -22,8 +22,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from ...resolve.keys import key_taken_problem
 from ...resolve.rollout import batch_failed, rollout_batches
 from ...resolve.types import RolloutState
+from ..endpoints import endpoint_resolution_problems
 from ..inventory import InventoryHost
 from ..keyrecord import KeyCheck
 from ..report import HostTally, result_line, summary_table
@@ -143,7 +145,15 @@ def run(
     Returns 0 when every host converged (or, with ``check``, could be checked), 1 when a
     host failed or was unreachable (the others carry on, within the Rollout's tolerance).
     Nothing runs on a host whose connection failed; in ``check`` mode nothing runs at all.
+    Nothing runs anywhere when a peer's mesh endpoint name resolves to an address that is
+    no peer's (:func:`..endpoints.endpoint_resolution_problems`, as the Ansible inventory
+    refuses the fleet): the node it names is reported failed.
     """
+    refused_endpoints = endpoint_resolution_problems({h.name: h.state for h in hosts})
+    if refused_endpoints:
+        for name, why in sorted(refused_endpoints.items()):
+            reporter.result(name, "failed", "mesh endpoint", message=why)
+        return 1
     import pyinfra
     from pyinfra.api import Config, State
     from pyinfra.api.connect import connect_all, disconnect_all
@@ -269,6 +279,9 @@ def _prepare(
                         except OperationError as exc:
                             refused[h.name] = f"{function.__name__}: {exc}"
                             break
+                    taken = None if h.name in refused else _key_taken(state, h)
+                    if taken:  # published while added (check mode, or a key already on the node)
+                        refused[h.name] = f"mesh: {h.name}: WireGuard public key refused: {taken}"
             members = [h for h in members if h.name not in refused]
             out.append((step, members, {h: list(h.op_hash_order[added[h] :]) for h in members}))
     finally:
@@ -286,6 +299,24 @@ def _report_notes(state: Any, reporter: Reporter) -> None:
             if key not in _reported:
                 _reported.add(key)
                 reporter.note(host, text)
+
+
+def _key_taken(state: Any, h: Any) -> str | None:
+    """Why the WireGuard key host ``h`` published in this run is another node's in the
+    controller's record (:func:`swarm_infra.resolve.keys.key_taken_problem`: the first
+    binding stands), or None; a refused key is taken back before any peer's file is
+    computed (an operation runs on every host before the next). A key the fleet records for
+    ``h`` (checked by its own operation) or one the operator accepts is not judged here."""
+    published = ops.public_keys(state)
+    key = published.get(h.name)
+    check = ops.key_check(state)
+    mesh = (h.data.get("swarm") or {}).get("mesh") or {}
+    if not key or h.name in check.accepted or mesh.get("public_key"):
+        return None
+    problem = key_taken_problem(h.name, key, check.recorded)
+    if problem:
+        del published[h.name]
+    return problem
 
 
 def _run_batch(
@@ -324,7 +355,12 @@ def _run_batch(
         _report_notes(state, reporter)
         for g, h in greenlets.items():
             meta = state.get_op_data_for_host(h, op_hash).operation_meta
-            if g.value:
+            taken = _key_taken(state, h)
+            if g.value and taken:
+                failed.add(h.name)
+                refusal = f"{h.name}: WireGuard public key refused: {taken}"
+                reporter.result(h.name, "failed", names, message=refusal)
+            elif g.value:
                 reporter.result(
                     h.name, "ok", names, changed=meta.is_complete() and meta.did_change(), op=op_hash
                 )

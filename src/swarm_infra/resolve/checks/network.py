@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import socket
 from collections.abc import Iterator
 
 from ...fleet.diagnostics import Finding, excerpt
@@ -33,23 +34,82 @@ def split_endpoint(text: str) -> tuple[str, int | None]:
     return (host, int(port)) if sep else (text, None)
 
 
+# Names that stand for the machine itself wherever they are resolved: RFC 6761 6.3
+# (``localhost`` and every name under ``.localhost``), and the loopback names Debian's and
+# Red Hat's /etc/hosts give ::1 and 127.0.0.1.
+LOOPBACK_NAMES = frozenset(
+    {
+        "localhost",
+        "ip6-localhost",
+        "ip6-loopback",
+        "localhost.localdomain",
+        "localhost4",
+        "localhost4.localdomain4",
+        "localhost6",
+        "localhost6.localdomain6",
+    }
+)
+
+
+def address_problem(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
+    """Why ``ip`` is no address of another machine a peer could reach (loopback,
+    unspecified, link-local, multicast, IPv4's reserved blocks), or None."""
+    if isinstance(ip, ipaddress.IPv4Address):
+        return unusable(ipaddress.IPv4Network(ip))
+    if ip.ipv4_mapped is not None:
+        return address_problem(ip.ipv4_mapped)
+    for test, why in (
+        (ip.is_loopback, "loopback (::1)"),
+        (ip.is_unspecified, "unspecified (::)"),
+        (ip.is_link_local, "link-local (fe80::/10)"),
+        (ip.is_multicast, "multicast (ff00::/8)"),
+    ):
+        if test:
+            return why
+    return None
+
+
+def numeric_host(host: str) -> ipaddress.IPv4Address | None:
+    """The IPv4 address ``host`` stands for when it is numeric in any spelling the C
+    library's resolver takes (``inet_aton(3)``: ``127.1``, ``0x7f000001``, ``2130706433``,
+    octal ``0177.0.0.1``), or None for a host name."""
+    try:
+        return ipaddress.IPv4Address(socket.inet_aton(host))
+    except (OSError, ValueError):
+        return None
+
+
 def endpoint_problem(text: str) -> str | None:
     """Why an endpoint (``host`` or ``host:port``) cannot be reached, or None: a port
-    outside 1..65535, a dotted-quad host that is not an IPv4 address or not a unicast one,
-    a host name with an empty or over-long label (RFC 1035: 63 per label, 253 in all)."""
+    outside 1..65535; a numeric host (any spelling :func:`numeric_host` takes) that is not a
+    unicast address of another machine (loopback, unspecified, link-local, multicast:
+    :func:`address_problem`) or is not written as a dotted quad (the review shows what peers
+    connect to); a name of the machine itself (:data:`LOOPBACK_NAMES`, ``*.localhost``); a
+    host name with an empty or over-long label (RFC 1035: 63 per label, 253 in all). A name
+    that resolves to such an address is refused where it is resolved, at converge time
+    (``swarm_infra.engines.endpoints``)."""
     try:
         host, port = split_endpoint(text)
     except ValueError:
         return "the port is not a number"
     if port is not None and not 1 <= port <= 65535:
         return f"port {port} is outside 1..65535"
+    ip = numeric_host(host)
+    if ip is not None:
+        why = address_problem(ip)
+        if why:
+            return f"{excerpt(host)} is {ip}, {why}: peers would send this node's tunnel to themselves"
+        if host != str(ip):
+            return f"{excerpt(host)} is {ip} written another way; write {ip}"
+        return None
     if host.replace(".", "").isdigit():
-        try:
-            ip = ipaddress.IPv4Address(host)
-        except ValueError:
-            return f"{excerpt(host)} is not an IPv4 address"
-        why = unusable(ipaddress.IPv4Network(ip))
-        return f"{ip} is {why}" if why else None
+        return f"{excerpt(host)} is not an IPv4 address"
+    name = host.lower().rstrip(".")
+    if name in LOOPBACK_NAMES or name.endswith(".localhost"):
+        return (
+            f"{excerpt(host)} names the machine itself (RFC 6761): peers would send this node's "
+            "tunnel to themselves"
+        )
     labels = host.split(".")
     if len(host) > 253 or any(not 1 <= len(label) <= 63 for label in labels):
         return f"{excerpt(host)} is not a host name (labels of 1 to 63 characters, 253 in all)"
@@ -140,6 +200,61 @@ def underlay(a: Analysis) -> Iterator[Finding]:
             )
         else:
             seen[key] = f"node {node.name!r}"
+
+
+# The widest management network a site may declare. A Site's management network is where
+# the controller may SSH to that site's nodes besides the underlay (a node's ssh.host must
+# lie in one of the two), so it is address space one provider's document claims as its own
+# machines. A /16 (65,534 hosts) is 256 times the /24 LANs the examples' and the lab's sites
+# use, room for any one site's management network; a wider claim reaches into blocks every
+# provider uses at once (a /12 is all of 172.16.0.0/12, RFC 1918), and 0.0.0.0/0 admits
+# every address: other providers' nodes, the controller, loopback, the metadata service.
+MANAGEMENT_MIN_PREFIXLEN = 16
+
+
+def management(a: Analysis) -> Iterator[Finding]:
+    """A Site's ``management`` network (issue #38): ``network.management-unusable`` (it
+    overlaps loopback, link-local with the metadata address 169.254.169.254, ``0.0.0.0/8``
+    with the unspecified address, multicast or reserved blocks: :func:`unusable`);
+    ``network.management-too-wide`` (wider than /:data:`MANAGEMENT_MIN_PREFIXLEN`, e.g.
+    ``0.0.0.0/0``); ``network.management-overlap`` (it overlaps another site's underlay or
+    the mesh: those are other machines, not this site's)."""
+    where = ("spec", "management", "cidr")
+    mesh = a.fleet.mesh
+    for site in a.fleet.sites.values():
+        net = site.management
+        if net is None:
+            continue
+        if net.prefixlen < MANAGEMENT_MIN_PREFIXLEN:
+            yield Finding(
+                site.source,
+                where,
+                "network.management-too-wide",
+                f"management network {net} is wider than /{MANAGEMENT_MIN_PREFIXLEN}: SSH targets there "
+                "could be any provider's machines; declare the site's own management LAN",
+            )
+            continue
+        why = unusable(net)
+        if why:
+            yield Finding(
+                site.source, where, "network.management-unusable", f"management network {net} overlaps {why}"
+            )
+            continue
+        others = [
+            f"site {o.name!r}'s underlay {o.underlay}"
+            for o in a.fleet.sites.values()
+            if o.name != site.name and net.overlaps(o.underlay)
+        ]
+        if mesh is not None and net.overlaps(mesh.cidr):
+            others.append(f"the mesh {mesh.cidr}")
+        if others:
+            yield Finding(
+                site.source,
+                where,
+                "network.management-overlap",
+                f"management network {net} overlaps {', '.join(others)}: an SSH target there would be "
+                "another machine than this site's",
+            )
 
 
 def mesh_network(a: Analysis) -> Iterator[Finding]:
@@ -318,4 +433,4 @@ def controller(a: Analysis) -> Iterator[Finding]:
             )
 
 
-CHECKS = (underlay, mesh_network, endpoints, mesh_interface, mesh_size, controller)
+CHECKS = (underlay, management, mesh_network, endpoints, mesh_interface, mesh_size, controller)

@@ -7,10 +7,12 @@ import ipaddress
 from collections.abc import Iterator
 
 from ...fleet.diagnostics import Finding
+from ...fleet.model import Node
 from ..analysis import Analysis
 from ..keys import ssh_host_key_fingerprint, ssh_host_key_problem
 from ..labels import FLAVOR_LABEL, NODE_CLASS_LABEL, SITE_LABEL
 from .cluster import reserved_label
+from .network import unusable
 
 # Ansible's implicit groups and host: a node with one of these names breaks inventory
 # patterns (``--limit all``) or is silently taken for the controller (``localhost``). ``gpu``
@@ -87,41 +89,65 @@ def ssh_targets(a: Analysis) -> Iterator[Finding]:
     declared, reviewed state). ``node.ssh-target-outside-site``: ``ssh.host`` is not an IPv4
     address in the node's site underlay or the site's declared management network (a host
     name cannot be checked, and another provider's machine, ``localhost`` or a metadata
-    address would receive this node's state as root); ``node.ssh-target-duplicate``: two
-    nodes at one host and port (one machine would get both nodes' states)."""
-    seen: dict[tuple[str, int], str] = {}
+    address would receive this node's state as root), or it is an address no machine of the
+    site can be (loopback, link-local, unspecified, multicast: :func:`.network.unusable`);
+    ``node.ssh-target-duplicate``: two nodes at one host and port (one machine would get both
+    nodes' states). Every node's target is compared, its default (its own address) included,
+    whatever the nodes' order: a node on its own address keeps it and the other is refused,
+    naming it (issue #38: a newcomer declaring ``ssh.host: <head's address>``); two declared
+    targets that meet are both refused, each naming the other."""
+    by_target: dict[tuple[str, int], list[Node]] = {}
     for node in a.fleet.nodes.values():
+        by_target.setdefault((node.ssh_host.lower(), node.ssh_port), []).append(node)
         if node.ssh_host == str(node.address):
-            # The default (or the same): the address's own rules judge it, one mistake one error.
-            seen.setdefault((node.ssh_host, node.ssh_port), node.name)
+            continue  # the default (or the same): the address's own rules judge it, one mistake one error
+        problem = _outside_site(a, node)
+        if problem:
+            yield Finding(node.source, ("spec", "ssh", "host"), "node.ssh-target-outside-site", problem)
+    for (host, port), nodes in by_target.items():
+        if len(nodes) < 2:
             continue
-        site = a.fleet.sites.get(node.site)
-        declared = ("spec", "ssh", "host")
-        try:
-            host = ipaddress.IPv4Address(node.ssh_host)
-        except ValueError:
-            host = None
-        if site is not None:
-            networks = [site.underlay, *([site.management] if site.management else [])]
-            if host is None or not any(host in n for n in networks):
-                where = " or ".join(str(n) for n in networks)
-                what = f"{node.ssh_host!r} is not an IPv4 address" if host is None else f"{host} is not"
-                yield Finding(
-                    node.source,
-                    declared,
-                    "node.ssh-target-outside-site",
-                    f"SSH target {what} in site {site.name}'s networks ({where}); the controller would "
-                    "apply this node's state to whatever answers there",
-                )
-        key = (node.ssh_host, node.ssh_port)
-        if key in seen:
+        # Two nodes on one address are network.address-duplicate's to report.
+        owners = [n.name for n in nodes if n.ssh_host == str(n.address)]
+        for node in nodes:
+            if node.name in owners:
+                continue
+            others = ", ".join(
+                f"{n.name} ({'its own address' if n.name in owners else 'declared'})"
+                for n in nodes
+                if n is not node
+            )
             yield Finding(
                 node.source,
-                declared,
+                ("spec", "ssh", "host"),
                 "node.ssh-target-duplicate",
-                f"node {seen[key]} has the same SSH target {node.ssh_host}:{node.ssh_port}",
+                f"node {node.name}'s SSH target {host}:{port} is already that of node {others}: "
+                "the controller would apply this node's state to that machine as root",
             )
-        seen.setdefault(key, node.name)
+
+
+def _outside_site(a: Analysis, node: Node) -> str | None:
+    """Why ``node``'s declared ``ssh.host`` is not a machine of its site, or None."""
+    try:
+        host = ipaddress.IPv4Address(node.ssh_host)
+    except ValueError:
+        host = None
+    if host is not None:
+        why = unusable(ipaddress.IPv4Network(host))
+        if why:
+            return f"SSH target {host} is {why}: no machine of site {node.site} answers there"
+    site = a.fleet.sites.get(node.site)
+    if site is None:
+        return None  # reference.* reports the site
+    networks = [site.underlay, *([site.management] if site.management else [])]
+    if host is not None and any(host in n for n in networks):
+        return None
+    where = " or ".join(str(n) for n in networks)
+    what = f"{node.ssh_host!r} is not an IPv4 address" if host is None else f"{host} is not"
+    return (
+        f"SSH target {what} in site {site.name}'s networks ({where}); the controller would "
+        "apply this node's state to whatever answers there"
+    )
 
 
 def ssh_host_keys(a: Analysis) -> Iterator[Finding]:

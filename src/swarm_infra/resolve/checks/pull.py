@@ -14,7 +14,13 @@ from ...fleet.model import Fleet
 from ..analysis import Analysis
 from ..keys import wireguard_key_problem
 from ..mesh import peers as mesh_peers
-from ..pull import MAX_SIGNERS_BYTES, allowed_signers_problems, ref_name, remote_scheme
+from ..pull import (
+    MAX_SIGNERS_BYTES,
+    allowed_signers_problems,
+    ref_name,
+    remote_scheme,
+    revoked_signer_problem,
+)
 from ..ray import members as ray_members
 from ..ray import token_admission
 
@@ -56,7 +62,7 @@ def read_pull_files(fleet: Fleet, roots: Sequence[str]) -> tuple[Fleet, list[Fin
 def pull_declared(a: Analysis) -> Iterator[Finding]:
     """A node that converges by pull needs the Rollout's ``spec.pull`` (``pull.not-declared``);
     the remote and ref must be ones the agent fetches (``pull.remote-invalid``,
-    ``pull.ref-invalid``)."""
+    ``pull.ref-invalid``); each revoked signer a key (``pull.revoked-signer-invalid``)."""
     rollout = a.fleet.rollout
     pull = rollout.pull if rollout is not None else None
     if pull is None:
@@ -79,6 +85,12 @@ def pull_declared(a: Analysis) -> Iterator[Finding]:
         ref_name(pull.ref)
     except ValueError as exc:
         yield Finding(rollout.source, ("spec", "pull", "ref"), "pull.ref-invalid", str(exc))
+    for i, revoked in enumerate(pull.revoked_signers):
+        problem = revoked_signer_problem(revoked)
+        if problem:
+            yield Finding(
+                rollout.source, ("spec", "pull", "revoked_signers", i), "pull.revoked-signer-invalid", problem
+            )
 
 
 def public_keys_unique(a: Analysis) -> Iterator[Finding]:
