@@ -253,3 +253,19 @@ def test_argument_specs_of_nodestate_slices_match_their_types(role: str, option:
 def test_the_drivers_sources_are_described_by_their_type() -> None:
     described = [(r, o) for r, o, s in _specs() if _typed_dict(str(s.get("description", "")))]
     assert ("drivers", "drivers_apt_sources") in described
+
+
+def test_the_review_files_each_layers_changes_under_that_layer() -> None:
+    """A change of a layer's NodeState is shown in the review under the layer's title, with
+    the fleet kinds it may come from; only the rest of a node is its "node" layer."""
+    from swarm_infra.fleet.schemas import KINDS
+    from swarm_infra.review import _LAYER_KINDS
+    from swarm_infra.review.diff import _layer
+    from swarm_infra.review.model import LAYER_TITLES
+
+    for x in LAYERS:
+        shown = _layer((*x.state, "some_field"))
+        assert shown == x.state[-1] != "node", x.name
+        assert LAYER_TITLES[shown] == x.title and _LAYER_KINDS[shown] == x.sources, x.name
+        assert set(x.sources) <= set(KINDS), x.name
+    assert _layer(("site",)) == "node"

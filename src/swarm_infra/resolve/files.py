@@ -15,6 +15,7 @@ engines only ask for a layer's files where NodeState declares that layer.
 from __future__ import annotations
 
 from .layers import STATIC, layer_files, static_file, tunables_spec
+from .layers.drivers import reboot_required
 from .layers.host import (
     AGENT_BOOT_DELAY_S,
     AGENT_RUN_TIMEOUT_S,
@@ -47,6 +48,7 @@ __all__ = [
     "layer_files",
     "line_value",
     "ray_firewall_rules",
+    "reboot_required",
     "static_file",
     "tunables_spec",
     "wireguard_conf",
