@@ -8,6 +8,8 @@ added in one place and not the others fails here, not on a node.
 from __future__ import annotations
 
 import ast
+import base64
+import hashlib
 import re
 import typing
 from pathlib import Path
@@ -18,11 +20,26 @@ import yaml
 from swarm_infra.engines.ansible.runner import LAYERS as ANSIBLE_LAYERS
 from swarm_infra.engines.pyinfra import layers as pyinfra_layers
 from swarm_infra.engines.pyinfra.operations import snapshot_spec
+from swarm_infra.fleet.sources import fleet_paths
+from swarm_infra.resolve import desired_state, load_fleet
 from swarm_infra.resolve import types as T
-from swarm_infra.resolve.layers import LAYERS, NAMES, declared, layer, node_packages
+from swarm_infra.resolve.files import wireguard_dropin_items
+from swarm_infra.resolve.layers import (
+    LAYERS,
+    NAMES,
+    File,
+    Layer,
+    declared,
+    layer,
+    layer_files,
+    node_packages,
+    read_back,
+    static_file,
+)
 from swarm_infra.resolve.layout import node_layout
 from swarm_infra.verify.checks import LAYERS as VERIFY_LAYERS
 from tests.unit.cluster_support import state
+from tests.unit.pullfleet import copy_lab, declare_pull
 from tests.unit.role_reader import in_pattern, plays
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,24 +90,124 @@ def test_runners_and_verify_list_the_registry_layers() -> None:
     assert [x.name for x in LAYERS] == list(NAMES)
 
 
-def test_every_layout_file_and_unit_belongs_to_a_layer() -> None:
+def test_every_layout_file_and_unit_belongs_to_exactly_one_layer() -> None:
+    """The layout is the layers' files and units, each registered once (the pull agent's
+    own files, AGENT_LOCAL, are no layer's and not in the layout)."""
     layout = node_layout("wg0")
-    files = {f for x in LAYERS for f in (*x.files, *x.removed, *x.read_back, *(r[0] for r in x.restarts))}
-    units = {u for x in LAYERS for u in (*x.units, *(r[1] for r in x.restarts))}
-    assert files <= set(layout["files"]), files - set(layout["files"])
-    assert units <= set(layout["units"]), units - set(layout["units"])
-    # State files the node-side code keeps for every layer are registered too.
-    assert set(layout["files"]) <= files, set(layout["files"]) - files
-    assert set(layout["units"]) <= units, set(layout["units"]) - units
+    files = [f for x in LAYERS for f in x.files]
+    units = [u for x in LAYERS for u in x.units]
+    assert sorted(files) == sorted(layout["files"]) and len(set(files)) == len(files)
+    assert sorted(units) == sorted(layout["units"]) and len(set(units)) == len(units)
     for x in LAYERS:
-        assert set(x.removed) <= set(x.files), x.name
-        assert set(x.read_back) <= set(x.files), x.name
+        # A layer's parents are other layers' directories.
+        assert all(layout["files"][p]["type"] == "directory" and p not in x.files for p in x.parents), x.name
+
+
+def test_a_file_without_a_writer_or_a_task_is_refused() -> None:
+    with pytest.raises(ValueError, match="no writer"):
+        File(path="/nowhere/mesh-health.json")
+    with pytest.raises(ValueError, match="two writers"):
+        File(path="/nowhere/x", directory=True, text=lambda node: "")
+
+
+@pytest.fixture(scope="module")
+def nodes(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    """Every node of both fleets and of the lab with lab-gpu-2 pulling (so the head serves
+    it Ray's token), as declared, with each slice undeclared in turn, and each Ray node with
+    a package index CA: for each file, nodes that want it and nodes that do not."""
+    pulling = declare_pull(copy_lab(tmp_path_factory.mktemp("pull")), ("lab-gpu-2",))
+    fleets = [
+        state("lab"),
+        state("example"),
+        desired_state(load_fleet(fleet_paths(pulling / "inventory/lab"))),
+    ]
+    out = []
+    for fleet in fleets:
+        for node in fleet["nodes"].values():
+            out.append(node)
+            out += [
+                {**node, key: None}
+                for key in ("host", "gpu", "storage", "mesh", "ray", "package_cache", "pull")
+            ]
+            if node["ray"]:
+                out.append({**node, "ray": {**node["ray"], "index_ca": "-----BEGIN CERTIFICATE-----\n"}})
+    return out
+
+
+def _peer_keys(node: dict) -> dict[str, str]:
+    peers = node["mesh"]["peers"] if node["mesh"] else []
+    return {p["name"]: base64.b64encode(hashlib.sha256(p["name"].encode()).digest()).decode() for p in peers}
+
+
+@pytest.mark.parametrize(("name", "file"), [(x.name, f) for x in LAYERS for f in x.files])
+def test_every_registered_file_is_produced_by_its_writer(name: str, file: str, nodes: list[dict]) -> None:
+    """A file layer_files writes is there, with its writer's text and the layout's mode, on
+    every node that wants it, and absent (if the layer removes it) on every node that does
+    not; a file an engine's own task writes is named by that task."""
+    entry = layer(name)
+    spec = entry.files[file]
+    if not spec.by_layer_files:
+        _assert_its_task_writes_it(entry, file)
+    wanting = [n for n in nodes if entry.wants(n, file)]
+    assert wanting, f"no node of the fleets wants {file}: its writer is never exercised"
+    for node in nodes:
+        path = node["layout"]["files"][file]
+        items = [i for i in layer_files(node, name, _peer_keys(node)) if i["path"] == path["path"]]
+        if not entry.wants(node, file):
+            removed = spec.removed and not spec.task_removes
+            assert items == ([{"path": path["path"], "state": "absent"}] if removed else []), node["name"]
+            continue
+        if not spec.by_layer_files:
+            assert items == [], f"{file} is its task's, not layer_files'"
+            continue
+        text = (
+            spec.text(node)
+            if spec.text
+            else spec.keyed_text(node, _peer_keys(node))
+            if spec.keyed_text
+            else None
+        )
+        assert items == [
+            {
+                "path": path["path"],
+                "state": path["type"],
+                "content": text,
+                "owner": path["owner"],
+                "group": path["group"],
+                "mode": path["mode"],
+            }
+        ], node["name"]
+        if spec.text:
+            assert static_file(node, file) == text
+
+
+def _assert_its_task_writes_it(entry: Layer, file: str) -> None:
+    node = state("lab")["nodes"]["lab-gpu-1"]
+    path = node["layout"]["files"][file]["path"]
+    if entry.tunables is not None and entry.files[file].task == layer("host").files["sysctl_conf"].task:
+        spec = entry.tunables(node)
+        assert any(isinstance(v, str) and (v == path or v.startswith(path + "/")) for v in spec.values()), (
+            file
+        )
+        return
+    if path in {i["path"] for i in wireguard_dropin_items(node)}:
+        return
+    tasks = "\n".join(p.read_text() for p in (ROOT / "roles" / entry.role / "tasks").glob("*.yml"))
+    deploys = "\n".join(
+        p.read_text()
+        for p in (
+            *(ROOT / "src/swarm_infra/engines/pyinfra").glob("*.py"),
+            ROOT / "src/swarm_infra/resolve/drivers.py",
+        )
+    )
+    assert re.search(rf"\b{file}\b", tasks), f"roles/{entry.role}/tasks never name {file}"
+    assert re.search(rf"\b{file}\b", deploys), f"the pyinfra layers never name {file}"
 
 
 def test_the_snapshot_reads_back_the_registered_files() -> None:
     node = state("lab")["nodes"]["lab-gpu-1"]
     files = node["layout"]["files"]
-    want = {files[f]["path"] for x in LAYERS for f in x.read_back}
+    want = {files[f]["path"] for f in read_back()}
     assert set(snapshot_spec(node)["texts"]) == want | {"/etc/fstab"}
     assert set(snapshot_spec(node)["packages"]) >= {p for n in NAMES for p in node_packages(node, n)}
 
@@ -136,3 +253,19 @@ def test_argument_specs_of_nodestate_slices_match_their_types(role: str, option:
 def test_the_drivers_sources_are_described_by_their_type() -> None:
     described = [(r, o) for r, o, s in _specs() if _typed_dict(str(s.get("description", "")))]
     assert ("drivers", "drivers_apt_sources") in described
+
+
+def test_the_review_files_each_layers_changes_under_that_layer() -> None:
+    """A change of a layer's NodeState is shown in the review under the layer's title, with
+    the fleet kinds it may come from; only the rest of a node is its "node" layer."""
+    from swarm_infra.fleet.schemas import KINDS
+    from swarm_infra.review import _LAYER_KINDS
+    from swarm_infra.review.diff import _layer
+    from swarm_infra.review.model import LAYER_TITLES
+
+    for x in LAYERS:
+        shown = _layer((*x.state, "some_field"))
+        assert shown == x.state[-1] != "node", x.name
+        assert LAYER_TITLES[shown] == x.title and _LAYER_KINDS[shown] == x.sources, x.name
+        assert set(x.sources) <= set(KINDS), x.name
+    assert _layer(("site",)) == "node"

@@ -1,4 +1,4 @@
-"""The on-node layout is decided once (resolve/layout.py) and only read elsewhere; the code
+"""The on-node layout is decided once (the layers' modules, resolve/layers/) and only read elsewhere; the code
 shipped to nodes (nodeside/) stands alone."""
 
 from __future__ import annotations
@@ -15,7 +15,13 @@ from swarm_infra.resolve.layout import node_layout
 
 from .conftest import ROOT, fleet_dirs
 
-LAYOUT_MODULE = ROOT / "src/swarm_infra/resolve/layout.py"
+# Where the layout is decided: each layer's module names its files' paths and its units,
+# under the directories of resolve/paths.py; resolve/layout.py assembles them.
+LAYOUT_MODULES = {
+    ROOT / "src/swarm_infra/resolve/layout.py",
+    ROOT / "src/swarm_infra/resolve/paths.py",
+    *(ROOT / "src/swarm_infra/resolve/layers").glob("*.py"),
+}
 # Code that applies or checks the layout: it must read it, never spell it.
 CODE = [
     *(ROOT / "src").rglob("*.py"),
@@ -47,7 +53,7 @@ def test_each_on_node_path_is_spelled_only_in_the_layout(name: str) -> None:
     spelled = [
         str(f.relative_to(ROOT))
         for f in CODE
-        if f.resolve() not in (LAYOUT_MODULE, Path(__file__).resolve())
+        if f.resolve() not in {*LAYOUT_MODULES, Path(__file__).resolve()}
         and f.is_file()
         and whole.search(f.read_text(errors="replace"))
     ]
@@ -59,7 +65,7 @@ def test_unit_names_are_spelled_only_in_the_layout() -> None:
         spelled = [
             str(f.relative_to(ROOT))
             for f in CODE
-            if f.resolve() != LAYOUT_MODULE
+            if f.resolve() not in LAYOUT_MODULES
             and f.suffix in (".yml", ".j2")
             and unit in f.read_text(errors="replace")
         ]

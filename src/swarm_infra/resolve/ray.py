@@ -35,7 +35,7 @@ from typing import Literal
 from ..fleet.model import Fleet, Node, RayCluster, RayRequest, Site
 from ..nodeside.raytoken import token_problem as _token_problem
 from .labels import FLAVOR_LABEL, REGION_LABEL, SITE_LABEL
-from .layout import RAY_USER
+from .paths import RAY_USER
 from .types import (
     NodeState,
     PeerState,

@@ -27,6 +27,7 @@ from ..cluster.meta import no_gc
 from ..fleet.model import ReviewPolicy
 from ..resolve.addons import LOCAL_PATH_NAMESPACE
 from ..resolve.flavors import CPU_FLAVOR_PREFIX
+from ..resolve.layers import LAYERS as NODE_LAYERS
 from .diff import capacity_rows, mesh_impact, node_changes, object_changes, rollout_fields
 from .flags import FlagRaiser
 from .git import (
@@ -56,15 +57,7 @@ __all__ = ["GitError", "Review", "review", "summarize"]
 
 EXIT_OK, EXIT_BLOCK, EXIT_INVALID = 0, 1, 2
 # Where a node's change of each layer may come from, besides the node's own document.
-_LAYER_KINDS = {
-    "node": ("Site",),
-    "driver": ("GpuProfile", "Assignment"),
-    "gpu": ("GpuProfile", "Assignment"),
-    "host": ("HostProfile", "Assignment"),
-    "storage": ("Storage",),
-    "mesh": ("Mesh", "Site"),
-    "ray": ("RayCluster",),
-}
+_LAYER_KINDS = {"node": ("Site",), **{x.state[-1]: x.sources for x in NODE_LAYERS}}
 # Objects of one queue or tenant of the Allocation: their lines are that entry's.
 _TENANT_OBJECTS = ("ClusterQueue", "LocalQueue", "Namespace", "ResourceQuota", "LimitRange", "RayCluster")
 # Where a cluster object's change may come from, by kind.

@@ -17,6 +17,7 @@ from typing import Any, Literal
 import yaml
 
 from ..cluster.meta import K8sObject
+from ..resolve.layers import LAYERS as NODE_LAYERS
 from ..resolve.mesh import mesh_apply
 from ..resolve.types import ClusterState, NodeState
 from .load import ObjectKey
@@ -32,9 +33,10 @@ from .model import (
 )
 
 Path = tuple[str, ...]
-# NodeState keys by layer (the rest of a node is its "node" layer: site, roles, labels, SSH,
-# hardware, layout). The driver is part of NodeState.gpu, shown as a layer of its own.
-_LAYER_OF = {"gpu": "gpu", "host": "host", "storage": "storage", "mesh": "mesh", "ray": "ray"}
+# Each layer's NodeState path, longest first, so the driver (within NodeState.gpu) is its
+# own layer (the rest of a node is its "node" layer: site, roles, labels, SSH, hardware,
+# layout).
+_STATES = sorted((x.state for x in NODE_LAYERS), key=len, reverse=True)
 MAX_LIST_ITEMS = 6  # a changed list of scalars this long or longer is shown as what it gains and loses
 
 
@@ -115,11 +117,14 @@ def _key(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
+def _state(path: Path) -> tuple[str, ...] | None:
+    """The NodeState path of the layer ``path`` is in (None: the node's own)."""
+    return next((s for s in _STATES if path[: len(s)] == s), None)
+
+
 def _layer(path: Path) -> str:
-    top = path[0]
-    if top == "gpu" and len(path) > 1 and path[1] == "driver":
-        return "driver"
-    return _LAYER_OF.get(top, "node")
+    state = _state(path)
+    return state[-1] if state else "node"
 
 
 def _shown(path: Path) -> Path:
@@ -128,8 +133,9 @@ def _shown(path: Path) -> Path:
     if path[0] == "gpu" and len(path) > 2 and path[1] == "devices":
         rest = path[3:] if len(path) > 3 else ("devices",)
         return rest[1:] if rest[0] == "settings" and len(rest) > 1 else rest
-    if path[0] in _LAYER_OF and len(path) > 1:
-        return path[2:] if path[0] == "gpu" and path[1] == "driver" and len(path) > 2 else path[1:]
+    state = _state(path)
+    if state and len(path) > 1:
+        return path[len(state) :] if len(path) > len(state) else path[len(state) - 1 :]
     return path
 
 

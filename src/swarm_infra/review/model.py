@@ -11,19 +11,16 @@ import dataclasses
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from ..resolve.layers import LAYERS as NODE_LAYERS
+
 Change = Literal["added", "removed", "changed"]
 Action = Literal["block", "warn"]
 ABSENT: dict[str, bool] = {"absent": True}  # a value one side does not have (JSON: {"absent": true})
-LAYERS = ("node", "driver", "gpu", "host", "storage", "mesh", "ray")
-LAYER_TITLES = {
-    "node": "Node",
-    "driver": "Driver",
-    "gpu": "GPU",
-    "host": "Host",
-    "storage": "Storage",
-    "mesh": "Mesh",
-    "ray": "Ray",
-}
+# The review's layers: "node" (site, roles, labels, SSH, hardware, layout) and the node
+# layers, in registry order, each named after its NodeState slice (the drivers layer's is
+# the GPU slice's "driver").
+LAYERS = ("node", *(x.state[-1] for x in NODE_LAYERS))
+LAYER_TITLES = {"node": "Node", **{x.state[-1]: x.title for x in NODE_LAYERS}}
 
 
 @dataclass(frozen=True, order=True)

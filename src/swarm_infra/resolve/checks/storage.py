@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from ...fleet.diagnostics import Finding, excerpt
 from ..analysis import Analysis
-from ..layout import STATE_DIR
+from ..paths import STATE_DIR
 from ..provisioners import LOCAL_PATH, PROVISIONERS
 
 # Mounting scratch on (or inside) these would hide or replace the system's own files.
