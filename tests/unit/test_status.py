@@ -12,6 +12,8 @@ import dataclasses
 import http.server
 import json
 import subprocess
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -189,6 +191,44 @@ def test_a_report_is_read_over_http(served: str) -> None:
 def test_an_unreadable_page_is_said_so(served: str, path: str, words: str) -> None:
     with pytest.raises(ReportInvalid, match=words):
         read_node_report(f"{served}{path}")
+
+
+@pytest.mark.parametrize("part", ["headers", "body"])
+def test_a_node_that_trickles_its_page_is_cut_off_at_the_deadline(part: str) -> None:
+    """Issue #38 item 6: the timeout bounded each socket read, so a node sending a byte
+    every 0.8 s held a reader with ``timeout_s=1`` for 4.9 s, and a 1 MiB page for weeks.
+    The whole exchange has one deadline (as Prometheus' scrape_timeout): a page trickled at
+    a byte per 0.25 s, 12 s in all, is refused after about ``timeout_s``."""
+    gone = threading.Event()
+    page = (NODE_EXPORTER + GOOD)[:48].encode()
+
+    class Trickle(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            head = b"HTTP/1.0 200 OK\r\nContent-Length: 48\r\n\r\n"
+            if part == "body":
+                self.wfile.write(head)
+                self.wfile.flush()
+            for byte in head + page if part == "headers" else page:
+                # The hostile node's pace, not a synchronisation: the reader must not wait it out.
+                if gone.wait(0.25):
+                    return
+                try:
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                except OSError:
+                    return
+
+        def log_message(self, *a: object) -> None:
+            pass
+
+    with serve_http(Trickle) as url:
+        began = time.monotonic()
+        with pytest.raises(ReportInvalid, match="cannot be read") as caught:
+            read_node_report(f"{url}/metrics", timeout_s=1)
+        took = time.monotonic() - began
+        gone.set()
+    assert took < 3, took  # the old reader took the whole 12 s
+    assert "within 1 s" in str(caught.value) or "timed out" in str(caught.value), caught.value
 
 
 def test_a_node_nobody_answers_for_is_said_so() -> None:

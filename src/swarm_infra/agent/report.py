@@ -40,16 +40,18 @@ successfully (the node's state, kept when a run fails or refuses).
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import math
 import re
-import urllib.error
-import urllib.request
+import socket
+import threading
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import IO, Any, NoReturn
+from typing import Any
 
 from .decide import RESULTS
 
@@ -277,40 +279,82 @@ def parse_node_report(page: str) -> NodeReport:
     )
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    # A node's answer must not send the reader anywhere else (a healthy peer's page, a
-    # service on the reader's network): a redirect is an error.
-    def redirect_request(
-        self,
-        req: urllib.request.Request,
-        fp: IO[bytes],
-        code: int,
-        msg: str,
-        headers: http.client.HTTPMessage,
-        newurl: str,
-    ) -> NoReturn:
-        raise urllib.error.HTTPError(req.full_url, code, f"redirect to {newurl[:100]} refused", headers, fp)
+class _Refused(Exception):
+    """The node answered with something other than its page (an HTTP error, a redirect)."""
 
 
-# No proxy, whatever http_proxy/https_proxy say (urllib's default ProxyHandler reads them):
-# the page is the node's own only if it comes from the node's mesh address.
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect)
+def _fetch(url: str, timeout_s: float) -> bytes:
+    """At most ``MAX_REPORT_BYTES + 1`` bytes of the page at ``url`` (``http://`` only),
+    the whole exchange (connect, request, headers, body) within ``timeout_s`` seconds, as
+    Prometheus' ``scrape_timeout`` bounds a scrape: a socket timeout alone bounds each read,
+    and a node sending a byte at a time within it held a reader for as long as it liked. A
+    timer shuts the socket down at the deadline (``socket.shutdown`` wakes a blocked
+    ``recv``, which then reads end of file). Raises :class:`_Refused` for a status other
+    than 200 (a redirect is never followed: a node's answer must not send the reader to a
+    healthy peer's page or a service on the reader's network), ``OSError`` or
+    ``http.client.HTTPException`` when the exchange fails or runs out of time, and
+    ``ValueError`` for a URL that is not ``http://HOST[:PORT]/PATH``. No proxy is used,
+    whatever ``http_proxy`` says: the page is the node's own only if it comes from the
+    node's address."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname:
+        raise ValueError("not an http:// URL")
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    conn = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout_s)
+    expired = threading.Event()
+
+    sock: socket.socket | None = None
+
+    def expire() -> None:
+        expired.set()
+        held = sock or conn.sock
+        if held is not None:
+            with contextlib.suppress(OSError):  # already closed: nothing left to wake
+                held.shutdown(socket.SHUT_RDWR)
+
+    timer = threading.Timer(timeout_s, expire)
+    timer.daemon = True
+    timer.start()
+    try:
+        conn.connect()
+        sock = conn.sock  # kept: the connection drops it once a response says it will close
+        conn.request("GET", target, headers={"Accept": "text/plain; version=0.0.4"})
+        response = conn.getresponse()
+        if response.status != 200:
+            where = response.getheader("Location")
+            if 300 <= response.status < 400 and where:
+                raise _Refused(f"HTTP {response.status} redirect to {where[:100]} refused")
+            raise _Refused(f"HTTP {response.status} {response.reason}")
+        data = response.read(MAX_REPORT_BYTES + 1)
+        if expired.is_set():
+            raise TimeoutError(f"no whole page within {timeout_s:g} s")
+        return data
+    except OSError:
+        if expired.is_set():
+            raise TimeoutError(f"no whole page within {timeout_s:g} s") from None
+        raise
+    except http.client.HTTPException:
+        if expired.is_set():
+            raise TimeoutError(f"no whole page within {timeout_s:g} s") from None
+        raise
+    finally:
+        timer.cancel()
+        conn.close()
 
 
 def read_node_report(url: str, timeout_s: float = READ_TIMEOUT_S) -> NodeReport:
     """The report served at ``url`` (``http://ADDRESS:PORT/metrics``), read from that
-    address only (no redirect followed, no proxy used) within ``timeout_s`` seconds. Raises
-    :class:`ReportInvalid`, its message starting with ``url``, saying why when the page
-    cannot be read (unreachable, an HTTP error or redirect, over :data:`MAX_REPORT_BYTES`,
-    not UTF-8) or is no report (:func:`parse_node_report`)."""
+    address only (no redirect followed, no proxy used), the whole page within ``timeout_s``
+    seconds (:func:`_fetch`). Raises :class:`ReportInvalid`, its message starting with
+    ``url``, saying why when the page cannot be read (unreachable, too slow, an HTTP error
+    or redirect, over :data:`MAX_REPORT_BYTES`, not UTF-8) or is no report
+    (:func:`parse_node_report`)."""
     # Text format 0.0.4 (node_exporter's default; no OpenMetrics, no protobuf, no gzip).
-    request = urllib.request.Request(url, headers={"Accept": "text/plain; version=0.0.4"})
     try:
-        with _OPENER.open(request, timeout=timeout_s) as response:
-            data = response.read(MAX_REPORT_BYTES + 1)
-    except urllib.error.HTTPError as exc:
-        raise ReportInvalid(f"{url}: HTTP {exc.code} {exc.reason}") from None
-    except (OSError, ValueError) as exc:
+        data = _fetch(url, timeout_s)
+    except _Refused as exc:
+        raise ReportInvalid(f"{url}: {exc}") from None
+    except (OSError, ValueError, http.client.HTTPException) as exc:
         raise ReportInvalid(f"{url}: cannot be read ({getattr(exc, 'reason', exc)})") from None
     if len(data) > MAX_REPORT_BYTES:
         raise ReportInvalid(f"{url}: more than {MAX_REPORT_BYTES} bytes")
