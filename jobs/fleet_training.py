@@ -16,7 +16,11 @@ checks that interface's MTU against ``--mtu`` (the node state's ``mesh.mtu``) an
 run on a mismatch: TCP over it then segments at the mesh's MTU. Workers ask for one Ray GPU
 each (the GPU workers; the head has none) and are spread over the nodes.
 
-Modes (each prints ``TAG {json}`` lines; the last line is ``RESULT {json}``):
+Modes (each prints ``TAG {json}`` lines; the last line is ``RESULT {json}``). The result
+lines (``TRAINING``, ``DATA``, ``ALLREDUCE``, ``PIPELINE``) are the driver's: rank 0 measures
+and sends them with ``ray.train.report``, the driver prints them (:func:`publish`), and the
+parsers read only lines the driver printed, never a worker's (Ray forwards those prefixed with
+the worker's name; ``swarm_infra.metrics.jobs.tagged``):
 
 * scaling (default): for N = 1 .. ``--max-workers`` (default: the GPU nodes), one run of
   N workers. After ``--warmup-steps`` untimed steps (process group, first all-reduce, page
@@ -442,6 +446,7 @@ def train_loop(config: dict) -> None:
         return
 
     addresses = worker_addresses()
+    records: list = []  # rank 0's results, sent to the driver with ray.train.report (publish)
     for _ in range(config["warmup_steps"]):
         step(config["batch"])
     barrier()
@@ -457,24 +462,24 @@ def train_loop(config: dict) -> None:
             barrier()
             rates.append(per_worker * world * config["steps"] / (time.perf_counter() - started))
         if rank == 0:
-            emit("TRAINING", {
+            records.append(("TRAINING", {
                 "workers": world, "scaling": scaling, "global_batch": per_worker * world,
                 "steps": config["steps"], "samples_per_s": [round(r, 2) for r in rates],
                 "min": round(min(rates), 2), "median": round(statistics.median(rates), 2),
                 "max": round(max(rates), 2), "backend": config["backend"], "ifname": ifname,
                 "data": config["data"], "addresses": addresses,
-            })  # fmt: skip
+            }))  # fmt: skip
         if data.stream:  # what each rank received from its shard during the timed windows
             after = data.counts()
             mine = {k: round(after[k] - before[k], 4) for k in after}
             per_rank: list = [None] * world
             dist.all_gather_object(per_rank, mine)
             if rank == 0:
-                emit("DATA", {
+                records.append(("DATA", {
                     "workers": world, "scaling": scaling, "steps": config["steps"] * config["repeats"],
                     "batch_per_worker": per_worker, "addresses": addresses,
                     **{k: [r[k] for r in per_rank] for k in mine},
-                })  # fmt: skip
+                }))  # fmt: skip
     if world >= 2 and config["sweep_max_mib"]:
         size = 1024
         while size <= config["sweep_max_mib"] << 20:
@@ -489,12 +494,14 @@ def train_loop(config: dict) -> None:
             seconds = (time.perf_counter() - started) / iters
             algbw = size / seconds
             if rank == 0:
-                emit("ALLREDUCE", {
+                records.append(("ALLREDUCE", {
                     "workers": world, "bytes": size, "seconds": seconds, "iterations": iters,
                     "algbw_bytes_per_s": algbw, "busbw_bytes_per_s": algbw * 2 * (world - 1) / world,
                     "backend": config["backend"], "ifname": ifname,
-                })  # fmt: skip
+                }))  # fmt: skip
             size *= 4
+    # Every rank reports (Ray Train's report is collective); rank 0's records reach the driver.
+    ray.train.report({"records": records if rank == 0 else []})
 
 
 # ------------------------------------------------------------------ the model split over two workers
@@ -595,6 +602,7 @@ def pipeline_loop(config: dict) -> None:
     per_step = sent / total  # rank 0: activations sent; rank 1: their gradients, as many bytes
     dist.barrier()
     if rank != 0:
+        ray.train.report({"records": []})  # collective: waits for rank 0's, below
         return
     # The unpartitioned model on rank 0: the same seed, weights, batches and optimizer.
     torch.manual_seed(0)
@@ -612,7 +620,7 @@ def pipeline_loop(config: dict) -> None:
 
     reference, reference_rates = timed(reference_step, False)
     diff = max(abs(a - b) for a, b in zip(losses, reference, strict=True))
-    emit("PIPELINE", {
+    record = ("PIPELINE", {
         "stages": 2, "micro_batches": micro, "global_batch": batch, "steps": config["steps"],
         "total_steps": total, "samples_per_s": [round(r, 2) for r in rates],
         "median": round(statistics.median(rates), 2),
@@ -623,6 +631,7 @@ def pipeline_loop(config: dict) -> None:
         "activation_bytes_per_step": per_step, "backend": config["backend"], "ifname": config["ifname"],
         "addresses": addresses,
     })  # fmt: skip
+    ray.train.report({"records": [record]})
     if diff > config["tolerance"]:
         raise RuntimeError(f"the partitioned model's loss differs from the whole model's by {diff:.3g}")
 
@@ -639,6 +648,16 @@ def registered():
                 emit("CHECKPOINT", {"step": metrics[0]["step"]})
 
     return Registered()
+
+
+def publish(outcome) -> None:
+    """Print, as the driver, the result records rank 0 reported (``ray.train.report``'s
+    metrics, which reach the driver through Ray Train's controller: ``Result.metrics`` is
+    rank 0's last report). Only the driver's own lines are results (``metrics.jobs.tagged``):
+    Ray forwards every worker's stdout to the driver prefixed with its process's name, so a
+    line a worker prints, whatever it says, is never taken for one (issue #38)."""
+    for tag, data in (outcome.metrics or {}).get("records", []):
+        emit(tag, data)
 
 
 def fit(
@@ -761,6 +780,7 @@ def main() -> None:
         if args.pipeline:
             result["workers"] = 2
             outcome = fit(2, config, storage, 0, pipeline_loop, node_ids=node_ids)
+            publish(outcome)  # also when the oracle failed it: what was measured is kept
             if outcome.error:
                 raise SystemExit(f"the pipeline run failed: {outcome.error!r}")
         elif args.checkpoint_every:
@@ -770,6 +790,7 @@ def main() -> None:
         else:
             for workers in range(1, most + 1):
                 outcome = fit(workers, config, storage, 0, datasets=datasets, node_ids=node_ids)
+                publish(outcome)
                 if outcome.error:
                     raise SystemExit(f"training with {workers} worker(s) failed: {outcome.error!r}")
     emit("RESULT", result)

@@ -30,7 +30,7 @@ def training_line(workers: int, scaling: str, rates: list[float], batch: int) ->
         "median": statistics.median(rates), "min": min(rates), "samples_per_s": rates,
         "scaling": scaling, "steps": 30, "workers": workers,
     }  # fmt: skip
-    return W + "TRAINING " + json.dumps(run, sort_keys=True)
+    return "TRAINING " + json.dumps(run, sort_keys=True)  # the driver's (jobs/fleet_training.py publish)
 
 
 def allreduce_line(workers: int, size: int, seconds: float) -> str:
@@ -38,7 +38,7 @@ def allreduce_line(workers: int, size: int, seconds: float) -> str:
         "algbw_bytes_per_s": size / seconds, "backend": "gloo", "busbw_bytes_per_s": 0.0,
         "bytes": size, "ifname": "wg0", "iterations": 5, "seconds": seconds, "workers": workers,
     }  # fmt: skip
-    return W + "ALLREDUCE " + json.dumps(run, sort_keys=True)
+    return "ALLREDUCE " + json.dumps(run, sort_keys=True)
 
 
 RATES = {
@@ -51,7 +51,7 @@ LOG = "\n".join(
     [
         "Job submission server address: http://10.210.0.140:8265",
         *(training_line(n, k, r, 128 * (n if k == "weak" else 1)) for (k, n), r in RATES.items()),
-        # Ray forwarded this one twice: it counts once.
+        # Printed twice: it counts once.
         training_line(2, "strong", RATES[("strong", 2)], 128),
         allreduce_line(2, 1024, 0.0040114244002324995),
         allreduce_line(2, 4 << 20, 0.006074924799759174),
@@ -59,6 +59,22 @@ LOG = "\n".join(
         'RESULT {"backend": "gloo", "ifname": "wg0", "mtu": 1420, "workers": 2}',
     ]
 )
+
+
+def test_a_workers_line_is_never_a_result_whatever_it_prints():
+    """Issue #38 item 7: Ray forwards every worker's stdout to the driver, so a worker (another
+    provider's machine) printed the figures the operator records. Only the driver's own lines
+    count (jobs.tagged); a worker's arrives after Ray's prefix, which no control character,
+    carriage return or line separator it prints can move it before."""
+    forged = json.loads(training_line(1, "weak", [9e9], 128).split(" ", 1)[1])
+    body = json.dumps(forged, sort_keys=True)
+    for trick in ("", "\r", "\x1b[0m", "\x1b[2K\r", "\u2028", "\x0b", "\x1c", "\x85", "\f"):
+        log = LOG + "\n" + W + trick + "TRAINING " + body
+        assert jobs.tagged(log, "TRAINING")[-1] != forged, repr(trick)
+        assert 9e9 not in {m.value for m in jobs.parse_training(log)}, repr(trick)
+    # A line the driver printed after a progress bar of its own (Ray Data's) is its own.
+    drawn = "  \r\x1b[A\x1b[A\x1b[2K" + "TRAINING " + body
+    assert jobs.tagged(LOG + "\n" + drawn, "TRAINING")[-1] == forged
 
 
 def test_training_gives_weak_and_strong_scaling_with_their_spread_and_the_busbw_of_the_sweep():
@@ -102,7 +118,7 @@ def inference_line(rate: float, requests: int, errors: int, p99: float | None) -
         "error_rate": errors / requests, "errors": errors, "load_from": "10.210.0.96", "ok": ok,
         "p50_ms": 9.0, "p90_ms": 18.0, "p99_ms": p99, "rate": rate, "requests": requests, "seconds": 5.9,
     }  # fmt: skip
-    return "(load pid=1, ip=10.210.0.96) INFERENCE " + json.dumps(run, sort_keys=True)
+    return "INFERENCE " + json.dumps(run, sort_keys=True)  # the driver's (jobs/fleet_inference.py)
 
 
 def test_inference_reports_percentiles_with_their_count_and_the_error_rate():

@@ -1,9 +1,11 @@
 """Measurements from the Ray jobs' logs (``jobs/fleet_training.py``, ``jobs/fleet_inference.py``).
 
-Each job prints one ``TAG {json}`` line per result among Ray's own log lines (a worker's line
-arrives prefixed with ``(RayTrainWorker pid=..., ip=...)``); the parsers read those lines
-and nothing else. A line repeated (Ray may forward a worker's line twice) counts once: the
-last line for a key wins.
+Each job's driver prints one ``TAG {json}`` line per result among Ray's own log lines; the
+parsers read those lines and nothing else. Only the driver's own lines count
+(:func:`tagged`): Ray forwards every worker's stdout to the driver, each line prefixed with
+the worker's name (``(RayTrainWorker pid=..., ip=...)``), and a worker is another
+provider's machine, which must not be able to print the figures the operator records
+(issue #38). A line repeated counts once: the last line for a key wins.
 
 Definitions, so that each figure says what it is:
 
@@ -31,6 +33,7 @@ Definitions, so that each figure says what it is:
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
@@ -45,14 +48,26 @@ DEFAULT_MAX_ERROR_RATE = 0.01
 fails (``swarm metrics run --max-error-rate``)."""
 
 
+# What may come before a driver's line on its own line of the log: blanks, carriage
+# returns and terminal control sequences (ECMA-48 CSI) of progress bars the driver drew.
+# A forwarded worker line starts with its prefix, ``(NAME pid=...)``, colour codes around it.
+_DRIVER_LINE = r"^(?:[ \t\r]|\x1b\[[0-9;?]*[ -/]*[@-~])*{tag} (.*)$"
+
+
 def tagged(text: str, tag: str) -> list[dict]:
-    """The JSON objects after ``TAG `` in ``text``'s lines, in order. Raises
+    """The JSON objects of the driver's ``TAG {json}`` lines in ``text``, in order: a line
+    (split at ``\\n`` only, as the log arrives) that is the tag and its object, after at most
+    blanks, carriage returns and terminal control sequences (a progress bar the driver
+    drew). A tag anywhere else, such as after the prefix Ray gives a worker's forwarded line
+    (``(RayTrainWorker pid=...)``), is a worker's output and never a result. Raises
     MeasurementParseError naming the line when its JSON is not an object."""
     out = []
-    for line in text.splitlines():
-        _, sep, payload = line.partition(f"{tag} ")
-        if not sep:
+    pattern = re.compile(_DRIVER_LINE.format(tag=re.escape(tag)))
+    for line in text.split("\n"):
+        match = pattern.match(line)
+        if match is None:
             continue
+        payload = match.group(1)
         try:
             value = json.loads(payload)
         except ValueError as exc:
