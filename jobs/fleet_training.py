@@ -382,6 +382,23 @@ class Batches:
         }  # fmt: skip
 
 
+def send_records(records: list, rank: int) -> None:
+    """Send rank 0's result records to the driver (:func:`publish`). Every rank calls it:
+    Ray Train's report is collective. Rank 0's report carries a checkpoint (the records as
+    JSON), because the driver's ``Result.metrics`` are those of the last checkpoint Ray
+    Train registered, and the metrics registered with a checkpoint are the first reporting
+    rank's (Ray 2.60: train/v2/_internal/execution/controller/controller.py ``_build_result``,
+    checkpoint/report_handler.py); the other ranks report none."""
+    import ray.train
+
+    with tempfile.TemporaryDirectory() as d:
+        saved = None
+        if rank == 0:
+            (Path(d) / "records.json").write_text(json.dumps(records))
+            saved = ray.train.Checkpoint.from_directory(d)
+        ray.train.report({"records": records if rank == 0 else []}, checkpoint=saved)
+
+
 def train_loop(config: dict) -> None:
     import ray.train
     import torch
@@ -500,8 +517,7 @@ def train_loop(config: dict) -> None:
                     "backend": config["backend"], "ifname": ifname,
                 }))  # fmt: skip
             size *= 4
-    # Every rank reports (Ray Train's report is collective); rank 0's records reach the driver.
-    ray.train.report({"records": records if rank == 0 else []})
+    send_records(records, rank)
 
 
 # ------------------------------------------------------------------ the model split over two workers
@@ -602,7 +618,7 @@ def pipeline_loop(config: dict) -> None:
     per_step = sent / total  # rank 0: activations sent; rank 1: their gradients, as many bytes
     dist.barrier()
     if rank != 0:
-        ray.train.report({"records": []})  # collective: waits for rank 0's, below
+        send_records([], rank)  # collective: waits for rank 0's, below
         return
     # The unpartitioned model on rank 0: the same seed, weights, batches and optimizer.
     torch.manual_seed(0)
@@ -631,7 +647,7 @@ def pipeline_loop(config: dict) -> None:
         "activation_bytes_per_step": per_step, "backend": config["backend"], "ifname": config["ifname"],
         "addresses": addresses,
     })  # fmt: skip
-    ray.train.report({"records": [record]})
+    send_records([record], rank)
     if diff > config["tolerance"]:
         raise RuntimeError(f"the partitioned model's loss differs from the whole model's by {diff:.3g}")
 
@@ -644,18 +660,18 @@ def registered():
 
     class Registered(UserCallback):
         def after_report(self, run_context, metrics, checkpoint) -> None:
-            if checkpoint is not None:
+            if checkpoint is not None and "step" in metrics[0]:  # not send_records' own
                 emit("CHECKPOINT", {"step": metrics[0]["step"]})
 
     return Registered()
 
 
 def publish(outcome) -> None:
-    """Print, as the driver, the result records rank 0 reported (``ray.train.report``'s
-    metrics, which reach the driver through Ray Train's controller: ``Result.metrics`` is
-    rank 0's last report). Only the driver's own lines are results (``metrics.jobs.tagged``):
-    Ray forwards every worker's stdout to the driver prefixed with its process's name, so a
-    line a worker prints, whatever it says, is never taken for one (issue #38)."""
+    """Print, as the driver, the result records rank 0 sent (:func:`send_records`: they
+    reach the driver through Ray Train's controller as ``Result.metrics``). Only the
+    driver's own lines are results (``metrics.jobs.tagged``): Ray forwards every worker's
+    stdout to the driver prefixed with its process's name, so a line a worker prints,
+    whatever it says, is never taken for one (issue #38)."""
     for tag, data in (outcome.metrics or {}).get("records", []):
         emit(tag, data)
 
