@@ -60,6 +60,11 @@ def test_a_lock_of_pins_with_hashes_parses() -> None:
         (f"x @ https://evil/x.whl --hash=sha256:{H1}", "no URL"),
         ("ray==2.60.0", "needs --hash=sha256"),
         (f"ray>=2.60.0 --hash=sha256:{H1}", "exact version"),
+        (f"ray===2.60.0 --hash=sha256:{H1}", "is not 'name==version"),  # PEP 440 arbitrary equality
+        (f"ray==2.60.* --hash=sha256:{H1}", "is not 'name==version"),  # a wildcard is no pin
+        (f"ray==2.60.0,!=2.59 --hash=sha256:{H1}", "is not 'name==version"),  # one specifier only
+        (f"ray==2.60.0 --hash=sha256:{H1} --hash=md5:{H1[:32]}", "is not 'name==version"),
+        (f"--hash=sha256:{H1} ray==2.60.0", "options are not allowed"),
         (f"ray==2.60.0; python_version>'3' --hash=sha256:{H1}", "environment markers"),
         ("ray==2.60.0 --hash=md5:0123456789abcdef0123456789abcdef", "is not 'name==version"),
         (f"ray==2.60.0 --hash=sha256:{H1.upper()}", "is not 'name==version"),

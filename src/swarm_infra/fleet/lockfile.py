@@ -27,21 +27,52 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
 MAX_LOCK_BYTES = 1 << 20  # a lock of Ray and its dependencies is about 20 KiB
 MAX_CA_BYTES = 64 << 10  # a handful of PEM certificates
 HASH = re.compile(r"--hash=sha256:([0-9a-f]{64})")
-_PIN = re.compile(
-    r"(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)"
-    r"(?:\[(?P<extras>[A-Za-z0-9._-]+(?:\s*,\s*[A-Za-z0-9._-]+)*)\])?"
-    r"==(?P<version>[A-Za-z0-9][A-Za-z0-9.+!_-]*)"
-    r"(?P<hashes>(?:\s+--hash=sha256:[0-9a-f]{64})+)"
-)
 _COMMENT = re.compile(r"(^|\s)#.*$")
 
 
 def canonical_name(name: str) -> str:
-    """PEP 503's normalised project name: lower case, runs of ``-``, ``_``, ``.`` one ``-``."""
-    return re.sub(r"[-_.]+", "-", name).lower()
+    """PEP 503's normalised project name (lower case, runs of ``-``, ``_``, ``.`` one ``-``):
+    ``packaging.utils.canonicalize_name``, as pip compares names."""
+    return canonicalize_name(name)
+
+
+def _pinned(line: str) -> tuple[str, tuple[str, ...], str, tuple[str, ...]] | None:
+    """(name, sorted extras, version, sha256 hashes) of one logical line of the lock, None
+    when it is not exactly a pin: a PEP 508 requirement (``packaging.requirements``) with no
+    URL and no marker, one ``==`` specifier of a PEP 440 version (no wildcard), then one or
+    more ``--hash=sha256:<64 lowercase hex>`` and nothing else."""
+    words = line.split()
+    first = next((i for i, w in enumerate(words) if w.startswith("--hash=")), len(words))
+    hashes = words[first:]
+    if not first or not hashes or not all(HASH.fullmatch(h) for h in hashes):
+        return None
+    try:
+        requirement = Requirement(" ".join(words[:first]))
+    except InvalidRequirement:
+        return None
+    specifiers = list(requirement.specifier)
+    if requirement.url or requirement.marker or len(specifiers) != 1:
+        return None
+    (pin,) = specifiers
+    if pin.operator != "==" or pin.version.endswith(".*"):
+        return None
+    try:
+        Version(pin.version)
+    except InvalidVersion:
+        return None
+    return (
+        requirement.name,
+        tuple(sorted(requirement.extras)),
+        pin.version,
+        tuple(h.removeprefix("--hash=sha256:") for h in hashes),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,18 +117,17 @@ def parse_lock(text: str) -> tuple[list[Pin], list[tuple[int, str]]]:
     for number, line in logical:
         if not line:
             continue
-        m = _PIN.fullmatch(line)
-        if m is None:
+        pinned = _pinned(line)
+        if pinned is None:
             problems.append((number, _why(line)))
             continue
-        key = canonical_name(m["name"])
+        name, extras, version, hashes = pinned
+        key = canonical_name(name)
         if key in seen:
-            problems.append((number, f"{m['name']} is pinned twice (also on line {seen[key]})"))
+            problems.append((number, f"{name} is pinned twice (also on line {seen[key]})"))
             continue
         seen[key] = number
-        extras = tuple(sorted({e.strip() for e in (m["extras"] or "").split(",") if e.strip()}))
-        hashes = tuple(HASH.findall(m["hashes"]))
-        pins.append(Pin(m["name"], extras, m["version"], hashes, number))
+        pins.append(Pin(name, extras, version, hashes, number))
     if not pins and not problems:
         problems.append((1, "the lock pins nothing"))
     return pins, problems
