@@ -213,12 +213,14 @@ def test_a_peer_cannot_open_a_connection_to_the_controller(netns: Namespaces, st
     assert netns.ping(netns.peer, CTL_ADDR) == 0
     ctl_engine.apply_filter(state, netns.runner)
     assert netns.connect(netns.peer, CTL_ADDR) == "timeout"  # dropped, not refused
-    assert netns.ping(netns.peer, CTL_ADDR) != 0
+    # A ping is answered: how a node (the NAT'd one, tests/lab/test_pull.py) checks its tunnel.
+    assert netns.ping(netns.peer, CTL_ADDR) == 0
     # Nor through it: the controller forwards nothing a peer starts.
     assert _in(netns.ctl, ["sysctl", "-qw", "net.ipv4.ip_forward=1"]).returncode == 0
     assert _in(netns.peer, ["ip", "route", "add", f"{OPERATOR_ADDR}/32", "via", CTL_ADDR]).returncode == 0
     assert _in(netns.operator, ["ip", "route", "add", f"{PEER_ADDR}/32", "via", CTL_UPLINK]).returncode == 0
     assert netns.connect(netns.peer, OPERATOR_ADDR) == "timeout"
+    assert netns.ping(netns.peer, OPERATOR_ADDR) != 0  # a ping is answered, never forwarded
     # What the controller starts over the mesh gets its replies (conntrack established).
     assert netns.connect(netns.ctl, PEER_ADDR) == "connected:hi"
     assert netns.ping(netns.ctl, PEER_ADDR) == 0

@@ -10,8 +10,10 @@ nodes' Git server and package caches are on the underlay (the lab's ``SERVICE_AD
 ``endpoint``), never through its own interface. So a packet arriving on the mesh interface
 is accepted only when conntrack ties it to a flow the controller started
 (``established``: the replies; ``related``: the ICMP errors of those flows, path MTU
-discovery's "fragmentation needed" among them); every new connection a peer opens to the
-controller, and every packet a peer asks the controller to forward, is dropped. Other
+discovery's "fragmentation needed" among them), and a peer's ping to the controller itself
+is answered (rate-limited: how a node, the NAT'd one first, checks its tunnel); every new
+connection a peer opens to the controller, and every packet a peer asks the controller to
+forward, is dropped. Other
 interfaces are not touched (the chains' policy is accept): the operator's own SSH, the
 lab's namespaces and their NAT keep working.
 """
@@ -27,6 +29,12 @@ TABLE = "swarm"
 """The nftables table (family ``inet``: IPv4 and IPv6) that holds the filter; the
 project's own name, so that no other tool's table is flushed with it."""
 
+PING_RATE = "5/second"
+"""How many echo requests a second the controller answers over the mesh, from all peers
+together (nftables ``limit rate``, wiki "Rate limiting matchings"): a peer may check that
+its tunnel to the controller is up (a NAT'd node's first packet, an operator's ping), and
+that is all an answer tells it; the rest of the flood is dropped."""
+
 _IFNAME = re.compile(r"[a-z][a-z0-9]{0,14}")  # schemas/mesh.schema.json controller.interface
 
 
@@ -40,7 +48,9 @@ def controller_mesh_ruleset(state: ControllerState) -> str:
 
     Chains (nftables wiki, "Configuring chains": base chains of type ``filter`` on the
     ``input`` and ``forward`` hooks at priority ``filter``, policy ``accept``):
-    ``input`` and ``forward`` send what arrives on the mesh interface to ``mesh``, which
+    ``input`` answers a peer's ping (ICMP and ICMPv6 echo requests to the controller
+    itself, at most :data:`PING_RATE`: a node checks its tunnel with it) and, with
+    ``forward``, sends the rest of what arrives on the mesh interface to ``mesh``, which
     accepts ``ct state established,related`` (wiki, "Matching connection tracking stateful
     metainformation") and drops the rest, counted. The interface is matched by name
     (``iifname``, wiki "Matching packet metainformation"), not by index (``iif``): the
@@ -62,6 +72,8 @@ def controller_mesh_ruleset(state: ControllerState) -> str:
             f"table inet {TABLE} {{",
             "\tchain input {",
             "\t\ttype filter hook input priority filter; policy accept;",
+            f'\t\tiifname "{iface}" icmp type echo-request limit rate {PING_RATE} accept',
+            f'\t\tiifname "{iface}" icmpv6 type echo-request limit rate {PING_RATE} accept',
             f'\t\tiifname "{iface}" jump mesh',
             "\t}",
             "",
