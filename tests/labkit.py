@@ -285,24 +285,35 @@ def alive_within(names: set[str], seconds: float = 30) -> dict[str, dict]:
     return members
 
 
-def verify_once_ray_is_back(tmp_path: Path) -> tuple[int, str, list[dict]]:
-    """:func:`verify` after a repair that cut a node off the head's mesh for a while (a
-    stopped wg-quick, a removed peer): the head's health checks mark that raylet dead
-    (14 s with the lab's declared health check, policies/lab/ray.yaml), and once the mesh is
-    back the raylet learns so and exits; its unit (Restart=on-failure) starts it again,
-    which can end after the converge. That rejoin is Ray's and systemd's, not the
-    converge's: wait for every member (bounded), verify, and when the only drift is a
-    raylet not yet back (its unit still enabled), wait once more and verify again."""
+def verify_settled(tmp_path: Path, seconds: float = 120) -> tuple[int, str, list[dict]]:
+    """:func:`verify` after a repair that cut nodes off the mesh for a while (a stopped
+    wg-quick, a removed peer), once what heals by itself has healed, for at most ``seconds``:
+
+    - the head's health checks mark a cut-off raylet dead (14 s with the lab's declared
+      health check, policies/lab/ray.yaml); once the mesh is back it learns so and exits,
+      and its unit (Restart=on-failure, still enabled) starts it again, which can end after
+      the converge;
+    - a tunnel to a NAT'd peer whose interface was made again waits for that peer's next
+      handshake (WireGuard's own timers: only the NAT'd side can start it).
+
+    Both are Ray's, systemd's and WireGuard's, not the converge's: verify again, each time
+    once every Ray member is alive, while every drift left is one of those two; any other
+    drift, or the deadline, ends it with that verify's result."""
     members = {n for n, r in RAY.items() if r}
-    assert set(alive_within(members, 90)) == members
-    rc, out, drift = verify(tmp_path)
-    restarting = all(
-        d["layer"] == "ray" and ("not running" in json.dumps(d) or "DEAD" in json.dumps(d)) for d in drift
-    )
-    if rc == 1 and drift and restarting:
-        for node in {d["node"] for d in drift}:
-            unit = UNITS["ray_" + RAY[node]["role"]]
-            assert on_node(node, f"systemctl is-enabled {unit}").stdout.strip() == "enabled", node
-        assert set(alive_within(members, 90)) == members
+    deadline = time.monotonic() + seconds
+    while True:
+        alive_within(members, max(1.0, deadline - time.monotonic()))
         rc, out, drift = verify(tmp_path)
-    return rc, out, drift
+        if rc != 1 or not drift or time.monotonic() > deadline or not all(map(_heals_by_itself, drift)):
+            return rc, out, drift
+
+
+def _heals_by_itself(d: dict) -> bool:
+    """Whether verify's drift item ``d`` is one :func:`verify_settled` waits out."""
+    text = json.dumps(d)
+    if d["layer"] == "mesh" and d["key"].startswith("peers on"):
+        return "no handshake yet" in text and "not a peer" not in text
+    if d["layer"] == "ray" and ("not running" in text or "DEAD" in text):
+        unit = UNITS["ray_" + RAY[d["node"]]["role"]]
+        return on_node(d["node"], f"systemctl is-enabled {unit}", check=False).stdout.strip() == "enabled"
+    return False

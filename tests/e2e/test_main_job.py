@@ -31,7 +31,7 @@ from tests.labkit import (
     on_node,
     swarm,
     verify,
-    verify_once_ray_is_back,
+    verify_settled,
 )
 
 pytestmark = [pytest.mark.root, pytest.mark.lab]
@@ -74,8 +74,8 @@ def test_converge_repairs_the_drift_and_verify_passes(lab, tmp_path: Path) -> No
     summary = converge_summary(proc.stdout)
     assert all(summary[n]["changed"] > 0 for n in NODES), summary
     # lab-gpu-1 lost its tunnels with its stopped wg-quick (and lab-gpu-2 its tunnel to the
-    # head with the removed peer): its raylet may be restarting (labkit.verify_once_ray_is_back).
-    rc, out, drift = verify_once_ray_is_back(tmp_path)
+    # head with the removed peer): its raylet may be restarting (labkit.verify_settled).
+    rc, out, drift = verify_settled(tmp_path)
     assert rc == 0 and drift == [], out
 
 

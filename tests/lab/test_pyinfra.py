@@ -38,7 +38,7 @@ from tests.labkit import (
     swarm,
     upper_snapshot,
     verify,
-    verify_once_ray_is_back,
+    verify_settled,
 )
 
 pytestmark = [pytest.mark.root, pytest.mark.lab]
@@ -147,6 +147,6 @@ def test_pyinfra_repairs_injected_drift_and_verify_passes(lab, tmp_path: Path) -
     drifted = {node for node, _, _ in INJECTED}
     assert {n for n, c in changes(summary).items() if c} == drifted, summary
     # lab-gpu-2 was cut off the head (the removed peer) long enough for the head to mark its
-    # raylet dead, which then restarts by itself (labkit.verify_once_ray_is_back).
-    rc, out, drift = verify_once_ray_is_back(tmp_path)
+    # raylet dead, which then restarts by itself (labkit.verify_settled).
+    rc, out, drift = verify_settled(tmp_path)
     assert rc == 0 and drift == [], out

@@ -538,6 +538,10 @@ def test_ansible_accepts_the_declared_key_and_refuses_any_other_whatever_its_env
         "SWARM_KNOWN_HOSTS_DIR": str(tmp_path / "known_hosts"),
         "ANSIBLE_HOST_KEY_CHECKING": "False",
         "ANSIBLE_SSH_ARGS": f"-F {config}",
+        # Without pipelining Ansible first runs a command and reads ssh's own error; with it,
+        # it writes the module to ssh's stdin at once and, on a loaded machine, can meet the
+        # pipe of an ssh that already refused the key ("Broken pipe", the reason lost).
+        "ANSIBLE_PIPELINING": "False",
     }
     out = {}
     with ssh_server(host_key) as port:
