@@ -329,12 +329,8 @@ def _fetch(url: str, timeout_s: float) -> bytes:
         if expired.is_set():
             raise TimeoutError(f"no whole page within {timeout_s:g} s")
         return data
-    except OSError:
-        if expired.is_set():
-            raise TimeoutError(f"no whole page within {timeout_s:g} s") from None
-        raise
-    except http.client.HTTPException:
-        if expired.is_set():
+    except (OSError, http.client.HTTPException):
+        if expired.is_set():  # the shutdown at the deadline is what broke the read
             raise TimeoutError(f"no whole page within {timeout_s:g} s") from None
         raise
     finally:
