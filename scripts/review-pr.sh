@@ -9,6 +9,12 @@
 #   run inside the Git repository that holds both commits.
 # Environment:
 #   SWARM     the reviewer's swarm command (default: swarm on PATH)
+#   REVIEW_MODE  merge (default): review the merge result of HEAD_SHA into BASE_SHA (the base
+#             branch's tip): what the base will hold once the pull request merges, so a clash
+#             with what merged since the pull request branched is judged; a head that
+#             conflicts has no merge result (exit 2, said in the comment).
+#             exact: HEAD_SHA is already the merge result (a merge queue's merge_group
+#             commit) and BASE_SHA the commit it was made on.
 #   REPO_URL  https://github.com/OWNER/REPO, to make locations links (optional)
 #   GITHUB_OUTPUT  when set, gets exit_code=N (the review's exit code)
 # Writes OUT_DIR/review.md (the comment, with the <!-- swarm-review --> marker),
@@ -26,13 +32,19 @@ swarm=${SWARM:-swarm}
 mkdir -p "$out"
 rm -f "$out/review.md" "$out/review-full.md" "$out/exit_code"
 
-args=(review --base "$base" --head "$head" --out "$out/review.md" --full "$out/review-full.md")
+case "${REVIEW_MODE:-merge}" in
+  merge) mode=--merge ;;
+  exact) mode=--exact-base ;;
+  *) echo "REVIEW_MODE must be merge or exact, not '${REVIEW_MODE}'" >&2; exit 2 ;;
+esac
+args=(review --base "$base" --head "$head" "$mode" --out "$out/review.md" --full "$out/review-full.md")
 if [ -n "${REPO_URL:-}" ]; then
   args+=(--repo-url "$REPO_URL")
 fi
-# The review compares the head with its merge base with the base (swarm review's default),
-# validates the head (its diagnostics are the comment when it is invalid: exit 2) and lists
-# changed rule files. 0: no blocking flag, 1: blocking flags, 2: invalid head or bad ref.
+# The review compares the merge result with the base's tip (or, in exact mode, the merge
+# queue's commit with its base), validates it (its diagnostics are the comment when it is
+# invalid: exit 2) and lists changed rule files. 0: no blocking flag, 1: blocking flags,
+# 2: an invalid merge result, a conflict, or a bad ref.
 "$swarm" "${args[@]}" 2> "$out/review.err"
 code=$?
 cat "$out/review.err" >&2
@@ -41,8 +53,13 @@ if [ ! -s "$out/review.md" ] || ! grep -qF '<!-- swarm-review -->' "$out/review.
   # The review did not produce a comment (an unknown commit, a crash): say so in the comment
   # that replaces the previous one, and fail.
   [ "$code" -eq 0 ] && code=2
+  if grep -qF 'there is no merge result to review' "$out/review.err"; then
+    headline="❌ this pull request conflicts with its base: there is no merge result to review; merge or rebase the base into it"
+  else
+    headline="❌ swarm review could not run (exit $code); see the job log"
+  fi
   {
-    printf '❌ swarm review could not run (exit %s); see the job log\n' "$code"
+    printf '%s\n' "$headline"
     printf '<!-- swarm-review -->\n\n'
     printf 'Base `%s` → head `%s`. The previous review of this pull request no longer applies.\n\n' \
       "${base:0:12}" "${head:0:12}"

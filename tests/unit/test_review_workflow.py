@@ -212,7 +212,7 @@ def test_review_script_posts_an_invalid_head(repo: Path, tmp_path: Path) -> None
     head = commit(repo, "invalid head")
     code, comment, out = review_pr(repo, tmp_path, base, head)
     assert code == 2 and comment.splitlines()[1] == MARKER
-    assert comment.startswith("❌ example\\: the head is invalid") and "sites\\.yaml" in comment
+    assert comment.startswith("❌ example\\: the merge result is invalid") and "sites\\.yaml" in comment
     assert (out / "review-full.md").exists()
 
 
@@ -270,23 +270,24 @@ def test_apply_picks_the_fleets_that_changed_or_all_when_rules_changed(repo: Pat
 def test_workflows_review_with_the_base_and_apply_safely() -> None:
     rv = yaml.safe_load((WORKFLOWS / "review.yml").read_text())
     on = rv[True]  # YAML 1.1 reads the key `on` as True
-    assert "pull_request_target" in on and "pull_request" not in on
-    paths = on["pull_request_target"]["paths"]
-    for d in ("schemas", "src", "roles", "playbooks", "plugins", "deploys", "stacks", ".github"):
-        assert f"{d}/**" in paths
-    assert {"ansible.cfg", "Pulumi*.yaml"} <= set(paths)
+    assert {"pull_request_target", "push", "merge_group"} <= set(on) and "pull_request" not in on
+    # No path filter: a required check of a workflow skipped by one stays pending (GitHub,
+    # "Handling skipped but required checks"); merge_group takes none.
+    assert all("paths" not in (on[e] or {}) for e in on)
+    assert on["push"]["branches"] == ["main"]
     assert rv["permissions"] == {}
     steps = rv["jobs"]["review"]["steps"]
     checkouts = [s["with"] for s in steps if s.get("uses", "").startswith("actions/checkout")]
-    assert (
-        checkouts[0]["ref"] == "${{ github.event.pull_request.base.sha }}"
-        and checkouts[0]["path"] == "reviewer"
-    )
+    # The reviewer is the target's base commit: the base branch's tip (GITHUB_SHA of
+    # pull_request_target and push) or the merge group's base_sha, never the head.
+    assert checkouts[0]["ref"] == "${{ matrix.pull.base }}" and checkouts[0]["path"] == "reviewer"
+    pick = rv["jobs"]["targets"]["steps"][0]["with"]["script"]
+    assert "base: context.sha" in pick and "base: mg.base_sha" in pick and "mode: 'exact'" in pick
     assert all(c["persist-credentials"] is False for c in checkouts)
     runs = "\n".join(s.get("run", "") for s in steps)
     assert "install -q ./reviewer" in runs and "pr/" not in runs and "-e" not in runs.split()
-    post = next(s for s in steps if s.get("uses", "").startswith("actions/github-script"))
-    assert post["if"] == "always()"
+    post = next(s for s in steps if s.get("name", "").startswith("Post or update"))
+    assert post["if"] == "always()" and "createCommitStatus" in post["with"]["script"]
     ap = yaml.safe_load((WORKFLOWS / "apply.yml").read_text())
     apply_paths = ap[True]["push"]["paths"]
     assert {"roles/**", "src/**", "schemas/**", "playbooks/**"} <= set(apply_paths)
@@ -309,15 +310,12 @@ def test_the_rule_files_are_one_list_in_the_library_the_workflows_and_the_apply_
     from swarm_infra.review.git import RULE_PATTERNS, is_rule_file
 
     wanted = {p + "**" if p.endswith("/") else p for p in RULE_PATTERNS}
-    for workflow in ("review.yml", "apply.yml"):
-        doc = yaml.safe_load((ROOT / ".github/workflows" / workflow).read_text())
-        on = doc.get("on", doc.get(True))  # YAML 1.1 reads the bare key `on` as true
-        trigger = on.get("pull_request_target") or on.get("push")
-        # apply.yml: of .github/, only its own file converges anything.
-        need = (
-            wanted if workflow == "review.yml" else wanted - {".github/**"} | {".github/workflows/apply.yml"}
-        )
-        assert need <= set(trigger["paths"]), (workflow, sorted(need - set(trigger["paths"])))
+    # review.yml has no path filter (it reviews every pull request); apply.yml must run on
+    # them, and of .github/ only its own file converges anything.
+    doc = yaml.safe_load((ROOT / ".github/workflows/apply.yml").read_text())
+    trigger = doc.get("on", doc.get(True))["push"]  # YAML 1.1 reads the bare key `on` as true
+    need = wanted - {".github/**"} | {".github/workflows/apply.yml"}
+    assert need <= set(trigger["paths"]), sorted(need - set(trigger["paths"]))
     script = (ROOT / "scripts/changed-fleets.sh").read_text()
     regex = next(line for line in script.splitlines() if "grep -qE" in line).split("'")[1]
     samples = [p + "x.py" if p.endswith("/") else p.replace("*", "-lab") for p in RULE_PATTERNS]
@@ -436,8 +434,11 @@ def test_worktree_reviews_uncommitted_edits_and_the_default_says_they_were_not(
 
 # What each step's `env:` takes from the event, and the value a run here gives it.
 _EVENT = {
-    "${{ github.event.pull_request.base.sha }}": "BASE",
-    "${{ github.event.pull_request.head.sha }}": "HEAD",
+    "${{ matrix.pull.base }}": "BASE",
+    "${{ matrix.pull.head }}": "HEAD",
+    "${{ matrix.pull.mode }}": "MODE",
+    "${{ matrix.pull.number }}": "NUMBER",
+    "${{ runner.temp }}/applied.txt": "RECORDS",
     "${{ github.server_url }}/${{ github.repository }}": "URL",
     "${{ steps.review.outputs.exit_code }}": "CODE",
 }
@@ -457,6 +458,7 @@ def run_step(name: str, cwd: Path, values: dict[str, str], workspace: Path, runn
     env = {**os.environ, "GITHUB_WORKSPACE": str(workspace), "RUNNER_TEMP": str(runner_temp)}
     env["GITHUB_OUTPUT"] = str(runner_temp / "github_output")
     env["PYTHONPATH"] = str(ROOT / "src")  # the reviewer venv's package: this checkout's
+    values = {"MODE": "merge", "NUMBER": "7", "RECORDS": str(runner_temp / "applied.txt"), **values}
     for key, expr in dict(step.get("env") or {}).items():  # type: ignore[call-overload]
         env[key] = values[_EVENT[expr]]
     where = cwd / str(step.get("working-directory", "."))
@@ -515,12 +517,13 @@ def test_the_workflow_steps_review_a_hostile_head_with_the_base_code(repo: Path,
 
 
 @pytest.mark.parametrize("kind", ["stale branch", "invalid head"])
-def test_the_workflow_step_compares_with_the_merge_base_and_posts_an_invalid_head(
+def test_the_workflow_step_reviews_the_merge_result_and_posts_an_invalid_head(
     repo: Path, tmp_path: Path, kind: str
 ) -> None:
-    """review.yml's step, given the event's base.sha (main's tip, which moved on) and
-    head.sha: a branch made before main moved shows only its own change (a README: no
-    fleet change, exit 0); an invalid head is the comment (exit 2), not a skipped step."""
+    """review.yml's step, given the base branch's tip (which moved on) and the head: a
+    branch made before main moved, merged into main's tip, changes only the README (no
+    fleet change, exit 0: main's own change is not shown as the branch's); an invalid
+    merge result is the comment (exit 2), not a skipped step."""
     if kind == "stale branch":
         base, head = stale_branch(repo)
     else:
@@ -537,7 +540,7 @@ def test_the_workflow_step_compares_with_the_merge_base_and_posts_an_invalid_hea
     if kind == "stale branch":
         assert comment.startswith("✅ no fleet changes\n" + MARKER) and code == "exit_code=0\n"
     else:
-        assert comment.startswith("❌ example\\: the head is invalid") and code == "exit_code=2\n"
+        assert comment.startswith("❌ example\\: the merge result is invalid") and code == "exit_code=2\n"
         # The syntax error, linked to its line at the head commit (REPO_URL from the event).
         assert f"(https://github.com/o/r/blob/{head}/inventory/example/sites.yaml#L" in comment
         assert "<code>error\\[yaml\\.syntax\\]</code>" in comment

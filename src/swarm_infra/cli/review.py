@@ -1,7 +1,8 @@
 """``swarm review``: a pull request's change to the fleet, as a reviewer reads it.
 
 Compares ``--head`` with its merge base with ``--base`` (``--exact-base``: with ``--base``
-itself), loads every fleet the change touches at both commits from Git (the working tree
+itself; ``--merge``: the merge result of ``--head`` into ``--base`` with ``--base``),
+loads every fleet the change touches at both commits from Git (the working tree
 is not read; uncommitted fleet or rule files are warned about, or with ``--worktree`` the
 working tree is the head, as a commit of it made on top of ``HEAD``), validates the head, lists
 the rule files the change touches, and prints the plan diff, capacity and risk
@@ -63,7 +64,9 @@ def cmd_review(args: argparse.Namespace) -> int:
                     f"no fleet named {', '.join(repr(f) for f in unknown)} at either ref "
                     f"(fleets: {', '.join(sorted(known)) or 'none'})",
                 )
-        result = review(repo, args.base, head, fleets, args.repo_url, exact_base=args.exact_base)
+        result = review(
+            repo, args.base, head, fleets, args.repo_url, exact_base=args.exact_base, merge=args.merge
+        )
     except GitError as exc:
         return _fail(args, str(exc))
     if args.worktree:
@@ -116,13 +119,15 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "(the base's ReviewPolicy says which block). Every finding names the lines of the change. "
         "Markdown is a GitHub pull-request comment: at most --max-chars characters, details cut from "
         "the end, a hidden <!-- swarm-review --> marker to find it by. The base is the merge base of "
-        "--base and --head (what a pull request itself changes), unless --exact-base. Changes to the "
+        "--base and --head (what a pull request itself changes), unless --exact-base, or with --merge "
+        "the head is the merge result of --head into --base (what the base will hold). Changes to the "
         "rules (schemas/, src/, roles/, playbooks/, plugins/, deploys/, stacks/, .github/, ...) are "
         "listed and make every fleet reviewed; with schemas/ changed the head is also checked against "
         "its own schemas. Run it anywhere in the repository; uncommitted fleet or rule files are not "
         "reviewed (a warning says so) unless --worktree.",
         epilog="Exit codes: 0 no blocking flag (warnings allowed); 1 blocking flags; 2 an invalid head "
-        "(the validator's file:line diagnostics are the report), an unknown ref or fleet, not a Git "
+        "(the validator's file:line diagnostics are the report), an unknown ref or fleet, a head that "
+        "conflicts with the base under --merge, not a Git "
         "repository, an --out or --full that cannot be written (with --format json, stdout is then a "
         "JSON document with an error key). "
         "Example: swarm review --base origin/main --head HEAD --out review.md --full review-full.md",
@@ -130,11 +135,19 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--base", required=True, metavar="REF", help="the ref the change starts from (e.g. origin/main)"
     )
-    p.add_argument(
+    bases = p.add_mutually_exclusive_group()
+    bases.add_argument(
         "--exact-base",
         action="store_true",
         help="compare with the commit --base names, not with the merge base of --base and --head "
         "(which shows only the head's own change when --base moved since the head branched)",
+    )
+    bases.add_argument(
+        "--merge",
+        action="store_true",
+        help="review what merging will make: compare --base's tip with the merge result of --head "
+        "into it (git merge-tree), so changes merged to the base since the head branched are judged "
+        "together with the head's; a head that conflicts with the base has no merge result (exit 2)",
     )
     heads = p.add_mutually_exclusive_group()
     heads.add_argument("--head", metavar="REF", help="the ref with the change (default: HEAD)")

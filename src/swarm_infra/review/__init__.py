@@ -17,6 +17,7 @@ Pure decision code over the library's own decisions: nothing is applied.
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -32,11 +33,13 @@ from .diff import capacity_rows, mesh_impact, node_changes, object_changes, roll
 from .flags import FlagRaiser
 from .git import (
     GitError,
+    MergeConflict,
     TreeFile,
     changed_files,
     fleet_dirs,
     fleet_names,
     merge_base,
+    merge_commit,
     resolve_ref,
     rule_files,
     tree_files,
@@ -53,7 +56,7 @@ from .load import (
 from .locate import ChangeIndex, pick
 from .model import LAYER_TITLES, LAYERS, Flag, FleetReview, Location, Problem, Review
 
-__all__ = ["GitError", "Review", "review", "summarize"]
+__all__ = ["GitError", "MergeConflict", "Review", "review", "summarize"]
 
 EXIT_OK, EXIT_BLOCK, EXIT_INVALID = 0, 1, 2
 # Where a node's change of each layer may come from, besides the node's own document.
@@ -329,11 +332,12 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def fleet_summary(fr: FleetReview) -> str:
-    """One fleet's part of the summary line (plain text: the renderer escapes it)."""
+def fleet_summary(fr: FleetReview, head: str = "head") -> str:
+    """One fleet's part of the summary line (plain text: the renderer escapes it); ``head``
+    names what was judged (``merge result`` with ``swarm review --merge``)."""
     if fr.invalid:
         errors = sum(p.severity == "error" for p in fr.problems)
-        return f"{fr.fleet}: the head is invalid ({_plural(errors, 'error')}); nothing else was reviewed"
+        return f"{fr.fleet}: the {head} is invalid ({_plural(errors, 'error')}); nothing else was reviewed"
     if not fr.head_exists:
         return f"{fr.fleet}: the fleet is removed"
     if fr.base_invalid and not fr.base_resolved:
@@ -375,7 +379,8 @@ def summarize(r: Review) -> None:
         mark, r.exit_code = "⚠️", EXIT_OK
     else:
         mark, r.exit_code = "✅", EXIT_OK
-    body = "; ".join(fleet_summary(f) for f in r.fleets) if r.fleets else "no fleet changes"
+    head = "merge result" if r.pr_head else "head"
+    body = "; ".join(fleet_summary(f, head) for f in r.fleets) if r.fleets else "no fleet changes"
     if r.rules_changed:
         body += f"; rules changed: {_plural(len(r.rules_changed), 'file')} (a code owner must approve)"
     if r.uncommitted:
@@ -393,6 +398,7 @@ def review(
     fleets: Sequence[str] | None = None,
     repo_url: str | None = None,
     exact_base: bool = False,
+    merge: bool = False,
 ) -> Review:
     """Review the change from ``base`` to ``head`` (refs of the Git repository ``repo``, its
     top level) for ``fleets`` (names in ``inventory/``; default: every fleet whose files
@@ -405,11 +411,23 @@ def review(
     was asked. ``Review.rules_changed`` lists the rule files the change touches
     (:data:`~swarm_infra.review.git.RULE_PATTERNS`); when ``schemas/`` is among them the
     head's documents are also checked against the head's own schemas. ``repo_url``
-    (``https://github.com/OWNER/REPO``) makes locations links. Raises :class:`GitError`
-    for a ref that names no commit, refs with no common history, or a directory that is
-    not a repository; fleet content never raises (it is reported)."""
+    (``https://github.com/OWNER/REPO``) makes locations links.
+
+    With ``merge`` the review judges what merging will make, as Atlantis plans with
+    ``--checkout-strategy=merge``: the base is ``base``'s tip itself and the head is the
+    merge result of ``head`` into it (:func:`~swarm_infra.review.git.merge_commit`), so two
+    pull requests that are each valid alone but clash once both are merged are judged on
+    the clash; ``Review.pr_head`` keeps the pull request's own head, and locations in files
+    the merge left as the head has them point at that commit (the merge commit exists only
+    here). Raises :class:`MergeConflict` when the head does not merge cleanly (there is no
+    merge result: never fall back to the head alone), :class:`GitError` for a ref that
+    names no commit, refs with no common history, or a directory that is not a repository;
+    fleet content never raises (it is reported)."""
     tip, h = resolve_ref(repo, base), resolve_ref(repo, head)
-    b = tip if exact_base else merge_base(repo, tip, h)
+    pr_head = ""
+    if merge:
+        pr_head, h = h, merge_commit(repo, tip, h)
+    b = tip if exact_base or merge else merge_base(repo, tip, h)
     files = (tree_files(repo, b), tree_files(repo, h))
     rules = rule_files(changed_files(repo, b, h))
     names: Iterable[str]
@@ -428,10 +446,17 @@ def review(
         repo_url=repo_url,
         base_ref=base,
         base_tip=tip,
-        merge_base=not exact_base,
+        merge_base=not (exact_base or merge),
         rules_changed=rules,
+        pr_head=pr_head,
     )
-    if not exact_base and b != tip:
+    if pr_head:
+        out.notes.append(
+            f"the head is the merge result of the pull request's head {pr_head[:12]} into the base's tip "
+            f"{tip[:12]}: what the base will hold once it merges, every change merged to it since the "
+            "pull request branched included (reviewed again when the base moves)"
+        )
+    elif not exact_base and b != tip:
         out.notes.append(
             f"{base} has moved on since the head branched: the review compares the head with their "
             f"merge base {b[:12]}, not with {tip[:12]}, so only the head's own change is shown"
@@ -447,5 +472,38 @@ def review(
                 _verdicts(out, fr)
         finally:
             cache.close()
+    if pr_head:
+        _relink(out, files[1], tree_files(repo, pr_head))
     summarize(out)
     return out
+
+
+def _relink(r: Review, merged: Mapping[str, TreeFile], own: Mapping[str, TreeFile]) -> None:
+    """Point the head's locations at the pull request's own head where the merge result's
+    file is the head's, byte for byte (the merge commit is made here and exists nowhere
+    else, so a link to it would lead nowhere); in a file the merge took from both sides
+    a line is the merge result's (``ref`` ``merge``: shown as text, never linked)."""
+    same = {p for p, f in merged.items() if own.get(p) == f}
+
+    def fix(loc: Location) -> Location:
+        if loc.ref != "head" or loc.commit != r.head:
+            return loc
+        if loc.file in same:
+            return dataclasses.replace(loc, commit=r.pr_head)
+        return dataclasses.replace(loc, ref="merge")
+
+    def walk(obj: object) -> object:
+        if isinstance(obj, Location):
+            return fix(obj)
+        if isinstance(obj, list):
+            obj[:] = [walk(x) for x in obj]
+        elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+            for f in dataclasses.fields(obj):
+                value = getattr(obj, f.name)
+                new = walk(value)
+                if new is not value:
+                    object.__setattr__(obj, f.name, new)
+        return obj
+
+    for fr in r.fleets:
+        walk(fr)

@@ -98,6 +98,57 @@ def merge_base(repo: Path, base: str, head: str) -> str:
         ) from None
 
 
+class MergeConflict(GitError):
+    """The head cannot be merged into the base without conflicts: there is no merge result
+    to review. ``files``: the conflicted paths (repository-relative, sorted)."""
+
+    def __init__(self, base: str, head: str, files: list[str]) -> None:
+        shown = ", ".join(excerpt(f) for f in files[:10]) + (
+            f" and {len(files) - 10} more" if len(files) > 10 else ""
+        )
+        super().__init__(
+            f"the head {head[:12]} conflicts with the base {base[:12]} ({shown}): there is no merge "
+            "result to review; merge or rebase the base branch into the pull request and push"
+        )
+        self.files = files
+
+
+def merge_commit(repo: Path, base: str, head: str) -> str:
+    """The commit that merging ``head`` into ``base`` makes (what main holds once a pull
+    request is merged): ``git merge-tree --write-tree`` (git >= 2.38, the merge machinery of
+    ``git merge`` with the ``ort`` strategy, computed without a working tree or index), then
+    ``git commit-tree`` with parents ``base`` and ``head`` and a fixed identity and date, so
+    the same two commits always give the same merge commit. Only unreferenced objects are
+    added to the object store. When ``head`` already contains ``base`` the merge's tree is
+    ``head``'s. Raises :class:`MergeConflict` when the merge has conflicts (``git
+    merge-tree`` exits 1) and :class:`GitError` for unrelated histories or other failures.
+    Source: git-merge-tree(1), "OUTPUT" (``-z --name-only``: the tree id, then each
+    conflicted path, NUL-terminated) and "EXIT STATUS"."""
+    done = gitrun(
+        ["-C", str(repo), "merge-tree", "--write-tree", "--name-only", "-z", "--no-messages", base, head],
+        check=False,
+    )
+    fields = [f.decode("utf-8", "surrogateescape") for f in done.stdout.split(b"\0") if f]
+    if done.returncode == 1 and fields:
+        raise MergeConflict(base, head, sorted(set(fields[1:])))
+    if done.returncode != 0 or not fields:
+        message = done.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
+        raise GitError(f"git merge-tree {base[:12]} {head[:12]} failed: {excerpt(message[0])}")
+    out = git(
+        repo,
+        "commit-tree",
+        fields[0],
+        "-p",
+        base,
+        "-p",
+        head,
+        "-m",
+        f"the merge result of {head} into {base} (swarm review --merge)",
+        env=_WORKTREE_IDENTITY,
+    )
+    return out.decode().strip()
+
+
 def changed_files(repo: Path, base: str, head: str) -> list[str]:
     """Repository-relative paths that differ between commits ``base`` and ``head`` (added,
     removed, changed, mode changes; renames are a removal and an addition), sorted."""

@@ -99,8 +99,8 @@ def field_path(path: str) -> str:
 
 def link(loc: Location, repo_url: str | None) -> str:
     """``file:line`` as a link to that line at its commit (when ``repo_url`` is known)."""
-    label = f"{loc.file}:{loc.line}" + (" (base)" if loc.ref == "base" else "")
-    if not repo_url:
+    label = f"{loc.file}:{loc.line}" + {"base": " (base)", "merge": " (merge result)"}.get(loc.ref, "")
+    if not repo_url or loc.ref == "merge":  # the merge result's commit exists only in the review
         return code(label, 200)
     anchor = f"#L{loc.line}" if loc.line else ""
     url = f"{repo_url.rstrip('/')}/blob/{loc.commit}/{quote(loc.file)}{anchor}"

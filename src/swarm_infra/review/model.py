@@ -26,11 +26,14 @@ LAYER_TITLES = {"node": "Node", **{x.state[-1]: x.title for x in NODE_LAYERS}}
 @dataclass(frozen=True, order=True)
 class Location:
     """A line of a fleet file: repository-relative ``file``, 1-based ``line`` (0: the whole
-    file), at the head commit or, for what the change removed, at the base commit."""
+    file), at the head commit (or the merge result) or, for what the change removed, at the
+    base commit."""
 
     file: str
     line: int
-    ref: Literal["base", "head"]
+    # ``merge``: a line of the merge result (``swarm review --merge``) in a file the merge
+    # took from both sides; its commit was made only for the review, so it is never a link.
+    ref: Literal["base", "head", "merge"]
     commit: str
 
 
@@ -220,6 +223,9 @@ class Review:
     # Fleet and rule files with uncommitted edits when the head is the checked-out commit:
     # what this review did not read (``swarm review --worktree`` reads them).
     uncommitted: list[str] = field(default_factory=list)
+    # With ``swarm review --merge``: the pull request's own head (``head`` is then the merge
+    # result of it into ``base_tip``, a commit made only for this review).
+    pr_head: str = ""
 
     def as_json(self) -> dict[str, Any]:
         """The review as JSON data (``swarm review --format json``)."""
