@@ -1,8 +1,9 @@
 """``swarm``: the project's own CLI, for what Ansible, pyinfra, Pulumi and pytest do not do.
 
 One module per command group: ``init`` (a new fleet), ``fleet`` (validate, plan), ``mesh``
-(allocate), ``render``, ``review``, ``converge``, ``verify``, ``lab``, ``metrics``, ``pull``
-(agent run, node bootstrap), ``status`` (the pull agents' reports, read over the mesh).
+(allocate), ``render``, ``stacks`` (the Pulumi stacks of a fleet), ``review``, ``converge``,
+``verify``, ``lab``, ``metrics``, ``pull`` (agent run, node bootstrap), ``status`` (the pull
+agents' reports, read over the mesh).
 Exit codes: :data:`.common.EXIT_CODES`, the same for every command. What every command
 shares is in :mod:`.common`: the output path (:func:`.common.output`), the fleet loader
 (:func:`.common.load`), ``--limit`` and ``--format``, argument types, and the parser whose
@@ -16,7 +17,7 @@ import sys
 from importlib import metadata
 
 from .. import hosttools
-from . import converge, fleet, init, lab, mesh, metrics, pull, render, review, status, verify
+from . import converge, fleet, init, lab, mesh, metrics, pull, render, review, stacks, status, verify
 from .common import EXIT_CODES, EXIT_INVALID, Parser, exit_code, output
 
 
@@ -43,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     fleet.add_parsers(sub)
     mesh.add_parsers(sub)
     render.add_parsers(sub)
+    stacks.add_parsers(sub)
     review.add_parsers(sub)
     converge.add_parsers(sub)
     verify.add_parsers(sub)
