@@ -211,28 +211,34 @@ def review_fleet(
     tmp: Path,
     cache: ParseCache,
     head_schemas: bool = False,
+    base_fleet: str | None = None,
+    identities: dict[str, set[tuple[str, str]]] | None = None,
 ) -> FleetReview:
     """The review of ``fleet`` between commits ``base`` and ``head`` (see the module doc).
     ``head_schemas``: also check the head's documents against the head's own ``schemas/``
-    (when the change touches them); their errors are head problems (exit 2)."""
+    (when the change touches them); their errors are head problems (exit 2).
+    ``base_fleet``: the fleet's name at the base when the change renames it (default
+    ``fleet``). ``identities``, when given, gets each side's node identities
+    (:func:`node_identities`) under ``"base"`` and ``"head"``."""
+    old = base_fleet or fleet
     # Both trees are written first, so that a large fleet's files of both refs are parsed in
     # worker processes while this one validates and resolves the head.
     prepared = [
-        prepare(repo, fleet, c, f, tmp / side)
-        for c, f, side in ((head, files[1], "head"), (base, files[0], "base"))
+        prepare(repo, name, c, f, tmp / side)
+        for name, c, f, side in ((fleet, head, files[1], "head"), (old, base, files[0], "base"))
     ]
     cache.prefetch(
         [(p.root, f, p.paths) for p, f in zip(prepared, (files[1], files[0]), strict=True) if p is not None]
     )
     head_snap = read_snapshot(repo, head, fleet, files[1], tmp / "head", cache, prepared[0])
     check_snapshot(head_snap, cache, files[1])
-    base_exists = any(p.startswith(fleet_dirs(fleet)[0] + "/") for p in files[0])
+    base_exists = any(p.startswith(fleet_dirs(old)[0] + "/") for p in files[0])
     fr = FleetReview(fleet, base, head, base_exists, head_snap.exists)
     extra = head_schema_diagnostics(repo, head, head_snap.parsed) if head_schemas and head_snap.exists else []
     fr.problems = _problems(head_snap, extra)
     if not head_snap.valid or extra:
         return fr
-    base_snap = read_snapshot(repo, base, fleet, files[0], tmp / "base", cache, prepared[1])
+    base_snap = read_snapshot(repo, base, old, files[0], tmp / "base", cache, prepared[1])
     # The lines of the change are located in worker processes while the base is checked
     # and the two states compared here.
     index = ChangeIndex(base_snap, head_snap, cache.submit)
@@ -245,6 +251,8 @@ def review_fleet(
             return fr
     bs, hs = base_snap.state, head_snap.state
     assert bs is not None and hs is not None
+    if identities is not None:
+        identities["base"], identities["head"] = node_identities(bs), node_identities(hs)
     fr.nodes, touched = node_changes(bs["nodes"], hs["nodes"])
     fr.nodes_changed = len(touched)
     fr.layers = [layer for layer in LAYERS if any(layer in t for t in touched.values())]
@@ -274,6 +282,74 @@ def review_fleet(
     raiser.upgrades()
     fr.flags = flags + raiser.flags
     return fr
+
+
+def node_identities(state: Mapping[str, Any]) -> set[tuple[str, str]]:
+    """What makes a node the same machine whatever its fleet calls it: its address and its
+    SSH target (``host:port``), one pair per node of ``state`` (a desired state)."""
+    out = set()
+    for n in state["nodes"].values():
+        ssh = n.get("ssh") or {}
+        out.add((str(n.get("address")), f"{ssh.get('host')}:{ssh.get('port')}"))
+    return out
+
+
+FLEET_REMOVED, FLEET_RENAMED = "fleet-removed", "fleet-renamed"
+
+
+def _fleet_removed(fr: FleetReview, nodes: int) -> Flag:
+    """The flag of a fleet the change removes: always blocking. An apply converges only
+    the fleets left at the head (``scripts/changed-fleets.sh``), so nothing of the fleet is
+    undone: its nodes keep what they run, its Pulumi stacks keep its cluster objects."""
+    return Flag(
+        FLEET_REMOVED,
+        "block",
+        f"the change removes the whole fleet {fr.fleet} ({_plural(nodes, 'node')} at the base): no apply "
+        "undoes what it runs (its nodes keep their configuration, its Pulumi stacks their cluster "
+        "objects until `pulumi destroy`); drain and destroy it on purpose, then remove it",
+        [],
+    )
+
+
+def _fleet_renamed(fr: FleetReview, old: str, shared: int) -> Flag:
+    """The flag of a fleet renamed (the head's new fleet holds nodes of a fleet the change
+    removes, matched by address and SSH target): always blocking. The apply would make a
+    second Pulumi stack (named after the new fleet) for the same cluster objects and never
+    destroy the first, and the nodes change hands between two desired states."""
+    return Flag(
+        FLEET_RENAMED,
+        "block",
+        f"the fleet {old} is renamed {fr.fleet} ({_plural(shared, 'node')} of {old} are in {fr.fleet}, "
+        "matched by address and SSH target): the plan diff below compares the two. No apply undoes "
+        f"{old}: its Pulumi stacks (swarm:fleet: {old}) keep its cluster objects, and a stack for "
+        f"{fr.fleet} beside them would create the same objects again; rename each stack (`pulumi stack "
+        "rename`, and its Pulumi.<stack>.yaml's swarm:fleet) in the same change",
+        [],
+    )
+
+
+def _match_renames(
+    reviews: list[FleetReview], identities: Mapping[str, Mapping[str, set[tuple[str, str]]]]
+) -> list[tuple[str, str, int]]:
+    """(old, new, nodes shared) for each fleet the change adds whose nodes are nodes of a
+    fleet it removes (the most shared first; each fleet in one pair at most)."""
+    removed = [f.fleet for f in reviews if f.base_exists and not f.head_exists and not f.invalid]
+    added = [f.fleet for f in reviews if f.head_exists and not f.base_exists and not f.invalid]
+    pairs = sorted(
+        (
+            (len(identities[o]["base"] & identities[n]["head"]), o, n)
+            for o in removed
+            for n in added
+            if o in identities and n in identities
+        ),
+        reverse=True,
+    )
+    out, used = [], set()
+    for shared, o, n in pairs:
+        if shared and o not in used and n not in used:
+            out.append((o, n, shared))
+            used |= {o, n}
+    return out
 
 
 def _base_invalid(fr: FleetReview, snap: Snapshot) -> Flag:
@@ -339,7 +415,7 @@ def fleet_summary(fr: FleetReview, head: str = "head") -> str:
         errors = sum(p.severity == "error" for p in fr.problems)
         return f"{fr.fleet}: the {head} is invalid ({_plural(errors, 'error')}); nothing else was reviewed"
     if not fr.head_exists:
-        return f"{fr.fleet}: the fleet is removed"
+        return f"{fr.fleet}: the fleet is removed; 1 blocking: {FLEET_REMOVED}"
     if fr.base_invalid and not fr.base_resolved:
         return (
             f"{fr.fleet}: the base is invalid ({_plural(fr.base_invalid, 'error')}) and does not resolve, "
@@ -355,7 +431,8 @@ def fleet_summary(fr: FleetReview, head: str = "head") -> str:
         parts.insert(
             0, f"the base is invalid ({_plural(fr.base_invalid, 'error')}): compared with what of it resolves"
         )
-    text = f"{fr.fleet}{' (new fleet)' if not fr.base_exists else ''}: {', '.join(parts)}"
+    named = f" (renamed from {fr.base_fleet})" if fr.base_fleet else "" if fr.base_exists else " (new fleet)"
+    text = f"{fr.fleet}{named}: {', '.join(parts)}"
     if not fr.flags:
         return text + "; no risk flags"
     flagged = []
@@ -466,9 +543,24 @@ def review(
     # the time) and find nothing to free.
     with tempfile.TemporaryDirectory(prefix="swarm-review-") as tmp, no_gc():
         try:
+            identities: dict[str, dict[str, set[tuple[str, str]]]] = {}
             for name in names:
-                fr = review_fleet(repo, name, b, h, files, Path(tmp) / name, cache, head_schemas)
+                ids: dict[str, set[tuple[str, str]]] = {}
+                fr = review_fleet(repo, name, b, h, files, Path(tmp) / name, cache, head_schemas, None, ids)
+                identities[name] = ids
                 out.fleets.append(fr)
+            # A fleet renamed is one review of the old fleet's base against the new one's head
+            # (its nodes matched by address and SSH target), not a removal and a new fleet.
+            for old, new, shared in _match_renames(out.fleets, identities):
+                fr = review_fleet(
+                    repo, new, b, h, files, Path(tmp) / f"{old}-{new}", cache, head_schemas, old
+                )
+                fr.flags.insert(0, _fleet_renamed(fr, old, shared))
+                fr.base_exists, fr.base_fleet = True, old
+                out.fleets = [f for f in out.fleets if f.fleet not in (old, new)] + [fr]
+            for fr in out.fleets:
+                if fr.base_exists and not fr.head_exists:
+                    fr.flags.insert(0, _fleet_removed(fr, len(identities.get(fr.fleet, {}).get("base", ()))))
                 _verdicts(out, fr)
         finally:
             cache.close()

@@ -188,6 +188,7 @@ class FleetReview:
     rollout: list[FieldChange] = field(default_factory=list)
     flags: list[Flag] = field(default_factory=list)
     policy_changed: bool = False  # the head changes the ReviewPolicy (it applies after merge)
+    base_fleet: str = ""  # the fleet's name at the base, when the change renames it
 
     @property
     def invalid(self) -> bool:
