@@ -3,6 +3,12 @@
 Validation uses ``jsonschema_rs`` (a Draft 2020-12 implementation in Rust, ~80x faster
 than python-jsonschema on this fleet's documents, see ``benchmarks/``); python-jsonschema
 checks the schemas themselves against the meta-schema in the tests.
+
+Nothing is retrieved: a ``$ref`` resolves only to a schema registered here (the files of
+``schemas/`` under :data:`BASE_URI`). jsonschema_rs's default retriever would follow an
+external ``$ref`` (``http://``, ``https://``, ``file://``) at validator construction;
+:func:`refuse_retrieval` is passed instead, so validating never reaches the network or a
+file outside ``schemas/`` (the review validates a pull request's own schemas with it).
 """
 
 from __future__ import annotations
@@ -78,11 +84,27 @@ def load_schema(filename: str) -> dict[str, Any]:
     return cast("dict[str, Any]", json.loads((schema_dir() / filename).read_text(encoding="utf-8")))
 
 
+REFUSED = "an external $ref is refused"  # what refuse_retrieval's error says, after the URI
+
+
+def refuse_retrieval(uri: str) -> Any:
+    """A jsonschema_rs ``retriever`` that retrieves nothing: raises :class:`ValueError`
+    (``"<uri>: an external $ref is refused"``) for every ``uri`` it is asked for, which
+    jsonschema_rs reports as a ``ValidationError`` (a ``ValueError``) from the Registry or
+    validator being built. jsonschema_rs asks only for what its registry lacks, so only the
+    schemas registered here resolve."""
+    raise ValueError(f"{uri}: {REFUSED}")
+
+
 @cache
 def _validators() -> dict[str, Any]:
-    registry = jsonschema_rs.Registry([(BASE_URI + f, load_schema(f)) for f in SHARED])
+    registry = jsonschema_rs.Registry(
+        [(BASE_URI + f, load_schema(f)) for f in SHARED], retriever=refuse_retrieval
+    )
     return {
-        kind: jsonschema_rs.Draft202012Validator(load_schema(f), registry=registry, validate_formats=True)
+        kind: jsonschema_rs.Draft202012Validator(
+            load_schema(f), registry=registry, retriever=refuse_retrieval, validate_formats=True
+        )
         for kind, f in KINDS.items()
     }
 
