@@ -48,7 +48,9 @@ def test_renaming_one_node_changes_only_that_name(repo: Path) -> None:
     nodes = scratch_nodes(repo)
     old = nodes[0]  # the first entry: by position, every later one would shift
     new = f"zz-{old}"  # sorts after every other node
-    mount = state(repo)["nodes"][old]["storage"]["scratch"]["mount_path"]
+    storage = state(repo)["nodes"][old]["storage"]
+    assert storage is not None  # a node of nodePathMap has scratch
+    mount = storage["scratch"]["mount_path"]
     rename(repo, old, new)
     assert scratch_nodes(repo) == [*nodes[1:], new]  # the entries do move
     commit(repo, "rename a node")

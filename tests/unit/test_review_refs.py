@@ -101,11 +101,16 @@ class Recorder(http.server.BaseHTTPRequestHandler):
         pass
 
 
+def recorder(marker: str) -> type[Recorder]:
+    """A :class:`Recorder` of its own (requests recorded apart from other tests')."""
+    return type("Handler", (Recorder,), {"requests": [], "marker": marker})
+
+
 def test_an_http_ref_in_the_heads_schema_is_refused_without_a_request(
     repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     marker = f"served-{uuid.uuid4().hex}"
-    handler = type("Handler", (Recorder,), {"requests": [], "marker": marker})
+    handler = recorder(marker)
     with serve_http(handler) as url:
         line = head_with_ref(repo, f"{url}/x.json")
         code, comment, full, streams, data = outputs(repo, monkeypatch, capsys)
@@ -175,7 +180,7 @@ def test_the_reviewers_own_schemas_retrieve_nothing_either(
 ) -> None:
     """``swarm validate`` (and the review's own check) builds its validators from the
     installed ``schemas/``: one with an external ``$ref`` fails to load, it never fetches."""
-    handler = type("Handler", (Recorder,), {"requests": [], "marker": "served"})
+    handler = recorder("served")
     installed = tmp_path / "schemas"
     shutil.copytree(ROOT / "schemas", installed)
     with serve_http(handler) as url:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator
-from functools import cache
+from functools import cache, partial
 from importlib import resources
 from itertools import islice
 from pathlib import Path
@@ -393,6 +393,10 @@ def _findings(
             missing.setdefault(path, []).append(required)
             continue
         finding = Finding(doc.source, path, f"schema.{keyword}", _message(kind, error))
+        expected = _text_expected(kind, error)
+        if expected is not None:
+            finding.message = _boolean_message(expected, error.instance)
+            finding.reword = partial(_boolean_word, expected, error.instance)
         of_mapping = keyword in _OF_THE_MAPPING or _alternative_keys(kind, error)
         at.setdefault(path, []).append((rank, keyword, finding, of_mapping))
     out: list[Finding] = []
@@ -417,6 +421,62 @@ def _findings(
                 seen.add((f.rule, f.message))
                 out.append(f)
     return out
+
+
+def _text_expected(kind: str, error: Any) -> str | None:
+    """What a field expected (``one of: block, warn, off``, ``a string``, ``"x"``) when it
+    wants text and the value is a boolean; None for any other error. YAML 1.1, which PyYAML
+    reads, takes a plain ``yes``, ``no``, ``on``, ``off``, ``true`` or ``false`` (lower,
+    Capitalised or UPPER case) as a boolean (YAML 1.2 only ``true`` and ``false``), so a
+    word meant as text must be quoted."""
+    if not isinstance(error.instance, bool) or not error.schema_path:
+        return None
+    keyword = error.schema_path[-1]
+    try:
+        params = error.kind.as_dict()
+    except Exception:  # a kind without parameters
+        params = {}
+    enum_at = list(error.schema_path)
+    if keyword == "type":
+        types = params.get("types", [])
+        names = {str(getattr(x, "value", x)) for x in (types if isinstance(types, list | tuple) else [types])}
+        if "string" not in names or "boolean" in names:
+            return None
+        # A string field with an enum: the type error is the one reported; name the values.
+        sibling = _subschema(kind, enum_at[:-1])
+        if not (isinstance(sibling, dict) and "enum" in sibling):
+            return "a string"
+        keyword, enum_at = "enum", [*enum_at[:-1], "enum"]
+    if keyword == "enum":
+        allowed = _subschema(kind, enum_at)
+        if isinstance(allowed, list) and any(isinstance(a, str) for a in allowed):
+            return "one of: " + ", ".join(map(str, allowed))
+        return None
+    if keyword == "const" and isinstance(params.get("expected_value"), str):
+        return excerpt(params["expected_value"])
+    return None
+
+
+def _boolean_message(expected: str, value: bool) -> str:
+    """A boolean where text is expected, when how it was written is not known."""
+    word = "true" if value else "false"
+    return (
+        f"expected {expected}, got the boolean {word}: YAML reads an unquoted yes, no, on, off, "
+        "true or false as a boolean; write a word meant as text in quotes"
+    )
+
+
+def _boolean_word(expected: str, value: bool, text: str, message: str) -> str:
+    """The message once the value's source ``text`` is known (``off``): that word, unquoted,
+    is what YAML read as the boolean, and how to write it (a :attr:`Finding.reword`)."""
+    generic = _boolean_message(expected, value)
+    if len(text) > 5 or not message.startswith(generic):
+        return message  # not a boolean word (an explicit !!bool tag), or reworded already
+    word = "true" if value else "false"
+    return (
+        f"`{text}` unquoted is read by YAML as the boolean {word}; write it quoted: "
+        f'"{text}" (expected {expected})' + message[len(generic) :]
+    )
 
 
 def _alternative_keys(kind: str, error: Any) -> bool:
