@@ -16,7 +16,7 @@ import difflib
 import json
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
@@ -131,6 +131,11 @@ class Finding:
 
     Checks produce findings; :func:`swarm_infra.marks.locate_all` turns them into
     diagnostics by composing only the files that have findings.
+
+    ``reword``: for a message that depends on how the value was written (an unquoted
+    ``off`` that YAML read as the boolean false), a function that :func:`locate_all` calls
+    with the source text of the plain scalar at ``path`` and the message, and whose result
+    is the message; not called when the value there is not a plain scalar.
     """
 
     source: Source
@@ -138,6 +143,7 @@ class Finding:
     rule: str
     message: str
     severity: Severity = "error"
+    reword: Callable[[str, str], str] | None = None
 
 
 @dataclass

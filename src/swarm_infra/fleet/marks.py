@@ -33,8 +33,11 @@ class _MarksLoader(FleetLoader):
         return ""
 
 
-def _node_mark(node: yaml.Node, path: tuple[PathPart, ...]) -> tuple[int, int]:
+def _node_mark(node: yaml.Node, path: tuple[PathPart, ...]) -> tuple[int, int, yaml.Node | None]:
+    """Line and column of ``path`` in the graph ``node``, and the node the whole path leads
+    to (None when the path goes past what the document holds)."""
     mark = node.start_mark
+    reached: yaml.Node | None = node
     for part in path:
         if isinstance(node, yaml.MappingNode):
             for key_node, value_node in node.value:
@@ -44,15 +47,18 @@ def _node_mark(node: yaml.Node, path: tuple[PathPart, ...]) -> tuple[int, int]:
                     node = value_node
                     break
             else:
+                reached = None
                 break
         elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
             if not 0 <= part < len(node.value):
+                reached = None
                 break
             node = node.value[part]
             mark = node.start_mark
         else:
+            reached = None
             break
-    return mark.line + 1, mark.column + 1
+    return mark.line + 1, mark.column + 1, node if reached is not None else None
 
 
 def _compose(file: str, last: int) -> list[yaml.Node | None]:
@@ -76,26 +82,42 @@ def _compose(file: str, last: int) -> list[yaml.Node | None]:
     return docs
 
 
-# What one file's located findings need: (document index, path, the document's first line).
-_Wanted = list[tuple[int, tuple[PathPart, ...], int]]
+# What one file's located findings need: (document index, path, the document's first line,
+# whether the source text of the plain scalar at the path is wanted).
+_Wanted = list[tuple[int, tuple[PathPart, ...], int, bool]]
+_Mark = tuple[int, int, str | None]  # line, column, the plain scalar's text (when wanted)
 
 
-def _marks(file: str, wanted: _Wanted) -> list[tuple[int, int]]:
+def _plain(node: yaml.Node | None) -> str | None:
+    """An untagged plain (unquoted) scalar's source text; None for any other node (an
+    explicit ``!!bool yes`` says what it means). libyaml's composer gives a plain scalar
+    the style ``""``, PyYAML's own ``None``; :class:`_MarksLoader` resolves no tag, so an
+    untagged node's tag is ``""``."""
+    if isinstance(node, yaml.ScalarNode) and not node.style and not node.tag:
+        return str(node.value)
+    return None
+
+
+def _marks(file: str, wanted: _Wanted) -> list[_Mark]:
     """Line and column of each of ``wanted`` in ``file`` (composed once, only as far as the
-    located findings need)."""
+    located findings need), and the text of the plain scalar there when asked."""
     if not wanted:
         return []
-    indices = sorted(i for i, _, _ in wanted)
+    indices = sorted(i for i, _, _, _ in wanted)
     last = indices[min(len(indices), SHOWN_PER_FILE) - 1]
     docs = _compose(file, last)
-    out = []
-    for index, path, first in wanted:
+    out: list[_Mark] = []
+    for index, path, first, text in wanted:
         node = docs[index] if index <= last and index < len(docs) else None
-        out.append(_node_mark(node, path) if node is not None else (first, 1 if first else 0))
+        if node is None:
+            out.append((first, 1 if first else 0, None))
+            continue
+        line, col, there = _node_mark(node, path)
+        out.append((line, col, _plain(there) if text else None))
     return out
 
 
-def _marks_job(job: tuple[str, _Wanted]) -> list[tuple[int, int]]:
+def _marks_job(job: tuple[str, _Wanted]) -> list[_Mark]:
     gc.disable()  # a worker's graphs all survive until it answers (see _compose)
     return _marks(*job)
 
@@ -108,7 +130,8 @@ def _size(file: str) -> int:
 
 
 def locate_all(findings: Iterable[Finding]) -> list[Diagnostic]:
-    """Turn findings into diagnostics with 1-based line/column; each file is read once,
+    """Turn findings into diagnostics with 1-based line/column (and a finding's message
+    reworded by its ``reword`` from the source text there); each file is read once,
     and only as far as its located findings need (see the module doc). Files that add up
     to :data:`~swarm_infra.fleet.loader.PARALLEL_MIN_BYTES` or more are composed in worker
     processes, as the loader parses them (the same answer, sooner)."""
@@ -116,7 +139,8 @@ def locate_all(findings: Iterable[Finding]) -> list[Diagnostic]:
     for f in findings:
         by_file.setdefault(f.source.file, []).append(f)
     jobs = [
-        (file, [(f.source.index, f.path, f.source.line) for f in found]) for file, found in by_file.items()
+        (file, [(f.source.index, f.path, f.source.line, f.reword is not None) for f in found])
+        for file, found in by_file.items()
     ]
     cpus = os.cpu_count() or 1
     if len(jobs) > 1 and cpus > 1 and sum(_size(file) for file in by_file) >= PARALLEL_MIN_BYTES:
@@ -126,6 +150,7 @@ def locate_all(findings: Iterable[Finding]) -> list[Diagnostic]:
         marks = [_marks(*job) for job in jobs]
     out: list[Diagnostic] = []
     for found, located in zip(by_file.values(), marks, strict=True):
-        for f, (line, col) in zip(found, located, strict=True):
-            out.append(Diagnostic(f.source.file, line, col, json_path(f.path), f.rule, f.message, f.severity))
+        for f, (line, col, text) in zip(found, located, strict=True):
+            message = f.message if f.reword is None or text is None else f.reword(text, f.message)
+            out.append(Diagnostic(f.source.file, line, col, json_path(f.path), f.rule, message, f.severity))
     return out

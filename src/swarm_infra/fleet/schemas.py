@@ -3,6 +3,12 @@
 Validation uses ``jsonschema_rs`` (a Draft 2020-12 implementation in Rust, ~80x faster
 than python-jsonschema on this fleet's documents, see ``benchmarks/``); python-jsonschema
 checks the schemas themselves against the meta-schema in the tests.
+
+Nothing is retrieved: a ``$ref`` resolves only to a schema registered here (the files of
+``schemas/`` under :data:`BASE_URI`). jsonschema_rs's default retriever would follow an
+external ``$ref`` (``http://``, ``https://``, ``file://``) at validator construction;
+:func:`refuse_retrieval` is passed instead, so validating never reaches the network or a
+file outside ``schemas/`` (the review validates a pull request's own schemas with it).
 """
 
 from __future__ import annotations
@@ -10,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator
-from functools import cache
+from functools import cache, partial
 from importlib import resources
 from itertools import islice
 from pathlib import Path
@@ -78,11 +84,27 @@ def load_schema(filename: str) -> dict[str, Any]:
     return cast("dict[str, Any]", json.loads((schema_dir() / filename).read_text(encoding="utf-8")))
 
 
+REFUSED = "an external $ref is refused"  # what refuse_retrieval's error says, after the URI
+
+
+def refuse_retrieval(uri: str) -> Any:
+    """A jsonschema_rs ``retriever`` that retrieves nothing: raises :class:`ValueError`
+    (``"<uri>: an external $ref is refused"``) for every ``uri`` it is asked for, which
+    jsonschema_rs reports as a ``ValidationError`` (a ``ValueError``) from the Registry or
+    validator being built. jsonschema_rs asks only for what its registry lacks, so only the
+    schemas registered here resolve."""
+    raise ValueError(f"{uri}: {REFUSED}")
+
+
 @cache
 def _validators() -> dict[str, Any]:
-    registry = jsonschema_rs.Registry([(BASE_URI + f, load_schema(f)) for f in SHARED])
+    registry = jsonschema_rs.Registry(
+        [(BASE_URI + f, load_schema(f)) for f in SHARED], retriever=refuse_retrieval
+    )
     return {
-        kind: jsonschema_rs.Draft202012Validator(load_schema(f), registry=registry, validate_formats=True)
+        kind: jsonschema_rs.Draft202012Validator(
+            load_schema(f), registry=registry, retriever=refuse_retrieval, validate_formats=True
+        )
         for kind, f in KINDS.items()
     }
 
@@ -371,6 +393,10 @@ def _findings(
             missing.setdefault(path, []).append(required)
             continue
         finding = Finding(doc.source, path, f"schema.{keyword}", _message(kind, error))
+        expected = _text_expected(kind, error)
+        if expected is not None:
+            finding.message = _boolean_message(expected, error.instance)
+            finding.reword = partial(_boolean_word, expected, error.instance)
         of_mapping = keyword in _OF_THE_MAPPING or _alternative_keys(kind, error)
         at.setdefault(path, []).append((rank, keyword, finding, of_mapping))
     out: list[Finding] = []
@@ -395,6 +421,62 @@ def _findings(
                 seen.add((f.rule, f.message))
                 out.append(f)
     return out
+
+
+def _text_expected(kind: str, error: Any) -> str | None:
+    """What a field expected (``one of: block, warn, off``, ``a string``, ``"x"``) when it
+    wants text and the value is a boolean; None for any other error. YAML 1.1, which PyYAML
+    reads, takes a plain ``yes``, ``no``, ``on``, ``off``, ``true`` or ``false`` (lower,
+    Capitalised or UPPER case) as a boolean (YAML 1.2 only ``true`` and ``false``), so a
+    word meant as text must be quoted."""
+    if not isinstance(error.instance, bool) or not error.schema_path:
+        return None
+    keyword = error.schema_path[-1]
+    try:
+        params = error.kind.as_dict()
+    except Exception:  # a kind without parameters
+        params = {}
+    enum_at = list(error.schema_path)
+    if keyword == "type":
+        types = params.get("types", [])
+        names = {str(getattr(x, "value", x)) for x in (types if isinstance(types, list | tuple) else [types])}
+        if "string" not in names or "boolean" in names:
+            return None
+        # A string field with an enum: the type error is the one reported; name the values.
+        sibling = _subschema(kind, enum_at[:-1])
+        if not (isinstance(sibling, dict) and "enum" in sibling):
+            return "a string"
+        keyword, enum_at = "enum", [*enum_at[:-1], "enum"]
+    if keyword == "enum":
+        allowed = _subschema(kind, enum_at)
+        if isinstance(allowed, list) and any(isinstance(a, str) for a in allowed):
+            return "one of: " + ", ".join(map(str, allowed))
+        return None
+    if keyword == "const" and isinstance(params.get("expected_value"), str):
+        return excerpt(params["expected_value"])
+    return None
+
+
+def _boolean_message(expected: str, value: bool) -> str:
+    """A boolean where text is expected, when how it was written is not known."""
+    word = "true" if value else "false"
+    return (
+        f"expected {expected}, got the boolean {word}: YAML reads an unquoted yes, no, on, off, "
+        "true or false as a boolean; write a word meant as text in quotes"
+    )
+
+
+def _boolean_word(expected: str, value: bool, text: str, message: str) -> str:
+    """The message once the value's source ``text`` is known (``off``): that word, unquoted,
+    is what YAML read as the boolean, and how to write it (a :attr:`Finding.reword`)."""
+    generic = _boolean_message(expected, value)
+    if len(text) > 5 or not message.startswith(generic):
+        return message  # not a boolean word (an explicit !!bool tag), or reworded already
+    word = "true" if value else "false"
+    return (
+        f"`{text}` unquoted is read by YAML as the boolean {word}; write it quoted: "
+        f'"{text}" (expected {expected})' + message[len(generic) :]
+    )
 
 
 def _alternative_keys(kind: str, error: Any) -> bool:

@@ -41,9 +41,19 @@ MAX_LIST_ITEMS = 6  # a changed list of scalars this long or longer is shown as 
 
 
 # Keys that name a list's items, tried in this order: a changed item is shown by its key
-# (``flavors[l40s].resources[nvidia.com/gpu].nominalQuota``), not as the whole list. Peers,
-# flavors, resources, containers and RayCluster groups (``groupName``) have one.
-ITEM_KEYS = ("name", "groupName", "flavor", "resource", "peer", "key", "index")
+# (``flavors[l40s].resources[nvidia.com/gpu].nominalQuota``), not as the whole list, and
+# items are matched by it, not by position (a node renamed in local-path's ``nodePathMap``
+# is one entry removed and one added, not every later entry changed). Peers, flavors,
+# resources, containers, RayCluster groups (``groupName``) and local-path's
+# ``nodePathMap`` entries (``node``) have one. dyff, the YAML differ, matches such
+# "named-entry lists" the same way (by ``name``, ``key`` or ``id``; homeport/dyff
+# v0.5-beta.7) and reports a move within them as an order change.
+ITEM_KEYS = ("name", "groupName", "flavor", "resource", "peer", "node", "key", "index")
+# A list whose items are the same and only their order changes is one change, before and
+# after ``{"order": [...]}`` (the items' keys, or the scalars, in each side's order): the
+# object applied is not the same (a ConfigMap's text, a container's args, whose order is
+# meaningful), so the change is listed, once, and honestly called a reordering.
+ORDER = "order"
 
 
 def _item_key(items: list[Any]) -> str | None:
@@ -60,7 +70,9 @@ def _item_key(items: list[Any]) -> str | None:
     return None
 
 
-def leaf_diff(before: Any, after: Any, path: Path = ()) -> Iterator[tuple[Path, Any, Any]]:
+def leaf_diff(
+    before: Any, after: Any, path: Path = (), reorders: bool = False
+) -> Iterator[tuple[Path, Any, Any]]:
     """``(path, before, after)`` for every leaf that differs, in key order.
 
     Mappings are compared key by key. Lists of mappings item by item: by the first of
@@ -68,7 +80,10 @@ def leaf_diff(before: Any, after: Any, path: Path = ()) -> Iterator[tuple[Path, 
     ``flavors[l40s]``), else by position (``resourceGroups[0]``), an item only one side
     has being :data:`~.model.ABSENT` on the other. Lists of scalars (or of lists, such as
     topology edges) are one leaf, whole. A key or item only one side has is
-    :data:`~.model.ABSENT` on the other. Linear in the size of both values."""
+    :data:`~.model.ABSENT` on the other. With ``reorders``, items by key that both sides
+    have in another order are one more change at the list, ``{"order": [keys]}`` before
+    and after (see :data:`ORDER`); without, their order is not compared (a node's peers).
+    Linear in the size of both values."""
     if before == after:
         return
     if before is ABSENT or after is ABSENT:
@@ -79,7 +94,7 @@ def leaf_diff(before: Any, after: Any, path: Path = ()) -> Iterator[tuple[Path, 
         for k in sorted(keys) if all(isinstance(k, str) for k in keys) else sorted(keys, key=str):
             b, a = before.get(k, ABSENT), after.get(k, ABSENT)
             if b is not a and b != a:  # most keys of a changed mapping are equal: no call for them
-                yield from leaf_diff(b, a, (*path, str(k)))
+                yield from leaf_diff(b, a, (*path, str(k)), reorders)
         return
     if isinstance(before, list) and isinstance(after, list) and (before or after):
         dicts = all(isinstance(x, dict) for x in (*before, *after))
@@ -93,13 +108,19 @@ def leaf_diff(before: Any, after: Any, path: Path = ()) -> Iterator[tuple[Path, 
                 for k in order:
                     bi, ai = b.get(k, ABSENT), a.get(k, ABSENT)
                     if bi is not ai and bi != ai:
-                        yield from leaf_diff(bi, ai, (*path, f"[{k}]"))
+                        yield from leaf_diff(bi, ai, (*path, f"[{k}]"), reorders)
+                if reorders:
+                    kept_b = [k for k in b if k in a]
+                    kept_a = [k for k in a if k in b]
+                    if kept_b != kept_a:
+                        yield path, {ORDER: kept_b}, {ORDER: kept_a}
                 return
             for i in range(max(len(before), len(after))):
                 yield from leaf_diff(
                     before[i] if i < len(before) else ABSENT,
                     after[i] if i < len(after) else ABSENT,
                     (*path, f"[{i}]"),
+                    reorders,
                 )
             return
     yield path, before, after
@@ -141,7 +162,9 @@ def _shown(path: Path) -> Path:
 
 def _list_delta(before: Any, after: Any) -> tuple[Any, Any]:
     """Long lists of scalars, and lists of lists (topology edges), as ``({"removed": [...]},
-    {"added": [...]})``: what is gone, what is new, in list order; others as they are."""
+    {"added": [...]})``: what is gone, what is new, in list order, counted as multisets (an
+    item twice that is once is one removed); the same items in another order as
+    ``({"order": before}, {"order": after})`` (:data:`ORDER`); others as they are."""
     if (
         isinstance(before, list)
         and isinstance(after, list)
@@ -151,9 +174,23 @@ def _list_delta(before: Any, after: Any) -> tuple[Any, Any]:
         )
         and all(not isinstance(x, dict) for x in (*before, *after))
     ):
-        keys_b, keys_a = {_key(x) for x in before}, {_key(x) for x in after}
-        gone = [x for x in before if _key(x) not in keys_a]
-        new = [x for x in after if _key(x) not in keys_b]
+        left = Counter(_key(x) for x in after)  # what of the head's items is not yet matched
+        gone = []
+        for x in before:
+            k = _key(x)
+            if left[k]:
+                left[k] -= 1
+            else:
+                gone.append(x)
+        new = []
+        for x in reversed(after):  # the head's surplus copies of an item: its last ones
+            k = _key(x)
+            if left[k]:
+                left[k] -= 1
+                new.append(x)
+        new.reverse()
+        if not gone and not new:
+            return {ORDER: before}, {ORDER: after}
         return {"removed": gone}, {"added": new}
     return before, after
 
@@ -368,11 +405,12 @@ def _fields(before: Any, after: Any) -> Iterator[tuple[Path, Any, Any]]:
     """Changed fields of an object, leaf by leaf (:func:`leaf_diff`); a JSON or YAML
     document held in a string (the mesh topology ConfigMap's ``topology.json``, the MIG
     ConfigMap's ``config.yaml``) is compared field by field inside it; lists of lists
-    (topology edges) and long lists of scalars as what they lose and gain."""
-    for path, old, new in leaf_diff(before, after):
+    (topology edges) and long lists of scalars as what they lose and gain; lists of named
+    items by name; a reordering as one change (:data:`ORDER`)."""
+    for path, old, new in leaf_diff(before, after, reorders=True):
         inner_old, inner_new = _document(old), _document(new)
         if inner_old is not None and inner_new is not None:
-            for p, o, n in leaf_diff(inner_old, inner_new, path):
+            for p, o, n in leaf_diff(inner_old, inner_new, path, reorders=True):
                 yield (p, *_list_delta(o, n))
         else:
             yield (path, *_list_delta(old, new))

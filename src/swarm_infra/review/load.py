@@ -14,18 +14,19 @@ import contextlib
 import dataclasses
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, cast
+from urllib.parse import urldefrag, urljoin
 
 from ..cluster import build
 from ..cluster.meta import K8sObject
-from ..fleet.diagnostics import Diagnostic, Finding, Report, Source, excerpt
+from ..fleet.diagnostics import Diagnostic, Finding, PathPart, Report, Source, excerpt, json_path
 from ..fleet.loader import PARALLEL_MIN_BYTES, RawDocument, find_files, load_documents, parse_file
 from ..fleet.marks import locate_all
-from ..fleet.schemas import BASE_URI, KINDS, SHARED
+from ..fleet.schemas import BASE_URI, KINDS, SHARED, refuse_retrieval
 from ..resolve import desired_state, validate
 from ..resolve.analysis import Analysis
 from ..resolve.types import DesiredState
@@ -361,12 +362,12 @@ def _resolve(snap: Snapshot, analysis: Analysis) -> None:
 
 
 HEAD_SCHEMA_RULE = "review.head-schemas"  # a document the head's own schemas/ reject
+_REF_KEYWORDS = ("$ref", "$dynamicRef", "$schema")  # the keywords whose value names another schema
 
 
-def schemas_at(repo: Path, commit: str) -> dict[str, Any]:
-    """The JSON Schemas in ``schemas/`` at ``commit`` as data (file name -> parsed JSON),
-    read from Git. Raises :class:`ValueError` naming a file that is not JSON, and
-    :class:`~swarm_infra.review.git.GitError` when git fails."""
+def _schema_files(repo: Path, commit: str) -> dict[str, bytes]:
+    """The ``*.json`` files directly or deeper in ``schemas/`` at ``commit`` (name below
+    ``schemas/`` -> content), read from Git. Raises :class:`~swarm_infra.review.git.GitError`."""
     out = git(repo, "ls-tree", "-z", "--full-tree", commit, "--", "schemas/")
     blobs: dict[str, str] = {}
     for entry in out.split(b"\0"):
@@ -374,13 +375,64 @@ def schemas_at(repo: Path, commit: str) -> dict[str, Any]:
         if meta and meta.split()[1] == b"blob" and path.endswith(b".json"):
             blobs[path.decode("utf-8", "surrogateescape").removeprefix("schemas/")] = meta.split()[2].decode()
     contents = read_blobs(repo, list(blobs.values()))
+    return {name: contents[blob] for name, blob in sorted(blobs.items())}
+
+
+def _parse_schemas(files: dict[str, bytes]) -> dict[str, Any]:
     schemas: dict[str, Any] = {}
-    for name, blob in sorted(blobs.items()):
+    for name, content in files.items():
         try:
-            schemas[name] = json.loads(contents[blob])
+            schemas[name] = json.loads(content)
         except ValueError as exc:
             raise ValueError(f"schemas/{name} is not JSON: {excerpt(str(exc), 200)}") from None
     return schemas
+
+
+def schemas_at(repo: Path, commit: str) -> dict[str, Any]:
+    """The JSON Schemas in ``schemas/`` at ``commit`` as data (file name -> parsed JSON),
+    read from Git. Raises :class:`ValueError` naming a file that is not JSON, and
+    :class:`~swarm_infra.review.git.GitError` when git fails."""
+    return _parse_schemas(_schema_files(repo, commit))
+
+
+def _references(schema: Any) -> Iterator[tuple[tuple[PathPart, ...], str]]:
+    """(JSON path, value) of every string value of :data:`_REF_KEYWORDS` anywhere in
+    ``schema`` (parsed JSON)."""
+    stack: list[tuple[tuple[PathPart, ...], Any]] = [((), schema)]
+    while stack:
+        path, node = stack.pop()
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in _REF_KEYWORDS and isinstance(value, str):
+                    yield (*path, key), value
+                else:
+                    stack.append(((*path, key), value))
+        elif isinstance(node, list):
+            stack.extend(((*path, i), v) for i, v in enumerate(node))
+
+
+def _refused_at(
+    uri: str, names: Sequence[str], schemas: dict[str, Any], texts: dict[str, bytes]
+) -> tuple[str, int, str]:
+    """(file, line, JSON path in the schema) of the reference that named ``uri`` (a URI
+    jsonschema_rs asked the retriever for: absolute, without its fragment): the first of
+    ``names`` with a reference that, resolved against the file's own URI, is ``uri``, at
+    the first line holding it; else the first of ``names`` at line 0, path ``$`` (a
+    reference below a nested ``$id``)."""
+    for name in names:
+        base = BASE_URI + name
+        schema = schemas.get(name)
+        own_id = schema.get("$id") if isinstance(schema, dict) else None
+        if isinstance(own_id, str):
+            base = urljoin(base, own_id)
+        for path, ref in _references(schema):
+            if urldefrag(urljoin(base, ref)).url != uri:
+                continue
+            needle = json.dumps(ref).encode()
+            text = texts.get(name, b"")
+            at = text.find(needle)
+            return name, (text.count(b"\n", 0, at) + 1 if at >= 0 else 0), json_path(path)
+    return names[0], 0, "$"
 
 
 def head_schema_diagnostics(repo: Path, commit: str, docs: Sequence[RawDocument]) -> list[Diagnostic]:
@@ -389,28 +441,88 @@ def head_schema_diagnostics(repo: Path, commit: str, docs: Sequence[RawDocument]
     :data:`HEAD_SCHEMA_RULE` error diagnostic per failing value, with file and line. The
     reviewer's built-in schemas judge a pull request; this says what the head's schemas,
     once merged, will say. A kind with no schema file at ``commit``, or a schema set that
-    cannot be loaded, is a diagnostic too (file ``schemas/``, line 0)."""
+    cannot be loaded, is a diagnostic too (file ``schemas/``, line 0).
+
+    Nothing is retrieved (:func:`~swarm_infra.fleet.schemas.refuse_retrieval`): a ``$ref``
+    resolves only to the head's shared schemas (:data:`~swarm_infra.fleet.schemas.SHARED`
+    under :data:`~swarm_infra.fleet.schemas.BASE_URI`), as the reviewer's own schemas do.
+    An external one (``http://``, ``https://``, ``file://``, or a name that is not a shared
+    schema) is a diagnostic at the schema file and line that names it, and the documents of
+    that schema's kinds are not checked against it: the job holds the base's secrets, and
+    nothing of the head may reach the network or the runner's files."""
     import jsonschema_rs  # the validator's own engine
 
     def whole(message: str) -> list[Diagnostic]:
         return [Diagnostic("schemas/", 0, 0, "$", HEAD_SCHEMA_RULE, excerpt(message, 400))]
 
-    try:
-        schemas = schemas_at(repo, commit)
-        registry = jsonschema_rs.Registry([(BASE_URI + f, schemas[f]) for f in SHARED if f in schemas])
-        validators: dict[str, Any] = {}
-        for kind, f in KINDS.items():
-            if f in schemas:
-                validators[kind] = jsonschema_rs.Draft202012Validator(
-                    schemas[f], registry=registry, validate_formats=True
+    refused: list[str] = []  # the URIs jsonschema_rs asked for since the last failure
+
+    def retrieve(uri: str) -> Any:
+        refused.append(uri)
+        return refuse_retrieval(uri)
+
+    shared = ", ".join(BASE_URI + f for f in SHARED)
+
+    def unloadable(names: Sequence[str], exc: Exception) -> list[Diagnostic]:
+        """Why one of ``names`` (the schema files just built) could not be loaded."""
+        if not refused:
+            where = names[0] if names else ""
+            return [
+                Diagnostic(
+                    f"schemas/{where}",
+                    0,
+                    0,
+                    "$",
+                    HEAD_SCHEMA_RULE,
+                    f"the head's schemas/{where} cannot be loaded: {excerpt(str(exc), 300)}",
                 )
+            ]
+        out: list[Diagnostic] = []
+        for uri in dict.fromkeys(refused):
+            name, line, where = _refused_at(uri, names, schemas, texts)
+            out.append(
+                Diagnostic(
+                    f"schemas/{name}",
+                    line,
+                    0,
+                    where,
+                    HEAD_SCHEMA_RULE,
+                    f"a reference to {excerpt(uri, 200)} was refused: the review reads the head's "
+                    "schemas as data and retrieves nothing (no network, no file); a $ref may "
+                    f"name only the shared schemas of schemas/ ({shared})",
+                )
+            )
+        refused.clear()
+        return out
+
+    try:
+        texts = _schema_files(repo, commit)
+        schemas = _parse_schemas(texts)
     except (ValueError, GitError) as exc:
         return whole(f"the head's schemas cannot be loaded: {exc}")
+    present = [f for f in SHARED if f in schemas]
+    try:
+        registry = jsonschema_rs.Registry([(BASE_URI + f, schemas[f]) for f in present], retriever=retrieve)
+    except ValueError as exc:  # a shared schema that names what is not there
+        return unloadable(present, exc)
+    problems: list[Diagnostic] = []
+    validators: dict[str, Any] = {}
+    unloaded: set[str] = set()  # kinds whose schema could not be loaded (said once, above)
+    for kind, f in KINDS.items():
+        if f not in schemas:
+            continue
+        try:
+            validators[kind] = jsonschema_rs.Draft202012Validator(
+                schemas[f], registry=registry, retriever=retrieve, validate_formats=True
+            )
+        except ValueError as exc:
+            problems += unloadable([f, *present], exc)
+            unloaded.add(kind)
     findings: list[Finding] = []
     for doc in docs:
         data: Any = doc.data
         kind = str(data.get("kind")) if isinstance(data, dict) else ""
-        if not isinstance(kind, str) or kind not in KINDS:
+        if not isinstance(kind, str) or kind not in KINDS or kind in unloaded:
             continue  # the reviewer's own check reports an unknown kind
         validator = validators.get(kind)
         if validator is None:
@@ -438,6 +550,11 @@ def head_schema_diagnostics(repo: Path, commit: str, docs: Sequence[RawDocument]
                         f"the head's schemas/{KINDS[kind]} rejects it: {excerpt(error.message, 300)}",
                     )
                 )
-        except ValueError as exc:  # a value jsonschema_rs cannot take (the reviewer reports it)
+        except ValueError as exc:
+            if refused:  # a reference resolved only when a value reaches it
+                problems += unloadable([KINDS[kind], *present], exc)
+                unloaded.add(kind)
+                continue
+            # a value jsonschema_rs cannot take (the reviewer reports it)
             findings.append(Finding(doc.source, (), HEAD_SCHEMA_RULE, excerpt(str(exc), 300)))
-    return locate_all(findings)
+    return problems + locate_all(findings)
