@@ -343,6 +343,17 @@ REVIEW_FLAG_DEFAULTS: Mapping[str, str] = MappingProxyType(
         "ray-version-changed": "warn",
         "driver-reboot": "warn",
         "mesh-key-changed": "warn",
+        # Who and what the fleet trusts (issue #39, item 3): each blocks unless the base's
+        # policy says otherwise.
+        "pull-signers-changed": "block",
+        "pull-source-changed": "block",
+        "mesh-controller-changed": "block",
+        "drain-grace-lowered": "block",
+        "kubernetes-context-changed": "block",
+        # A queue's quota cut below what its tenants' RayClusters hold: Kueue keeps an admitted
+        # workload admitted when nominalQuota drops, so nothing stops at merge (as for
+        # node-removed-backing-quota).
+        "quota-below-ray-cluster": "warn",
     }
 )
 

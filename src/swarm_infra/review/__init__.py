@@ -280,6 +280,11 @@ def review_fleet(
     raiser.mesh_keys()
     raiser.ray_supply()
     raiser.upgrades()
+    raiser.pull_signers()
+    raiser.pull_source()
+    raiser.mesh_controller()
+    raiser.drain()
+    raiser.ray_quota()
     fr.flags = flags + raiser.flags
     return fr
 

@@ -26,19 +26,37 @@ flag ``block`` (exit 1), ``warn`` or ``off``; defaults in
   batch, and which are left pending a reboot.
 - ``mesh-key-changed``: a node's WireGuard public key recorded in the fleet (Node
   ``spec.mesh.public_key``) is added, changed or removed.
+- ``pull-signers-changed``: who may sign what pull nodes apply changes (a key of the
+  Rollout's allowed signers file, or of ``spec.pull.revoked_signers``), shown as its SHA256
+  fingerprint with its comment and principals.
+- ``pull-source-changed``: where pull nodes fetch the fleet (``spec.pull`` remote, ref, fleet).
+- ``mesh-controller-changed``: the Mesh's controller, a peer of every node, is added or
+  removed, or its recorded key or its endpoint changes.
+- ``drain-grace-lowered``: running work on a drained node gets less time (``drain_grace_s``).
+- ``kubernetes-context-changed``: rebooted nodes are no longer drained from their Kubernetes
+  cluster, or from another one (``kubernetes_context`` removed or changed).
+- ``quota-below-ray-cluster``: a ClusterQueue's nominalQuota of a flavor drops below what its
+  tenants' RayClusters hold there.
+
+Every value a flag is about is in its reason whole (keys as fingerprints): the renderer
+never cuts a reason.
 """
 
 from __future__ import annotations
 
+import binascii
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Literal, cast
 
+from ..fleet.diagnostics import Finding
 from ..fleet.lockfile import canonical_name
-from ..fleet.model import ReviewPolicy
+from ..fleet.marks import locate_all
+from ..fleet.model import Mesh, PullSpec, ReviewPolicy
 from ..resolve.keys import ssh_host_key_fingerprint
+from ..resolve.mesh import controller_endpoint
 from ..resolve.rollout import rollout_batches as batches
 from ..resolve.types import (
     ClusterState,
@@ -50,6 +68,7 @@ from ..resolve.types import (
     RelayRouteState,
     RolloutState,
 )
+from .load import Snapshot
 from .locate import ChangeIndex, pick
 from .model import Action, FieldChange, Flag, Location, MeshImpact, NodeChange
 
@@ -732,6 +751,312 @@ class FlagRaiser:
             pick(where, fallback=self._node_where(set(changed))),
         )
 
+    def pull_signers(self) -> None:
+        """``pull-signers-changed``: the keys that may sign what pull nodes apply (the
+        Rollout's allowed signers file: :attr:`~swarm_infra.fleet.model.PullSpec.
+        allowed_signers`) or that may no longer (``spec.pull.revoked_signers``) differ
+        between base and head: one flag per key added, removed, or given other principals
+        or options, the key shown as ``ssh-keygen -lf`` prints it (``SHA256:`` and the
+        unpadded base64 of the SHA-256 of its blob) with its comment. A pull node verifies a
+        new commit against the signers of the last one it applied, so a key added here may
+        sign every later commit the nodes run as root. Lines: the key's line of the signers
+        file (at base for a key removed), or the Rollout's ``spec.pull``."""
+        old, new = _pull(self.index.base), _pull(self.index.head)
+        if old == new:  # both None, or the same settings and signers' text
+            return
+        nodes = self._pull_nodes()
+        before = _signers(old.allowed_signers) if old else {}
+        after = _signers(new.allowed_signers) if new else {}
+        for key in sorted(before.keys() | after.keys()):
+            b, a = before.get(key), after.get(key)
+            if b is not None and a is not None and (b.principals, b.options) == (a.principals, a.options):
+                continue
+            if b is None:
+                assert a is not None  # a key of either side
+                what = (
+                    f"the pull nodes' allowed signers gain {a.shown}: once merged, a commit this key "
+                    f"signs is applied as root by {nodes}"
+                )
+            elif a is None:
+                what = (
+                    f"the pull nodes' allowed signers lose {b.shown}: commits it signs are refused "
+                    "once the nodes apply this one"
+                )
+            else:
+                what = (
+                    f"{a.shown} signs for other principals or options "
+                    f"(principals {b.principals} -> {a.principals}; options {b.options or 'none'} -> "
+                    f"{a.options or 'none'}): which commits of {nodes} it may sign changes"
+                )
+            # The key's line: at head where it is listed there, else at base (a key removed).
+            where = (
+                self._signers_line(self.index.head, new, a.line)
+                if a is not None and new is not None
+                else self._signers_line(self.index.base, old, b.line)
+                if b is not None and old is not None
+                else []
+            )
+            self.raise_flag(
+                "pull-signers-changed",
+                f"{what}; check the fingerprint with the key's holder (ssh-keygen -lf on the .pub "
+                "file) before this merges",
+                pick(where, self.index.where("Rollout", None, ("spec", "pull")), fallback=self.index.all()),
+            )
+        revoked_b = set(old.revoked_signers) if old else set()
+        revoked_a = set(new.revoked_signers) if new else set()
+        for key in sorted(revoked_b ^ revoked_a):
+            shown = _fingerprint(key)
+            what = (
+                f"{shown} is revoked (spec.pull.revoked_signers): {nodes} refuse commits it signs"
+                if key in revoked_a
+                else f"{shown} is no longer revoked (spec.pull.revoked_signers): {nodes} accept commits "
+                "it signs again wherever their allowed signers still list it"
+            )
+            self.raise_flag(
+                "pull-signers-changed",
+                f"{what}; check the fingerprint with the key's holder (ssh-keygen -lf)",
+                pick(
+                    self.index.where("Rollout", None, ("spec", "pull", "revoked_signers")),
+                    self.index.where("Rollout", None, ("spec", "pull")),
+                    fallback=self.index.all(),
+                ),
+            )
+
+    def pull_source(self) -> None:
+        """``pull-source-changed``: the Rollout's ``spec.pull`` remote, ref or fleet differs
+        (or ``spec.pull`` is added or removed): where pull nodes fetch the commits they
+        verify and apply. Whoever serves the remote decides which signed commits the nodes
+        see (holding an older one back, or offering another branch's)."""
+        old, new = _pull(self.index.base), _pull(self.index.head)
+        fields = ("remote", "ref", "fleet")
+
+        def source(p: PullSpec | None) -> str:
+            return "none" if p is None else ", ".join(f"{f} {getattr(p, f)}" for f in fields)
+
+        if old == new or (old is not None and new is not None and source(old) == source(new)):
+            return
+        if old is None or new is None:
+            what = f"pull convergence is {'declared' if old is None else 'removed'} ({source(new or old)})"
+        else:
+            what = "; ".join(
+                f"{f} {getattr(old, f)} -> {getattr(new, f)}"
+                for f in fields
+                if getattr(old, f) != getattr(new, f)
+            )
+        self.raise_flag(
+            "pull-source-changed",
+            f"where the pull nodes fetch the fleet changes ({what}): "
+            + (
+                f"{self._pull_nodes()} will fetch from there; check who serves that remote and who "
+                "may push to that ref"
+                if new is not None
+                else "no node may converge by pull any more"
+            ),
+            pick(
+                [
+                    *(self._base_line("Rollout", ("spec", "pull")) if new is None else []),
+                    *(loc for f in fields for loc in self.index.where("Rollout", None, ("spec", "pull", f))),
+                ],
+                self.index.where("Rollout", None, ("spec", "pull")),
+                self.index.where("Rollout"),
+                fallback=self.index.all(),
+            ),
+        )
+
+    def _pull_nodes(self) -> str:
+        """``the N pull node(s) (a, b, ...)`` of the head (and base), or that none is yet."""
+        names = sorted({n for s in (self.base, self.head) for n, node in s["nodes"].items() if node["pull"]})
+        if not names:
+            return "every node that converges by pull (none does yet)"
+        shown = ", ".join(names[:10]) + (f", and {len(names) - 10} more" if len(names) > 10 else "")
+        return f"the {len(names)} pull node(s) ({shown})"
+
+    def _signers_line(self, side: Snapshot, pull: PullSpec, line: int) -> list[Location]:
+        """``line`` of ``pull``'s allowed signers file at ``side``, as a location."""
+        analysis = side.analysis
+        rollout = analysis.fleet.rollout if analysis is not None else None
+        if rollout is None or rollout.source is None:
+            return []
+        path = str(Path(rollout.source.file).parent / pull.allowed_signers_file)
+        ref: Literal["base", "head"] = "head" if side is self.index.head else "base"
+        return [Location(side.rel(path), line, ref, side.commit)]
+
+    def mesh_controller(self) -> None:
+        """``mesh-controller-changed``: the Mesh's controller (``spec.controller``) is added
+        or removed, or its recorded WireGuard public key or its endpoint (``host:port`` as
+        the nodes reach it: :func:`~swarm_infra.resolve.mesh.controller_endpoint`) differs.
+        Every node peers with the controller and lets it in over the mesh; the controller
+        reaches nodes there with the operator's SSH key. Keys are shown whole (44 base64
+        characters: a WireGuard key has no other form)."""
+        old, new = _mesh(self.index.base), _mesh(self.index.head)
+        was = old.controller if old is not None else None
+        now = new.controller if new is not None else None
+        if was is None and now is None:
+            return
+
+        def key(k: str | None) -> str:
+            return k or "not recorded (push mode writes the running controller's own key)"
+
+        def endpoint(m: Mesh | None) -> str:
+            return (controller_endpoint(m) if m is not None else None) or "none"
+
+        parts = []
+        if was is None or now is None:
+            ctl, mesh = (now, new) if now is not None else (was, old)
+            assert ctl is not None
+            parts.append(
+                f"the controller {ctl.name} is {'added' if was is None else 'removed'} (public key "
+                f"{key(ctl.public_key)}, endpoint {endpoint(mesh)})"
+            )
+        else:
+            if was.public_key != now.public_key:
+                parts.append(f"its public key {key(was.public_key)} -> {key(now.public_key)}")
+            if endpoint(old) != endpoint(new):
+                parts.append(f"its endpoint {endpoint(old)} -> {endpoint(new)}")
+        if not parts:
+            return
+        nodes = len(self.head["nodes"])
+        self.raise_flag(
+            "mesh-controller-changed",
+            f"the mesh's controller changes ({'; '.join(parts)}): every one of the {nodes} node(s) "
+            "peers with it and lets it in over the mesh, where it reaches nodes with the "
+            "operator's SSH key; check the key on the controller itself (swarm mesh controller-key)",
+            pick(
+                [
+                    # Removed: where it was, at the base (the head has only the Mesh's spec).
+                    *(self._base_line("Mesh", ("spec", "controller")) if now is None else []),
+                    *self.index.where("Mesh", None, ("spec", "controller")),
+                ],
+                self.index.where("Mesh"),
+                fallback=self.index.all(),
+            ),
+        )
+
+    def drain(self) -> None:
+        """``drain-grace-lowered`` and ``kubernetes-context-changed``: the Rollout gives running
+        work on a drained node less time (``drain_grace_s``), or no longer drains rebooted
+        nodes from the nodes' Kubernetes cluster, or drains them from another one
+        (``kubernetes_context`` removed or changed; one added only drains more). Defaults as
+        the resolver's (600 s, none) where a side has no Rollout."""
+        rb, ra = self.base.get("rollout") or {}, self.head.get("rollout") or {}
+        gb, ga = rb.get("drain_grace_s", 600), ra.get("drain_grace_s", 600)
+        if ga < gb:
+            self.raise_flag(
+                "drain-grace-lowered",
+                f"drain_grace_s {gb} -> {ga}: running work on a node that a batch reboots (a new "
+                f"driver) or a Ray upgrade drains gets {ga} s instead of {gb} s before it is stopped"
+                + (" (none at all)" if ga == 0 else "")
+                + "; the Kubernetes drain (kubectl drain --timeout) waits as long",
+                pick(
+                    self.index.where("Rollout", None, ("spec", "drain_grace_s")),
+                    self.index.where("Rollout"),
+                    fallback=self.index.all(),
+                ),
+            )
+        kb, ka = rb.get("kubernetes_context"), ra.get("kubernetes_context")
+        if kb is not None and kb != ka:
+            what = (
+                f"kubernetes_context {kb} is removed: a node that a batch reboots is no longer "
+                "drained from the nodes' Kubernetes cluster first (its pods die with the reboot, "
+                "PodDisruptionBudgets unasked, and the node is not cordoned)"
+                if ka is None
+                else f"kubernetes_context {kb} -> {ka}: rebooted nodes are drained from the cluster of "
+                f"context {ka}, not {kb}; check that it is the nodes' cluster"
+            )
+            # Removed: the line it was on (at the base) comes first; the head has only its spec.
+            gone = self._base_line("Rollout", ("spec", "kubernetes_context")) if ka is None else []
+            self.raise_flag(
+                "kubernetes-context-changed",
+                what,
+                pick(
+                    [*gone, *self.index.where("Rollout", None, ("spec", "kubernetes_context"))],
+                    self.index.where("Rollout"),
+                    fallback=self.index.all(),
+                ),
+            )
+
+    def _base_line(self, kind: str, path: tuple[str, ...]) -> list[Location]:
+        """The line of ``path`` in the base's document of ``kind`` (Rollout, Mesh: one per
+        fleet), composed from the base's file for its marks: what a change removed has no
+        line at the head."""
+        analysis = self.index.base.analysis
+        doc = {"Rollout": analysis.fleet.rollout, "Mesh": analysis.fleet.mesh}.get(kind) if analysis else None
+        source = doc.source if doc is not None else None
+        if source is None:
+            return []
+        (diag,) = locate_all([Finding(source, path, "review.change", "")])
+        base = self.index.base
+        return [Location(base.rel(diag.file), diag.line, "base", base.commit)]
+
+    def ray_quota(self) -> None:
+        """``quota-below-ray-cluster``: a ClusterQueue's nominalQuota of a GPU flavor drops, for
+        some resource (``nvidia.com/gpu`` in device units, ``cpu`` in millicores, ``memory`` in
+        MiB), below what the RayClusters of its tenants hold there: each worker group's
+        declared ``replicas`` times its pod's requests, of the clusters that run now (in the
+        base), at their size in the head (a cluster shrunk with the cut is the smaller
+        workload). Kueue keeps an admitted workload admitted when nominalQuota drops
+        (kubernetes-sigs/kueue#5176) and counts the excess as borrowed (#746): in a cohort
+        the other queues may reclaim it, and once evicted the cluster is admitted again only
+        if it fits (nominalQuota plus borrowingLimit; without a cohort, nominalQuota)."""
+        cb, ca = self.base.get("cluster"), self.head.get("cluster")
+        if not cb or not ca:
+            return
+        running = {(c["namespace"], c["name"]) for c in cb["ray_clusters"]}
+        held = _ray_held(ca, running)
+        queue_of = {t["name"]: t["cluster_queue"] for t in ca["tenants"]}
+        before = {q["name"]: {x["flavor"]: x for x in q["quotas"]} for q in cb["cluster_queues"]}
+        for q in ca["cluster_queues"]:
+            for quota in q["quotas"]:
+                was = before.get(q["name"], {}).get(quota["flavor"])
+                if was is None:
+                    continue
+                olds = {r["name"]: r["nominal_quota"] for r in was["resources"]}
+                short, never = [], False
+                clusters: set[str] = set()
+                for r in quota["resources"]:
+                    amounts = {
+                        c: v
+                        for (t, c, f, res), v in held.items()
+                        if queue_of.get(t) == q["name"] and f == quota["flavor"] and res == r["name"]
+                    }
+                    total, now = sum(amounts.values()), r["nominal_quota"]
+                    if not (now < olds.get(r["name"], 0) and now < total):
+                        continue
+                    short.append(
+                        f"{r['name']} {_amount(r['name'], olds[r['name']])} -> {_amount(r['name'], now)}, "
+                        f"below the {_amount(r['name'], total)} they hold"
+                    )
+                    clusters |= set(amounts)
+                    limit = r["borrowing_limit"]
+                    never |= q["cohort"] is None or (limit is not None and total > now + limit)
+                if not short:
+                    continue
+                if never:
+                    room = (
+                        "once evicted (preempted, a node lost, a restart) it is not admitted again until "
+                        "the quota is raised: it needs more than "
+                        + ("the queue's nominalQuota, with no cohort to borrow from" if q["cohort"] is None
+                           else "nominalQuota and borrowingLimit together")
+                    )  # fmt: skip
+                else:
+                    room = (
+                        f"the excess counts as borrowed from cohort {q['cohort']}, which its other queues "
+                        "may reclaim (preempting the cluster); once evicted it is admitted again only if "
+                        "the cohort has room"
+                    )
+                self.raise_flag(
+                    "quota-below-ray-cluster",
+                    f"ClusterQueue {q['name']}'s quota of {quota['flavor']} drops below what its "
+                    f"RayCluster(s) {', '.join(sorted(clusters))} hold there ({'; '.join(short)}; their "
+                    "declared replicas times each worker's requests): Kueue keeps them admitted, over "
+                    f"quota; {room}",
+                    pick(
+                        self._allocation_where("queues", q["name"]),
+                        self.index.where("Allocation"),
+                        fallback=self.index.all(),
+                    ),
+                )
+
     def _ray_file(self, field: str) -> list[Location]:
         """The head's file named by the RayCluster's ``field`` (``lock_file``,
         ``index_ca_file``), as a whole-file location (its text is not YAML)."""
@@ -742,6 +1067,92 @@ class FlagRaiser:
             return []
         path = str(Path(ray.source.file).parent / name)
         return [Location(self.index.head.rel(path), 0, "head", self.index.head.commit)]
+
+
+@dataclass(frozen=True)
+class _Signer:
+    """One key of an allowed signers file: its line (1-based), principals, options (None:
+    none) and how a review shows it (fingerprint, comment, principals)."""
+
+    line: int
+    principals: str
+    options: str | None
+    shown: str
+
+
+def _fingerprint(key: str, comment: str = "") -> str:
+    """``ssh-ed25519 SHA256:... (comment "c")``: ``keytype base64`` as ``ssh-keygen -lf``
+    identifies it (:func:`~swarm_infra.resolve.keys.ssh_host_key_fingerprint`), the comment
+    whole; a value that does not decode is shown as it is (it passed no validation)."""
+    try:
+        shown = ssh_host_key_fingerprint(key)
+    except (ValueError, binascii.Error):
+        shown = key
+    return shown + (f' (comment "{comment}")' if comment else "")
+
+
+def _signers(text: str) -> dict[str, _Signer]:
+    """The keys (``keytype base64``) of an allowed signers file's ``text``. The text was
+    validated (:func:`swarm_infra.resolve.pull.allowed_signers_problems`: ``principals
+    [options] keytype base64 [comment]`` per line, option values without spaces), so its
+    fields split at spaces (ssh-keygen(1), ALLOWED SIGNERS). A key listed twice keeps its
+    first line."""
+    out: dict[str, _Signer] = {}
+    for number, raw in enumerate(text.split("\n"), 1):
+        line = raw.rstrip("\r")
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        parts = line.split(" ")
+        options = parts[1] if len(parts) > 1 and '="' in parts[1] else None
+        rest = parts[2:] if options is not None else parts[1:]
+        if len(rest) < 2:
+            continue
+        key, comment = f"{rest[0]} {rest[1]}", " ".join(rest[2:])
+        shown = _fingerprint(key, comment) + f" for principals {parts[0]}"
+        out.setdefault(key, _Signer(number, parts[0], options, shown))
+    return out
+
+
+def _pull(side: Snapshot) -> PullSpec | None:
+    """The Rollout's ``spec.pull`` of ``side`` (its allowed signers read), or None."""
+    rollout = side.analysis.fleet.rollout if side.analysis is not None else None
+    return rollout.pull if rollout is not None else None
+
+
+def _mesh(side: Snapshot) -> Mesh | None:
+    return side.analysis.fleet.mesh if side.analysis is not None else None
+
+
+def _ray_held(cluster: ClusterState, running: set[tuple[str, str]]) -> dict[tuple[str, str, str, str], int]:
+    """(tenant, RayCluster, flavor, resource) -> what the tenant's RayCluster, one of
+    ``running`` (namespace, name), holds of that flavor's quota: each worker group's
+    ``replicas`` times its pod's requests, in a quota's units (``nvidia.com/gpu`` device
+    units, ``cpu`` millicores, ``memory`` MiB). The head is left out: its quota is its
+    site's CPU flavor, made for the heads themselves."""
+    out: dict[tuple[str, str, str, str], int] = {}
+    for rc in cluster["ray_clusters"]:
+        if rc["tenant"] is None or (rc["namespace"], rc["name"]) not in running:
+            continue
+        for w in rc["workers"]:
+            if w["flavor"] is None or not w["replicas"]:
+                continue
+            for res, each in (
+                ("nvidia.com/gpu", w["gpus"]),
+                ("cpu", w["cpus"] * 1000),
+                ("memory", w["memory_gib"] * 1024),
+            ):
+                key = (rc["tenant"], rc["name"], w["flavor"], res)
+                out[key] = out.get(key, 0) + w["replicas"] * each
+    return out
+
+
+def _amount(resource: str, value: int) -> str:
+    """A quota amount in its resource's unit (``8``, ``96 CPUs``, ``512 GiB``)."""
+    if resource == "cpu":
+        return f"{value / 1000:g} CPUs"
+    if resource == "memory":
+        return f"{value / 1024:g} GiB"
+    return str(value)
 
 
 def _ray(state: DesiredState) -> RayNodeState | None:

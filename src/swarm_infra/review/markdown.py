@@ -8,7 +8,12 @@ With a ``limit`` (GitHub's 65,536 characters) lists are capped, and a whole deta
 that does not fit in what is left is left out (later, smaller ones are still shown), with a
 last line naming what was left out and where the full report is (CI's artifact); values
 are cut to :data:`VALUE_CHARS` in the comment and field paths to :data:`PATH_CHARS` from
-their start (the leaf stays), both whole in the full report.
+their start (the leaf stays), both whole in the full report. What decides who is trusted is
+never cut: a flag's reason is shown whole, and a value that holds a public key is shown
+whole, each SSH key in it as its fingerprint (``ssh-ed25519 SHA256:...``, as ``ssh-keygen
+-lf`` prints it; its comment stays beside it) in the comment, as it is in the full report.
+With more than one fleet, each fleet's details come under a heading of their own and each
+collapsed ``<details>`` names its fleet.
 
 Everything that comes from the fleet (names, values, messages, file names) is escaped:
 in prose every character that can start Markdown syntax inline is backslash-escaped and ``& < > "`` become
@@ -19,12 +24,15 @@ escaped. Link targets are percent-encoded.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import re
 from collections import defaultdict
 from typing import Any
 from urllib.parse import quote
 
+from ..resolve.keys import ssh_host_key_fingerprint
 from .model import (
     ABSENT,
     LAYER_TITLES,
@@ -68,21 +76,62 @@ def code(value: object, limit: int = VALUE_CHARS) -> str:
 
 _FULL = [False]  # rendering the full report: values are not cut
 
+# An OpenSSH public key as ``keytype base64`` (in a host key, an allowed signers line, a
+# revoked signer), of the types OpenSSH uses: its blob starts with the type's name, so the
+# base64 starts with "AAAA" (the length's high bytes).
+_SSH_KEY = re.compile(
+    r"(?P<type>ssh-ed25519|ssh-rsa|ssh-dss|ecdsa-sha2-nistp(?:256|384|521)|"
+    r"sk-ssh-ed25519@openssh\.com|sk-ecdsa-sha2-nistp256@openssh\.com) (?P<data>AAAA[A-Za-z0-9+/]+={0,2})"
+)
+# A WireGuard public key (wg(8), KEY FORMAT: 32 bytes in padded base64), standing alone.
+_WG_KEY = re.compile(r"(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{42}[AEIMQUYcgkosw048]=(?![A-Za-z0-9+/=])")
+
+
+def _ssh_fingerprint(m: re.Match[str]) -> str:
+    """The key ``m`` matched as its fingerprint (``type SHA256:...``), when its blob is a key of
+    that type; else as it is."""
+    try:
+        blob = base64.b64decode(m["data"], validate=True)
+    except binascii.Error:
+        return m[0]
+    size = int.from_bytes(blob[:4], "big")
+    if blob[4 : 4 + size] != m["type"].encode():
+        return m[0]
+    return ssh_host_key_fingerprint(m[0])
+
+
+def keys_shown(s: str) -> tuple[str, bool]:
+    """``s`` with every SSH public key in it as its fingerprint (``ssh-ed25519 SHA256:...``:
+    the SHA-256 of its blob in unpadded base64, as ``ssh-keygen -lf`` prints it; what follows
+    the key, its comment, stays), and whether ``s`` holds a public key (SSH or WireGuard)."""
+    shown, ssh = _SSH_KEY.subn(_ssh_fingerprint, s)
+    return shown, bool(ssh) or bool(_WG_KEY.search(s))
+
+
+def cell(s: str) -> str:
+    """A value's text in ``<code>``: cut to :data:`VALUE_CHARS` in the comment, whole in the
+    full report; a value holding a public key is never cut (who is trusted is never
+    silenced), its SSH keys shown as fingerprints in the comment."""
+    if _FULL[0]:
+        return code(s, 10**9)
+    shown, keyed = keys_shown(s)
+    return code(shown, 10**9 if keyed else VALUE_CHARS)
+
 
 def value(v: Any) -> str:
     """A desired-state value: scalars as they are, containers as compact JSON; cut to
-    :data:`VALUE_CHARS` in the comment, whole in the full report (``render(r, None)``)."""
-    limit = 10**9 if _FULL[0] else VALUE_CHARS
+    :data:`VALUE_CHARS` in the comment, whole in the full report (``render(r, None)``) and
+    whole where it holds a key (:func:`cell`)."""
     if v is ABSENT or v == ABSENT:
         return "(none)"
     if isinstance(v, dict) and set(v) in ({"removed"}, {"added"}):
         sign = "\N{MINUS SIGN}" if "removed" in v else "+"
         items = v["removed"] if "removed" in v else v["added"]
         shown = (x if isinstance(x, str) else json.dumps(x, separators=(",", ":")) for x in items)
-        return code(", ".join(f"{sign}{x}" for x in shown) or "(nothing)", limit)
+        return cell(", ".join(f"{sign}{x}" for x in shown) or "(nothing)")
     if isinstance(v, str):
-        return code(v, limit)
-    return code(json.dumps(v, sort_keys=True, separators=(",", ":")), limit)
+        return cell(v)
+    return cell(json.dumps(v, sort_keys=True, separators=(",", ":")))
 
 
 PATH_CHARS = 160  # the most of a field's path shown in the comment (its end: the leaf)
@@ -169,7 +218,7 @@ def _details(summary: str, body: str) -> str:
     return f"<details><summary>{summary}</summary>\n\n{body}\n\n</details>"
 
 
-def _node_blocks(fr: FleetReview, url: str | None, limit: int | None) -> list[str]:
+def _node_blocks(fr: FleetReview, url: str | None, limit: int | None, who: str = "") -> list[str]:
     if not fr.nodes:
         return ["### Nodes\n\nNo node's desired state changes."]
     blocks = [f"### Nodes\n\n{fr.nodes_changed} node(s) change."]
@@ -188,11 +237,11 @@ def _node_blocks(fr: FleetReview, url: str | None, limit: int | None) -> list[st
         listing = "\n".join(
             f"- {_change_text(c)}: {names(c.nodes, limit and NAMES_SHOWN)}" for c in _shown(changes, limit)
         ) + _more(len(changes), limit, "changes")
-        blocks.append(_details(f"Nodes of each {LAYER_TITLES[layer]} change", listing))
+        blocks.append(_details(f"{who}Nodes of each {LAYER_TITLES[layer]} change", listing))
     return blocks
 
 
-def _mesh_blocks(fr: FleetReview, url: str | None, limit: int | None) -> list[str]:
+def _mesh_blocks(fr: FleetReview, url: str | None, limit: int | None, who: str = "") -> list[str]:
     m = fr.mesh
     topo = []
     for label, items in (
@@ -239,7 +288,7 @@ def _mesh_blocks(fr: FleetReview, url: str | None, limit: int | None) -> list[st
             f"- {code(p.peer)} ({p.what}): {names(p.nodes, limit and NAMES_SHOWN)}"
             for p in _shown(m.peers, limit)
         ) + _more(len(m.peers), limit, "peer changes")
-        blocks.append(_details("Nodes of each peer change", listing))
+        blocks.append(_details(f"{who}Nodes of each peer change", listing))
     return blocks
 
 
@@ -335,7 +384,8 @@ def _flag_blocks(fr: FleetReview, url: str | None, limit: int | None, shown: int
     if not fr.flags:
         return ["### Risk flags\n\nNone."]
     flags = fr.flags if shown is None else fr.flags[:shown]
-    rows = [[_STATUS[f.action], code(f.rule), text(f.reason, 600), links(f.where, url)] for f in flags]
+    # A reason is shown whole: what a flag is about (a key, a remote) must never be cut off.
+    rows = [[_STATUS[f.action], code(f.rule), text(f.reason, 10**9), links(f.where, url)] for f in flags]
     note = "\n\nThe base's ReviewPolicy decides what blocks." + (
         " This change edits the ReviewPolicy: the new policy applies once it is merged."
         if fr.policy_changed
@@ -395,10 +445,13 @@ def fleet_summary_blocks(fr: FleetReview, url: str | None, limit: int | None) ->
     return [title, *_flag_blocks(fr, url, limit), *_rollout_blocks(fr)]
 
 
-def fleet_detail_blocks(fr: FleetReview, url: str | None, limit: int | None) -> list[str]:
+def fleet_detail_blocks(
+    fr: FleetReview, url: str | None, limit: int | None, named: bool = False
+) -> list[str]:
     """The details, in the order they are shown (those that do not fit a comment left out): the
     head's diagnostics, or node changes by layer, the mesh, cluster objects, capacity.
-    Long tables sit in collapsed ``<details>``."""
+    Long tables sit in collapsed ``<details>``; with ``named`` (a review of several fleets)
+    each ``<details>`` summary starts with the fleet's name."""
     if fr.invalid:
         rows = [
             [links([p.location], url), code(f"{p.severity}[{p.rule}]"), code(p.path), text(p.message)]
@@ -418,13 +471,14 @@ def fleet_detail_blocks(fr: FleetReview, url: str | None, limit: int | None) -> 
         if not fr.base_resolved:
             return base
     name = text(fr.fleet)
+    who = f"{name}: " if named else ""
     return [
         *base,
         *(
             _fold(b, f"{name}: details")
             for b in (
-                *_node_blocks(fr, url, limit),
-                *_mesh_blocks(fr, url, limit),
+                *_node_blocks(fr, url, limit, who),
+                *_mesh_blocks(fr, url, limit, who),
                 *_object_blocks(fr, url, limit),
                 *_capacity_blocks(fr),
             )
@@ -491,20 +545,30 @@ def _render(r: Review, limit: int | None) -> str:
     out = list(fixed)
     size = sum(len(b) + 2 for b in out)
     details: list[tuple[str, str]] = []
+    # With several fleets, each fleet's details sit under a heading of their own (before its
+    # first block shown) and its collapsed blocks name it: else which fleet a table or a
+    # listing belongs to is lost once the summaries are above.
+    several = len(r.fleets) > 1
     for fr in r.fleets:
-        details += [(fr.fleet, b) for b in fleet_detail_blocks(fr, r.repo_url, limit)]
-    if details:
+        details += [(fr.fleet, b) for b in fleet_detail_blocks(fr, r.repo_url, limit, several)]
+    if details and not several:
         out.append("## Details")
         size += 12
     left: list[tuple[str, str]] = []  # blocks that did not fit: named at the end
+    headed: set[str] = set()
     for fleet, block in details:
+        heading = f"## Details of fleet {code(fleet)}" if several and fleet not in headed else ""
+        extra = len(heading) + 2 if heading else 0
         # A block too long for what is left is left out, and the later ones that fit still
         # shown: a long node listing must not take the mesh, objects and capacity with it.
-        if limit is not None and size + len(block) + 2 > limit - note_room:
+        if limit is not None and size + extra + len(block) + 2 > limit - note_room:
             left.append((fleet, block))
             continue
+        if heading:
+            out.append(heading)
+            headed.add(fleet)
         out.append(block)
-        size += len(block) + 2
+        size += extra + len(block) + 2
     if left:
         sections = []
         for f, b in left:
