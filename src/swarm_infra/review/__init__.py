@@ -565,7 +565,9 @@ def review(
                 out.fleets = [f for f in out.fleets if f.fleet not in (old, new)] + [fr]
             for fr in out.fleets:
                 if fr.base_exists and not fr.head_exists:
-                    fr.flags.insert(0, _fleet_removed(fr, len(identities.get(fr.fleet, {}).get("base", ()))))
+                    # The one flag: every other rule would judge the fleet's settings going
+                    # to nothing (a drain grace of none, no context), which the removal says.
+                    fr.flags = [_fleet_removed(fr, len(identities.get(fr.fleet, {}).get("base", ())))]
                 _verdicts(out, fr)
         finally:
             cache.close()
