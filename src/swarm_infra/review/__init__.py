@@ -30,7 +30,7 @@ from ..resolve.addons import LOCAL_PATH_NAMESPACE
 from ..resolve.flavors import CPU_FLAVOR_PREFIX
 from ..resolve.layers import LAYERS as NODE_LAYERS
 from .diff import capacity_rows, mesh_impact, node_changes, object_changes, rollout_fields
-from .flags import FlagRaiser
+from .flags import AppliedState, FlagRaiser
 from .git import (
     GitError,
     MergeConflict,
@@ -38,6 +38,8 @@ from .git import (
     changed_files,
     fleet_dirs,
     fleet_names,
+    is_ancestor,
+    list_refs,
     merge_base,
     merge_commit,
     resolve_ref,
@@ -213,13 +215,17 @@ def review_fleet(
     head_schemas: bool = False,
     base_fleet: str | None = None,
     identities: dict[str, set[tuple[str, str]]] | None = None,
+    applied: AppliedState | None = None,
+    notes: list[str] | None = None,
 ) -> FleetReview:
     """The review of ``fleet`` between commits ``base`` and ``head`` (see the module doc).
     ``head_schemas``: also check the head's documents against the head's own ``schemas/``
     (when the change touches them); their errors are head problems (exit 2).
     ``base_fleet``: the fleet's name at the base when the change renames it (default
     ``fleet``). ``identities``, when given, gets each side's node identities
-    (:func:`node_identities`) under ``"base"`` and ``"head"``."""
+    (:func:`node_identities`) under ``"base"`` and ``"head"``. ``applied``: what the fleet's
+    apply record says of the base (a canary merged is not a canary converged); ``notes``
+    gets what the reader must know that is no flag."""
     old = base_fleet or fleet
     # Both trees are written first, so that a large fleet's files of both refs are parsed in
     # worker processes while this one validates and resolves the head.
@@ -266,7 +272,7 @@ def review_fleet(
     assert analysis is not None  # one side at least loaded a fleet to get here
     policy: ReviewPolicy = analysis.fleet.review
     fr.policy_changed = bool(index.where("ReviewPolicy"))
-    raiser = FlagRaiser(bs, hs, policy, index, fr.nodes)
+    raiser = FlagRaiser(bs, hs, policy, index, fr.nodes, applied)
     raiser.rollout(touched)
     raiser.rollout_loosened(fr.rollout)
     raiser.driver()
@@ -286,7 +292,30 @@ def review_fleet(
     raiser.drain()
     raiser.ray_quota()
     fr.flags = flags + raiser.flags
+    if notes is not None:
+        notes.extend(f"{fleet}: {n}" for n in raiser.notes)
     return fr
+
+
+APPLIED_REFS = "refs/swarm/applied/"  # + fleet: the commit it was last applied at (apply.yml)
+
+
+def applied_records(repo: Path) -> dict[str, str]:
+    """The apply records in ``repo``: fleet -> the commit of ``refs/swarm/applied/<fleet>``
+    (apply.yml moves it after the fleet's converge and ``pulumi up`` succeed; review.yml
+    copies them into the clone it reviews in). Empty when none was fetched."""
+    return {ref[len(APPLIED_REFS) :]: sha for ref, sha in list_refs(repo, APPLIED_REFS).items()}
+
+
+def _applied(repo: Path, records: Mapping[str, str], fleet: str, base: str) -> AppliedState:
+    """What ``records`` say of ``fleet`` at ``base`` (:class:`~.flags.AppliedState`): no
+    record read at all is unknown; a fleet without one was never applied."""
+    if not records:
+        return AppliedState(None, None)
+    record = records.get(fleet)
+    if record is None:
+        return AppliedState(None, False)
+    return AppliedState(record, is_ancestor(repo, base, record))
 
 
 def node_identities(state: Mapping[str, Any]) -> set[tuple[str, str]]:
@@ -547,18 +576,41 @@ def review(
     # the end: the cyclic GC would rescan them again and again (at 10,000 nodes it doubled
     # the time) and find nothing to free.
     with tempfile.TemporaryDirectory(prefix="swarm-review-") as tmp, no_gc():
+        records = applied_records(repo)
         try:
             identities: dict[str, dict[str, set[tuple[str, str]]]] = {}
             for name in names:
                 ids: dict[str, set[tuple[str, str]]] = {}
-                fr = review_fleet(repo, name, b, h, files, Path(tmp) / name, cache, head_schemas, None, ids)
+                state = _applied(repo, records, name, b)
+                fr = review_fleet(
+                    repo,
+                    name,
+                    b,
+                    h,
+                    files,
+                    Path(tmp) / name,
+                    cache,
+                    head_schemas,
+                    identities=ids,
+                    applied=state,
+                    notes=out.notes,
+                )
                 identities[name] = ids
                 out.fleets.append(fr)
             # A fleet renamed is one review of the old fleet's base against the new one's head
             # (its nodes matched by address and SSH target), not a removal and a new fleet.
             for old, new, shared in _match_renames(out.fleets, identities):
                 fr = review_fleet(
-                    repo, new, b, h, files, Path(tmp) / f"{old}-{new}", cache, head_schemas, old
+                    repo,
+                    new,
+                    b,
+                    h,
+                    files,
+                    Path(tmp) / f"{old}-{new}",
+                    cache,
+                    head_schemas,
+                    base_fleet=old,
+                    applied=_applied(repo, records, old, b),
                 )
                 fr.flags.insert(0, _fleet_renamed(fr, old, shared))
                 fr.base_exists, fr.base_fleet = True, old

@@ -223,6 +223,18 @@ def _fmt_counts(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{n} {k}" for k, n in counts.items())
 
 
+@dataclass(frozen=True)
+class AppliedState:
+    """What the fleet's apply record says of the base (``refs/swarm/applied/<fleet>``,
+    moved by apply.yml after an apply whose converge and ``pulumi up`` succeeded):
+    ``record`` its commit (None: the fleet has none, or no record was read at all), and
+    ``base_applied`` whether the record contains the base commit (True: everything merged
+    in the base has converged; False: not yet; None: cannot be known, no record was read)."""
+
+    record: str | None
+    base_applied: bool | None
+
+
 class FlagRaiser:
     """Raises the flags of one fleet's change (see the module doc)."""
 
@@ -233,10 +245,13 @@ class FlagRaiser:
         policy: ReviewPolicy,
         index: ChangeIndex,
         node_changes: list[NodeChange],
+        applied: AppliedState | None = None,
     ) -> None:
         self.base, self.head, self.policy, self.index = base, head, policy, index
         self.node_changes = node_changes
+        self.applied = applied or AppliedState(None, None)
         self.flags: list[Flag] = []
+        self.notes: list[str] = []  # what the reader must know that is no flag (plain text)
 
     def raise_flag(self, rule: str, reason: str, where: list[Location]) -> None:
         action = self.policy.flags[rule]
@@ -311,11 +326,12 @@ class FlagRaiser:
         }
         for (group_models, _), nodes in sorted(groups.items()):
             new = {json.dumps(_gpu(after[n])["driver"], sort_keys=True) for n in nodes}
-            if (
-                len(nodes) <= canary_hosts
-                or all((group_models, d) in running for d in new)
-                or not canary_batch.isdisjoint(nodes)
-            ):
+            if len(nodes) <= canary_hosts or not canary_batch.isdisjoint(nodes):
+                continue
+            if all((group_models, d) in running for d in new):
+                # The canary went before, in the base: merged. Whether it converged is the
+                # apply record's to say (a merged canary that never applied proves nothing).
+                self._canary_converged(group_models, nodes)
                 continue
             profiles = sorted({_gpu(after[n])["profile"] or "" for n in nodes})
             old_from = sorted({_gpu(before[n])["profile"] or "(no profile)" for n in nodes})
@@ -332,6 +348,30 @@ class FlagRaiser:
                 f"({', '.join(nodes[:canary_hosts])}: an Assignment with a higher precedence for it), "
                 "then on the rest",
                 pick(where, fallback=self._node_where(set(nodes))),
+            )
+
+    def _canary_converged(self, group_models: tuple[str, ...], nodes: list[str]) -> None:
+        """A group's driver passes because a canary of its GPU model runs the new driver in
+        the base: flag ``driver-without-canary`` when the apply record says the base has not
+        converged, and say so plainly when no record could be read."""
+        models, base = ", ".join(group_models), self.index.base.commit
+        if self.applied.base_applied is None:
+            self.notes.append(
+                f"the new driver of {len(nodes)} {models} node(s) is judged on its canary in the base, "
+                "but whether that canary converged cannot be known: no apply record "
+                "(refs/swarm/applied/<fleet>) was read; fetch them "
+                "(git fetch origin 'refs/swarm/applied/*:refs/swarm/applied/*') or check swarm status"
+            )
+        elif not self.applied.base_applied:
+            record = self.applied.record
+            said = f"the last apply was at {record[:12]}, which" if record else "it was never applied, and"
+            self.raise_flag(
+                "driver-without-canary",
+                f"the NVIDIA driver changes on {len(nodes)} {models} node(s) after its canary, but the "
+                f"canary is only merged, not converged: {said} does not contain the base {base[:12]} "
+                "(refs/swarm/applied/<fleet>, moved when an apply's converge succeeds); wait for the "
+                "canary's apply to succeed, then re-run this review",
+                self._node_where(set(nodes)),
             )
 
     def rollout_loosened(self, changes: list[FieldChange]) -> None:

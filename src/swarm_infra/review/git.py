@@ -149,6 +149,20 @@ def merge_commit(repo: Path, base: str, head: str) -> str:
     return out.decode().strip()
 
 
+def list_refs(repo: Path, prefix: str) -> dict[str, str]:
+    """The refs of ``repo`` under ``prefix`` (e.g. ``refs/swarm/applied/``): full ref name
+    -> the commit id it names (``git for-each-ref``)."""
+    out = git(repo, "for-each-ref", "--format=%(refname) %(objectname)", prefix).decode()
+    return dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
+
+
+def is_ancestor(repo: Path, commit: str, descendant: str) -> bool:
+    """Whether ``commit`` is ``descendant`` or one of its ancestors (``git merge-base
+    --is-ancestor``: exit 0 yes, 1 no); False when either is unknown here."""
+    done = gitrun(["-C", str(repo), "merge-base", "--is-ancestor", commit, descendant], check=False)
+    return done.returncode == 0
+
+
 def changed_files(repo: Path, base: str, head: str) -> list[str]:
     """Repository-relative paths that differ between commits ``base`` and ``head`` (added,
     removed, changed, mode changes; renames are a removal and an addition), sorted."""
