@@ -5,7 +5,7 @@
 #     the fleets whose files differ between BEFORE and AFTER (inventory/NAME, policies/NAME,
 #     or policies/shared, which counts for every fleet), or every fleet at AFTER when a rule
 #     file changed (schemas/, src/, roles/, playbooks/, plugins/, deploys/, stacks/, jobs/,
-#     scripts/, .github/, ansible.cfg, Pulumi*.yaml, pyproject.toml: the same list as
+#     scripts/, .github/, ansible.cfg, Pulumi*.yaml, pyproject.toml, inventory/*.py: the same list as
 #     swarm_infra.review.git.RULE_PATTERNS), or BEFORE is unknown (a new branch, a force push).
 #
 #   scripts/changed-fleets.sh --since-applied AFTER
@@ -46,7 +46,7 @@ changed() {  # changed BEFORE: the fleets of AFTER to apply since BEFORE, one pe
     return
   fi
   paths=$(git diff-tree -r --no-renames --name-only "$before" "$after")
-  if grep -qE '^(schemas|src|roles|playbooks|plugins|deploys|stacks|jobs|scripts|\.github)/|^(ansible\.cfg|Pulumi[^/]*\.yaml|pyproject\.toml)$' <<< "$paths" ||
+  if grep -qE '^(schemas|src|roles|playbooks|plugins|deploys|stacks|jobs|scripts|\.github)/|^(ansible\.cfg|Pulumi[^/]*\.yaml|pyproject\.toml|inventory/[^/]*\.py)$' <<< "$paths" ||
      grep -q '^policies/shared/' <<< "$paths"; then
     printf '%s\n' "$all"
   else

@@ -16,6 +16,7 @@
 #             exact: HEAD_SHA is already the merge result (a merge queue's merge_group
 #             commit) and BASE_SHA the commit it was made on.
 #   REPO_URL  https://github.com/OWNER/REPO, to make locations links (optional)
+#   CLAIM     the head's claim file (head-plan.yml's artifact), when there is one (optional)
 #   GITHUB_OUTPUT  when set, gets exit_code=N (the review's exit code)
 # Writes OUT_DIR/review.md (the comment, with the <!-- swarm-review --> marker),
 # OUT_DIR/review-full.md (the whole report) and OUT_DIR/exit_code.
@@ -40,6 +41,9 @@ esac
 args=(review --base "$base" --head "$head" "$mode" --out "$out/review.md" --full "$out/review-full.md")
 if [ -n "${REPO_URL:-}" ]; then
   args+=(--repo-url "$REPO_URL")
+fi
+if [ -n "${CLAIM:-}" ] && [ -f "$CLAIM" ]; then
+  args+=(--claim "$CLAIM")  # the head's claim (head-plan.yml): data, shown, never judged
 fi
 # The review compares the merge result with the base's tip (or, in exact mode, the merge
 # queue's commit with its base), validates it (its diagnostics are the comment when it is

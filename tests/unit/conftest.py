@@ -78,6 +78,7 @@ def committed(repo: Path, dirs: Iterable[str] = FLEET_DIRS, files: Mapping[str, 
     for d in dirs:
         shutil.copytree(ROOT / d, repo / d)
     for path, text in (files or {}).items():
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
         (repo / path).write_text(text)
     git(repo, "init", "-q", "-b", "main")
     git(repo, "add", "-A")

@@ -37,6 +37,7 @@ from .test_review_workflow import WORKFLOWS, run_step, runner
 ALLOC = "policies/example/scheduling.yaml"
 ACME = "{flavor: h100-sxm5-80gb, nominal_quota: 48,"
 HELIX = "{flavor: h100-sxm5-80gb, nominal_quota: 24,"
+CLAIMED = "9" * 40  # a head that head-plan.yml ran on (run 99), in the targets script's tests
 
 
 @pytest.fixture(scope="module")
@@ -216,8 +217,11 @@ def _targets(
         "const out = {};\n"
         f"const context = {json.dumps(context)};\n"
         f"const pulls = {json.dumps(pulls)};\n"
-        "const github = {rest: {pulls: {list: 'list'}}, paginate: async (fn, args) => "
-        "(args.state === 'open' && args.base === 'main' ? pulls : [])};\n"
+        "const github = {rest: {pulls: {list: 'list'}, actions: {listWorkflowRuns: async (a) => "
+        "({data: {workflow_runs: a.workflow_id === 'head-plan.yml' && a.status === 'success' && "
+        f"a.head_sha === '{CLAIMED}' ? [{{id: 99}}] : []}}}})}}, repos: {{getBranch: async (a) => "
+        "({data: {commit: {sha: 'c'.repeat(40)}}})}}, paginate: async (fn, args) => "
+        "(args.state === 'open' && (args.base === 'main' || args.base === undefined) ? pulls : [])};\n"
         "const core = {setOutput: (k, v) => { out[k] = v; }, warning: () => {}};\n"
         f"(async () => {{\n{script}\n}})().then(() => console.log(out.targets));\n"
     )
@@ -234,7 +238,30 @@ def test_the_targets_job_picks_the_merge_result_of_every_open_pull_request() -> 
     # pull_request_target: the base is GITHUB_SHA (the base branch's last commit), not base.sha.
     pr = {"pull_request": {"number": 5, "head": {"sha": head}, "base": {"sha": "c" * 40}}}
     assert _targets("pull_request_target", pr, []) == [
-        {"number": 5, "base": "a" * 40, "head": head, "ref": "refs/pull/5/head", "mode": "merge"}
+        {
+            "number": 5,
+            "base": "a" * 40,
+            "head": head,
+            "ref": "refs/pull/5/head",
+            "mode": "merge",
+            "claim_run": 0,
+        }
+    ]
+    # head-plan's successful run on that head is the claim's (its id, for download-artifact).
+    pr = {"pull_request": {"number": 5, "head": {"sha": CLAIMED}}}
+    assert _targets("pull_request_target", pr, [])[0]["claim_run"] == 99
+    # workflow_run (head-plan completed): the open pull request of that head, on its base's tip.
+    pulls = [{"number": 8, "draft": False, "head": {"sha": CLAIMED}, "base": {"ref": "main"}}]
+    run = {"workflow_run": {"head_sha": CLAIMED}}
+    assert _targets("workflow_run", run, pulls) == [
+        {
+            "number": 8,
+            "base": "c" * 40,
+            "head": CLAIMED,
+            "ref": "refs/pull/8/head",
+            "mode": "merge",
+            "claim_run": 99,
+        }
     ]
     # push to main: every open, non-draft pull request against it; a malformed sha is dropped.
     pulls = [
@@ -257,5 +284,6 @@ def test_the_targets_job_picks_the_merge_result_of_every_open_pull_request() -> 
             "head": "f" * 40,
             "ref": "refs/heads/gh-readonly-queue/main/pr-3-x",
             "mode": "exact",
+            "claim_run": 0,
         }
     ]

@@ -119,7 +119,10 @@ def test_a_library_change_is_listed_as_rules_changed(repo: Path) -> None:
     commit(repo, "library and stack config")
     r = review(repo, "HEAD~1")
     assert r.rules_changed == ["Pulumi.prod.yaml", "src/swarm_infra/extra.py"]
-    assert r.summary.startswith("⚠️ example: 0 nodes change") and "rules changed: 2 files" in r.summary
+    # The library is code (its effect is the head's claim's to show), the stack file is not.
+    assert r.code_changed == ["src/swarm_infra/extra.py"]
+    assert r.summary.startswith("⚠️ example: by the base's code 0 nodes change")
+    assert "the effect of the head's code is unknown" in r.summary and "rules changed: 2 files" in r.summary
     assert r.exit_code == 0
 
 
@@ -439,6 +442,7 @@ _EVENT = {
     "${{ matrix.pull.mode }}": "MODE",
     "${{ matrix.pull.number }}": "NUMBER",
     "${{ runner.temp }}/applied.txt": "RECORDS",
+    "${{ runner.temp }}/claim/claim.json": "CLAIM",
     "${{ github.server_url }}/${{ github.repository }}": "URL",
     "${{ steps.review.outputs.exit_code }}": "CODE",
 }
@@ -458,7 +462,13 @@ def run_step(name: str, cwd: Path, values: dict[str, str], workspace: Path, runn
     env = {**os.environ, "GITHUB_WORKSPACE": str(workspace), "RUNNER_TEMP": str(runner_temp)}
     env["GITHUB_OUTPUT"] = str(runner_temp / "github_output")
     env["PYTHONPATH"] = str(ROOT / "src")  # the reviewer venv's package: this checkout's
-    values = {"MODE": "merge", "NUMBER": "7", "RECORDS": str(runner_temp / "applied.txt"), **values}
+    values = {
+        "MODE": "merge",
+        "NUMBER": "7",
+        "RECORDS": str(runner_temp / "applied.txt"),
+        "CLAIM": str(runner_temp / "claim" / "claim.json"),
+        **values,
+    }
     for key, expr in dict(step.get("env") or {}).items():  # type: ignore[call-overload]
         env[key] = values[_EVENT[expr]]
     where = cwd / str(step.get("working-directory", "."))

@@ -15,12 +15,26 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
+from ..cluster import build
+from ..fleet.diagnostics import FleetInvalid
 from ..fleet.sources import FLEET_NAME
+from ..resolve import desired_state, load_fleet
 from ..review import GitError, review, summarize
-from ..review.git import fleet_names, resolve_ref, toplevel, tree_files, uncommitted, worktree_commit
+from ..review.claim import ClaimInvalid, claim_document, read_claim
+from ..review.git import (
+    fleet_dirs,
+    fleet_names,
+    resolve_ref,
+    toplevel,
+    tree_files,
+    tree_of,
+    uncommitted,
+    worktree_commit,
+)
 from ..review.markdown import GITHUB_LIMIT, render
-from .common import EXIT_INVALID, at_least, emit, format_arg, output_problem
+from .common import EXIT_INVALID, EXIT_OK, at_least, emit, format_arg, output_problem
 
 
 def _fail(args: argparse.Namespace, message: str) -> int:
@@ -48,6 +62,13 @@ def cmd_review(args: argparse.Namespace) -> int:
                 args.out = None  # the error's JSON document goes to stdout instead
             return _fail(args, problem)
     fleets = args.fleet or None
+    claim: dict[str, Any] | None = None
+    claim_problem = None
+    if args.claim:
+        try:
+            claim = read_claim(Path(args.claim))
+        except ClaimInvalid as exc:  # the head's data: said, never fatal
+            claim_problem = f"the head's claim ({args.claim}) was not read: {exc}"
     try:
         repo = toplevel(Path.cwd())
         # --worktree: the working tree as `git add -A` would commit it, as an unreferenced
@@ -65,10 +86,19 @@ def cmd_review(args: argparse.Namespace) -> int:
                     f"(fleets: {', '.join(sorted(known)) or 'none'})",
                 )
         result = review(
-            repo, args.base, head, fleets, args.repo_url, exact_base=args.exact_base, merge=args.merge
+            repo,
+            args.base,
+            head,
+            fleets,
+            args.repo_url,
+            exact_base=args.exact_base,
+            merge=args.merge,
+            claim=claim,
         )
     except GitError as exc:
         return _fail(args, str(exc))
+    if claim_problem:
+        result.notes.append(claim_problem)
     if args.worktree:
         result.notes.append(
             "the head is the working tree (uncommitted edits included, as `git add -A` would commit "
@@ -104,6 +134,45 @@ def cmd_review(args: argparse.Namespace) -> int:
     else:
         emit(out.rstrip("\n"))
     return result.exit_code
+
+
+def cmd_claim(args: argparse.Namespace) -> int:
+    """Write the head's claim (:mod:`swarm_infra.review.claim`) of the checked-out commit:
+    every fleet's desired state and cluster objects as this checkout's code resolves them."""
+    problem = output_problem("--out", args.out, directory=False)
+    if problem:
+        print(f"swarm claim: {problem}", file=sys.stderr)
+        return EXIT_INVALID
+    try:
+        repo = toplevel(Path.cwd())
+        tree = tree_of(repo, "HEAD")
+        names = fleet_names(tree_files(repo, resolve_ref(repo, "HEAD")))
+    except GitError as exc:
+        print(f"swarm claim: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    dirty = uncommitted(repo)
+    if dirty:  # the claim is of HEAD's tree: uncommitted files would make it another's
+        print(
+            f"swarm claim: {len(dirty)} uncommitted fleet or rule file(s): commit them first", file=sys.stderr
+        )
+        return EXIT_INVALID
+    fleets: dict[str, dict[str, Any]] = {}
+    for name in names:
+        try:
+            state = desired_state(load_fleet([repo / d for d in fleet_dirs(name) if (repo / d).is_dir()]))
+            objects = list(build(state).all())
+        except FleetInvalid as exc:
+            fleets[name] = {"error": f"invalid ({len(exc.report.errors)} error(s))"}
+            continue
+        except ValueError as exc:  # a scope or topology the cluster layer refuses
+            fleets[name] = {"error": str(exc)[:300]}
+            continue
+        fleets[name] = {"nodes": state["nodes"], "objects": objects, "error": None}
+    Path(args.out).write_text(
+        json.dumps(claim_document(tree, fleets), sort_keys=True) + "\n", encoding="utf-8"
+    )
+    print(f"swarm claim: {len(fleets)} fleet(s) of tree {tree[:12]} written to {args.out}", file=sys.stderr)
+    return EXIT_OK
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -185,4 +254,25 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         metavar="URL",
         help="make locations links to lines at their commit: https://github.com/OWNER/REPO",
     )
+    p.add_argument(
+        "--claim",
+        metavar="FILE",
+        help="the head's claim (what `swarm claim` wrote in head-plan.yml, with the head's own code): "
+        "read as data and shown beside the review, never judged; when the change touches code, "
+        "without it the comment says the code's effect is unknown",
+    )
     p.set_defaults(func=cmd_review, host_tools=("review",))
+    c = sub.add_parser(
+        "claim",
+        help="write what this checkout's code resolves every fleet to (the head's claim, for swarm review)",
+        description="Resolve every fleet of the checked-out commit with this checkout's code and write "
+        "their desired states and cluster objects, with the commit's tree id, as one JSON file: the "
+        "head's claim that `swarm review --claim` shows beside the base's verdict. head-plan.yml runs it "
+        "on a pull request's merge commit, with no secrets. Refuses uncommitted fleet or rule files "
+        "(the claim must be of the commit).",
+        epilog="Exit codes: 0 written (a fleet that does not resolve is recorded as such); 2 not a Git "
+        "repository, uncommitted files, or an --out that cannot be written. "
+        "Example: swarm claim --out claim.json",
+    )
+    c.add_argument("--out", required=True, metavar="FILE", help="where to write the claim (JSON)")
+    c.set_defaults(func=cmd_claim, host_tools=("review",))

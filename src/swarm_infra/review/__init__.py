@@ -29,6 +29,7 @@ from ..fleet.model import ReviewPolicy
 from ..resolve.addons import LOCAL_PATH_NAMESPACE
 from ..resolve.flavors import CPU_FLAVOR_PREFIX
 from ..resolve.layers import LAYERS as NODE_LAYERS
+from .claim import compare as compare_claim
 from .diff import capacity_rows, mesh_impact, node_changes, object_changes, rollout_fields
 from .flags import AppliedState, FlagRaiser
 from .git import (
@@ -39,12 +40,14 @@ from .git import (
     fleet_dirs,
     fleet_names,
     is_ancestor,
+    is_code,
     list_refs,
     merge_base,
     merge_commit,
     resolve_ref,
     rule_files,
     tree_files,
+    tree_of,
 )
 from .load import (
     HEAD_SCHEMA_RULE,
@@ -217,6 +220,8 @@ def review_fleet(
     identities: dict[str, set[tuple[str, str]]] | None = None,
     applied: AppliedState | None = None,
     notes: list[str] | None = None,
+    claim: Mapping[str, Any] | None = None,
+    tree: str = "",
 ) -> FleetReview:
     """The review of ``fleet`` between commits ``base`` and ``head`` (see the module doc).
     ``head_schemas``: also check the head's documents against the head's own ``schemas/``
@@ -264,6 +269,7 @@ def review_fleet(
     fr.layers = [layer for layer in LAYERS if any(layer in t for t in touched.values())]
     fr.mesh = mesh_impact(bs["nodes"], hs["nodes"], bs["cluster"], hs["cluster"])
     fr.objects = object_changes(base_snap.objects or {}, head_snap.objects or {})
+    fr.claim = compare_claim(claim, fleet, tree, hs["nodes"], head_snap.objects or {})
     fr.objects_error = head_snap.objects_error or base_snap.objects_error
     fr.capacity = capacity_rows(bs["cluster"], hs["cluster"])
     fr.rollout = rollout_fields(bs.get("rollout"), hs.get("rollout"))
@@ -442,9 +448,25 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def fleet_summary(fr: FleetReview, head: str = "head") -> str:
+def claim_summary(fr: FleetReview) -> str:
+    """What the summary says of the head's code when the change touches code: its effect
+    as the head's claim has it, or that it is unknown (plain text)."""
+    c = fr.claim
+    if c is None:
+        return "the effect of the head's code is unknown until head-plan has run (its claim is shown then)"
+    if c.stale:
+        return "the head's claim is of another merge result (stale): the effect of its code is unknown"
+    if c.error:
+        return f"the head's claim: {c.error}"
+    nodes = _plural(len({n for x in c.nodes for n in x.nodes}), "more node")
+    objects = _plural(len(c.objects), "more cluster object")
+    return f"the head's code claims {nodes} and {objects} change (its claim, not judged)"
+
+
+def fleet_summary(fr: FleetReview, head: str = "head", code: bool = False) -> str:
     """One fleet's part of the summary line (plain text: the renderer escapes it); ``head``
-    names what was judged (``merge result`` with ``swarm review --merge``)."""
+    names what was judged (``merge result`` with ``swarm review --merge``); ``code``: the
+    change touches code, whose effect the counts (the base's code's) do not show."""
     if fr.invalid:
         errors = sum(p.severity == "error" for p in fr.problems)
         return f"{fr.fleet}: the {head} is invalid ({_plural(errors, 'error')}); nothing else was reviewed"
@@ -465,6 +487,9 @@ def fleet_summary(fr: FleetReview, head: str = "head") -> str:
         parts.insert(
             0, f"the base is invalid ({_plural(fr.base_invalid, 'error')}): compared with what of it resolves"
         )
+    if code:
+        parts[0] = f"by the base's code {parts[0]}"
+        parts.append(claim_summary(fr))
     named = f" (renamed from {fr.base_fleet})" if fr.base_fleet else "" if fr.base_exists else " (new fleet)"
     text = f"{fr.fleet}{named}: {', '.join(parts)}"
     if not fr.flags:
@@ -491,7 +516,8 @@ def summarize(r: Review) -> None:
     else:
         mark, r.exit_code = "✅", EXIT_OK
     head = "merge result" if r.pr_head else "head"
-    body = "; ".join(fleet_summary(f, head) for f in r.fleets) if r.fleets else "no fleet changes"
+    code = bool(r.code_changed)
+    body = "; ".join(fleet_summary(f, head, code) for f in r.fleets) if r.fleets else "no fleet changes"
     if r.rules_changed:
         body += f"; rules changed: {_plural(len(r.rules_changed), 'file')} (a code owner must approve)"
     if r.uncommitted:
@@ -510,6 +536,7 @@ def review(
     repo_url: str | None = None,
     exact_base: bool = False,
     merge: bool = False,
+    claim: Mapping[str, Any] | None = None,
 ) -> Review:
     """Review the change from ``base`` to ``head`` (refs of the Git repository ``repo``, its
     top level) for ``fleets`` (names in ``inventory/``; default: every fleet whose files
@@ -530,7 +557,9 @@ def review(
     pull requests that are each valid alone but clash once both are merged are judged on
     the clash; ``Review.pr_head`` keeps the pull request's own head, and locations in files
     the merge left as the head has them point at that commit (the merge commit exists only
-    here). Raises :class:`MergeConflict` when the head does not merge cleanly (there is no
+    here). ``claim``: the head's claim (:mod:`~swarm_infra.review.claim`: what the head's
+    own code resolves the merge result to), shown per fleet beside the verdict, never
+    judged. Raises :class:`MergeConflict` when the head does not merge cleanly (there is no
     merge result: never fall back to the head alone), :class:`GitError` for a ref that
     names no commit, refs with no common history, or a directory that is not a repository;
     fleet content never raises (it is reported)."""
@@ -560,6 +589,8 @@ def review(
         merge_base=not (exact_base or merge),
         rules_changed=rules,
         pr_head=pr_head,
+        code_changed=[p for p in rules if is_code(p)],
+        claim_read=claim is not None,
     )
     if pr_head:
         out.notes.append(
@@ -577,6 +608,7 @@ def review(
     # the time) and find nothing to free.
     with tempfile.TemporaryDirectory(prefix="swarm-review-") as tmp, no_gc():
         records = applied_records(repo)
+        tree = tree_of(repo, h) if claim is not None else ""
         try:
             identities: dict[str, dict[str, set[tuple[str, str]]]] = {}
             for name in names:
@@ -594,6 +626,8 @@ def review(
                     identities=ids,
                     applied=state,
                     notes=out.notes,
+                    claim=claim,
+                    tree=tree,
                 )
                 identities[name] = ids
                 out.fleets.append(fr)
@@ -611,6 +645,8 @@ def review(
                     head_schemas,
                     base_fleet=old,
                     applied=_applied(repo, records, old, b),
+                    claim=claim,
+                    tree=tree,
                 )
                 fr.flags.insert(0, _fleet_renamed(fr, old, shared))
                 fr.base_exists, fr.base_fleet = True, old

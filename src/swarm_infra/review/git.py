@@ -48,7 +48,11 @@ RULE_PATTERNS = (
     "ansible.cfg",
     "Pulumi*.yaml",
     "pyproject.toml",
+    "inventory/*.py",  # pyinfra's inventories: Python the engines run
 )
+# Of those, the code: what resolves or applies the fleet, whose effect the reviewer (the
+# base's code) cannot see; only the head's own claim (head-plan.yml) can show it.
+NOT_CODE = ("schemas/", ".github/", "Pulumi*.yaml")
 
 
 def git(repo: Path, *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None) -> bytes:
@@ -66,6 +70,12 @@ def resolve_ref(repo: Path, ref: str) -> str:
         return git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}").decode().strip()
     except GitError:
         raise GitError(f"no commit named {excerpt(ref)} in {repo}") from None
+
+
+def tree_of(repo: Path, commit: str) -> str:
+    """The id of ``commit``'s tree (``git rev-parse COMMIT^{tree}``): the same files, the
+    same id, whichever commit holds them."""
+    return git(repo, "rev-parse", "--verify", f"{commit}^{{tree}}").decode().strip()
 
 
 def toplevel(cwd: Path) -> Path:
@@ -170,16 +180,26 @@ def changed_files(repo: Path, base: str, head: str) -> list[str]:
     return sorted({p.decode("utf-8", "surrogateescape") for p in out.split(b"\0") if p})
 
 
+def _matches(path: str, pattern: str) -> bool:
+    """``path`` against one of :data:`RULE_PATTERNS`: a directory (``x/``: everything
+    under it) or a shell pattern matched segment by segment (``*`` never crosses a ``/``)."""
+    if pattern.endswith("/"):
+        return path.startswith(pattern)
+    parts, want = path.split("/"), pattern.split("/")
+    same = len(parts) == len(want)
+    return same and all(fnmatch.fnmatchcase(p, w) for p, w in zip(parts, want, strict=same))
+
+
 def is_rule_file(path: str) -> bool:
     """Whether ``path`` is part of the rules the fleet is judged and applied by
     (:data:`RULE_PATTERNS`): schemas, the library, roles, playbooks, stacks, CI..."""
-    for pattern in RULE_PATTERNS:
-        if pattern.endswith("/"):
-            if path.startswith(pattern):
-                return True
-        elif "/" not in path and fnmatch.fnmatchcase(path, pattern):
-            return True
-    return False
+    return any(_matches(path, p) for p in RULE_PATTERNS)
+
+
+def is_code(path: str) -> bool:
+    """Whether ``path`` is a rule file that is code (:data:`NOT_CODE` aside): the library,
+    roles, playbooks, plugins, deploys, stacks, jobs, scripts, inventory scripts..."""
+    return is_rule_file(path) and not any(_matches(path, p) for p in NOT_CODE)
 
 
 def rule_files(paths: list[str]) -> list[str]:

@@ -292,6 +292,31 @@ def _mesh_blocks(fr: FleetReview, url: str | None, limit: int | None, who: str =
     return blocks
 
 
+_CLAIM = (
+    "### The head's claim\n\nWhat the pull request's own code (head-plan.yml, run without secrets) "
+    "says the merge result resolves to, beyond what the reviewer's code (the base's) resolves it to. "
+    "It is the head's word, not the review's: it changes no verdict above."
+)
+
+
+def _claim_blocks(fr: FleetReview, url: str | None, limit: int | None, who: str = "") -> list[str]:
+    """The head's claim (:mod:`.claim`), when one was read: its node and object changes,
+    under headings that say whose they are."""
+    c = fr.claim
+    if c is None:
+        return []
+    if c.stale:
+        return [f"{_CLAIM}\n\nStale: it is of another merge result (the base moved since it ran)."]
+    if c.error:
+        return [f"{_CLAIM}\n\nNot compared: {text(c.error)}"]
+    if not c.nodes and not c.objects:
+        return [f"{_CLAIM}\n\nThe head's code resolves it as the base's code does: no difference."]
+    shadow = FleetReview(fr.fleet, fr.base, fr.head, True, True, nodes=c.nodes, objects=c.objects)
+    shadow.nodes_changed = len({n for x in c.nodes for n in x.nodes})
+    blocks = [*_node_blocks(shadow, url, limit, f"{who}claimed: "), *_object_blocks(shadow, url, limit)]
+    return [_CLAIM] + [b.replace("### ", "#### Claimed: ", 1) if b.startswith("### ") else b for b in blocks]
+
+
 def _object_blocks(fr: FleetReview, url: str | None, limit: int | None) -> list[str]:
     if fr.objects_error:
         return [f"### Cluster objects\n\nNot compared: {text(fr.objects_error)}"]
@@ -480,6 +505,7 @@ def fleet_detail_blocks(
                 *_node_blocks(fr, url, limit, who),
                 *_mesh_blocks(fr, url, limit, who),
                 *_object_blocks(fr, url, limit),
+                *_claim_blocks(fr, url, limit, who),
                 *_capacity_blocks(fr),
             )
         ),

@@ -162,6 +162,20 @@ class Problem:
 
 
 @dataclass
+class ClaimDiff:
+    """What the head's own code claims beyond the base's code, for one fleet
+    (:mod:`swarm_infra.review.claim`): node and object changes from the base code's
+    resolution of the merge result to the claim's, and ``error`` (the claim's own, or why
+    it could not be compared). ``stale``: the claim is of another merge result (its tree
+    differs: the base moved since head-plan ran), so it is not compared."""
+
+    nodes: list[NodeChange] = field(default_factory=list)
+    objects: list[ObjectChange] = field(default_factory=list)
+    error: str | None = None
+    stale: bool = False
+
+
+@dataclass
 class FleetReview:
     """The review of one fleet between two commits."""
 
@@ -189,6 +203,7 @@ class FleetReview:
     flags: list[Flag] = field(default_factory=list)
     policy_changed: bool = False  # the head changes the ReviewPolicy (it applies after merge)
     base_fleet: str = ""  # the fleet's name at the base, when the change renames it
+    claim: ClaimDiff | None = None  # the head's claim (None: none read)
 
     @property
     def invalid(self) -> bool:
@@ -227,6 +242,10 @@ class Review:
     # With ``swarm review --merge``: the pull request's own head (``head`` is then the merge
     # result of it into ``base_tip``, a commit made only for this review).
     pr_head: str = ""
+    # Rule files that are code (the library, roles, inventory scripts...): their effect is
+    # the head's claim's to show (``swarm review --claim``), never the reviewer's.
+    code_changed: list[str] = field(default_factory=list)
+    claim_read: bool = False  # whether a claim was read (``--claim``)
 
     def as_json(self) -> dict[str, Any]:
         """The review as JSON data (``swarm review --format json``)."""
