@@ -1,7 +1,7 @@
 """``swarm review`` of the 10,000-node synthetic fleet, and how it grows with the change.
 
     python benchmarks/bench_review.py [--nodes 10000] [--runs 3] [--sizes 2500,5000,10000]
-                                      [--compare REF] [--only-sizes]
+                                      [--compare REF] [--only-sizes] [--merge]
 
 A temporary Git repository holds ``gen_fleet.py``'s fleet as ``inventory/bench`` (one
 commit), and one branch per change on top of it, each changing the GPU power limit of
@@ -98,10 +98,13 @@ def capped_sites(policies: Path, sites: int) -> None:
     )
 
 
+MODE: list[str] = []  # swarm review's extra options: ["--merge"] with --merge (what CI runs)
+
+
 def run_once(repo: Path, head: str, out: Path, library: Path | None = None) -> dict[str, float]:
     """One fresh ``swarm review`` process (with the package under ``library`` first on the
     path when given): wall, CPU and peak RSS of it and its workers."""
-    cmd = [sys.executable, "-m", "swarm_infra.cli", "review", "--base", "main", "--head", head]
+    cmd = [sys.executable, "-m", "swarm_infra.cli", "review", "--base", "main", "--head", head, *MODE]
     env = dict(os.environ)
     if library is not None:
         env["PYTHONPATH"] = f"{library}{os.pathsep}{env.get('PYTHONPATH', '')}"
@@ -130,7 +133,11 @@ def main() -> None:
     ap.add_argument("--sizes", default="2500,5000,10000", help="fleet sizes of the every-node cases")
     ap.add_argument("--compare", metavar="REF", help="also run the every-node cases with the library at REF")
     ap.add_argument("--only-sizes", action="store_true", help="only the every-node cases at --sizes")
+    ap.add_argument(
+        "--merge", action="store_true", help="review the merge result, as CI does (swarm review --merge)"
+    )
     args = ap.parse_args()
+    MODE[:] = ["--merge"] if args.merge else []
     sizes = [int(x) for x in args.sizes.split(",") if x]
     if args.only_sizes:
         scaling(sizes, args.runs, args.compare)
