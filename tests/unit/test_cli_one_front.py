@@ -235,6 +235,7 @@ def _pipe_cases() -> list[tuple[list[str], int]]:
     cases.append((["metrics", "accept", "--fleet", "lab", "--db", "{tmp}/accept.db"], 1))
     cases += [(["review", "--base", "HEAD", "--format", fmt], 0) for fmt in ("markdown", "json")]
     cases += [(["lab", "status", "--format", fmt], 0) for fmt in ("text", "json")]  # no lab is up
+    cases += [(["stacks", "--format", fmt], 0) for fmt in ("text", "json")]  # the repository's stacks
     cases.append((["init", "piped", "--dir", "{tmp}/{how}"], 0))  # a new ROOT for each run
     return cases
 
