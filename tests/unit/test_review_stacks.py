@@ -186,3 +186,25 @@ def test_stacks_that_follow_a_renamed_fleet_are_no_target_change(repo: Path) -> 
     assert all(
         s.before and s.before.fleet == "example" and s.after and s.after.fleet == "prod" for s in fr.stacks
     )
+
+
+def test_a_stack_file_the_base_cannot_parse_leaves_that_stack_uncompared(repo: Path) -> None:
+    good = (repo / EU).read_text()
+    (repo / EU).write_text("config: [\n")
+    commit(repo, "broken at the base")
+    (repo / EU).write_text(good)
+    commit(repo, "fixed")
+    r = review(repo, "HEAD~1")
+    assert r.exit_code != 2 and not r.fleets[0].problems
+    (eu,) = [s for s in r.fleets[0].stacks if s.stack == "example-eu"]
+    assert eu.error and eu.error.startswith(f"base: {EU}") and eu.objects == []
+    assert "stack example-eu\\: not compared" in summary_line(r)
+
+
+def test_a_stack_file_that_is_a_symbolic_link_at_the_head_is_not_followed(repo: Path) -> None:
+    (repo / EU).unlink()
+    (repo / EU).symlink_to("/etc/hostname")
+    commit(repo, "a link")
+    r = review(repo, "HEAD~1")
+    (problem,) = r.fleets[0].problems
+    assert r.exit_code == 2 and problem.location.file == EU and "symbolic link" in problem.message

@@ -34,7 +34,7 @@ import yaml
 from ..cluster import build
 from ..cluster.meta import K8sObject
 from ..cluster.stacks import PROJECT_FILE, STACK_FILE, Stack, StackFileError, default_fleet, parse_stack
-from ..fleet.diagnostics import excerpt
+from ..fleet.diagnostics import one_line
 from .diff import object_changes
 from .flags import FlagRaiser
 from .git import REGULAR_MODES, git, read_blobs
@@ -123,6 +123,12 @@ def stacks_at(repo: Path, commit: str) -> StackFiles:
     return out
 
 
+def _cut(message: str, limit: int = 300) -> str:
+    """A parser's message on one line, at most ``limit`` characters (it may quote the file)."""
+    line = one_line(message)
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
 def _settings(stack: Stack | None) -> StackSettings | None:
     if stack is None:
         return None
@@ -207,9 +213,7 @@ def stack_changes(repo: Path, fr: FleetReview, base: Snapshot, head: Snapshot) -
     at_base, at_head = stacks_at(repo, base.commit), stacks_at(repo, head.commit)
     if at_head.errors:
         fr.problems += [
-            Problem(
-                Location(file, line, "head", head.commit), 0, "error", STACK_FILE_RULE, "$", excerpt(msg, 300)
-            )
+            Problem(Location(file, line, "head", head.commit), 0, "error", STACK_FILE_RULE, "$", _cut(msg))
             for file, line, msg in at_head.errors
         ]
         return []
@@ -226,7 +230,7 @@ def stack_changes(repo: Path, fr: FleetReview, base: Snapshot, head: Snapshot) -
         out.append(sc)
         if file in broken:
             msg = next(m for f, _, m in at_base.errors if f == file)
-            sc.error = f"{_BASE_UNREAD}{excerpt(msg, 300)}; not compared"
+            sc.error = f"{_BASE_UNREAD}{_cut(msg)}; not compared"
             continue
         # What the stack holds of this fleet at each side: nothing where it is absent, of
         # another fleet, or the fleet itself is absent.
