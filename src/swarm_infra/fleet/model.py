@@ -354,6 +354,9 @@ REVIEW_FLAG_DEFAULTS: Mapping[str, str] = MappingProxyType(
         # workload admitted when nominalQuota drops, so nothing stops at merge (as for
         # node-removed-backing-quota).
         "quota-below-ray-cluster": "warn",
+        # A Pulumi stack of the fleet whose kubernetes:context changes or that moves to another
+        # fleet: its next `pulumi up` updates another cluster (issue #39, item 2).
+        "stack-target-changed": "block",
     }
 )
 

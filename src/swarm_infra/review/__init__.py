@@ -60,6 +60,7 @@ from .load import (
 )
 from .locate import ChangeIndex, pick
 from .model import LAYER_TITLES, LAYERS, Flag, FleetReview, Location, Problem, Review
+from .stacks import objects_summary, stack_changes, stack_flags
 
 __all__ = ["GitError", "MergeConflict", "Review", "review", "summarize"]
 
@@ -274,6 +275,7 @@ def review_fleet(
     fr.capacity = capacity_rows(bs["cluster"], hs["cluster"])
     fr.rollout = rollout_fields(bs.get("rollout"), hs.get("rollout"))
     _attribute(fr, base_snap, head_snap, index)
+    fr.stacks = stack_changes(repo, fr, base_snap, head_snap)  # every Pulumi stack of the fleet
     analysis = base_snap.analysis or head_snap.analysis
     assert analysis is not None  # one side at least loaded a fleet to get here
     policy: ReviewPolicy = analysis.fleet.review
@@ -297,6 +299,7 @@ def review_fleet(
     raiser.mesh_controller()
     raiser.drain()
     raiser.ray_quota()
+    stack_flags(raiser, fr, old)
     fr.flags = flags + raiser.flags
     if notes is not None:
         notes.extend(f"{fleet}: {n}" for n in raiser.notes)
@@ -481,7 +484,7 @@ def fleet_summary(fr: FleetReview, head: str = "head", code: bool = False) -> st
     parts = [
         f"{_plural(fr.nodes_changed, 'node')} change" + (f" ({layers})" if layers else ""),
         f"{_plural(fr.mesh.peerings_changed, 'mesh peer')} change",
-        f"{_plural(len(fr.objects), 'cluster object')} change",
+        objects_summary(fr),  # the fleet's and its regional stacks' objects
     ]
     if fr.base_invalid:
         parts.insert(

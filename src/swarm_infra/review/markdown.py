@@ -33,6 +33,7 @@ from typing import Any
 from urllib.parse import quote
 
 from ..resolve.keys import ssh_host_key_fingerprint
+from . import stacks
 from .model import (
     ABSENT,
     LAYER_TITLES,
@@ -322,8 +323,16 @@ def _object_blocks(fr: FleetReview, url: str | None, limit: int | None) -> list[
         return [f"### Cluster objects\n\nNot compared: {text(fr.objects_error)}"]
     if not fr.objects:
         return ["### Cluster objects\n\nNo Kubernetes, Kueue or KubeRay object changes."]
+    return [
+        f"### Cluster objects\n\n{len(fr.objects)} object(s) change.",
+        _object_table(fr.objects, url, limit),
+    ]
+
+
+def _object_table(objects: list[ObjectChange], url: str | None, limit: int | None) -> str:
+    """The table of ``objects``' changes, identical changes of a kind folded into one row."""
     groups: dict[str, list[ObjectChange]] = defaultdict(list)
-    for o in fr.objects:
+    for o in objects:
         key = json.dumps([o.change, o.kind, [[f.path, f.before, f.after] for f in o.fields]], sort_keys=True)
         groups[key].append(o)
     rows = []
@@ -339,10 +348,54 @@ def _object_blocks(fr: FleetReview, url: str | None, limit: int | None) -> list[
         rows.append(
             [o.change, f"{text(o.kind)}{count}", names(objs, limit and 20), fields or "—", links(where, url)]
         )
-    return [
-        f"### Cluster objects\n\n{len(fr.objects)} object(s) change.",
-        _table(["change", "kind", "name", "fields", "where"], rows, limit, "object changes", len(groups)),
+    return _table(["change", "kind", "name", "fields", "where"], rows, limit, "object changes", len(groups))
+
+
+def _stack_blocks(fr: FleetReview, url: str | None, limit: int | None, who: str = "") -> list[str]:
+    """The fleet's Pulumi stacks (each one cluster an apply updates): what each one's
+    settings change, and the changes of the objects of each that holds objects of its own
+    (a regional cluster, or a stack added, removed or moved between fleets); a stack of
+    every site at both sides holds the fleet's objects above, which are not repeated."""
+    if not fr.stacks:
+        return [
+            "### Pulumi stacks\n\nNo `Pulumi.<stack>.yaml` names this fleet (`swarm:fleet`): "
+            "an apply updates no stack of it."
+        ]
+    rows = []
+    for sc in fr.stacks:
+        s = sc.after or sc.before
+        assert s is not None or sc.error is not None
+        settings = (
+            "—"
+            if s is None
+            else f"fleet {code(s.fleet)}, "
+            + ("every site" if s.sites is None else f"sites {names(s.sites, None)}")
+            + f", context {code(s.context) if s.context is not None else text('(the current one)')}"
+        )
+        change = "<br>".join(text(c) for c in stacks.config_change(sc)) or "—"
+        if sc.error:
+            objects = f"not compared: {text(sc.error)}"
+        elif sc.every_site:
+            objects = "every site: the fleet's cluster objects above"
+        else:
+            objects = f"{len(sc.objects)} object(s) change" + (
+                f" ({text(stacks.counts(sc.objects))})" if sc.objects else ""
+            )
+        rows.append([code(sc.stack), settings, change, objects, links(sc.where, url)])
+    blocks = [
+        "### Pulumi stacks\n\nEach stack is one cluster that an apply updates (`pulumi up`).\n\n"
+        + _table(["stack", "settings (head)", "change", "objects", "where"], rows, None, "")
     ]
+    for sc in fr.stacks:
+        if sc.objects:
+            table = _object_table(sc.objects, url, limit)
+            title = f"#### Stack {code(sc.stack)}: {len(sc.objects)} object(s) change"
+            blocks.append(
+                f"{title}\n\n{table}"
+                if table.count("\n| ") <= FOLD_ROWS + 1
+                else f"{title}\n\n" + _details(f"{who}Objects of stack {text(sc.stack)}", table)
+            )
+    return blocks
 
 
 def _pair(p: list[Any]) -> str:
@@ -506,6 +559,7 @@ def fleet_detail_blocks(
                 *_mesh_blocks(fr, url, limit, who),
                 *_object_blocks(fr, url, limit),
                 *_claim_blocks(fr, url, limit, who),
+                *_stack_blocks(fr, url, limit, who),
                 *_capacity_blocks(fr),
             )
         ),

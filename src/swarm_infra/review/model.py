@@ -116,6 +116,39 @@ class ObjectChange:
 
 
 @dataclass
+class StackSettings:
+    """One side of a Pulumi stack's settings (``Pulumi.<stack>.yaml``, read as data by
+    :mod:`swarm_infra.cluster.stacks`): its ``fleet`` (``swarm:fleet``), ``sites``
+    (``swarm:sites``, None: every site of the fleet) and ``context``
+    (``kubernetes:context``, None: the kubeconfig's current context)."""
+
+    fleet: str
+    sites: list[str] | None
+    context: str | None
+
+
+@dataclass
+class StackChange:
+    """One Pulumi stack of the fleet (at either side): ``stack`` (``<stack>`` of ``file``,
+    ``Pulumi.<stack>.yaml``), its settings ``before`` and ``after`` (None: no such stack,
+    or of another fleet, on that side), and the changes of the objects it holds for this
+    fleet (those built for its sites at each side; a side without the stack holds none).
+    ``every_site``: the stack holds every site of the fleet at both sides, so its objects
+    are the fleet's own (:attr:`FleetReview.objects`), not listed again. ``error``: why its
+    objects could not be compared (plain text; its sites cannot form a cluster at a side).
+    ``where``: the lines of the stack file that change."""
+
+    stack: str
+    file: str
+    before: StackSettings | None
+    after: StackSettings | None
+    objects: list[ObjectChange] = field(default_factory=list)
+    every_site: bool = False
+    error: str | None = None
+    where: list[Location] = field(default_factory=list)
+
+
+@dataclass
 class CapacityRow:
     """One GPU flavor's capacity before and after, as ``[before, after]`` pairs (None when
     that side has no such flavor or cohort). ``cohort`` None: the whole fleet (``gpus``,
@@ -204,6 +237,8 @@ class FleetReview:
     policy_changed: bool = False  # the head changes the ReviewPolicy (it applies after merge)
     base_fleet: str = ""  # the fleet's name at the base, when the change renames it
     claim: ClaimDiff | None = None  # the head's claim (None: none read)
+    # Every Pulumi stack of the fleet at either side, by name (review.stacks.stack_changes).
+    stacks: list[StackChange] = field(default_factory=list)
 
     @property
     def invalid(self) -> bool:
