@@ -37,6 +37,13 @@ flag ``block`` (exit 1), ``warn`` or ``off``; defaults in
   cluster, or from another one (``kubernetes_context`` removed or changed).
 - ``quota-below-ray-cluster``: a ClusterQueue's nominalQuota of a flavor drops below what its
   tenants' RayClusters hold there.
+- ``stack-target-changed`` (raised by :mod:`.stacks`): a Pulumi stack's ``kubernetes:context``
+  or ``swarm:fleet`` changes, so an apply updates another cluster.
+
+``driver-without-canary`` also reads the fleet's apply record (:class:`AppliedState`): a
+canary in the base that no apply has converged is no canary. Outside the ReviewPolicy, the
+review itself raises ``fleet-renamed`` and ``fleet-removed`` (always blocking) and
+``base-invalid``.
 
 Every value a flag is about is in its reason whole (keys as fingerprints): the renderer
 never cuts a reason.
