@@ -15,7 +15,7 @@ demo: install
 	@echo "The lab is still up. Look around:"
 	@echo "  $(SWARM) lab status"
 	@echo "  $(SWARM) lab ssh lab-gpu-1 -- wg show"
-	@echo "  $(SWARM) plan --fleet lab --node lab-gpu-1"
+	@echo "  $(SWARM) plan --fleet lab --limit lab-gpu-1"
 	@echo "  $(SWARM) converge --check --diff      # nothing to change"
 	@echo "  README, 'Ray over the mesh': submit jobs/mesh_proof.py to the lab's Ray cluster over wg0"
 	@echo "Tear it down: $(SWARM) lab down   (or: make down)"

@@ -41,11 +41,36 @@ def test_missing_path_exits_2(tmp_path) -> None:
     assert result.returncode == 2 and "file.missing" in result.stdout
 
 
-def test_plan_node_json_is_the_node_state(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["plan", *map(str, fleet_dirs("lab")), "--node", "lab-gpu-1", "--format", "json"]) == 0
+def test_plan_limit_json_is_the_node_state(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["plan", *map(str, fleet_dirs("lab")), "--limit", "lab-gpu-1", "--format", "json"]) == 0
     state = json.loads(capsys.readouterr().out)
     assert list(state["nodes"]) == ["lab-gpu-1"]
     assert state["nodes"]["lab-gpu-1"]["gpu"]["backend"] == "simulated"
+    # The one --limit grammar: groups and globs too (the inventory's ray_worker group).
+    assert (
+        cli.main(
+            ["plan", *map(str, fleet_dirs("lab")), "--limit", "ray_worker:&lab-gpu-*", "--format", "json"]
+        )
+        == 0
+    )
+    assert sorted(json.loads(capsys.readouterr().out)["nodes"]) == ["lab-gpu-1", "lab-gpu-2"]
+
+
+def test_plan_node_is_the_old_spelling_of_limit(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [
+        "plan",
+        *map(str, fleet_dirs("lab")),
+        "--node",
+        "lab-gpu-1",
+        "--node",
+        "lab-head-1",
+        "--format",
+        "json",
+    ]
+    assert cli.main(argv) == 0
+    out, err = capsys.readouterr()
+    assert sorted(json.loads(out)["nodes"]) == ["lab-gpu-1", "lab-head-1"]
+    assert err.count("--node is now --limit") == 1
 
 
 def test_plan_text_says_simulated(capsys: pytest.CaptureFixture[str]) -> None:
@@ -55,8 +80,9 @@ def test_plan_text_says_simulated(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_plan_unknown_node_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["plan", *map(str, fleet_dirs("lab")), "--node", "nope"]) == 2
-    assert "no node named nope" in capsys.readouterr().err
+    assert cli.main(["plan", *map(str, fleet_dirs("lab")), "--limit", "nope"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("swarm plan: --limit: ") and "nope" in line
 
 
 def test_plan_refuses_an_invalid_fleet(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,7 +11,19 @@ from ..resolve import desired_state
 from ..resolve.keys import ssh_host_key_fingerprint
 from ..resolve.types import ClusterState, GpuSettings, NodeState
 from ..tables import table_lines
-from .common import EXIT_INVALID, EXIT_OK, FLEET_HELP, emit, fleet_args, load, simulated_nodes, validation
+from .common import (
+    EXIT_INVALID,
+    EXIT_OK,
+    FLEET_HELP,
+    LIMIT_HELP,
+    emit,
+    fleet_args,
+    limit_arg,
+    limited,
+    load,
+    simulated_nodes,
+    validation,
+)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -146,6 +158,19 @@ def render_cluster(cluster: ClusterState) -> str:
     return "\n".join(lines)
 
 
+class _OldNode(argparse.Action):
+    """``plan --node NAME``, repeatable: the old spelling of ``--limit`` (one warning, then
+    the names are appended)."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: Any = None
+    ) -> None:
+        if getattr(namespace, self.dest) is None:
+            print(f"{parser.prog}: warning: {option} is now --limit (one pattern: NAME,NAME); {option} is "
+                  "taken until the next release", file=sys.stderr)  # fmt: skip
+        setattr(namespace, self.dest, [*(getattr(namespace, self.dest) or []), values])
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     checked = validation(args)
     if not checked.report.ok or checked.analysis is None:
@@ -157,16 +182,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(warning.text(), file=sys.stderr)
     # Narrowed to the nodes asked for below.
     state: dict[str, Any] = dict(desired_state(checked.analysis))
-    if args.node:
-        unknown = [n for n in args.node if n not in state["nodes"]]
-        if unknown:
-            print(
-                f"swarm plan: no node named {', '.join(unknown)} "
-                f"(nodes: {', '.join(list(state['nodes'])[:20])}...)",
-                file=sys.stderr,
-            )
-            return EXIT_INVALID
-        state = {"nodes": {n: state["nodes"][n] for n in args.node}}
+    # --node NAME (repeatable) is the old spelling of --limit NAME,NAME.
+    pattern = (
+        args.limit if args.node is None else ",".join([*([args.limit] if args.limit else []), *args.node])
+    )
+    chosen = limited(pattern, state["nodes"], "plan")
+    if chosen is not None:
+        state = {"nodes": {n: state["nodes"][n] for n in chosen}}
     if args.format == "json":
         emit(json.dumps(state, indent=2, sort_keys=True))
         return EXIT_OK
@@ -200,8 +222,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         description="Validate, then print what every node and the cluster should look like: "
         "GPU settings per GPU, sysctls, mesh address and peers with AllowedIPs, "
         "queues and quotas. JSON output is stable (sorted) for diffing. " + FLEET_HELP,
-        epilog="Example: swarm plan --fleet example --node fra1-gpu-01 --format json",
+        epilog="Example: swarm plan --fleet example --limit fra1-gpu-01 --format json",
     )
     fleet_args(p, "text", "json")
-    p.add_argument("--node", action="append", metavar="NODE", help="only this node (repeatable)")
+    limit_arg(p, "only these nodes (the nodes' state, no cluster): " + LIMIT_HELP)
+    p.add_argument("--node", action=_OldNode, help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_plan)
