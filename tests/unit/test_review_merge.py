@@ -131,6 +131,7 @@ def test_two_pull_requests_valid_alone_clash_once_both_are_merged(work: Path, tm
     comment, code = review_step(tmp_path, clone, tip, p2)
     assert code == "exit_code=2\n"
     assert comment.startswith("❌ example\\: the merge result is invalid (1 error)")
+    assert "### ❌ The merge result is invalid: 1 error(s)" in comment
     total = acme + helix + 2 * step
     assert f"add up to {total} GPUs here, above the fleet's {capacity}" in comment
     assert "<code>error\\[allocation\\.quota-exceeds-capacity\\]</code>" in comment

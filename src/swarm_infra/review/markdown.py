@@ -497,15 +497,18 @@ def _fold(block: str, title: str) -> str:
     return block
 
 
-def fleet_summary_blocks(fr: FleetReview, url: str | None, limit: int | None) -> list[str]:
+def fleet_summary_blocks(
+    fr: FleetReview, url: str | None, limit: int | None, head: str = "head"
+) -> list[str]:
     """What comes before any detail and is never cut: the fleet's title, then its risk
-    flags (or, for an invalid head, that it is invalid) and its Rollout changes."""
+    flags (or, for an invalid head, that it is invalid) and its Rollout changes. ``head``:
+    what was judged (``merge result`` with ``swarm review --merge``)."""
     title = f"## Fleet {code(fr.fleet)}"
     if fr.invalid:
         errors = sum(p.severity == "error" for p in fr.problems)
         return [
             title
-            + f"\n\n### ❌ The head is invalid: {errors} error(s)\n\nFix these; nothing else was reviewed."
+            + f"\n\n### ❌ The {head} is invalid: {errors} error(s)\n\nFix these; nothing else was reviewed."
         ]
     if fr.base_invalid:
         said = (
@@ -610,7 +613,7 @@ def _render(r: Review, limit: int | None) -> str:
     # How the base was chosen and the rule files changed: never cut, like the flags.
     fixed = [head, *review_blocks(r, limit)]
     for fr in r.fleets:
-        blocks = fleet_summary_blocks(fr, r.repo_url, limit)
+        blocks = fleet_summary_blocks(fr, r.repo_url, limit, "merge result" if r.pr_head else "head")
         if limit is not None and fr.flags:
             shown = len(fr.flags)
             budget = max(limit - note_room - sum(len(b) + 2 for b in fixed), 0) // max(len(r.fleets), 1)
