@@ -109,6 +109,9 @@ HOST_TOOLS: dict[str, HostTool] = {
     "fio": HostTool("fio", ("tests",)),
     # dpkg-scanpackages builds the stand-in NVIDIA apt repository of the drivers test.
     "dpkg-scanpackages": HostTool("dpkg-dev", ("tests",)),
+    # review.yml's targets script (actions/github-script's JavaScript) run by its test with
+    # node, the runtime github-script runs it with.
+    "node": HostTool("nodejs", ("tests",)),
     # The rollout's Kubernetes drain and uncordon (resolve/rollout.py), run on the controller
     # where a Rollout names a kubeconfig context.
     "kubectl": HostTool(OPERATOR, ("kubernetes",)),

@@ -231,9 +231,6 @@ def _targets(
     return targets
 
 
-@pytest.mark.skipif(
-    shutil.which("node") is None, reason="node (actions/github-script's runtime) not installed"
-)
 def test_the_targets_job_picks_the_merge_result_of_every_open_pull_request() -> None:
     head = "b" * 40
     # pull_request_target: the base is GITHUB_SHA (the base branch's last commit), not base.sha.
