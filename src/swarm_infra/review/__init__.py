@@ -461,7 +461,7 @@ def claim_summary(fr: FleetReview) -> str:
         return "the head's claim is of another merge result (stale): the effect of its code is unknown"
     if c.error:
         return f"the head's claim: {c.error}"
-    nodes = _plural(len({n for x in c.nodes for n in x.nodes}), "more node")
+    nodes = _plural(c.nodes_changed, "more node")
     objects = _plural(len(c.objects), "more cluster object")
     return f"the head's code claims {nodes} and {objects} change (its claim, not judged)"
 

@@ -313,7 +313,7 @@ def _claim_blocks(fr: FleetReview, url: str | None, limit: int | None, who: str 
     if not c.nodes and not c.objects:
         return [f"{_CLAIM}\n\nThe head's code resolves it as the base's code does: no difference."]
     shadow = FleetReview(fr.fleet, fr.base, fr.head, True, True, nodes=c.nodes, objects=c.objects)
-    shadow.nodes_changed = len({n for x in c.nodes for n in x.nodes})
+    shadow.nodes_changed = c.nodes_changed
     blocks = [*_node_blocks(shadow, url, limit, f"{who}claimed: "), *_object_blocks(shadow, url, limit)]
     return [_CLAIM] + [b.replace("### ", "#### Claimed: ", 1) if b.startswith("### ") else b for b in blocks]
 

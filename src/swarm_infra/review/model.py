@@ -207,6 +207,11 @@ class ClaimDiff:
     error: str | None = None
     stale: bool = False
 
+    @property
+    def nodes_changed(self) -> int:
+        """The nodes the claim's changes touch, each once."""
+        return len({n for c in self.nodes for n in c.nodes})
+
 
 @dataclass
 class FleetReview:
