@@ -61,7 +61,9 @@ if [ "$1" = --since-applied ]; then
     record=$(git rev-parse --verify --quiet "refs/swarm/applied/$fleet^{commit}" || true)
     if [ -z "$record" ] || ! git merge-base --is-ancestor "$record" "$after"; then
       chosen+="$fleet"$'\n'
-    elif changed "$record" | grep -qxF "$fleet"; then
+    # Not `changed ... | grep -q`: grep -q exits at its first match, bash writes one line per
+    # write(2), and under pipefail the writer's SIGPIPE (141) would drop the fleet.
+    elif grep -qxF "$fleet" <<< "$(changed "$record")"; then
       chosen+="$fleet"$'\n'
     fi
   done

@@ -19,7 +19,7 @@ fi
 APT_PKGS=$("$PY" src/swarm_infra/hosttools.py packages)
 missing=""
 for p in $APT_PKGS; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing="$missing $p"
+  [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" == *"ok installed" ]] || missing="$missing $p"
 done
 # `python3 -m venv --help` passes where the venv itself then fails: Debian moves ensurepip,
 # which venv runs, into python3.X-venv (pulled in by python3-venv).
