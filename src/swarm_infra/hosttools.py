@@ -76,7 +76,7 @@ HOST_TOOLS: dict[str, HostTool] = {
     # util-linux: entering a node's namespaces, private mount namespaces, detached processes.
     "nsenter": HostTool("util-linux", ("lab", "lab-access")),
     "unshare": HostTool("util-linux", ("lab",)),
-    "setsid": HostTool("util-linux", ("lab",)),
+    "setsid": HostTool("util-linux", ("lab", "tests")),  # .ci/run: the background jobs' own session
     # Debian 12 ships losetup, mount and umount in `mount` (split from util-linux): the lab's
     # NVMe stand-ins are loop devices, the node's root an overlay mount (node-nspawn.sh).
     "losetup": HostTool("mount", ("lab",)),
