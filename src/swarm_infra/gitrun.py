@@ -16,9 +16,10 @@ command gets a clean environment and a time limit:
 - at most :data:`TIMEOUT_S` per command (the caller may give another): a stuck remote or a
   hung process never holds a timer's unit or a CI job.
 
-Standard library only, and nothing of the package: the import-linter contract in
-``pyproject.toml`` keeps it at the bottom layer, beside ``nodeside``, so both the review
-(a consumer) and the agent (above the consumers) import it.
+Standard library only, and nothing of the package but :mod:`swarm_infra.errors` (where
+:class:`GitError` is defined): the import-linter contract in ``pyproject.toml`` keeps it at
+the bottom layer, beside ``nodeside``, so both the review (a consumer) and the agent (above
+the consumers) import it.
 """
 
 from __future__ import annotations
@@ -27,12 +28,9 @@ import os
 import subprocess
 from collections.abc import Mapping, Sequence
 
+from .errors import GitError as GitError
+
 TIMEOUT_S = 300  # one git command, in seconds
-
-
-class GitError(RuntimeError):
-    """A git command failed, could not start or did not end in time; the message holds its
-    verb and git's last line on stderr (quoted, at most 300 characters)."""
 
 
 def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:

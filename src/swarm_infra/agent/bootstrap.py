@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from ..errors import BootstrapError as BootstrapError
 from ..nodeside.atomic import write_atomic
 from ..resolve.files import agent_config_text, agent_service_text, agent_timer_text
 from ..resolve.keys import wireguard_key_problem
@@ -33,10 +34,6 @@ from ..resolve.pull import allowed_signers_problems, ref_name, remote_scheme
 
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 DEFAULT_INTERVAL_S, DEFAULT_RANDOMIZED_DELAY_S = 900, 300  # the schema's defaults
-
-
-class BootstrapError(ValueError):
-    """An argument or a file that bootstrap cannot use; nothing more was written."""
 
 
 @dataclass(frozen=True)

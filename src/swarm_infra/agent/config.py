@@ -13,16 +13,13 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import ConfigInvalid as ConfigInvalid
 from ..fleet.sources import FLEET_NAME
 from ..resolve.layout import AGENT_LOCAL, node_layout
 from ..resolve.pull import ref_name, remote_scheme
 
 # A node name as the fleet's schema allows one (common.schema.json's name).
 _NODE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-
-
-class ConfigInvalid(ValueError):
-    """The settings file cannot be used; the message names the file and the field."""
 
 
 @dataclass(frozen=True)

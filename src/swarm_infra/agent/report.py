@@ -53,6 +53,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import ReportInvalid as ReportInvalid
 from .decide import RESULTS
 
 _HEX = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
@@ -157,16 +158,6 @@ _LABELS = {
     "swarm_agent_paused": set(),
 }
 MAX_TASKS = 10**6  # more tasks than any playbook of the project runs: not a count
-
-
-class ReportInvalid(ValueError):
-    """A node's page is no agent report; the message says what is wrong, in one line of
-    printable characters: it quotes the node's words (an HTTP reason, a label, the parser's
-    complaint about the page) and goes to a terminal (``swarm status``) or the journal (the
-    agent), so a control character or line break of the node's is shown as ``?``."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__("".join(c if c.isprintable() else "?" for c in message))
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from ..errors import InitError as InitError
 from ..fleet.diagnostics import excerpt, one_line
 from .common import EXIT_INVALID, EXIT_OK, emit
 
@@ -59,11 +60,6 @@ NAME_MAX = 63  # characters of a DNS-1123 label
 RESERVED = frozenset({"shared"})
 # A name made from the placeholder in the templates: the placeholder and what follows it.
 _DERIVED = re.compile(re.escape(PLACEHOLDER) + r"[-a-z0-9]*")
-
-
-class InitError(ValueError):
-    """Input ``swarm init`` refuses (a bad NAME or ROOT, a target that exists): the
-    message is one line, safe to print."""
 
 
 def template_texts() -> dict[tuple[str, str], str]:

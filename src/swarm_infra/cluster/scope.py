@@ -19,13 +19,10 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable
 
+from ..errors import ScopeError as ScopeError
 from ..resolve.cluster import gpu_quota
 from ..resolve.labels import FLAVOR_LABEL
 from ..resolve.types import DesiredState
-
-
-class ScopeError(ValueError):
-    """The sites asked for cannot form a cluster of their own (see the module doc)."""
 
 
 def scope(state: DesiredState, sites: Iterable[str] | None) -> DesiredState:

@@ -22,14 +22,11 @@ from typing import Any
 
 import yaml
 
+from ..errors import StackFileError as StackFileError
+
 STACK_FILE = re.compile(r"Pulumi\.(?P<stack>[A-Za-z0-9_.-]+)\.yaml")
 PROJECT_FILE = "Pulumi.yaml"
 DEFAULT_FLEET = "example"  # Pulumi.yaml's own default, when it declares none
-
-
-class StackFileError(ValueError):
-    """A ``Pulumi.<stack>.yaml`` (or ``Pulumi.yaml``) that is not YAML, or whose ``swarm:``
-    keys do not have their types; the message starts with the file's name."""
 
 
 @dataclass(frozen=True)

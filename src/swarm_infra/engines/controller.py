@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import ControllerError as ControllerError
 from ..nodeside.atomic import write_atomic
 from ..resolve.controller import (
     ControllerState,
@@ -60,10 +61,6 @@ def state_dir() -> Path:
 
 def default_key_path() -> Path:
     return state_dir() / "wireguard.key"
-
-
-class ControllerError(RuntimeError):
-    """A step failed or is refused; the message says which and why."""
 
 
 def _private_dir(path: Path) -> None:

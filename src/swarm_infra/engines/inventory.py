@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..errors import InventorySourceError as InventorySourceError
 from ..fleet.diagnostics import FleetInvalid, excerpt
 from ..fleet.sources import fleet_paths
 from ..nodeside.atomic import write_atomic
@@ -189,12 +190,6 @@ def ssh_argv(conn: Connection, command: str) -> list[str]:
     if conn.private_key_file:
         argv += ["-i", conn.private_key_file, "-o", "IdentitiesOnly=yes"]
     return [*argv, *ssh_option_args(conn), "--", f"{conn.user}@{conn.host}", command]
-
-
-class InventorySourceError(Exception):
-    """An inventory source that gives no hosts: not a fleet, an invalid fleet (the message
-    holds the validator's report, one ``file:line:col`` line per problem), or a failure to
-    resolve it. The message is what the engine shows; no traceback is due."""
 
 
 def fleet_state(source: str | Path) -> tuple[list[str], DesiredState]:

@@ -23,14 +23,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import KeyRecordInvalid as KeyRecordInvalid
 from ..nodeside.atomic import write_atomic
 from ..resolve.keys import key_holder, wireguard_key_problem
 
 FILE_NAME = "wireguard-keys.json"
-
-
-class KeyRecordInvalid(ValueError):
-    """The record file is not a JSON object of node names to WireGuard public keys."""
 
 
 @dataclass

@@ -15,14 +15,12 @@ import re
 from pathlib import Path
 from typing import Any
 
+from ..errors import FleetEscapes as FleetEscapes
+from ..errors import UnknownFleet as UnknownFleet
+
 CONFIG_SUFFIXES = (".swarm.yml", ".swarm.yaml")
 # A directory name, never a path: no '/', no leading '.', so never '..'.
 FLEET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
-
-
-class UnknownFleet(ValueError):
-    """A fleet name that is not a plain name, or names no directory in ``inventory/``;
-    the message lists the fleets there are."""
 
 
 def convention_paths(base: Path, name: str) -> list[Path]:
@@ -36,11 +34,6 @@ def fleet_names(base: Path) -> list[str]:
     if not inventory.is_dir():
         return []
     return sorted(p.name for p in inventory.iterdir() if FLEET_NAME.fullmatch(p.name) and p.is_dir())
-
-
-class FleetEscapes(ValueError):
-    """A fleet directory that is a link leaving the repository, or a ``*.swarm.yml`` inside
-    a fleet directory (it would point the inventory at other files than the fleet's own)."""
 
 
 def _inside(base: Path, convention: list[Path]) -> list[Path]:

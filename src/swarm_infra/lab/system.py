@@ -14,9 +14,7 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-
-class LabError(Exception):
-    """The lab could not be brought to the asked state; the message says what and why."""
+from ..errors import LabError as LabError
 
 
 def require_root() -> None:

@@ -46,6 +46,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from swarm_infra.errors import DcgmUnavailable as DcgmUnavailable
 from swarm_infra.metrics.measurement import Measurement, MeasurementParseError, make_labels
 from swarm_infra.resolve.catalog import gpu_catalog
 
@@ -424,10 +425,6 @@ def dcgm_diag_command(level: int) -> str:
         f"dcgmi diag -r {shlex.quote(str(int(level)))} -j 2>&1\n"
         f'echo "{_MARK.strip()}-rc dcgmi $?"\n'
     )
-
-
-class DcgmUnavailable(MeasurementParseError):
-    """dcgmi is not installed on the node: DCGM diagnostics are not applicable there."""
 
 
 def parse_dcgm_diag(text: str, level: int, **labels: str | int | None) -> list[Measurement]:

@@ -5,12 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-
-class MeasurementParseError(ValueError):
-    """A tool's output could not be read: not JSON, an error report, or a field missing.
-
-    The message names the tool and the JSON path (or line) that was expected.
-    """
+from ..errors import MeasurementParseError as MeasurementParseError
 
 
 @dataclass(frozen=True)

@@ -5,15 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..errors import IncludeCycle as IncludeCycle
 from ..fleet.model import HostProfile
-
-
-class IncludeCycle(ValueError):
-    """A HostProfile includes itself, directly or through others. ``chain`` lists the names."""
-
-    def __init__(self, chain: list[str]) -> None:
-        self.chain = chain
-        super().__init__(" -> ".join(chain))
 
 
 def flatten(name: str, profiles: Mapping[str, HostProfile], _stack: tuple[str, ...] = ()) -> dict[str, Any]:

@@ -18,14 +18,11 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ..errors import PlacementError as PlacementError
+
 MAX_GROUPS = 200_000
 """Most candidate groups :func:`closest_group` compares (it tries every group of ``k``:
 C(n, k) of them); a larger search is refused rather than approximated."""
-
-
-class PlacementError(ValueError):
-    """No group can be chosen: too few candidates, an unmeasured pair in every group, or a
-    search larger than :data:`MAX_GROUPS`. The message says which."""
 
 
 @dataclass(frozen=True)

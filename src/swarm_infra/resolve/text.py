@@ -10,11 +10,7 @@ import json
 import re
 from typing import Any
 
-
-class UnsafeValue(ValueError):
-    """A value that would change the structure of the file it is written into (a line
-    break or another control character; in an INI-style file, a section header)."""
-
+from ..errors import UnsafeValue as UnsafeValue
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 

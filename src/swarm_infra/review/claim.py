@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..errors import ClaimInvalid as ClaimInvalid
 from ..fleet.diagnostics import excerpt
 from .diff import node_changes, object_changes
 from .load import object_key
@@ -34,11 +35,6 @@ from .model import ClaimDiff
 FORMAT = "swarm-claim/1"
 _TREE = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # a SHA-1 or SHA-256 object id
 MAX_BYTES = 512 * 1024 * 1024  # a claim of 10,000 nodes is about 60 MB
-
-
-class ClaimInvalid(ValueError):
-    """A claim file that is not one this module writes: not JSON, too large, or of
-    another shape. The message says what was expected (and never quotes the file)."""
 
 
 def claim_document(tree: str, fleets: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:

@@ -22,6 +22,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import MergeConflict as MergeConflict
 from ..fleet.diagnostics import Diagnostic, excerpt
 from ..fleet.sources import FLEET_NAME
 from ..gitrun import GitError as GitError  # re-exported: the review's callers catch it here
@@ -108,21 +109,6 @@ def merge_base(repo: Path, base: str, head: str) -> str:
         ) from None
 
 
-class MergeConflict(GitError):
-    """The head cannot be merged into the base without conflicts: there is no merge result
-    to review. ``files``: the conflicted paths (repository-relative, sorted)."""
-
-    def __init__(self, base: str, head: str, files: list[str]) -> None:
-        shown = ", ".join(excerpt(f) for f in files[:10]) + (
-            f" and {len(files) - 10} more" if len(files) > 10 else ""
-        )
-        super().__init__(
-            f"the head {head[:12]} conflicts with the base {base[:12]} ({shown}): there is no merge "
-            "result to review; merge or rebase the base branch into the pull request and push"
-        )
-        self.files = files
-
-
 def merge_commit(repo: Path, base: str, head: str) -> str:
     """The commit that merging ``head`` into ``base`` makes (what main holds once a pull
     request is merged): ``git merge-tree --write-tree`` (git >= 2.38, the merge machinery of
@@ -140,7 +126,15 @@ def merge_commit(repo: Path, base: str, head: str) -> str:
     )
     fields = [f.decode("utf-8", "surrogateescape") for f in done.stdout.split(b"\0") if f]
     if done.returncode == 1 and fields:
-        raise MergeConflict(base, head, sorted(set(fields[1:])))
+        files = sorted(set(fields[1:]))
+        shown = ", ".join(excerpt(f) for f in files[:10]) + (
+            f" and {len(files) - 10} more" if len(files) > 10 else ""
+        )
+        raise MergeConflict(
+            f"the head {head[:12]} conflicts with the base {base[:12]} ({shown}): there is no merge "
+            "result to review; merge or rebase the base branch into the pull request and push",
+            files,
+        )
     if done.returncode != 0 or not fields:
         message = done.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
         raise GitError(f"git merge-tree {base[:12]} {head[:12]} failed: {excerpt(message[0])}")
