@@ -3,7 +3,8 @@
 Data flows one way, and the subpackages follow it: ``fleet`` (declare: files, YAML,
 schemas, the typed model) -> ``resolve`` (decide: validation and the desired state) ->
 consumers (``engines``, ``verify``, ``lab``) -> ``cli``; ``nodeside`` is the code that runs
-on the nodes, ``gitrun`` the one way the review and the agent run git. The names below are
+on the nodes, ``gitrun`` the one way the review and the agent run git, ``errors`` the
+library's exception classes (below every layer). The names below are
 re-exported lazily, so ``import swarm_infra.lab.wanlink`` does not load the validator.
 """
 
