@@ -75,7 +75,11 @@ def _type_problems(value: Any, tp: Any, where: str, filled: dict[tuple[str, str]
         args = get_args(tp)
         if value is None and type(None) in args:
             return
-        for arg in (a for a in args if a is not type(None)):
+        others = [a for a in args if a is not type(None)]
+        if len(others) == 1:  # X | None: what is wrong inside the X
+            yield from _type_problems(value, others[0], where, filled)
+            return
+        for arg in others:
             if not list(_type_problems(value, arg, where, {})):
                 yield from _type_problems(value, arg, where, filled)
                 return
