@@ -7,11 +7,11 @@ import json
 import jsonschema
 import pytest
 
-from swarm_infra.fleet.schemas import KINDS, SHARED, load_schema
+from swarm_infra.fleet.schemas import FILES, KINDS, SHARED, load_schema
 from swarm_infra.resolve.catalog import gpu_catalog, mig_fit_problem, sysctl_catalog, sysctl_value_problem
 
 
-@pytest.mark.parametrize("filename", [*KINDS.values(), *SHARED])
+@pytest.mark.parametrize("filename", [*KINDS.values(), *SHARED, *FILES.values()])
 def test_schema_is_valid_draft_2020_12(filename: str) -> None:
     schema = load_schema(filename)
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
@@ -32,7 +32,7 @@ def _undocumented(node: object, path: str = "") -> list[str]:
     return missing
 
 
-@pytest.mark.parametrize("filename", [*KINDS.values(), *SHARED])
+@pytest.mark.parametrize("filename", [*KINDS.values(), *SHARED, *FILES.values()])
 def test_every_field_is_described(filename: str) -> None:
     assert _undocumented(load_schema(filename)) == []
 

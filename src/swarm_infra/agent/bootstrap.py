@@ -26,9 +26,11 @@ from typing import Any
 import yaml
 
 from ..errors import BootstrapError as BootstrapError
+from ..fleet.diagnostics import json_path
 from ..nodeside.atomic import write_atomic
 from ..resolve.files import agent_config_text, agent_service_text, agent_timer_text
 from ..resolve.keys import wireguard_key_problem
+from ..resolve.layers.host import agent_settings, agent_settings_problems
 from ..resolve.layout import AGENT_LOCAL, node_layout
 from ..resolve.pull import allowed_signers_problems, ref_name, remote_scheme
 
@@ -72,6 +74,15 @@ def check(req: Request) -> str:
         ref_name(req.ref)
     except ValueError as exc:
         raise BootstrapError(str(exc)) from None
+    # The settings file install writes, checked as the agent will read it (its schema): a
+    # value the agent would refuse at every run (--status-port 0) is refused here instead.
+    settings = agent_settings(req.node, req.fleet, req.remote, req.ref, req.status_port)
+    for at, message in agent_settings_problems(settings)[:1]:
+        field = str(at[0]) if at else ""
+        raise BootstrapError(
+            f"--{field.replace('_', '-')} {settings.get(field)!r}: {message} "
+            f"(the agent's settings, {json_path(at)})"
+        )
     if scheme == "ssh" and req.deploy_key is None:
         raise BootstrapError(
             "an ssh:// remote needs --deploy-key (the key the Git server grants read access)"

@@ -2,24 +2,25 @@
 
 The settings (layout ``agent_config``, JSON) are rendered by the library, first by ``swarm
 node bootstrap`` and then by the host layer from the fleet
-(:func:`swarm_infra.resolve.files.agent_config`): ``{"node", "fleet", "remote", "ref",
-"engine", "status_port"}``. A file that is not exactly that is refused whole.
+(:func:`swarm_infra.resolve.layers.host.agent_config`): ``{"node", "fleet", "remote", "ref",
+"engine", "status_port"}``, as ``schemas/agentsettings.schema.json`` describes them. A
+file that is not exactly that is refused whole.
 """
 
 from __future__ import annotations
 
 import json
-import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from ..errors import ConfigInvalid as ConfigInvalid
-from ..fleet.sources import FLEET_NAME
+from ..fleet.diagnostics import Source, json_path, one_line
+from ..fleet.schemas import AGENT_SETTINGS, check_file
 from ..resolve.layout import AGENT_LOCAL, node_layout
 from ..resolve.pull import ref_name, remote_scheme
 
-# A node name as the fleet's schema allows one (common.schema.json's name).
-_NODE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+# Findings about the object's keys rather than a value: the message says what the whole is.
+_WHOLE = ("schema.additionalProperties", "schema.required")
 
 
 @dataclass(frozen=True)
@@ -32,29 +33,37 @@ class AgentConfig:
     status_port: int
 
 
+FIELDS = tuple(f.name for f in fields(AgentConfig))  # the settings' keys, as the schema requires
+
+
 def parse_config(text: str, where: str) -> AgentConfig:
-    """The settings in ``text`` (from ``where``); raises :class:`ConfigInvalid`."""
+    """The settings in ``text`` (from ``where``, a file name for messages); raises
+    :class:`ConfigInvalid`, one line: ``WHERE: $.field: problem`` for each problem the
+    settings' schema finds (``schemas/agentsettings.schema.json``, checked by the fleet's
+    validator: :func:`swarm_infra.fleet.schemas.check_file`), else for a remote or ref the
+    agent would not fetch (:func:`~swarm_infra.resolve.pull.remote_scheme`,
+    :func:`~swarm_infra.resolve.pull.ref_name`)."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigInvalid(f"{where}:{exc.lineno}: not JSON ({exc.msg})") from None
-    fields = {"node", "fleet", "remote", "ref", "engine", "status_port"}
-    if not isinstance(data, dict) or set(data) != fields:
-        raise ConfigInvalid(f"{where}: expected a JSON object with exactly {', '.join(sorted(fields))}")
-    if not isinstance(data["node"], str) or not _NODE.fullmatch(data["node"]):
-        raise ConfigInvalid(f"{where}: $.node: not a node name: {data['node']!r}")
-    if not isinstance(data["fleet"], str) or not FLEET_NAME.fullmatch(data["fleet"]):
-        raise ConfigInvalid(f"{where}: $.fleet: not a fleet name: {data['fleet']!r}")
-    try:
-        remote_scheme(data["remote"])
-        ref_name(data["ref"])
-    except ValueError as exc:
-        raise ConfigInvalid(f"{where}: {exc}") from None
-    if data["engine"] != "ansible":
-        raise ConfigInvalid(f"{where}: $.engine: only 'ansible' applies in pull mode, got {data['engine']!r}")
-    port = data["status_port"]
-    if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
-        raise ConfigInvalid(f"{where}: $.status_port: not a TCP port: {port!r}")
+    except (ValueError, RecursionError) as exc:
+        # What the parser refuses beyond the grammar: an integer of more digits than
+        # int() converts (sys.set_int_max_str_digits), nesting deeper than its stack.
+        raise ConfigInvalid(
+            f"{where}: not JSON the agent reads ({one_line(str(exc).split(':', 1)[0])})"
+        ) from None
+    findings = check_file(AGENT_SETTINGS, data, Source(where, 0))
+    if findings:
+        problems = [f"{json_path(f.path)}: {f.message}" for f in findings]
+        if any(f.rule in _WHOLE or not f.path for f in findings):
+            problems.append(f"expected a JSON object with exactly {', '.join(sorted(FIELDS))}")
+        raise ConfigInvalid(one_line(f"{where}: " + "; ".join(problems)))
+    for field, check in (("remote", remote_scheme), ("ref", ref_name)):
+        try:
+            check(data[field])
+        except ValueError as exc:
+            raise ConfigInvalid(f"{where}: $.{field}: {exc}") from None
     return AgentConfig(**data)
 
 

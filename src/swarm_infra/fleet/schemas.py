@@ -24,7 +24,7 @@ from typing import Any, cast
 
 import jsonschema_rs
 
-from .diagnostics import Finding, PathPart, close_names, excerpt, json_path
+from .diagnostics import Finding, PathPart, Source, close_names, excerpt, json_path
 from .loader import RawDocument
 
 API_VERSION = "swarm.io/v1alpha1"
@@ -49,6 +49,11 @@ KINDS: dict[str, str] = {
     "NodeAcceptance": "nodeacceptance.schema.json",
 }
 SHARED = ("common.schema.json",)
+# Files that are not fleet documents, checked against a schema of their own with the same
+# validator and messages (:func:`check_file`): name -> schema file. The pull agent's settings
+# (swarm_infra.agent.config), which the library renders (resolve.layers.host.agent_config).
+AGENT_SETTINGS = "AgentSettings"
+FILES: dict[str, str] = {AGENT_SETTINGS: "agentsettings.schema.json"}
 MAX_ERRORS_PER_DOCUMENT = 100  # schema findings listed for one document; the rest are counted
 # Every problem at a path is reported. A mapping's are findings of their own (keys missing,
 # one of several alternatives missing, key names). A value's are one finding, one line per
@@ -105,13 +110,13 @@ def _validators() -> dict[str, Any]:
         kind: jsonschema_rs.Draft202012Validator(
             load_schema(f), registry=registry, retriever=refuse_retrieval, validate_formats=True
         )
-        for kind, f in KINDS.items()
+        for kind, f in {**KINDS, **FILES}.items()
     }
 
 
 def _subschema(kind: str, schema_path: list[PathPart]) -> Any:
     # Paths of errors found through a $ref start in the referenced (shared) schema.
-    for root in (load_schema(KINDS[kind]), *(load_schema(f) for f in SHARED)):
+    for root in (load_schema(KINDS.get(kind) or FILES[kind]), *(load_schema(f) for f in SHARED)):
         node: Any = root
         try:
             for part in schema_path:
@@ -537,6 +542,21 @@ def check_document(doc: RawDocument) -> Iterator[Finding]:
             + ", ".join(KINDS),
         )
         return
+    yield from _checked(doc, kind)
+
+
+def check_file(name: str, data: Any, source: Source) -> list[Finding]:
+    """Every schema finding for ``data`` (parsed JSON, untrusted), from ``source``, against
+    the schema :data:`FILES` names ``name`` (empty when it is valid): the findings, paths
+    and messages of :func:`check_document` (an unknown key named at the key, a float where
+    the schema wants an integer refused: JSON Schema counts ``8.0`` as one), at most
+    :data:`MAX_ERRORS_PER_DOCUMENT`. Render each as ``json_path(f.path): f.message``."""
+    return list(_checked(RawDocument(source, data, odd_numbers=True), name))
+
+
+def _checked(doc: RawDocument, kind: str) -> Iterator[Finding]:
+    """The findings of ``doc`` against the schema of ``kind`` (a kind or a :data:`FILES` name)."""
+    data = doc.data
     validator = _validators()[kind]
     try:
         errors = list(islice(validator.iter_errors(data), MAX_ERRORS_PER_DOCUMENT + 1))

@@ -10,10 +10,14 @@ node's own: :data:`..paths.AGENT_LOCAL`, never written nor removed here).
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from typing import Any
 
+from ...fleet.diagnostics import PathPart, Source, json_path
+from ...fleet.schemas import AGENT_SETTINGS, check_file
 from ..paths import AGENT_DIR, AGENT_LOCAL, LIB_DIR, STATE_DIR, UNIT_DIR
-from ..text import header, json_text, line_value
+from ..text import UnsafeValue, header, json_text, line_value
 from ..types import LayoutState, NodeState
 from .base import File, Layer
 
@@ -88,18 +92,40 @@ def agent_config(node: NodeState) -> str:
     return agent_config_text(node["name"], pull["fleet"], pull["remote"], pull["ref"], pull["status_port"])
 
 
+def agent_settings(node: str, fleet: str, remote: str, ref: str, status_port: int) -> dict[str, Any]:
+    """The agent's settings for ``node`` as data: ``{"node", "fleet", "remote", "ref",
+    "engine", "status_port"}`` (``schemas/agentsettings.schema.json``)."""
+    return {
+        "node": node,
+        "fleet": fleet,
+        "remote": remote,
+        "ref": ref,
+        "engine": "ansible",
+        "status_port": status_port,
+    }
+
+
+def agent_settings_problems(settings: Mapping[str, Any]) -> list[tuple[tuple[PathPart, ...], str]]:
+    """(path, message) of each way ``settings`` breaks the settings' schema
+    (``schemas/agentsettings.schema.json``, the fleet's validator:
+    :func:`swarm_infra.fleet.schemas.check_file`); empty when the agent would read them."""
+    return [(f.path, f.message) for f in check_file(AGENT_SETTINGS, settings, Source("agent_config", 0))]
+
+
 def agent_config_text(node: str, fleet: str, remote: str, ref: str, status_port: int) -> str:
-    """The agent's settings file for ``node`` (see :func:`agent_config`)."""
-    return json_text(
-        {
-            "node": node,
-            "fleet": fleet,
-            "remote": remote,
-            "ref": ref,
-            "engine": "ansible",
-            "status_port": status_port,
-        }
-    )
+    """The agent's settings file for ``node`` (see :func:`agent_config`), checked against
+    the settings' schema before it is written: a file the agent would refuse is never
+    rendered. Raises :class:`~..text.UnsafeValue` naming each ``$.field``."""
+    text = json_text(agent_settings(node, fleet, remote, ref, status_port))
+    # The text as the agent parses it: what is written is what is checked (the values may
+    # be str subclasses, Ansible's unsafe text, which the validator does not take).
+    problems = agent_settings_problems(json.loads(text))
+    if problems:
+        raise UnsafeValue(
+            f"{node}: the agent's settings would be refused: "
+            + "; ".join(f"{json_path(path)}: {message}" for path, message in problems)
+        )
+    return text
 
 
 def agent_allowed_signers(node: NodeState) -> str:
