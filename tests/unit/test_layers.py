@@ -269,3 +269,61 @@ def test_the_review_files_each_layers_changes_under_that_layer() -> None:
         assert LAYER_TITLES[shown] == x.title and _LAYER_KINDS[shown] == x.sources, x.name
         assert set(x.sources) <= set(KINDS), x.name
     assert _layer(("site",)) == "node"
+
+
+# Operator notes worded in an engine instead of resolve/notes.py (recipe 3 step 4): each a
+# note both engines give, in their own words. Debt: they leave once worded in notes.py.
+WORDED_IN_AN_ENGINE = {
+    "roles/drivers/tasks/reboot.yml": ("Ray drain before the reboot: ", "not a node of Kubernetes context ",
+                                       "not verified: run through swarm converge"),
+    "src/swarm_infra/engines/pyinfra/operations/reboot.py": ("not a Kubernetes node (",
+                                                             "not verified: run through swarm converge"),
+}  # fmt: skip
+
+
+def _engine_notes() -> list[tuple[str, str]]:
+    """(file, text) of each operator note an engine words itself: a role's ``debug`` whose
+    ``msg`` has text outside its ``{{ }}`` (not ``check mode:``, check mode's own account),
+    and a pyinfra note (``record_note``, ``note_if`` ``text=``, a run's ``note``) given a
+    literal or an f-string."""
+    out = []
+    for path in sorted(ROOT.glob("roles/*/tasks/*.yml")):
+        rel = str(path.relative_to(ROOT))
+        tasks = yaml.safe_load(path.read_text()) or []
+        stack = list(tasks)
+        while stack:
+            task = stack.pop()
+            stack += [t for key in ("block", "rescue", "always") for t in task.get(key, [])]
+            msg = (task.get("ansible.builtin.debug") or {}).get("msg")
+            for text in msg if isinstance(msg, list) else [msg] if isinstance(msg, str) else []:
+                words = re.sub(r"\{\{.*?\}\}", "", text, flags=re.S).strip()
+                if words and not text.startswith("check mode:"):
+                    out.append((rel, text))
+    for path in sorted((ROOT / "src/swarm_infra/engines/pyinfra").rglob("*.py")):
+        rel = str(path.relative_to(ROOT))
+        for n in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(n, ast.Call):
+                continue
+            name = n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")
+            given = {"record_note": n.args[:1], "note": n.args[1:2]}.get(name, [])
+            given += [k.value for k in n.keywords if name == "note_if" and k.arg == "text"]
+            for arg in given:
+                if isinstance(arg, ast.Constant | ast.JoinedStr):
+                    out.append((rel, ast.unparse(arg)))
+    return out
+
+
+def test_operator_notes_are_worded_once_in_resolve_notes() -> None:
+    """A note a role and a deploy each word themselves (recipe 3 step 4 skipped) passes the
+    engines' parity while the two texts agree; it fails here. Notes come from
+    :mod:`swarm_infra.resolve.notes` (the roles through ``swarm_note``), or from another
+    decision of resolve's (the driver plan's notes), except :data:`WORDED_IN_AN_ENGINE`."""
+
+    def known(path: str, text: str) -> bool:
+        return any(w in text for w in WORDED_IN_AN_ENGINE.get(path, ()))
+
+    notes = _engine_notes()
+    assert [(p, t) for p, t in notes if not known(p, t)] == []
+    # Each exception is still there (a note moved to notes.py leaves the list).
+    assert [(p, w) for p, ws in WORDED_IN_AN_ENGINE.items() for w in ws
+            if not any(p == q and w in t for q, t in notes)] == []  # fmt: skip

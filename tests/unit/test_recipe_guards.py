@@ -14,10 +14,21 @@ HostProfile is cast, so mypy does not see it) failed nothing. Three guards here:
   or the rollout's), except the fields in :data:`BY_DESIGN`, each with its reason. The
   other values are derived from the field's schema (its enum, its type) and from the
   values the fleet declares for fields of the same name, never listed by hand.
+
+Recipe 1 steps 6 and 7 apply the key and check it on the node. Skipped, a key decided in
+``HostState`` that nothing applied, and that no verification check read, failed nothing.
+Two guards more, both a textual read of the consumers' code (see the section's comment for
+what that cannot see):
+
+- every NodeState key is named by an applier (the roles, the plugins, the engines, the
+  node-side code and the pull agent, the layers' texts, the cluster's objects) or is in
+  :data:`APPLIED_THROUGH` with what applies it;
+- every NodeState key is read by verification or is in :data:`NOT_VERIFIED` with why not.
 """
 
 from __future__ import annotations
 
+import ast
 import base64
 import copy
 import dataclasses
@@ -30,6 +41,7 @@ import typing
 from collections.abc import Iterator
 from fnmatch import fnmatch
 from functools import cache
+from importlib.util import resolve_name
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin, get_type_hints, is_typeddict
 
@@ -372,3 +384,317 @@ def test_every_declared_field_changes_the_desired_state() -> None:
     # Each exception is still needed: a field that comes to change the state leaves the list.
     stale = sorted(p for p in BY_DESIGN if any(fnmatch(f, p) for f in effect))
     assert stale == []
+
+
+# ------------------------------------- each NodeState key applied (R1.6), checked (R1.7)
+#
+# Both guards are a textual read: a key counts as read where a consumer names it, whatever
+# the object it names it on. A common name (``name``, ``port``, ``path``) is satisfied by
+# any consumer that reads a key so named, and a key read only to compute another key counts
+# as read; what they catch is a key that no consumer names at all (recipe 1 steps 6 and 7
+# skipped: a NodeState key filled by resolve that nothing applies, or that verify never
+# compares).
+
+SRC = ROOT / "src"
+
+
+def _leaf_keys() -> list[str]:
+    """``TypedDict.key`` of every key reachable from NodeState whose type holds no
+    TypedDict (the keys a slice's values live in: ``HostState.sysctls``, ``HugePages.count``)."""
+
+    def typeddicts(tp: Any) -> Iterator[Any]:
+        if is_typeddict(tp):
+            yield tp
+        for arg in get_args(tp):
+            yield from typeddicts(arg)
+
+    leaves: set[str] = set()
+    for name, key in _reachable(T.NodeState):
+        hints = get_type_hints(getattr(T, name))
+        if not any(typeddicts(hints[key])):
+            leaves.add(f"{name}.{key}")
+    return sorted(leaves)
+
+
+def _keys_read(tree: ast.AST) -> set[str]:
+    """The string keys Python code reads: ``x["key"]`` (not an assignment to it),
+    ``x.get("key")``, ``x.pop("key")``, ``"key" in x``. A key that only appears in a dict
+    display (``{"key": ...}``) is written, not read."""
+    out: set[str] = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Load):
+            key: Any = n.slice
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("get", "pop"):
+            key = n.args[0] if n.args else None
+        elif isinstance(n, ast.Compare) and any(isinstance(op, ast.In | ast.NotIn) for op in n.ops):
+            key = n.left
+        else:
+            continue
+        if isinstance(key, ast.Constant) and isinstance(key.value, str):
+            out.add(key.value)
+    return out
+
+
+def _module_file(module: str) -> Path:
+    path = SRC.joinpath(*module.split("."))
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+
+
+@cache
+def _module(module: str) -> tuple[ast.Module, dict[str, ast.stmt], dict[str, tuple[str, str | None]]]:
+    """A module of the package parsed: its tree, its top-level definitions by name and its
+    imports of the package's own names: local name -> (module, name), or (module, None)
+    where the name is a module."""
+    path = _module_file(module)
+    tree = ast.parse(path.read_text())
+    defs: dict[str, ast.stmt] = {}
+    for st in tree.body:
+        if isinstance(st, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            defs[st.name] = st
+        elif isinstance(st, ast.Assign | ast.AnnAssign):
+            for target in st.targets if isinstance(st, ast.Assign) else [st.target]:
+                if isinstance(target, ast.Name):
+                    defs[target.id] = st
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    imports: dict[str, tuple[str, str | None]] = {}
+    for n in ast.walk(tree):
+        if isinstance(n, ast.ImportFrom):
+            source = resolve_name("." * n.level + (n.module or ""), package)
+            for alias in n.names:
+                if source.startswith("swarm_infra"):
+                    sub = f"{source}.{alias.name}"
+                    is_module = _module_file(sub).exists()
+                    imports[alias.asname or alias.name] = (sub, None) if is_module else (source, alias.name)
+    return tree, defs, imports
+
+
+def _read_by(
+    whole: list[str],
+    follow: tuple[str, ...],
+    stop: frozenset[tuple[str, str]] = frozenset(),
+    start: tuple[tuple[str, str], ...] = (),
+) -> set[str]:
+    """The keys read by the modules ``whole`` and the definitions ``start`` ((module, name))
+    and, in the modules under ``follow``, by each definition they use and every definition
+    of its module that it uses in turn, except those in ``stop``."""
+    reads: set[str] = set()
+    seen: set[tuple[str, str | None]] = {(m, None) for m in whole}
+    todo: list[tuple[str, str]] = list(start)
+
+    def uses(module: str, node: ast.AST) -> None:
+        _, defs, imports = _module(module)
+        for n in ast.walk(node):
+            if isinstance(n, ast.Name):
+                if n.id in defs:
+                    todo.append((module, n.id))
+                source, name = imports.get(n.id, ("", None))
+                if name is not None:
+                    todo.append((source, name))
+            elif isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name):
+                source, name = imports.get(n.value.id, ("", ""))
+                if name is None:  # module.attribute
+                    todo.append((source, n.attr))
+
+    for module in whole:
+        tree = _module(module)[0]
+        reads |= _keys_read(tree)
+        uses(module, tree)
+    while todo:
+        module, name = todo.pop()
+        if (module, None) in seen or (module, name) in seen or (module, name) in stop:
+            continue
+        seen.add((module, name))
+        if not module.startswith(follow):
+            continue
+        _, defs, imports = _module(module)
+        if name in defs:
+            reads |= _keys_read(defs[name])
+            uses(module, defs[name])
+        elif name in imports:  # a name the module re-exports
+            source, imported = imports[name]
+            if imported is not None:
+                todo.append((source, imported))
+    return reads
+
+
+def _modules_under(*folders: str) -> list[str]:
+    out = []
+    for folder in folders:
+        for path in sorted((SRC / folder).rglob("*.py")):
+            parts = path.relative_to(SRC).with_suffix("").parts
+            out.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return out
+
+
+# What applies NodeState: the roles' tasks, handlers, defaults and templates (not
+# meta/argument_specs.yml, which declares the slices it is given: recipe 1 step 5 adds a
+# key there); the project's Ansible plugins (filters, modules, module_utils); the engines
+# (pyinfra's deploys, the inventory, Pulumi's objects); the node-side code and the pull
+# agent; the layers' text writers; the cluster's objects (node labels, the device plugin's
+# configs); and, in the resolve modules, each function these call (a role's filter calls
+# resolve.files, resolve.rollout, ...), but not the resolver's entry points that make the
+# state (the inventory builds it with them).
+APPLIER_FOLDERS = ("swarm_infra/engines", "swarm_infra/nodeside", "swarm_infra/agent",
+                   "swarm_infra/cluster", "swarm_infra/resolve/layers")  # fmt: skip
+APPLIER_MODULES = ("swarm_infra.resolve.files",)
+PRODUCERS = frozenset({
+    ("swarm_infra.resolve", "desired_state"),
+    ("swarm_infra.resolve", "load_fleet"),
+    ("swarm_infra.resolve.rollout", "rollout_state"),
+})  # fmt: skip
+
+
+def _applied_keys() -> set[str]:
+    modules = [*_modules_under(*APPLIER_FOLDERS), *APPLIER_MODULES]
+    reads = _read_by(modules, ("swarm_infra.resolve", *(f.replace("/", ".") for f in APPLIER_FOLDERS)),
+                     PRODUCERS)  # fmt: skip
+    for path in sorted((ROOT / "plugins").rglob("*.py")):
+        reads |= _keys_read(ast.parse(path.read_text()))
+    # Jinja reads a key as an attribute (``swarm.host.sysctls``), a subscript or a filter's
+    # argument (``['sysctls']``, ``map(attribute='name')``).
+    roles = "\n".join(
+        p.read_text() for p in sorted(ROOT.glob("roles/*/*/*")) if p.parent.name != "meta" and p.is_file()
+    )
+    keys = {leaf.partition(".")[2] for leaf in _leaf_keys()}
+    reads |= {k for k in keys if re.search(rf"[\w\])]\.{k}\b|['\"]{k}['\"]", roles)}
+    return reads
+
+
+# NodeState keys no applier names, each applied through another key that resolve derives
+# from it, or describing the node rather than setting it.
+APPLIED_THROUGH: dict[str, str] = {
+    "DriverState.branch": "through apt_version ('570.*' without a version), the pin every package "
+    "is installed at (resolve.drivers.driver_state)",
+    "HostState.transparent_hugepages": "through HostState.sysfs (resolve.host.sysfs_items)",
+    "HostState.cpu_governor": "through HostState.sysfs (resolve.host.sysfs_items)",
+    "HugePages.*": "through HostState.sysfs (resolve.host.sysfs_items: nr_hugepages of its size)",
+    "MeshState.forwarding": "through MeshState.sysctls (what forwarding needs, as sysctl.d writes it)",
+    "RayNodeState.num_cpus": "through start_args (--num-cpus, resolve.ray.start_args)",
+    "HostState.assignment": "which Assignment chose the profile: for the review and `swarm fleet show`",
+    "GpuState.assignment": "which Assignment chose the profile: for the review and `swarm fleet show`",
+    "HardwareState.nic_speed_gbps": "the node's declared hardware (Node spec.hardware), not a setting",
+    "GpuSlotState.count": "the node's declared hardware; the GPUs are its GpuState.devices",
+    "NvmeState.device": "the node's declared hardware; scratch's devices are ScratchState.devices",
+}
+
+
+def test_every_nodestate_key_is_applied() -> None:
+    """Each NodeState key is named by a consumer that applies it (:data:`APPLIER_FOLDERS`,
+    the roles, the plugins) or is in :data:`APPLIED_THROUGH` with the key it is applied
+    through: a key resolve decides and nothing applies (recipe 1 step 6 skipped) fails."""
+    applied = _applied_keys()
+    unread = [k for k in _leaf_keys() if k.partition(".")[2] not in applied]
+    assert [k for k in unread if not any(fnmatch(k, p) for p in APPLIED_THROUGH)] == [], (
+        "NodeState keys no role, engine, node-side code or layer text reads"
+    )
+    # Each exception is still needed: a key that comes to be read by name leaves the list.
+    assert [p for p in APPLIED_THROUGH if not any(fnmatch(k, p) for k in unread)] == []
+
+
+# What verification reads: its checks and readers, and the testinfra plugin that runs them
+# (tests/verify). A slice it hands whole to code that compares it counts with that code's
+# reads, for the keys below the slice: the plugin gives the node's GpuState to the
+# node-side GPU code's ``diff`` (nodeside/gpu.py ``main``: the converge in check mode),
+# whose findings are the gpu checks' values.
+VERIFIERS = ("src/swarm_infra/verify/*.py", "tests/verify/*.py")
+VERIFIED_WHOLE: dict[str, tuple[str, str]] = {"GpuState": ("swarm_infra.nodeside.gpu", "main")}
+
+# NodeState keys verification does not read, by why. "Gap" marks what it could check and
+# does not yet (#37: recipe 1 step 7 asks for a check; these predate it).
+NOT_VERIFIED: dict[str, tuple[str, ...]] = {
+    "checked through another key resolve derives from it: HostState.sysfs (one check per "
+    "item), the sysctls (their fields compared, as sysctl.d writes them), the pin "
+    "apt_version every package is checked at, the md array (None unless raid0)": (
+        "HostState.cpu_governor", "HostState.transparent_hugepages", "HugePages.*",
+        "HostState.sysctl_text", "MeshState.forwarding", "DriverState.branch",
+        "DriverState.version", "ScratchState.raid0",
+    ),
+    "which profile and Assignment decided the settings (the review, `swarm fleet show`); the "
+    "settings themselves are checked": (
+        "HostState.profile", "HostState.assignment", "GpuState.profile", "GpuState.assignment",
+    ),
+    "the node as declared (its hardware, its site's region, its roles): what it is, not a "
+    "state converged on it; the metrics measure it, the node-side GPU code identifies the "
+    "GPUs from GpuState.limits": (
+        "HardwareState.*", "GpuSlotState.*", "NvmeState.device", "NodeState.region", "NodeState.roles",
+    ),
+    "applied by the cluster, not on the node (the node's nvidia.com/device-plugin.config "
+    "label, the device plugin's configs: tests/unit/test_cluster_*.py)": ("GpuSharingState.*",),
+    "how the controller reaches the node: verification connects through them, and a wrong "
+    "one fails every check of the node as unreachable": (
+        "SshState.user", "SshState.via_mesh", "SshState.host_keys",
+    ),
+    "a converge's policy or input, nothing on the node to read: whether the drivers layer "
+    "may reboot (its effect: the pending-reboot marker checked absent), how pip fetches, "
+    "what Ray's timeouts are computed from, what num_gpus means (the GPU resource is "
+    "compared)": (
+        "DriverState.allow_reboot", "RayNodeState.package_index", "RayNodeState.index_ca",
+        "RayNodeState.wan_rtt_ms", "RayNodeState.simulated_gpus",
+    ),
+    "checked as membership: ray_member runs on the head and finds the node alive in that "
+    "head's state API": (
+        "RayNodeState.cluster", "RayNodeState.head", "RayNodeState.head_ip", "RayNodeState.gcs_address",
+    ),
+    "cannot: WireGuard roams, so the dump's endpoint is where the peer's latest packet came "
+    "from (a NAT's mapping), not the declared one; a wrong one fails the handshake and "
+    "ping checks": ("PeerState.endpoint",),
+    "Gap: NVIDIA's extra packages present, the container toolkit absent, the apt sources "
+    "and Debian components are not read back (the converge's driver plan reads them)": (
+        "DriverState.extra_packages", "DriverState.absent_packages", "DriverState.debian_components",
+        "AptSource.*",
+    ),
+    "Gap: file checks read owner, group and mode, not whether the path is a file or a "
+    "directory": ("ManagedPath.type",),
+    "Gap: the interface's listen port is not read back (wg show dump has it); a wrong one "
+    "shows only as failed handshakes and pings": ("MeshState.listen_port",),
+    "Gap: none of the pull agent's files or its timer is read (the agent's own report, on "
+    "status_port, says its last apply)": ("PullState.*",),
+    "Gap: who Ray's firewall admits (members, dashboard and token clients) is not read back "
+    "from nftables; ray_exposed reads the guarded ports, and one port is probed closed over "
+    "the underlay and open over the mesh": (
+        "RayFirewallState.members", "RayFirewallState.mesh_interface", "RayFirewallState.dashboard_port",
+        "RayFirewallState.dashboard_clients", "RayFirewallState.token_clients",
+    ),
+    "Gap: Ray's installed version and pins, its command line and environment are not read "
+    "back (the engines' snapshot reads the venv, nodeside/snapshot.py); ray_member compares "
+    "the GPU and custom resources and the labels, not the CPUs or the object store": (
+        "RayNodeState.version", "RayNodeState.requirements", "RayPinState.*", "RayNodeState.user",
+        "RayNodeState.start_args", "RayNodeState.config", "RayNodeState.num_cpus",
+        "RayNodeState.object_store_bytes",
+    ),
+}  # fmt: skip
+
+
+def _verified_keys() -> tuple[set[str], dict[str, set[str]]]:
+    """The keys verification reads, and for each slice of :data:`VERIFIED_WHOLE` the keys
+    read by the code it hands the slice to."""
+    reads: set[str] = set()
+    for pattern in VERIFIERS:
+        for path in sorted(ROOT.glob(pattern)):
+            reads |= _keys_read(ast.parse(path.read_text()))
+    whole = {
+        slice_: _read_by([], (module.rpartition(".")[0],), start=((module, name),))
+        for slice_, (module, name) in VERIFIED_WHOLE.items()
+    }
+    return reads, whole
+
+
+def test_every_nodestate_key_is_checked_by_verify() -> None:
+    """Each NodeState key is read by verification (:data:`VERIFIERS`, or through a slice it
+    hands whole to code that compares it, :data:`VERIFIED_WHOLE`) or is in
+    :data:`NOT_VERIFIED` with why it is not: a key applied and never checked on the node
+    (recipe 1 step 7, recipe 3 step 7 skipped) fails."""
+    reads, whole = _verified_keys()
+    below = {name: {n for n, _ in _reachable(getattr(T, name))} for name in whole}
+    unread = [
+        leaf for leaf in _leaf_keys()
+        if leaf.partition(".")[2] not in reads
+        and not any(leaf.partition(".")[0] in below[s] and leaf.partition(".")[2] in whole[s] for s in whole)
+    ]  # fmt: skip
+    patterns = [p for group in NOT_VERIFIED.values() for p in group]
+    assert [k for k in unread if not any(fnmatch(k, p) for p in patterns)] == [], (
+        "NodeState keys no verification check reads"
+    )
+    # Each exception is still needed, and listed once.
+    assert [p for p in patterns if not any(fnmatch(k, p) for k in unread)] == []
+    assert len(set(patterns)) == len(patterns)
