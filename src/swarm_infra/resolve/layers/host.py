@@ -89,10 +89,14 @@ def agent_config(node: NodeState) -> str:
     (:func:`agent_config_text`)."""
     pull = node["pull"]
     assert pull is not None  # rendered for pull nodes only
-    return agent_config_text(node["name"], pull["fleet"], pull["remote"], pull["ref"], pull["status_port"])
+    return agent_config_text(
+        node["name"], pull["fleet"], pull["remote"], pull["ref"], pull["status_port"], pull["engine"]
+    )
 
 
-def agent_settings(node: str, fleet: str, remote: str, ref: str, status_port: int) -> dict[str, Any]:
+def agent_settings(
+    node: str, fleet: str, remote: str, ref: str, status_port: int, engine: str = "ansible"
+) -> dict[str, Any]:
     """The agent's settings for ``node`` as data: ``{"node", "fleet", "remote", "ref",
     "engine", "status_port"}`` (``schemas/agentsettings.schema.json``)."""
     return {
@@ -100,7 +104,7 @@ def agent_settings(node: str, fleet: str, remote: str, ref: str, status_port: in
         "fleet": fleet,
         "remote": remote,
         "ref": ref,
-        "engine": "ansible",
+        "engine": engine,  # PullState.engine; the schema allows only "ansible"
         "status_port": status_port,
     }
 
@@ -112,11 +116,13 @@ def agent_settings_problems(settings: Mapping[str, Any]) -> list[tuple[tuple[Pat
     return [(f.path, f.message) for f in check_file(AGENT_SETTINGS, settings, Source("agent_config", 0))]
 
 
-def agent_config_text(node: str, fleet: str, remote: str, ref: str, status_port: int) -> str:
+def agent_config_text(
+    node: str, fleet: str, remote: str, ref: str, status_port: int, engine: str = "ansible"
+) -> str:
     """The agent's settings file for ``node`` (see :func:`agent_config`), checked against
     the settings' schema before it is written: a file the agent would refuse is never
     rendered. Raises :class:`~..text.UnsafeValue` naming each ``$.field``."""
-    text = json_text(agent_settings(node, fleet, remote, ref, status_port))
+    text = json_text(agent_settings(node, fleet, remote, ref, status_port, engine))
     # The text as the agent parses it: what is written is what is checked (the values may
     # be str subclasses, Ansible's unsafe text, which the validator does not take).
     problems = agent_settings_problems(json.loads(text))
