@@ -117,9 +117,9 @@ def test_a_settings_file_the_schema_refuses_is_refused_naming_the_field(
     text: str, field: str, words: str
 ) -> None:
     with pytest.raises(ConfigInvalid) as info:
-        parse_config(text, "/etc/swarm/agent/agent.json")
+        parse_config(text, "settings.json")
     message = str(info.value)
-    assert message.startswith(f"/etc/swarm/agent/agent.json: {field}: ")
+    assert message.startswith(f"settings.json: {field}: ")
     assert words in message and "\n" not in message
 
 
